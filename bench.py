@@ -1,0 +1,153 @@
+"""Step time, throughput and memory of each scale-vector variant against the baseline.
+
+    python bench.py                                    # default CPU model, every variant
+    python bench.py configs/unified_124m.py --batch_size=1 --block_size=256 --variants=baseline,unified
+    python bench.py configs/unified_124m.py --compile=True   # on a GPU: tokens/s, MFU, memory
+
+Every variant trains on the same synthetic batch; one step of each variant is
+timed in turn (interleaved), so machine noise hits all of them alike, and
+the median over steps after warm-up is reported with its ratio to the
+baseline. Memory: torch.cuda.max_memory_allocated per variant on CUDA; on
+CPU the peak RSS of a separate process per variant (--rss=True; it includes
+the Python/torch runtime, so only differences between variants mean much).
+Config keys as in train.py; bench-only options: --variants, --steps,
+--warmup, --rss.
+"""
+
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from types import SimpleNamespace
+
+import torch
+
+from model import GPT, GPTConfig
+from optim import build_optimizers
+from train import MODEL_KEYS, UserError, load_config, peak_flops, resolve_device
+
+# Overrides on top of the baseline: one per claim of DESIGN section 1.
+VARIANTS = {
+    "baseline": dict(),
+    "none": dict(scale="none"),
+    "hg": dict(branch_scales=True),
+    "dp": dict(attn_placement="dual", mlp_placement="dual"),
+    "dnp": dict(mlp_placement="dual_norm"),
+    "or": dict(reparam="or"),
+    "er": dict(reparam="er"),
+    "unified": dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or"),
+}
+BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_placement="in",
+                mlp_placement="in", scale_wd="none")
+
+
+def build(cfg, variant):
+    """(model, optimizers, autocast context, device) for one variant of cfg."""
+    c = SimpleNamespace(**{**vars(cfg), **BASELINE, **VARIANTS[variant]})
+    if variant == "unified":
+        c.scale_wd = "iwd"
+    model = GPT(GPTConfig(**{k: getattr(c, k) for k in MODEL_KEYS}), seed=c.seed).to(cfg.device)
+    opts, _ = build_optimizers(model, c, torch.device(cfg.device).type)
+    step_model = torch.compile(model) if cfg.compile else model
+    return model, step_model, opts
+
+
+def train_step(step_model, opts, x, y, ctx):
+    with ctx:
+        _, loss, aux = step_model(x, y)
+        objective = loss + sum(aux.values())
+    objective.backward()
+    for o in opts:
+        o.step()
+        o.zero_grad(set_to_none=True)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main(argv):
+    opts_cli = {"variants": "all", "steps": "20", "warmup": "3", "rss": "False", "rss_child": ""}
+    rest = []
+    for a in argv:
+        key = a[2:].split("=", 1)[0] if a.startswith("--") else None
+        if key in opts_cli:
+            opts_cli[key] = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+    cfg_dict, _ = load_config(rest)
+    cfg = SimpleNamespace(**cfg_dict)
+    resolve_device(cfg)
+    if cfg.vocab_size == 0:
+        cfg.vocab_size = 50257 if cfg.n_embd >= 512 else 80
+    device = torch.device(cfg.device)
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
+    names = list(VARIANTS) if opts_cli["variants"] == "all" else opts_cli["variants"].split(",")
+    for n in names:
+        if n not in VARIANTS:
+            raise UserError(f"unknown variant {n!r}; known: {', '.join(VARIANTS)}")
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
+    y = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
+
+    if opts_cli["rss_child"]:  # a separate process: build one variant, run steps, report peak RSS
+        _, step_model, opts = build(cfg, opts_cli["rss_child"])
+        for _ in range(3):
+            train_step(step_model, opts, x, y, ctx)
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB on Linux
+        return
+
+    built = {n: build(cfg, n) for n in names}
+    times = {n: [] for n in names}
+    mem = {}
+    for n in names:  # warm-up (and compile), and the peak memory of each variant alone
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        for _ in range(int(opts_cli["warmup"])):
+            train_step(built[n][1], built[n][2], x, y, ctx)
+        sync(device)
+        if device.type == "cuda":
+            mem[n] = torch.cuda.max_memory_allocated(device) / 2**20
+    for _ in range(int(opts_cli["steps"])):
+        for n in names:  # interleaved: one step of each variant in turn
+            sync(device)
+            t0 = time.perf_counter()
+            train_step(built[n][1], built[n][2], x, y, ctx)
+            sync(device)
+            times[n].append(time.perf_counter() - t0)
+    if opts_cli["rss"] == "True" and device.type == "cpu":
+        for n in names:
+            out = subprocess.run([sys.executable, __file__, *rest, f"--rss_child={n}"],
+                                 capture_output=True, text=True, check=True).stdout
+            mem[n] = int(out.strip().splitlines()[-1]) / 1024
+
+    tokens = cfg.batch_size * cfg.block_size
+    peak = peak_flops(device) if cfg.dtype == "bfloat16" else None
+    ref = statistics.median(times[names[0]])
+    print(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; n_layer={cfg.n_layer} n_embd={cfg.n_embd} "
+          f"batch {cfg.batch_size} x block {cfg.block_size}; median of {opts_cli['steps']} interleaved steps")
+    mem_head = "  peak MiB (ratio)" if mem else ""
+    print(f"{'variant':<10} {'params':>12} {'ms/step':>9} {'ratio':>7} {'tok/s':>10}"
+          + ("    MFU" if peak else "") + mem_head)
+    for n in names:
+        med = statistics.median(times[n])
+        model = built[n][0]
+        line = f"{n:<10} {model.num_params():>12,} {1000 * med:>9.1f} {med / ref:>7.3f} {tokens / med:>10,.0f}"
+        if peak:
+            line += f" {100 * model.flops_per_token() * tokens / med / peak:>5.1f}%"
+        if mem:
+            line += f"  {mem[n]:>9.0f} ({mem[n] / mem[names[0]]:.3f})"
+        print(line)
+    print(f"ratios are against {names[0]!r}")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)

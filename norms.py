@@ -1,0 +1,282 @@
+"""Scale vectors and the normalizations around them: every variant, side by side.
+
+Paper: "Negligible in Size, Significant in Effect: On Scale Vectors in Large
+Language Models" (arXiv 2605.26895). A *scale vector* gamma is a learnable
+per-channel multiplier next to a normalization or a linear map. This file
+holds, in the order of the paper:
+
+    1. the normalization x_hat = x / rms(x)            (normalize, RMSNorm)
+    2. how gamma is parameterized                      (PlainScale = the baseline
+       "vector"; ORScale, ERScale = magnitude-direction reparameterization, C7)
+    3. where gamma sits around a linear map            (ScaledLinear: input side
+       v, output side u, dual placement DP; DNP adds a normalization, C6)
+    4. folding: an input-role gamma multiplied into    (fold_scale_, C2)
+       its adjacent linear map changes nothing
+
+Branch-specific scales (HG, C5), QK-norm and Gemma-style output norms are
+*which* of these pieces model.py puts at each site; `make_scale` is the one
+place that turns the config into a scale vector.
+
+Every scale vector carries a `role`:
+  "input"  it folds exactly into an adjacent linear map (pre-norm scales, both
+           sides of a linear map under DP, DNP's up-branch outer scale);
+  "output" it sets a scale the model cannot get another way (QK-norm, output
+           norms, DNP's gate-branch outer scale, which SiLU follows).
+optim.py reads `role` to give input-role scales weight decay and output-role
+scales none (the paper's IWD, C4).
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROLES = ("input", "output")
+
+
+def normalize(x, eps):
+    """x / rms(x) over the last dim, computed in float32, returned in x's dtype.
+
+    Args: x (..., d); eps added to the mean square (pass it: F.rms_norm's
+    default eps depends on the dtype).
+    """
+    return F.rms_norm(x.float(), (x.size(-1),), eps=eps).type_as(x)
+
+
+# -----------------------------------------------------------------------------
+# How gamma is parameterized. Each class returns the effective gamma, shape (d,),
+# from forward(); gamma == 1 at init; reset_() sets it back to 1 (for folding).
+
+
+class ScaleVector(nn.Module):
+    """Base class: a learnable per-channel scale gamma of shape (d,) with a role.
+
+    Args: dim d; role "input" or "output" (see the module docstring).
+    Raises ValueError for an unknown role.
+    """
+
+    def __init__(self, dim, role):
+        super().__init__()
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        self.dim, self.role = dim, role
+
+    def reset_(self):
+        """Set the parameters so that gamma == 1 again (in place)."""
+        raise NotImplementedError
+
+    def extra_repr(self):
+        return f"dim={self.dim}, role={self.role}"
+
+
+class PlainScale(ScaleVector):
+    """gamma = p, p init 1: the ordinary RMSNorm weight of Llama and Gemma.
+
+    Stored as gamma itself (not Gemma's 1 + w), so weight decay pulls gamma to 0.
+    Parameters: d.
+    """
+
+    def __init__(self, dim, role):
+        super().__init__(dim, role)
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self):
+        return self.weight
+
+    @torch.no_grad()
+    def reset_(self):
+        self.weight.fill_(1.0)
+
+
+class ORScale(ScaleVector):
+    """Magnitude-direction reparameterization "OR": gamma = beta * sqrt(d) * a / ||a||.
+
+    beta (scalar) carries the magnitude and a (d,) the direction; both init 1,
+    so gamma == 1 at init. Paper section 3 (Theorem 3.2: an anisotropic
+    preconditioner, about d-fold learning rate on the magnitude). The exact
+    formula is our reading of the paper. Parameters: d + 1.
+    """
+
+    def __init__(self, dim, role):
+        super().__init__(dim, role)
+        self.direction = nn.Parameter(torch.ones(dim))
+        self.magnitude = nn.Parameter(torch.ones(()))
+
+    def forward(self):
+        a = self.direction
+        return self.magnitude * math.sqrt(self.dim) * a / a.norm().clamp_min(1e-12)
+
+    @torch.no_grad()
+    def reset_(self):
+        self.direction.fill_(1.0)
+        self.magnitude.fill_(1.0)
+
+
+class ERScale(ScaleVector):
+    """Exponential reparameterization "ER": gamma = exp(s) * sqrt(d) * a / ||a||.
+
+    As ORScale with the magnitude stored as a log, s init 0, so the magnitude
+    stays positive and moves multiplicatively. Our reading of the paper.
+    Parameters: d + 1.
+    """
+
+    def __init__(self, dim, role):
+        super().__init__(dim, role)
+        self.direction = nn.Parameter(torch.ones(dim))
+        self.log_magnitude = nn.Parameter(torch.zeros(()))
+
+    def forward(self):
+        a = self.direction
+        return self.log_magnitude.exp() * math.sqrt(self.dim) * a / a.norm().clamp_min(1e-12)
+
+    @torch.no_grad()
+    def reset_(self):
+        self.direction.fill_(1.0)
+        self.log_magnitude.zero_()
+
+
+def make_scale(cfg, dim, role, normalized_after=False):
+    """The scale vector a site gets under `cfg`, or None when `cfg.scale == "none"`.
+
+    Args:
+        cfg: anything with `scale` ("vector" | "none") and `reparam`
+            ("plain" | "or" | "er"), e.g. model.GPTConfig.
+        dim: width d of the scale.
+        role: "input" or "output".
+        normalized_after: True when a normalization follows this scale (DNP's
+            inner scale, DP's u_q/u_k under QK-norm, DP's u_o under output
+            norms). Its overall magnitude is then invisible to the loss, so it
+            stays a PlainScale under OR/ER: the magnitude parameter would get
+            no gradient.
+    Returns: PlainScale, ORScale, ERScale or None.
+    """
+    if cfg.scale == "none":
+        return None
+    if cfg.reparam == "plain" or normalized_after:
+        return PlainScale(dim, role)
+    return {"or": ORScale, "er": ERScale}[cfg.reparam](dim, role)
+
+
+def scaled(x, scale):
+    """x * gamma along the last dim; x unchanged when scale is None. x: (..., d)."""
+    return x if scale is None else x * scale().type_as(x)
+
+
+# -----------------------------------------------------------------------------
+# Where gamma sits.
+
+
+class RMSNorm(nn.Module):
+    """y = gamma * x / rms(x) over the last dim, in float32; gamma optional.
+
+    Used for the pre-attention and pre-MLP norms (shared scale, role "input"),
+    the final norm before the LM head ("input"), QK-norm per head with gamma of
+    shape (head_dim,) ("output") and Gemma-style output norms before the
+    residual add ("output"). With scale=None it is the bare normalization:
+    the `scale="none"` ablation, or a site whose scale lives on the branches (HG).
+
+    Args: dim d; eps; scale a ScaleVector of width d or None.
+    Shapes: x (..., d) -> (..., d), same dtype as x.
+    """
+
+    def __init__(self, dim, eps, scale=None):
+        super().__init__()
+        self.dim, self.eps, self.scale = dim, eps, scale
+
+    def forward(self, x):
+        gamma = None if self.scale is None else self.scale().float()
+        return F.rms_norm(x.float(), (self.dim,), gamma, self.eps).type_as(x)
+
+
+class ScaledLinear(nn.Module):
+    """A bias-free linear map with optional scale vectors on both sides.
+
+        y = u * (W (v * x))                 placement "in" / "dual" (DP)
+        y = u * normalize(W (v * x))        out_norm=True: "dual_norm" (DNP)
+
+    v (in_scale, width d_in) folds into W's columns, u (out_scale, width
+    d_out) into W's rows, so both are input-role and cost nothing after
+    `fold_()`; under DNP the normalization sits between W and u, so u cannot
+    fold into W (model.py folds the up branch's u into the down projection
+    instead). Paper section 3, Theorem 3.1 (DP descends at least as fast).
+
+    Two equal ways to compute it: scale the activations, as the formula reads
+    (cost ~ tokens * (d_in + d_out)), or scale the weight, u[:, None] * W *
+    v[None, :], and do one plain matmul (cost ~ d_in * d_out, independent of
+    the batch). forward() takes the cheaper one for the micro-batch at hand;
+    tests/test_norms.py checks that both agree.
+
+    Args: d_in, d_out; in_scale, out_scale: ScaleVector or None;
+    out_norm: normalize W's output over d_out (eps required then).
+    Shapes: x (..., d_in) -> (..., d_out).
+    """
+
+    def __init__(self, d_in, d_out, in_scale=None, out_scale=None, out_norm=False, eps=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d_out, d_in))
+        self.in_scale, self.out_scale = in_scale, out_scale
+        self.out_norm, self.eps = out_norm, eps
+        if out_norm and eps is None:
+            raise ValueError("ScaledLinear(out_norm=True) needs eps")
+
+    def forward(self, x):
+        d_out, d_in = self.weight.shape
+        n_tokens = x.numel() // d_in
+        if n_tokens * (d_in + d_out) > d_in * d_out:
+            return self.forward_weight_side(x)
+        return self.forward_activation_side(x)
+
+    def forward_activation_side(self, x):
+        y = F.linear(scaled(x, self.in_scale), self.weight)
+        if self.out_norm:
+            y = normalize(y, self.eps)
+        return scaled(y, self.out_scale)
+
+    def forward_weight_side(self, x):
+        w = self.weight  # (d_out, d_in)
+        if self.in_scale is not None:
+            w = w * self.in_scale()[None, :]
+        if self.out_norm:  # u sits after the normalization: it stays on the activations
+            return scaled(normalize(F.linear(x, w), self.eps), self.out_scale)
+        if self.out_scale is not None:
+            w = self.out_scale()[:, None] * w
+        return F.linear(x, w)
+
+    @torch.no_grad()
+    def fold_(self):
+        """Fold v into W's columns and (unless out_norm) u into W's rows; reset them to 1."""
+        fold_scale_(self.in_scale, columns_of=[self.weight])
+        if not self.out_norm:
+            fold_scale_(self.out_scale, rows_of=[self.weight])
+
+    def extra_repr(self):
+        d_out, d_in = self.weight.shape
+        return f"d_in={d_in}, d_out={d_out}, out_norm={self.out_norm}"
+
+
+# -----------------------------------------------------------------------------
+# Folding (paper Theorem 2.2, claim C2).
+
+
+@torch.no_grad()
+def fold_scale_(scale, columns_of=(), rows_of=()):
+    """Multiply an input-role scale into adjacent linear weights, then reset it to 1.
+
+    W (d_out, d_in) @ (gamma * x) == (W * gamma[None, :]) @ x  -> columns_of
+    gamma * (W @ x)              == (gamma[:, None] * W) @ x  -> rows_of
+    A scale shared by several maps (the pre-attention scale feeds q, k and v)
+    is folded into all of them at once. Does nothing for scale=None.
+
+    Raises ValueError for an output-role scale: it has no exact fold.
+    """
+    if scale is None:
+        return
+    if scale.role != "input":
+        raise ValueError(f"cannot fold an output-role scale ({scale})")
+    gamma = scale().detach().clone()
+    for w in columns_of:
+        w.mul_(gamma.to(w.dtype)[None, :])
+    for w in rows_of:
+        w.mul_(gamma.to(w.dtype)[:, None])
+    scale.reset_()

@@ -1,0 +1,208 @@
+"""Role-aware parameter groups, AdamW / Muon, and learning-rate schedules.
+
+The rule that matters for the paper (claim C4, "IWD"): weight decay on
+input-role scale vectors, none on output-role ones. Roles come from the scale
+vectors themselves (norms.ScaleVector.role), never from parameter names.
+
+Groups (DESIGN section 6):
+    matrix        2-D hidden matrices (attention, MLP)  weight_decay     Muon under optimizer="muon"
+    embedding     token embedding (tied: also the head)  0
+    lm_head       untied LM head                         weight_decay
+    scale_input   input-role scale vectors               by scale_wd
+    scale_output  output-role scale vectors              by scale_wd
+`scale_wd`: "iwd" = (weight_decay, 0), the paper's; "all" = (weight_decay,
+weight_decay); "none" = (0, 0), the usual nanoGPT/Llama practice.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+
+from norms import ScaledLinear, ScaleVector
+
+SCALE_WD = ("iwd", "all", "none")
+OPTIMIZERS = ("adamw", "muon")
+LR_SCHEDULES = ("cosine", "wsd", "linear", "constant")
+
+
+def param_groups(model, cfg):
+    """Split model's parameters into role groups.
+
+    Args: model (model.GPT); cfg with weight_decay, scale_wd, learning_rate,
+        muon_lr, optimizer.
+    Returns: list of dicts {name, params, weight_decay, lr, optimizer}, empty
+        groups left out; every parameter in exactly one group (tied weights once).
+    Raises ValueError for an unknown scale_wd / optimizer; AssertionError if a
+        parameter is in no group or in two (a new module type was added
+        without a group).
+    """
+    if cfg.scale_wd not in SCALE_WD:
+        raise ValueError(f"scale_wd={cfg.scale_wd!r} is not one of {SCALE_WD}")
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer={cfg.optimizer!r} is not one of {OPTIMIZERS}")
+    wd = cfg.weight_decay
+    scale_wd = {"iwd": (wd, 0.0), "all": (wd, wd), "none": (0.0, 0.0)}[cfg.scale_wd]
+    buckets = {k: [] for k in ("matrix", "embedding", "lm_head", "scale_input", "scale_output")}
+    seen = set()
+
+    def put(bucket, params):
+        for p in params:
+            if id(p) not in seen:  # a tied head is the embedding: keep it once
+                seen.add(id(p))
+                buckets[bucket].append(p)
+
+    for module in model.modules():
+        own = list(module.parameters(recurse=False))
+        if isinstance(module, ScaleVector):
+            put("scale_" + module.role, module.parameters())
+        elif isinstance(module, nn.Embedding):
+            put("embedding", own)
+        elif module is model.lm_head:
+            put("lm_head", own)
+        elif isinstance(module, ScaledLinear):
+            put("matrix", own)
+        else:
+            assert not own, f"{type(module).__name__} owns parameters but has no optimizer group"
+
+    all_params = {id(p) for p in model.parameters()}
+    grouped = [id(p) for b in buckets.values() for p in b]
+    assert len(grouped) == len(set(grouped)) and set(grouped) == all_params, \
+        "optimizer groups must cover every parameter exactly once"
+
+    muon = cfg.optimizer == "muon"
+    spec = {  # name -> (weight decay, lr, optimizer)
+        "matrix": (wd, cfg.muon_lr if muon else cfg.learning_rate, "muon" if muon else "adamw"),
+        "embedding": (0.0, cfg.learning_rate, "adamw"),
+        "lm_head": (wd, cfg.learning_rate, "adamw"),
+        "scale_input": (scale_wd[0], cfg.learning_rate, "adamw"),
+        "scale_output": (scale_wd[1], cfg.learning_rate, "adamw"),
+    }
+    return [dict(name=name, params=buckets[name], weight_decay=spec[name][0], lr=spec[name][1],
+                 initial_lr=spec[name][1], optimizer=spec[name][2])
+            for name in buckets if buckets[name]]
+
+
+def format_groups(groups):
+    """A table of the groups: name, optimizer, tensors, parameters, lr, weight decay."""
+    lines = [f"{'group':<13} {'optimizer':<9} {'tensors':>7} {'params':>13} {'lr':>9} {'wd':>6}"]
+    for g in groups:
+        n = sum(p.numel() for p in g["params"])
+        lines.append(f"{g['name']:<13} {g['optimizer']:<9} {len(g['params']):>7} {n:>13,} "
+                     f"{g['lr']:>9.2e} {g['weight_decay']:>6.3g}")
+    return "\n".join(lines)
+
+
+def build_optimizers(model, cfg, device_type):
+    """torch.optim.AdamW for every group, or Muon for the matrices + AdamW for the rest.
+
+    Returns: (optimizers, groups) where optimizers is a list; step and
+    zero_grad each. Muon is torch.optim.Muon on CUDA and CPUMuon elsewhere
+    (see its docstring). AdamW is fused on CUDA.
+    """
+    groups = param_groups(model, cfg)
+    adamw = [g for g in groups if g["optimizer"] == "adamw"]
+    muon = [g for g in groups if g["optimizer"] == "muon"]
+    optimizers = []
+    if adamw:
+        optimizers.append(torch.optim.AdamW(adamw, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2),
+                                            eps=1e-8, fused=device_type == "cuda"))
+    if muon:
+        cls = torch.optim.Muon if device_type == "cuda" else CPUMuon
+        optimizers.append(cls(muon, lr=cfg.muon_lr, momentum=cfg.muon_momentum, nesterov=True))
+    return optimizers, groups
+
+
+class CPUMuon(torch.optim.Muon):
+    """torch.optim.Muon with the Newton-Schulz iteration in float32.
+
+    torch.optim.Muon always runs the iteration in bfloat16; on CPUs without
+    bf16 matrix units that takes ~8 s for one 768x768 step (DESIGN section 6).
+    Same coefficients, momentum, Nesterov, decoupled weight decay, LR
+    adjustment ("original": lr * sqrt(max(1, rows/cols))) and state layout
+    (a "momentum_buffer" per parameter), so checkpoints move between the two.
+    tests/test_optim.py checks the update against torch.optim.Muon's.
+    Raises ValueError (from torch.optim.Muon) for non-2-D parameters.
+    """
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if group["adjust_lr_fn"] not in (None, "original"):
+                raise ValueError(f"CPUMuon implements adjust_lr_fn='original' only, got {group['adjust_lr_fn']!r}")
+            lr, wd, mu = group["lr"], group["weight_decay"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p.grad)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - mu)
+                update = p.grad.lerp(buf, mu) if group["nesterov"] else buf
+                update = newton_schulz_fp32(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
+                p.mul_(1 - lr * wd)
+                p.add_(update, alpha=-lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))
+        return loss
+
+
+def newton_schulz_fp32(g, coefficients, steps, eps):
+    """Approximate U V^T of g = U S V^T by a quintic Newton-Schulz iteration, in float32.
+
+    The iteration of torch.optim.Muon (Keller Jordan's Muon), without its
+    bfloat16 cast. g: (m, n) -> (m, n).
+    """
+    a, b, c = coefficients
+    x = g.float()
+    tall = x.size(0) > x.size(1)
+    if tall:
+        x = x.T
+    x = x / x.norm().clamp(min=eps)  # spectral norm <= Frobenius norm <= 1
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return (x.T if tall else x).to(g.dtype)
+
+
+# -----------------------------------------------------------------------------
+# Learning-rate schedules: a multiplier of each group's initial_lr, a function
+# of the iteration only, so a resumed run gets exactly the LR of a straight one.
+
+
+def lr_multiplier(it, cfg):
+    """LR multiplier in (0, 1] at iteration it (0-based) for cfg.lr_schedule.
+
+    Linear warmup over warmup_iters ((it + 1) / warmup_iters, so lr(0) > 0),
+    then "cosine" to min_lr, "wsd" (stable at 1, linear decay to min_lr over
+    the last wsd_decay_frac of max_iters), "linear" to min_lr, or "constant".
+    min_lr is in units of learning_rate: the floor multiplier is
+    min_lr / learning_rate, and Muon's LR follows the same multiplier.
+    """
+    if it < cfg.warmup_iters:
+        return (it + 1) / cfg.warmup_iters
+    floor = cfg.min_lr / cfg.learning_rate
+    if cfg.lr_schedule == "constant":
+        return 1.0
+    if cfg.lr_schedule == "wsd":
+        decay_start = cfg.max_iters - int(cfg.wsd_decay_frac * cfg.max_iters)
+        if it < decay_start:
+            return 1.0
+        progress = (it - decay_start + 1) / max(1, cfg.max_iters - decay_start)
+        return 1.0 - (1.0 - floor) * min(progress, 1.0)
+    progress = min(1.0, (it - cfg.warmup_iters) / max(1, cfg.max_iters - cfg.warmup_iters))
+    if cfg.lr_schedule == "linear":
+        return 1.0 - (1.0 - floor) * progress
+    if cfg.lr_schedule == "cosine":
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"lr_schedule={cfg.lr_schedule!r} is not one of {LR_SCHEDULES}")
+
+
+def set_lr(optimizers, multiplier):
+    """Set every group's lr to its initial_lr times multiplier."""
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["lr"] = group["initial_lr"] * multiplier

@@ -1,0 +1,108 @@
+"""The GPT as a language model: loss at init, learning, parameter accounting, config errors."""
+
+import math
+
+import pytest
+import torch
+
+from model import GPT, GPTConfig, baseline_of
+
+UNIFIED = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or")
+
+
+@pytest.mark.parametrize("variant", [dict(), UNIFIED, dict(scale="none")], ids=["baseline", "unified", "none"])
+def test_loss_at_init_is_about_ln_vocab(variant):
+    """At init the logits are nearly uniform: loss ~ ln(V) + 0.5 * 0.02^2 * d (DESIGN section 8)."""
+    V = 500
+    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=64, vocab_size=V, **variant)
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, V, (8, 64), generator=gen)
+    targets = torch.randint(0, V, (8, 64), generator=gen)
+    with torch.no_grad():
+        loss = GPT(cfg, seed=0)(idx, targets)[1].item()
+    assert abs(loss - math.log(V)) < 0.1, loss
+
+
+@pytest.mark.parametrize("variant", [dict(), UNIFIED], ids=["baseline", "unified"])
+def test_tiny_model_overfits_one_batch(variant):
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=30, **variant)
+    model = GPT(cfg, seed=0)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 30, (4, 16), generator=gen)
+    y = torch.randint(0, 30, (4, 16), generator=gen)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    first = None
+    for _ in range(150):
+        loss = model(x, y)[1]
+        first = first if first is not None else loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert first > 3.0 and loss.item() < 0.1, (first, loss.item())
+
+
+def test_vocab_is_padded_and_logits_are_cut():
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=65))
+    assert model.wte.weight.shape[0] == 128
+    logits = model(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtype=torch.long))[0]
+    assert logits.shape == (1, 8, 65)
+
+
+def test_unified_extra_parameters_at_124m_match_the_site_count():
+    """DESIGN section 3: per block HG +3d, DP attention +5d, DNP +2 d_ff + d_ff + d, OR +1 per
+    scale it reparameterizes; the total is < 2e-3 of the model (DESIGN section 8)."""
+    cfg = GPTConfig(**UNIFIED)
+    with torch.device("meta"):
+        unified, base = GPT(cfg), GPT(baseline_of(cfg))
+    d, f, L = cfg.n_embd, cfg.d_ff, cfg.n_layer
+    # OR scales per block: q/k/v in and out, o in and out, gate/up out, down in and out = 12
+    # (gate/up in-scales are followed by DNP's normalization and stay plain); plus the final norm
+    expected = L * (3 * d + 5 * d + 3 * f + d + 12) + 1
+    extra = unified.num_params() - base.num_params()
+    assert extra == expected
+    assert extra / unified.num_params() < 2e-3
+    assert f"{extra:+,}" in unified.param_report()
+
+
+def test_flops_per_token_counts_head_once_and_not_the_embedding():
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, tie_embeddings=False)
+    model = GPT(cfg)
+    n_active = model.num_params() - 64 * 32
+    assert model.flops_per_token() == 6 * n_active + 12 * 2 * 32 * 16
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(n_embd=100, n_head=3), "not divisible by n_head=3"),
+    (dict(scale="none", branch_scales=True), "branch_scales"),
+    (dict(reparam="xr"), "reparam='xr'"),
+    (dict(mlp_placement="dual_norm", scale="none"), "mlp_placement"),
+    (dict(n_embd=15, n_head=5), "even for RoPE"),
+])
+def test_bad_model_config_names_the_value(bad, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        GPTConfig(**bad)
+
+
+def test_sequence_longer_than_block_size_is_an_error():
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=10))
+    with pytest.raises(ValueError, match="exceeds block_size=8"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_paired_init_shares_weights_across_variants():
+    """Variants of one seed start from identical matrices and embeddings (DESIGN section 9)."""
+    small = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=50)
+    a = dict(GPT(GPTConfig(**small), seed=3).named_parameters())
+    b = dict(GPT(GPTConfig(**small, **UNIFIED), seed=3).named_parameters())
+    c = dict(GPT(GPTConfig(**small), seed=4).named_parameters())
+    shared = [n for n in a if n in b and n.endswith(".weight") and a[n].dim() == 2]
+    assert len(shared) == 2 * 7 + 1
+    for n in shared:
+        assert torch.equal(a[n], b[n]), n
+        assert not torch.equal(a[n], c[n]), n
+
+
+def test_generate_extends_the_sequence_within_vocab():
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=65))
+    out = model.generate(torch.zeros(1, 3, dtype=torch.long), 12, top_k=5)
+    assert out.shape == (1, 15) and int(out.max()) < 65

@@ -1,0 +1,249 @@
+"""Each scale-vector variant against a direct computation of its formula (DESIGN section 3),
+its init, its role, and folding (claim C2)."""
+
+import itertools
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import GPT, GPTConfig
+from norms import ERScale, ORScale, PlainScale, RMSNorm, ScaledLinear, make_scale
+
+EPS = 1e-6
+
+
+def tiny(**kw):
+    base = dict(n_layer=2, n_head=2, n_embd=32, d_ff=48, block_size=16, vocab_size=50)
+    return GPTConfig(**{**base, **kw})
+
+
+def randomize_scales(model, gen):
+    """Every scale-vector parameter to a random non-1 value."""
+    with torch.no_grad():
+        for _, sv in model.scale_vectors():
+            for p in sv.parameters():
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
+
+
+# --- a reference implementation, written from the formulas, not from the modules ---
+
+def gamma_ref(sv):
+    """Effective gamma from the raw parameters; 1 where the scale is absent."""
+    if sv is None:
+        return 1.0
+    if isinstance(sv, PlainScale):
+        return sv.weight
+    a = sv.direction
+    mag = sv.magnitude if isinstance(sv, ORScale) else torch.exp(sv.log_magnitude)
+    return mag * math.sqrt(a.numel()) * a / torch.sqrt((a * a).sum())
+
+
+def rms_ref(x):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS)
+
+
+def linear_ref(lin, x):
+    """u * (W (v x)), or u * normalize(W (v x)) under DNP."""
+    y = (x * gamma_ref(lin.in_scale)) @ lin.weight.T
+    if lin.out_norm:
+        y = rms_ref(y)
+    return y * gamma_ref(lin.out_scale)
+
+
+def rope_ref(x, theta=10000.0):
+    """Rotate pair (x[i], x[i + hd/2]) at position t by angle t * theta^(-2i/hd). x: (B, T, nh, hd)."""
+    B, T, nh, hd = x.shape
+    out = x.clone()
+    for t in range(T):
+        for i in range(hd // 2):
+            ang = t * theta ** (-2 * i / hd)
+            c, s = math.cos(ang), math.sin(ang)
+            a, b = x[:, t, :, i], x[:, t, :, i + hd // 2]
+            out[:, t, :, i], out[:, t, :, i + hd // 2] = a * c - b * s, a * s + b * c
+    return out
+
+
+def block_ref(block, x, cfg):
+    B, T, C = x.shape
+    nh, hd = cfg.n_head, C // cfg.n_head
+    a = block.attn
+    h = rms_ref(x) * gamma_ref(block.attn_norm.scale)
+    q, k, v = (linear_ref(lin, h).view(B, T, nh, hd) for lin in (a.q, a.k, a.v))
+    if cfg.qk_norm:
+        q = rms_ref(q) * gamma_ref(a.q_norm.scale)
+        k = rms_ref(k) * gamma_ref(a.k_norm.scale)
+    q, k = rope_ref(q), rope_ref(k)
+    att = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
+    att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+    y = torch.einsum("bhts,bshd->bthd", att, v).reshape(B, T, C)
+    y = linear_ref(a.o, y)
+    if cfg.output_norms:
+        y = rms_ref(y) * gamma_ref(block.attn_out_norm.scale)
+    x = x + y
+    m = block.mlp
+    h = rms_ref(x) * gamma_ref(block.mlp_norm.scale)
+    y = linear_ref(m.down, F.silu(linear_ref(m.gate, h)) * linear_ref(m.up, h))
+    if cfg.output_norms:
+        y = rms_ref(y) * gamma_ref(block.mlp_out_norm.scale)
+    return x + y
+
+
+SWITCHES = dict(reparam=["plain", "or", "er"], branch_scales=[False, True], attn_placement=["in", "dual"],
+                mlp_placement=["in", "dual", "dual_norm"], qk_norm=[False, True], output_norms=[False, True])
+
+
+def all_variants():
+    keys = list(SWITCHES)
+    for values in itertools.product(*SWITCHES.values()):
+        yield dict(zip(keys, values))
+    yield dict(scale="none")
+    yield dict(scale="none", qk_norm=True, output_norms=True)
+
+
+def test_scale_parameterizations_match_their_formulas():
+    gen = torch.Generator().manual_seed(0)
+    d = 16
+    for cls in (PlainScale, ORScale, ERScale):
+        sv = cls(d, "input")
+        with torch.no_grad():
+            for p in sv.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen))
+        if cls is PlainScale:
+            expected = sv.weight
+        else:
+            a = sv.direction.detach().double()
+            mag = sv.magnitude.double() if cls is ORScale else sv.log_magnitude.double().exp()
+            expected = mag * (d ** 0.5) * a / a.pow(2).sum().sqrt()
+        torch.testing.assert_close(sv().double(), expected.detach().double(), rtol=1e-6, atol=1e-6)
+
+
+def test_rmsnorm_matches_formula():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 5, 16, generator=gen)
+    norm = RMSNorm(16, EPS, PlainScale(16, "input"))
+    with torch.no_grad():
+        norm.scale.weight.copy_(torch.rand(16, generator=gen) + 0.5)
+    expected = norm.scale.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS)
+    torch.testing.assert_close(norm(x), expected.detach())
+
+
+@pytest.mark.parametrize("out_norm", [False, True])
+def test_scaled_linear_weight_side_equals_activation_side(out_norm):
+    """forward() picks one of two paths by batch size; both must be the same map."""
+    gen = torch.Generator().manual_seed(2)
+    lin = ScaledLinear(24, 40, PlainScale(24, "input"), ORScale(40, "input"), out_norm=out_norm, eps=EPS)
+    with torch.no_grad():
+        lin.weight.normal_(generator=gen)
+        for p in itertools.chain(lin.in_scale.parameters(), lin.out_scale.parameters()):
+            p.copy_(0.5 + torch.rand(p.shape, generator=gen))
+    x = torch.randn(7, 24, generator=gen)
+    torch.testing.assert_close(lin.forward_weight_side(x), lin.forward_activation_side(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lin.forward_activation_side(x), linear_ref(lin, x).detach(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", list(all_variants()), ids=lambda v: "-".join(f"{k}={x}" for k, x in v.items()))
+def test_block_forward_matches_formula(variant):
+    cfg = tiny(**variant)
+    gen = torch.Generator().manual_seed(3)
+    model = GPT(cfg, seed=0)
+    randomize_scales(model, gen)
+    block = model.blocks[0]
+    x = torch.randn(2, 5, cfg.n_embd, generator=gen)
+    cos, sin = model.rope_cos[:5], model.rope_sin[:5]
+    with torch.no_grad():
+        torch.testing.assert_close(block(x, cos, sin), block_ref(block, x, cfg), rtol=1e-4, atol=1e-4)
+
+
+def test_every_scale_is_one_at_init():
+    for variant in all_variants():
+        model = GPT(tiny(**variant), seed=0)
+        for name, sv in model.scale_vectors():
+            torch.testing.assert_close(sv(), torch.ones(sv.dim), msg=f"{name} under {variant}")
+
+
+@pytest.mark.parametrize("reparam", ["or", "er"])
+def test_reparam_gives_same_forward_as_vector_at_init(reparam):
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(4))
+    switches = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm",
+                    qk_norm=True, output_norms=True)
+    plain = GPT(tiny(**switches), seed=7)(idx)[0]
+    other = GPT(tiny(reparam=reparam, **switches), seed=7)(idx)[0]
+    torch.testing.assert_close(other, plain)
+
+
+def expected_role(name):
+    """DESIGN section 2: QK-norm, output norms and DNP's gate outer scale are output; the rest input."""
+    output = ("q_norm" in name or "k_norm" in name or "out_norm" in name or name.endswith("mlp.gate.out_scale"))
+    return "output" if output else "input"
+
+
+def test_roles_of_unified_model():
+    cfg = tiny(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
+               qk_norm=True, output_norms=True)
+    model = GPT(cfg)
+    names = [n for n, _ in model.scale_vectors()]
+    assert len(names) == 2 * (8 + 6 + 2 + 2) + 1  # per block: attn 8, mlp 6, qk 2, output norms 2; final norm
+    for name, sv in model.scale_vectors():
+        assert sv.role == expected_role(name), name
+
+
+def test_dual_placement_mlp_gate_scale_is_input_role():
+    """Under DP (no normalization) u_gate folds into W_gate's rows, so it is input-role."""
+    model = GPT(tiny(mlp_placement="dual"))
+    assert model.blocks[0].mlp.gate.out_scale.role == "input"
+
+
+def test_magnitude_free_scales_stay_plain_under_reparam():
+    """A scale followed by a normalization gets no OR/ER magnitude (it would get no gradient)."""
+    cfg = tiny(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
+               qk_norm=True, output_norms=True)
+    b = GPT(cfg).blocks[0]
+    for sv in (b.mlp.gate.in_scale, b.mlp.up.in_scale, b.attn.q.out_scale, b.attn.k.out_scale,
+               b.attn.q.in_scale, b.attn.o.out_scale, b.mlp.down.out_scale):
+        assert isinstance(sv, PlainScale)
+    for sv in (b.attn.v.in_scale, b.attn.v.out_scale, b.mlp.up.out_scale, b.mlp.gate.out_scale,
+               b.attn.q_norm.scale):
+        assert isinstance(sv, ORScale)
+
+
+def test_make_scale_none():
+    cfg = tiny(scale="none")
+    assert make_scale(cfg, 8, "input") is None
+    assert GPT(cfg).num_scale_params() == 0
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("variant", list(all_variants()), ids=lambda v: "-".join(f"{k}={x}" for k, x in v.items()))
+def test_fold_preserves_logits(variant, tie):
+    model = GPT(tiny(tie_embeddings=tie, **variant), seed=0)
+    randomize_scales(model, torch.Generator().manual_seed(5))
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(6))
+    before = model(idx)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fold_scales()
+    after = model(idx)[0]
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+    for name, sv in model.scale_vectors():
+        if sv.role == "input":
+            torch.testing.assert_close(sv(), torch.ones(sv.dim), msg=name)
+    has_final_scale = model.norm_f.scale is not None
+    assert any("untying" in str(w.message) for w in caught) == (tie and has_final_scale)
+    if has_final_scale:
+        assert model.lm_head.weight is not model.wte.weight
+
+
+def test_fold_keeps_output_scales_and_changes_weights():
+    cfg = tiny(branch_scales=True, mlp_placement="dual_norm", qk_norm=True, output_norms=True)
+    model = GPT(cfg, seed=0)
+    randomize_scales(model, torch.Generator().manual_seed(8))
+    out_before = {n: sv().clone() for n, sv in model.scale_vectors() if sv.role == "output"}
+    w_before = model.blocks[0].attn.q.weight.clone()
+    model.fold_scales()
+    for n, sv in model.scale_vectors():
+        if sv.role == "output":
+            torch.testing.assert_close(sv(), out_before[n])
+    assert not torch.allclose(model.blocks[0].attn.q.weight, w_before)

@@ -1,0 +1,545 @@
+"""Pre-train a scale-vector GPT. Single process, or several with torchrun (DDP).
+
+    python train.py                                   # unified strategy, shakespeare_char, CPU, < 5 min
+    python train.py configs/unified_124m.py --max_iters=1000
+    torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py
+
+Config: the defaults below, then a config file (plain assignments), then
+--key=value overrides. An unknown key or a value of the wrong type is an error.
+Outputs in out_dir: ckpt.pt (written atomically at every eval and at the end)
+and log.jsonl (one JSON object per train step and per eval).
+"""
+
+import ast
+import datetime
+import difflib
+import json
+import math
+import os
+import pickle
+import random
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, fields
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from model import GPT, GPTConfig
+from optim import build_optimizers, format_groups, lr_multiplier, set_lr
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# -----------------------------------------------------------------------------
+# The default config: the paper's unified strategy on shakespeare_char, sized to
+# train on 2 CPU cores in a few minutes. Every key here can be set in a config
+# file or on the command line; there are no others.
+DEFAULTS = dict(
+    # I/O
+    out_dir="out-shakespeare-char",
+    init_from="scratch",  # "scratch" | "resume" (from out_dir/ckpt.pt)
+    eval_interval=250,  # iterations between evals + checkpoints (0: only at the end)
+    eval_iters=20,  # validation batches per eval (a fixed set)
+    log_interval=25,  # iterations between progress lines
+    sample_tokens=300,  # tokens sampled and printed at the end (0: none)
+    # data
+    dataset="shakespeare_char",  # a folder under data/, or a path to one
+    batch_size=32,  # micro-batch per process
+    gradient_accumulation_steps=1,  # global count, divided among DDP processes
+    block_size=128,
+    # model
+    n_layer=4,
+    n_head=4,
+    n_embd=128,
+    d_ff=0,  # 0: 8/3 n_embd rounded up to a multiple of 64
+    vocab_size=0,  # 0: from the dataset's meta.pkl
+    tie_embeddings=True,
+    dropout=0.0,
+    rope_theta=10000.0,
+    # scale vectors: the unified strategy (HG + DP attention + DNP MLP + OR + IWD)
+    scale="vector",
+    reparam="or",
+    branch_scales=True,
+    attn_placement="dual",
+    mlp_placement="dual_norm",
+    qk_norm=False,
+    output_norms=False,
+    norm_eps=1e-6,
+    scale_wd="iwd",
+    # optimizer
+    optimizer="adamw",  # "adamw" | "muon" (Muon for hidden matrices, AdamW for the rest)
+    learning_rate=3e-3,  # AdamW
+    muon_lr=0.02,
+    muon_momentum=0.95,
+    weight_decay=0.1,
+    beta1=0.9,
+    beta2=0.95,
+    grad_clip=1.0,  # 0: off
+    # schedule
+    lr_schedule="cosine",  # "cosine" | "wsd" | "linear" | "constant"
+    warmup_iters=50,
+    max_iters=1000,
+    min_lr=3e-4,
+    wsd_decay_frac=0.2,
+    # system
+    device="auto",  # "auto" | "cpu" | "cuda" | "cuda:N" | "mps"
+    dtype="auto",  # "auto" (bfloat16 on CUDA, else float32) | "float32" | "bfloat16"
+    compile=False,
+    seed=1337,
+    ddp_timeout_s=600,
+)
+MODEL_KEYS = {f.name for f in fields(GPTConfig)}
+assert MODEL_KEYS <= DEFAULTS.keys(), f"DEFAULTS lacks model keys {MODEL_KEYS - DEFAULTS.keys()}"
+
+# Dense bf16 tensor-core peaks (FLOP/s, vendor datasheets); matched against the
+# CUDA device name, most specific entry first. MFU is omitted for other devices.
+PEAK_BF16_FLOPS = [
+    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("GH200", 989e12), ("H200", 989e12),
+    ("H100", 989e12), ("B200", 2250e12), ("A100", 312e12), ("L40S", 362e12),
+    ("L4", 121e12), ("RTX 4090", 165e12),
+]
+
+
+class UserError(Exception):
+    """Bad input: printed as one clear line, exit status 1, nothing lost."""
+
+
+# -----------------------------------------------------------------------------
+# Config
+
+
+def parse_value(key, text):
+    """A --key=value string to the type of DEFAULTS[key]; `--learning_rate=1` gives 1.0."""
+    default = DEFAULTS[key]
+    if isinstance(default, bool):
+        low = text.lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise UserError(f"--{key}={text}: expected True or False")
+    if isinstance(default, str):
+        try:  # accept quoted strings too
+            value = ast.literal_eval(text)
+            return value if isinstance(value, str) else text
+        except (ValueError, SyntaxError):
+            return text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise UserError(f"--{key}={text}: expected a {type(default).__name__}") from None
+    return check_type(key, value, f"--{key}={text}")
+
+
+def check_type(key, value, where):
+    """value converted to the type of DEFAULTS[key] (int -> float allowed), else UserError."""
+    default = DEFAULTS[key]
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is not type(default):
+        raise UserError(f"{where}: {key} must be a {type(default).__name__}, "
+                        f"got {type(value).__name__} {value!r}")
+    return value
+
+
+def unknown_key(key, where):
+    close = difflib.get_close_matches(key, DEFAULTS, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; see DEFAULTS in train.py for the keys"
+    return UserError(f"{where}: unknown config key {key!r}{hint}")
+
+
+def load_config(argv):
+    """Defaults, then config files (plain assignments), then --key=value overrides.
+
+    Args: argv without the program name, e.g. ["configs/x.py", "--max_iters=10"].
+    Returns: (config dict with every key of DEFAULTS, set of keys given explicitly).
+    Raises UserError naming the bad key or value (unknown key, wrong type,
+    missing config file, malformed argument).
+    """
+    cfg, given = dict(DEFAULTS), set()
+    for arg in argv:
+        if arg.startswith("--"):
+            if "=" not in arg:
+                raise UserError(f"argument {arg!r}: write --key=value")
+            key, text = arg[2:].split("=", 1)
+            if key not in DEFAULTS:
+                raise unknown_key(key, f"argument {arg!r}")
+            cfg[key] = parse_value(key, text)
+            given.add(key)
+        else:
+            if not os.path.isfile(arg):
+                raise UserError(f"config file {arg!r} not found")
+            namespace = {}
+            with open(arg) as f:
+                exec(compile(f.read(), arg, "exec"), namespace)
+            for key, value in namespace.items():
+                if key.startswith("_") or callable(value) or type(value).__name__ == "module":
+                    continue
+                if key not in DEFAULTS:
+                    raise unknown_key(key, arg)
+                cfg[key] = check_type(key, value, arg)
+                given.add(key)
+    return cfg, given
+
+
+# -----------------------------------------------------------------------------
+# Data: uint16 token files data/<dataset>/{train,val}.bin and meta.pkl
+
+
+def dataset_dir(dataset):
+    return dataset if os.sep in dataset or os.path.isabs(dataset) else os.path.join(HERE, "data", dataset)
+
+
+def load_data(cfg, master):
+    """Memory-map train.bin / val.bin and read meta.pkl; prepare shakespeare data if missing.
+
+    Returns dict(train=memmap, val=memmap, meta=dict or None).
+    Raises UserError for a missing file or one shorter than block_size + 1 tokens.
+    """
+    folder = dataset_dir(cfg.dataset)
+    paths = {split: os.path.join(folder, f"{split}.bin") for split in ("train", "val")}
+    prepare = os.path.join(folder, "prepare.py")
+    local = os.path.basename(folder.rstrip(os.sep)) in ("shakespeare_char", "shakespeare")
+    if not all(os.path.exists(p) for p in paths.values()) and local and os.path.exists(prepare):
+        if master:  # under DDP the other ranks wait at the barrier in main()
+            print(f"{paths['train']} not found: running {os.path.relpath(prepare)} to make it")
+            subprocess.run([sys.executable, prepare], check=True)
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()
+    data = {}
+    for split, path in paths.items():
+        if not os.path.exists(path):
+            hint = f"run python {os.path.relpath(prepare)}" if os.path.exists(prepare) else \
+                "write uint16 token ids to train.bin and val.bin there (see data/*/prepare.py)"
+            raise UserError(f"data file {path} not found for dataset={cfg.dataset!r}: {hint}")
+        arr = np.memmap(path, dtype=np.uint16, mode="r")
+        if len(arr) < cfg.block_size + 1:
+            raise UserError(f"{path} holds {len(arr)} tokens, fewer than block_size + 1 = "
+                            f"{cfg.block_size + 1}: use a smaller --block_size or more data")
+        data[split] = arr
+    meta_path = os.path.join(folder, "meta.pkl")
+    data["meta"] = None
+    if os.path.exists(meta_path):
+        with open(meta_path, "rb") as f:
+            data["meta"] = pickle.load(f)
+    return data
+
+
+def get_batch(data, split, index, micro_step, cfg, device):
+    """One micro-batch (x, y), each (batch_size, block_size) int64, y = x shifted by one.
+
+    Train micro-batch j of iteration i comes from a generator seeded by
+    (seed, i, j), so a resumed run and a run on any number of processes read
+    the same data. Validation batch k is seeded by k alone: every run, every
+    seed and every variant is evaluated on the same fixed batches.
+    """
+    arr = data[split]
+    entropy = [cfg.seed, index, micro_step, 1] if split == "train" else [index, 2]
+    rng = np.random.default_rng(entropy)
+    ix = rng.integers(0, len(arr) - cfg.block_size, size=cfg.batch_size)
+    x = torch.from_numpy(np.stack([arr[i:i + cfg.block_size] for i in ix]).astype(np.int64))
+    y = torch.from_numpy(np.stack([arr[i + 1:i + 1 + cfg.block_size] for i in ix]).astype(np.int64))
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+
+def make_codec(meta):
+    """(encode, decode) for a dataset: its char vocab, else GPT-2 BPE (tiktoken r50k_base)."""
+    if meta and "stoi" in meta:
+        stoi, itos = meta["stoi"], meta["itos"]
+        return (lambda s: [stoi[c] for c in s if c in stoi]), (lambda ids: "".join(itos[i] for i in ids))
+    import tiktoken
+    enc = tiktoken.get_encoding((meta or {}).get("encoding", "r50k_base"))
+    return (lambda s: enc.encode(s, allowed_special={"<|endoftext|>"})), enc.decode
+
+
+# -----------------------------------------------------------------------------
+# Checkpoints and the log
+
+
+def save_checkpoint(path, state):
+    """torch.save to path + '.tmp', fsync, then rename: a crash never leaves a half-written ckpt."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path):
+    """The checkpoint dict; UserError if it is missing, unreadable or incomplete."""
+    if not os.path.exists(path):
+        raise UserError(f"init_from='resume' but {path} does not exist: train with "
+                        f"--init_from=scratch first, or point --out_dir at a run")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises several types for a damaged zip/pickle
+        raise UserError(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}); "
+                        f"it is damaged or not a scalevec checkpoint: restore it or start "
+                        f"over with --init_from=scratch") from None
+    missing = {"model", "optimizers", "config", "iter"} - set(ckpt if isinstance(ckpt, dict) else ())
+    if missing:
+        raise UserError(f"checkpoint {path} lacks {sorted(missing)}: not a scalevec checkpoint")
+    return ckpt
+
+
+def trim_log(path, last_iter):
+    """Drop log rows past last_iter (rows of a run that went on after its checkpoint)."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        rows = [line for line in f if line.strip() and json.loads(line)["iter"] <= last_iter]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(rows)
+    os.replace(path + ".tmp", path)
+
+
+def scale_stats(model):
+    """{site: {mean, std, min, max}} of every effective gamma (for eval log rows)."""
+    stats = {}
+    with torch.no_grad():
+        for name, sv in model.scale_vectors():
+            g = sv().float()
+            stats[name] = {"mean": g.mean().item(), "std": g.std().item() if g.numel() > 1 else 0.0,
+                           "min": g.min().item(), "max": g.max().item()}
+    return stats
+
+
+def peak_flops(device):
+    """Dense bf16 peak FLOP/s of a CUDA device from PEAK_BF16_FLOPS, else None."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)
+
+
+# -----------------------------------------------------------------------------
+
+
+def setup_distributed(cfg):
+    """(rank, local_rank, world_size) from torchrun's environment; init the process group.
+
+    NCCL on CUDA, gloo on CPU. Raises UserError, before any collective (so no
+    rank hangs), when gradient_accumulation_steps does not divide by WORLD_SIZE.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    if cfg.gradient_accumulation_steps % world:
+        raise UserError(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} does not divide "
+                        f"by WORLD_SIZE={world}: set it to a multiple of {world} (it is the global count)")
+    if world > 1:
+        backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+        torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.ddp_timeout_s))
+    return rank, local_rank, world
+
+
+def resolve_device(cfg):
+    if cfg.device == "auto":
+        cfg.device = "cuda" if torch.cuda.is_available() else \
+            "mps" if torch.backends.mps.is_available() else "cpu"
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device={cfg.device!r} but CUDA is not available: use --device=cpu")
+    if cfg.dtype == "auto":
+        cfg.dtype = "bfloat16" if cfg.device.startswith("cuda") else "float32"
+    if cfg.dtype not in ("float32", "bfloat16"):
+        raise UserError(f"dtype={cfg.dtype!r} is not one of 'auto', 'float32', 'bfloat16'")
+
+
+def train(cfg_dict, given=frozenset()):
+    """Run one training run; returns a dict with the final losses and timing.
+
+    cfg_dict: a full config (see DEFAULTS); given: the keys the user set
+    explicitly (on resume, the others come from the checkpoint).
+    Raises UserError for bad input and FloatingPointError for a non-finite loss.
+    """
+    ckpt = None
+    if cfg_dict["init_from"] == "resume":
+        ckpt = load_checkpoint(os.path.join(cfg_dict["out_dir"], "ckpt.pt"))
+        for key in MODEL_KEYS & given:
+            if cfg_dict[key] != ckpt["config"][key] and not (key in ("d_ff", "vocab_size") and cfg_dict[key] == 0):
+                raise UserError(f"--init_from=resume: {key}={cfg_dict[key]!r} differs from the checkpoint's "
+                                f"{ckpt['config'][key]!r}; the model shape comes from the checkpoint")
+        cfg_dict = {**DEFAULTS, **ckpt["config"], **{k: cfg_dict[k] for k in given - MODEL_KEYS}}
+        cfg_dict["init_from"] = "resume"
+    elif cfg_dict["init_from"] != "scratch":
+        raise UserError(f"init_from={cfg_dict['init_from']!r} is not 'scratch' or 'resume'")
+    cfg = SimpleNamespace(**cfg_dict)
+    resolve_device(cfg)
+    rank, local_rank, world = setup_distributed(cfg)
+    master = rank == 0
+    log = print if master else (lambda *a, **k: None)
+    device = torch.device(f"cuda:{local_rank}" if cfg.device == "cuda" and world > 1 else cfg.device)
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
+    autocast = torch.autocast(device.type, dtype=ptdtype) if ptdtype != torch.float32 else nullcontext()
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    data = load_data(cfg, master)
+    if cfg.vocab_size == 0:
+        if not data["meta"] or "vocab_size" not in data["meta"]:
+            raise UserError(f"vocab_size=0 means 'from meta.pkl', but {dataset_dir(cfg.dataset)} has "
+                            f"none: set --vocab_size (50257 for GPT-2 BPE)")
+        cfg.vocab_size = data["meta"]["vocab_size"]
+    try:
+        model_cfg = GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS})
+    except ValueError as e:
+        raise UserError(f"model config: {e}") from None
+    cfg.d_ff = model_cfg.d_ff
+    raw_model = GPT(model_cfg, seed=cfg.seed).to(device)
+    optimizers, groups = build_optimizers(raw_model, cfg, device.type)
+    start_iter = 0
+    out_dir, log_path = cfg.out_dir, os.path.join(cfg.out_dir, "log.jsonl")
+    ckpt_path = os.path.join(out_dir, "ckpt.pt")
+    if ckpt is not None:
+        raw_model.load_state_dict(ckpt["model"])
+        if len(ckpt["optimizers"]) != len(optimizers):
+            raise UserError(f"checkpoint has {len(ckpt['optimizers'])} optimizer states, this config "
+                            f"builds {len(optimizers)}: resume with the checkpoint's optimizer")
+        for opt, state in zip(optimizers, ckpt["optimizers"]):
+            opt.load_state_dict(state)
+        start_iter = ckpt["iter"]
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        random.setstate(ckpt["rng"]["python"])
+        if master:
+            trim_log(log_path, start_iter)
+        del ckpt
+    elif master:
+        os.makedirs(out_dir, exist_ok=True)
+        if os.path.exists(ckpt_path):
+            print(f"warning: {ckpt_path} exists and will be overwritten at the first eval "
+                  f"(use --init_from=resume to continue it)")
+        open(log_path, "w").close()
+
+    model = torch.compile(raw_model) if cfg.compile else raw_model
+    fwd = model  # eval runs without the DDP wrapper
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[local_rank] if device.type == "cuda" else None)
+
+    tokens_per_iter = cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps
+    my_micro_steps = [j for j in range(cfg.gradient_accumulation_steps) if j % world == rank]
+    peak = peak_flops(device) if ptdtype == torch.bfloat16 else None
+    flops_per_token = raw_model.flops_per_token()
+    log(raw_model.param_report())
+    log(format_groups(groups))
+    log(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), {world} process(es), "
+        f"{tokens_per_iter:,} tokens/iter = {cfg.batch_size} batch x {cfg.block_size} block x "
+        f"{cfg.gradient_accumulation_steps} accumulation; {flops_per_token / 1e6:.1f} MFLOP/token")
+
+    def all_reduce_mean(t):
+        if world > 1:
+            torch.distributed.all_reduce(t)
+        return t / world
+
+    @torch.no_grad()
+    def evaluate():
+        fwd.eval()
+        total = torch.zeros((), device=device)
+        for k in range(rank, cfg.eval_iters, world):
+            x, y = get_batch(data, "val", k, 0, cfg, device)
+            with autocast:
+                total += fwd(x, y)[1].float()
+        fwd.train()
+        if world > 1:
+            torch.distributed.all_reduce(total)
+        return total.item() / cfg.eval_iters
+
+    def write_log(row):
+        if master:
+            with open(log_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def eval_and_save(it):
+        val = evaluate()
+        if not math.isfinite(val):
+            raise FloatingPointError(f"val loss is {val} at iter {it}: the run diverged; the last good "
+                                     f"checkpoint {ckpt_path} is kept (try a lower learning_rate)")
+        write_log({"kind": "eval", "iter": it, "tokens": it * tokens_per_iter, "val_loss": val,
+                   "scales": scale_stats(raw_model)})
+        saved = ""
+        if master and it > 0:
+            save_checkpoint(ckpt_path, {
+                "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
+                "config": {**vars(cfg), "init_from": "scratch"}, "iter": it, "val_loss": val,
+                "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}})
+            saved = f" | saved {ckpt_path}"
+        log(f"eval iter {it}: val loss {val:.4f}{saved}")
+        return val
+
+    val_loss = float("nan")
+    if start_iter == 0 and cfg.eval_interval > 0:
+        val_loss = eval_and_save(0)
+    t_window, iters_window, t_start = time.perf_counter(), 0, time.perf_counter()
+    loss_val = float("nan")
+    for it in range(start_iter, cfg.max_iters):
+        lr_mult = lr_multiplier(it, cfg)
+        set_lr(optimizers, lr_mult)
+        loss_sum = torch.zeros((), device=device)
+        for n, j in enumerate(my_micro_steps):
+            x, y = get_batch(data, "train", it, j, cfg, device)
+            last = n == len(my_micro_steps) - 1
+            with (model.no_sync() if world > 1 and not last else nullcontext()), autocast:
+                _, loss, aux = model(x, y)
+                objective = loss + sum(aux.values())
+            (objective / len(my_micro_steps)).backward()
+            loss_sum += loss.detach().float()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
+        for opt in optimizers:
+            opt.step()
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss_val = all_reduce_mean(loss_sum / len(my_micro_steps)).item()
+        done = it + 1
+        if not math.isfinite(loss_val):
+            raise FloatingPointError(f"train loss is {loss_val} at iter {done}: the run diverged; the last "
+                                     f"good checkpoint {ckpt_path} is kept (try a lower learning_rate)")
+        write_log({"kind": "train", "iter": done, "tokens": done * tokens_per_iter,
+                   "lr": cfg.learning_rate * lr_mult, "loss": loss_val})
+        iters_window += 1
+        if done % cfg.log_interval == 0 or done == cfg.max_iters:
+            dt = time.perf_counter() - t_window
+            tok_s = iters_window * tokens_per_iter / dt
+            mfu = f" | MFU {100 * flops_per_token * tok_s / (peak * world):.1f}%" if peak else ""
+            log(f"iter {done}/{cfg.max_iters} | loss {loss_val:.4f} | lr {cfg.learning_rate * lr_mult:.2e} | "
+                f"{tok_s / 1e3:.1f}k tok/s | {1000 * dt / iters_window:.0f} ms/iter{mfu}")
+            t_window, iters_window = time.perf_counter(), 0
+        if (cfg.eval_interval > 0 and done % cfg.eval_interval == 0) or done == cfg.max_iters:
+            val_loss = eval_and_save(done)
+            t_window, iters_window = time.perf_counter(), 0  # eval time is not training time
+
+    wall = time.perf_counter() - t_start
+    if master and cfg.sample_tokens > 0:
+        encode, decode = make_codec(data["meta"])
+        start = torch.tensor([encode("\n")], dtype=torch.long, device=device)
+        raw_model.eval()
+        with autocast:
+            out = raw_model.generate(start, cfg.sample_tokens, temperature=0.8, top_k=200)
+        print(f"--- sample ({cfg.sample_tokens} tokens) ---\n{decode(out[0].tolist())}\n---")
+    log(f"done: {cfg.max_iters - start_iter} iterations in {wall:.0f} s, final val loss {val_loss:.4f}")
+    return {"val_loss": val_loss, "train_loss": loss_val, "wall_s": wall}
+
+
+def main(argv=None):
+    """Command-line entry: errors become one line on stderr and exit status 1."""
+    try:
+        cfg, given = load_config(sys.argv[1:] if argv is None else argv)
+        train(cfg, given)
+    except (UserError, FloatingPointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
