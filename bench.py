@@ -28,7 +28,7 @@ from model import GPT, GPTConfig
 from optim import build_optimizers
 from train import MODEL_KEYS, UserError, load_config, peak_flops, resolve_device
 
-# Overrides on top of the baseline: one per claim of DESIGN section 1.
+# Overrides on top of the baseline: one per claim of the paper (README: claims table).
 VARIANTS = {
     "baseline": dict(),
     "none": dict(scale="none"),
@@ -64,6 +64,16 @@ def train_step(step_model, opts, x, y, ctx):
         o.zero_grad(set_to_none=True)
 
 
+def peak_rss_mib():
+    """Peak resident memory of this process in MiB: VmHWM on Linux (reset at exec, unlike
+    ru_maxrss, which a child inherits from its parent), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 1024)
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -97,12 +107,17 @@ def main(argv):
         _, step_model, opts = build(cfg, opts_cli["rss_child"])
         for _ in range(3):
             train_step(step_model, opts, x, y, ctx)
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB on Linux
+        print(peak_rss_mib())
         return
 
+    mem = {}
+    if opts_cli["rss"] == "True" and device.type == "cpu":  # before this process grows
+        for n in names:
+            out = subprocess.run([sys.executable, __file__, *rest, f"--rss_child={n}"],
+                                 capture_output=True, text=True, check=True).stdout
+            mem[n] = float(out.strip().splitlines()[-1])
     built = {n: build(cfg, n) for n in names}
     times = {n: [] for n in names}
-    mem = {}
     for n in names:  # warm-up (and compile), and the peak memory of each variant alone
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -118,11 +133,6 @@ def main(argv):
             train_step(built[n][1], built[n][2], x, y, ctx)
             sync(device)
             times[n].append(time.perf_counter() - t0)
-    if opts_cli["rss"] == "True" and device.type == "cpu":
-        for n in names:
-            out = subprocess.run([sys.executable, __file__, *rest, f"--rss_child={n}"],
-                                 capture_output=True, text=True, check=True).stdout
-            mem[n] = int(out.strip().splitlines()[-1]) / 1024
 
     tokens = cfg.batch_size * cfg.block_size
     peak = peak_flops(device) if cfg.dtype == "bfloat16" else None

@@ -3,7 +3,7 @@
 Read top to bottom: GPTConfig (every switch), RoPE, Attention, MLP, Block,
 GPT (forward, fold_scales, parameter report, FLOPs, generate). The scale
 vectors themselves live in norms.py; this file only decides which of them
-sit at each site, following ../DESIGN section 3:
+sit at each site (README: The variants):
 
     x = x + out_norm(Attention(attn_norm(x)))      attn_norm: pre-attention RMSNorm
     x = x + out_norm(MLP(mlp_norm(x)))             out_norm: Gemma-style, optional
@@ -46,7 +46,7 @@ class GPTConfig:
     tie_embeddings: bool = True
     dropout: float = 0.0
     rope_theta: float = 10000.0
-    # scale vectors (DESIGN section 3)
+    # scale vectors (README: The variants)
     scale: str = "vector"  # "vector" | "none"
     reparam: str = "plain"  # "plain" | "or" | "er"
     branch_scales: bool = False  # HG: separate gamma for q, k, v and gate, up
@@ -89,7 +89,7 @@ class GPTConfig:
 
 
 def baseline_of(cfg):
-    """The baseline (Llama-style shared scale vectors, DESIGN section 3) of the same size."""
+    """The baseline (Llama-style shared scale vectors) of the same size."""
     return replace(cfg, scale="vector", reparam="plain", branch_scales=False,
                    attn_placement="in", mlp_placement="in")
 
@@ -114,7 +114,7 @@ def apply_rope(x, cos, sin):
 class Attention(nn.Module):
     """Causal self-attention on the normalized input x_hat, with its scale vectors.
 
-    Order inside (DESIGN section 3): W_q -> u_q (DP) -> QK-norm -> RoPE.
+    Order inside: W_q -> u_q (DP) -> QK-norm -> RoPE.
     HG puts gamma_q, gamma_k, gamma_v on the inputs of W_q, W_k, W_v; DP adds
     u on their outputs and v, u on both sides of W_o. QK-norm: q = g_q *
     normalize(q) per head, g_q of shape (head_dim,) shared across heads
@@ -164,7 +164,7 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """SwiGLU MLP on the normalized input: down(silu(gate(x_hat)) * up(x_hat)).
 
-    Placements (DESIGN section 3):
+    Placements:
       "in"        scales only before gate/up (on the pre-norm, or per branch under HG)
       "dual"      DP: u on the outputs of gate, up, down and v on down's input
       "dual_norm" DNP: gate and up become u * normalize(W (v * x_hat)) over d_ff;
@@ -242,9 +242,9 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """The language model: token embedding -> n_layer Blocks -> final RMSNorm -> LM head.
 
-    Args: config (GPTConfig); seed for the initial weights. Init (DESIGN
-    section 5): normal(0, 0.02), residual output projections (W_o, W_down)
-    scaled by 1/sqrt(2 n_layer), every scale vector 1. Each weight is drawn
+    Args: config (GPTConfig); seed for the initial weights. Init: normal(0,
+    0.02), residual output projections (W_o, W_down) scaled by
+    1/sqrt(2 n_layer), every scale vector 1. Each weight is drawn
     from a generator seeded by (seed, parameter name), so variants that differ
     only in their scale vectors start from identical weights (paired ablations).
     """
@@ -321,11 +321,10 @@ class GPT(nn.Module):
         float rounding; output-role scales and all normalizations stay. A tied
         LM head is untied first (with a warning): the final-norm scale cannot
         fold into a matrix that is also the embedding. Paper Theorem 2.2;
-        DESIGN section 4.
         """
         if self.lm_head.weight is self.wte.weight and self.norm_f.scale is not None:
             warnings.warn("fold_scales(): untying the LM head from the embedding so the final-norm "
-                          "scale can fold into it", stacklevel=2)
+                          "scale can fold into it", stacklevel=3)
             self.lm_head.weight = nn.Parameter(self.wte.weight.detach().clone())
             self.config.tie_embeddings = False
         for block in self.blocks:
@@ -341,7 +340,7 @@ class GPT(nn.Module):
 
     def param_report(self):
         """A few lines: total parameters, scale-vector parameters by role and their
-        share, and the extra parameters over the same-size baseline (DESIGN section 8)."""
+        share, and the extra parameters over the same-size baseline."""
         total, n_scale = self.num_params(), self.num_scale_params()
         by_role = {"input": 0, "output": 0}
         for _, m in self.scale_vectors():
@@ -361,7 +360,7 @@ class GPT(nn.Module):
         """Training FLOPs per token: 6 N_active + 12 n_layer n_embd block_size.
 
         PaLM/nanoGPT convention, no causal halving; N_active counts the LM head
-        once and not the embedding lookup (DESIGN section 5).
+        once and not the embedding lookup.
         """
         cfg = self.config
         n = self.num_params()

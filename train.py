@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, fields
+from dataclasses import fields
 from types import SimpleNamespace
 
 import numpy as np
@@ -41,9 +41,9 @@ DEFAULTS = dict(
     # I/O
     out_dir="out-shakespeare-char",
     init_from="scratch",  # "scratch" | "resume" (from out_dir/ckpt.pt)
-    eval_interval=250,  # iterations between evals + checkpoints (0: only at the end)
+    eval_interval=100,  # iterations between evals + checkpoints (0: only at the end)
     eval_iters=20,  # validation batches per eval (a fixed set)
-    log_interval=25,  # iterations between progress lines
+    log_interval=50,  # iterations between progress lines
     sample_tokens=300,  # tokens sampled and printed at the end (0: none)
     # data
     dataset="shakespeare_char",  # a folder under data/, or a path to one
@@ -81,7 +81,7 @@ DEFAULTS = dict(
     # schedule
     lr_schedule="cosine",  # "cosine" | "wsd" | "linear" | "constant"
     warmup_iters=50,
-    max_iters=1000,
+    max_iters=600,
     min_lr=3e-4,
     wsd_decay_frac=0.2,
     # system
@@ -205,7 +205,7 @@ def load_data(cfg, master):
     local = os.path.basename(folder.rstrip(os.sep)) in ("shakespeare_char", "shakespeare")
     if not all(os.path.exists(p) for p in paths.values()) and local and os.path.exists(prepare):
         if master:  # under DDP the other ranks wait at the barrier in main()
-            print(f"{paths['train']} not found: running {os.path.relpath(prepare)} to make it")
+            print(f"{paths['train']} not found: running {os.path.relpath(prepare)} to make it", flush=True)
             subprocess.run([sys.executable, prepare], check=True)
         if torch.distributed.is_initialized():
             torch.distributed.barrier()
@@ -374,7 +374,7 @@ def train(cfg_dict, given=frozenset()):
     resolve_device(cfg)
     rank, local_rank, world = setup_distributed(cfg)
     master = rank == 0
-    log = print if master else (lambda *a, **k: None)
+    log = (lambda *a: print(*a, flush=True)) if master else (lambda *a: None)
     device = torch.device(f"cuda:{local_rank}" if cfg.device == "cuda" and world > 1 else cfg.device)
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
     autocast = torch.autocast(device.type, dtype=ptdtype) if ptdtype != torch.float32 else nullcontext()
@@ -382,6 +382,7 @@ def train(cfg_dict, given=frozenset()):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
+    torch.manual_seed(cfg.seed + rank)  # dropout only: weights and batches have their own seeds
     data = load_data(cfg, master)
     if cfg.vocab_size == 0:
         if not data["meta"] or "vocab_size" not in data["meta"]:
@@ -408,13 +409,15 @@ def train(cfg_dict, given=frozenset()):
         start_iter = ckpt["iter"]
         torch.set_rng_state(ckpt["rng"]["torch"])
         random.setstate(ckpt["rng"]["python"])
+        if device.type == "cuda" and ckpt["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state(ckpt["rng"]["cuda"], device)
         if master:
             trim_log(log_path, start_iter)
         del ckpt
     elif master:
         os.makedirs(out_dir, exist_ok=True)
         if os.path.exists(ckpt_path):
-            print(f"warning: {ckpt_path} exists and will be overwritten at the first eval "
+            log(f"warning: {ckpt_path} exists and will be overwritten at the first eval "
                   f"(use --init_from=resume to continue it)")
         open(log_path, "w").close()
 
@@ -468,8 +471,9 @@ def train(cfg_dict, given=frozenset()):
         if master and it > 0:
             save_checkpoint(ckpt_path, {
                 "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
-                "config": {**vars(cfg), "init_from": "scratch"}, "iter": it, "val_loss": val,
-                "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}})
+                "config": vars(cfg), "iter": it, "val_loss": val, "meta": data["meta"],
+                "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}})
             saved = f" | saved {ckpt_path}"
         log(f"eval iter {it}: val loss {val:.4f}{saved}")
         return val
@@ -523,7 +527,7 @@ def train(cfg_dict, given=frozenset()):
         raw_model.eval()
         with autocast:
             out = raw_model.generate(start, cfg.sample_tokens, temperature=0.8, top_k=200)
-        print(f"--- sample ({cfg.sample_tokens} tokens) ---\n{decode(out[0].tolist())}\n---")
+        log(f"--- sample ({cfg.sample_tokens} tokens) ---\n{decode(out[0].tolist())}\n---")
     log(f"done: {cfg.max_iters - start_iter} iterations in {wall:.0f} s, final val loss {val_loss:.4f}")
     return {"val_loss": val_loss, "train_loss": loss_val, "wall_s": wall}
 

@@ -12,7 +12,7 @@ UNIFIED = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_no
 
 @pytest.mark.parametrize("variant", [dict(), UNIFIED, dict(scale="none")], ids=["baseline", "unified", "none"])
 def test_loss_at_init_is_about_ln_vocab(variant):
-    """At init the logits are nearly uniform: loss ~ ln(V) + 0.5 * 0.02^2 * d (DESIGN section 8)."""
+    """At init the logits are nearly uniform: loss ~ ln(V) + 0.5 * 0.02^2 * d."""
     V = 500
     cfg = GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=64, vocab_size=V, **variant)
     gen = torch.Generator().manual_seed(0)
@@ -49,8 +49,8 @@ def test_vocab_is_padded_and_logits_are_cut():
 
 
 def test_unified_extra_parameters_at_124m_match_the_site_count():
-    """DESIGN section 3: per block HG +3d, DP attention +5d, DNP +2 d_ff + d_ff + d, OR +1 per
-    scale it reparameterizes; the total is < 2e-3 of the model (DESIGN section 8)."""
+    """Per block HG +3d, DP attention +5d, DNP +2 d_ff + d_ff + d, OR +1 per
+    scale it reparameterizes; the total is < 2e-3 of the model."""
     cfg = GPTConfig(**UNIFIED)
     with torch.device("meta"):
         unified, base = GPT(cfg), GPT(baseline_of(cfg))
@@ -90,7 +90,7 @@ def test_sequence_longer_than_block_size_is_an_error():
 
 
 def test_paired_init_shares_weights_across_variants():
-    """Variants of one seed start from identical matrices and embeddings (DESIGN section 9)."""
+    """Variants of one seed start from identical matrices and embeddings."""
     small = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=50)
     a = dict(GPT(GPTConfig(**small), seed=3).named_parameters())
     b = dict(GPT(GPTConfig(**small, **UNIFIED), seed=3).named_parameters())

@@ -1,4 +1,4 @@
-"""Each scale-vector variant against a direct computation of its formula (DESIGN section 3),
+"""Each scale-vector variant against a direct computation of its formula (README: The variants),
 its init, its role, and folding (claim C2)."""
 
 import itertools
@@ -175,7 +175,7 @@ def test_reparam_gives_same_forward_as_vector_at_init(reparam):
 
 
 def expected_role(name):
-    """DESIGN section 2: QK-norm, output norms and DNP's gate outer scale are output; the rest input."""
+    """README, Roles: QK-norm, output norms and DNP's gate outer scale are output; the rest input."""
     output = ("q_norm" in name or "k_norm" in name or "out_norm" in name or name.endswith("mlp.gate.out_scale"))
     return "output" if output else "input"
 

@@ -68,7 +68,7 @@ def test_muon_gets_only_hidden_matrices():
 @pytest.mark.parametrize("shape", [(64, 64), (96, 48), (40, 120)])
 def test_cpu_muon_update_matches_torch_muon(shape):
     """Same update as torch.optim.Muon (bf16 Newton-Schulz) to bf16 tolerance, over 3 steps
-    with momentum and weight decay; DESIGN section 6 bound: relative error < 2e-2."""
+    with momentum and weight decay; bound: relative error < 2e-2."""
     gen = torch.Generator().manual_seed(0)
     w0 = torch.randn(shape, generator=gen)
     ref, ours = torch.nn.Parameter(w0.clone()), torch.nn.Parameter(w0.clone())

@@ -1,0 +1,11 @@
+# The default run of `python train.py`, written out: the unified strategy on
+# character-level Shakespeare, sized for 2 CPU cores (a few minutes).
+# Switch one variant at a time on the command line, e.g. --scale=none.
+out_dir = "out-shakespeare-char"
+dataset = "shakespeare_char"
+
+branch_scales = True
+attn_placement = "dual"
+mlp_placement = "dual_norm"
+reparam = "or"
+scale_wd = "iwd"

@@ -1,0 +1,66 @@
+"""Sample text from a checkpoint written by train.py.
+
+    python sample.py --out_dir=out-shakespeare-char --start="ROMEO:" --max_new_tokens=300
+    python sample.py --out_dir=out-shakespeare-char --fold    # fold the scales first: same text
+
+Works for char-level and GPT-2 BPE checkpoints, saved with or without
+compile/DDP (their "_orig_mod." / "module." prefixes are stripped). --fold
+multiplies every input-role scale vector into its linear map before sampling
+(claim C2): with the same --seed the text is the same.
+"""
+
+import argparse
+import sys
+
+import torch
+
+from model import GPT, GPTConfig
+from train import MODEL_KEYS, UserError, load_checkpoint, make_codec
+
+
+def load_model(ckpt_path, device="cpu"):
+    """(model in eval mode, checkpoint dict) from a train.py checkpoint; UserError if unreadable."""
+    ckpt = load_checkpoint(ckpt_path)
+    model = GPT(GPTConfig(**{k: ckpt["config"][k] for k in MODEL_KEYS}))
+    state = {}
+    for key, value in ckpt["model"].items():
+        for prefix in ("module.", "_orig_mod."):
+            key = key[len(prefix):] if key.startswith(prefix) else key
+        state[key] = value
+    model.load_state_dict(state)
+    return model.to(device).eval(), ckpt
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out_dir", default="out-shakespeare-char", help="folder holding ckpt.pt")
+    p.add_argument("--start", default="\n", help="prompt text")
+    p.add_argument("--num_samples", type=int, default=1)
+    p.add_argument("--max_new_tokens", type=int, default=300)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top_k", type=int, default=200)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--fold", action="store_true", help="fold input-role scales into the weights first")
+    args = p.parse_args(argv)
+    model, ckpt = load_model(f"{args.out_dir}/ckpt.pt", args.device)
+    if args.fold:
+        model.fold_scales()
+    encode, decode = make_codec(ckpt.get("meta"))
+    ids = encode(args.start)
+    if not ids:
+        raise UserError(f"--start={args.start!r} has no token of this checkpoint's vocabulary")
+    torch.manual_seed(args.seed)
+    x = torch.tensor([ids], dtype=torch.long, device=args.device)
+    for _ in range(args.num_samples):
+        y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k)
+        print(decode(y[0].tolist()))
+        print("---")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,65 @@
+"""Data preparation: Markdown stripping, whole-play validation split, char and BPE encodings."""
+
+import importlib.util
+import os
+import pickle
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "data"))
+import shakespeare_text  # noqa: E402
+
+
+def load_prepare(name):
+    spec = importlib.util.spec_from_file_location(f"prepare_{name}", os.path.join(ROOT, "data", name, "prepare.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_markdown_to_text():
+    md = "# Macbeth\n\n## ACT I\n\n_Thunder. Enter three Witches_\n\n**First Witch**  \nWhen shall we three meet again  \n" \
+         "In thunder? _\\[Aside]_\n"
+    assert shakespeare_text.markdown_to_text(md) == (
+        "Macbeth\n\nACT I\n\nThunder. Enter three Witches\n\nFirst Witch:\nWhen shall we three meet again\n"
+        "In thunder? [Aside]\n")
+
+
+def test_validation_holds_whole_plays_that_training_never_sees():
+    train, val = shakespeare_text.load_plays()
+    for title in ("Julius Caesar", "Twelfth Night", "The Tempest"):
+        assert val.count(title) >= 1
+    # a line from inside each held-out play, and one from a training play
+    for line in ("Friends, Romans, countrymen, lend me your ears;", "If music be the food of love, play on;",
+                 "We are such stuff"):
+        assert line in val and line not in train
+    assert "To be, or not to be" in train and "To be, or not to be" not in val
+    assert 0.05 < len(val) / (len(train) + len(val)) < 0.15
+    assert not any(c in train for c in "*_#\\")
+
+
+def test_char_prepare_round_trips(tmp_path):
+    meta = load_prepare("shakespeare_char").prepare("To be, or not\n", "not to be?", str(tmp_path))
+    ids = np.fromfile(tmp_path / "val.bin", dtype=np.uint16)
+    assert "".join(meta["itos"][i] for i in ids) == "not to be?"
+    with open(tmp_path / "meta.pkl", "rb") as f:
+        assert pickle.load(f)["vocab_size"] == len(set("To be, or not\nnot to be?"))
+
+
+def test_bpe_prepare_round_trips_a_few_paragraphs(tmp_path):
+    tiktoken = pytest.importorskip("tiktoken")
+    try:
+        enc = tiktoken.get_encoding("r50k_base")
+    except Exception as e:  # no network and no TIKTOKEN_CACHE_DIR holding the vocab file
+        pytest.skip(f"GPT-2 BPE vocab (r50k_base) unavailable: {e}")
+    train = "ROMEO:\nBut, soft! what light through yonder window breaks?\n\nJULIET:\nO Romeo, Romeo!\n"
+    val = "HAMLET:\nTo be, or not to be, that is the question:\n"
+    meta, n_train, n_val = load_prepare("shakespeare").prepare(train, val, str(tmp_path))
+    assert meta == {"vocab_size": 50257, "encoding": "r50k_base"}
+    ids = np.fromfile(tmp_path / "train.bin", dtype=np.uint16)
+    assert len(ids) == n_train and enc.decode(ids.tolist()) == train
+    assert enc.decode(np.fromfile(tmp_path / "val.bin", dtype=np.uint16).tolist()) == val

@@ -1,0 +1,243 @@
+"""train.py: config parsing, bad input, exact resume, divergence, the log, sampling."""
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import sample
+import train as train_mod
+from conftest import ROOT
+from model import GPT
+from train import UserError, load_config, train
+
+
+def make_dataset(folder, n_train=4000, n_val=1000, vocab=40, seed=0):
+    """A random-token dataset in the layout of data/<name>/ (uint16 bins + meta.pkl)."""
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", n_train), ("val", n_val)):
+        rng.integers(0, vocab, n).astype(np.uint16).tofile(os.path.join(folder, f"{split}.bin"))
+    itos = [chr(ord("a") + i % 26) if i < 26 else chr(ord("A") + i - 26) for i in range(vocab)]
+    with open(os.path.join(folder, "meta.pkl"), "wb") as f:
+        pickle.dump({"vocab_size": vocab, "itos": itos, "stoi": {c: i for i, c in enumerate(itos)}}, f)
+    return str(folder)
+
+
+def tiny_args(dataset, out_dir, *extra):
+    return ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4",
+            "--eval_iters=2", "--log_interval=1", "--sample_tokens=0", "--warmup_iters=2",
+            f"--dataset={dataset}", f"--out_dir={out_dir}", *extra]
+
+
+def run(args):
+    cfg, given = load_config(args)
+    return train(cfg, given)
+
+
+def read_log(out_dir):
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+# --- config parsing ---
+
+def test_int_is_accepted_for_a_float_key():
+    cfg, given = load_config(["--learning_rate=1"])
+    assert cfg["learning_rate"] == 1.0 and isinstance(cfg["learning_rate"], float)
+    assert given == {"learning_rate"}
+
+
+def test_bool_and_string_values():
+    cfg, _ = load_config(["--compile=False", "--tie_embeddings=true", "--out_dir=runs/a=b", "--scale_wd='all'"])
+    assert cfg["compile"] is False and cfg["tie_embeddings"] is True
+    assert cfg["out_dir"] == "runs/a=b" and cfg["scale_wd"] == "all"
+
+
+def test_unknown_key_on_the_command_line_names_the_closest_keys():
+    with pytest.raises(UserError, match="unknown config key 'learing_rate'.*learning_rate"):
+        load_config(["--learing_rate=1e-3"])
+
+
+def test_unknown_key_in_a_config_file_names_the_file_and_the_closest_keys(tmp_path):
+    path = tmp_path / "cfg.py"
+    path.write_text("import math\nn_layers = 4\n")
+    with pytest.raises(UserError, match=r"cfg\.py: unknown config key 'n_layers'.*n_layer"):
+        load_config([str(path)])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--n_layer=abc"], "expected a int"),
+    (["--n_layer=1.5"], "n_layer must be a int, got float"),
+    (["--compile=maybe"], "expected True or False"),
+    (["--max_iters"], "write --key=value"),
+    (["nope.py"], "config file 'nope.py' not found"),
+])
+def test_wrong_values_are_errors(args, message):
+    with pytest.raises(UserError, match=message):
+        load_config(args)
+
+
+def test_config_file_values_are_type_checked(tmp_path):
+    path = tmp_path / "cfg.py"
+    path.write_text("n_layer = '4'\n")
+    with pytest.raises(UserError, match="n_layer must be a int, got str"):
+        load_config([str(path)])
+
+
+def test_every_config_file_in_configs_loads():
+    folder = os.path.join(ROOT, "configs")
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
+    assert files
+    for name in files:
+        load_config([os.path.join(folder, name)])
+
+
+# --- bad input on the command line: one clear line, non-zero exit ---
+
+def test_cli_errors_are_one_clear_line(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    short = make_dataset(tmp_path / "short", n_train=10, n_val=10)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ckpt.pt").write_bytes(b"not a checkpoint")
+    cases = [
+        (["--n_layr=2"], "unknown config key 'n_layr'; did you mean n_layer"),
+        (["--batch_size=big"], "--batch_size=big: expected a int"),
+        (tiny_args(ds, out, "--n_embd=30", "--n_head=4"), "n_embd=30 is not divisible by n_head=4"),
+        (tiny_args(tmp_path / "missing", out), "not found for dataset="),
+        (tiny_args(short, out), "fewer than block_size + 1 = 17"),
+        (tiny_args(ds, out, "--init_from=resume"), "is unreadable"),
+    ]
+    for args, message in cases:
+        proc = cli(*map(str, args))
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert message in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+    assert (out / "ckpt.pt").read_bytes() == b"not a checkpoint"  # nothing overwritten
+
+
+# --- resume, divergence, log ---
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_resume_continues_exactly(tmp_path, monkeypatch, optimizer):
+    """8 iterations straight == 4, a crash at iteration 7, resume from the iteration-4 checkpoint."""
+    ds = make_dataset(tmp_path / "ds")
+    common = ["--max_iters=8", "--eval_interval=4", "--gradient_accumulation_steps=2",
+              f"--optimizer={optimizer}", "--dropout=0.1"]
+    run(tiny_args(ds, tmp_path / "a", *common))
+    straight = read_log(tmp_path / "a")
+
+    real_get_batch = train_mod.get_batch
+
+    def crash_at_7(data, split, index, *rest):
+        if split == "train" and index == 6:
+            raise KeyboardInterrupt
+        return real_get_batch(data, split, index, *rest)
+
+    monkeypatch.setattr(train_mod, "get_batch", crash_at_7)
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_args(ds, tmp_path / "b", *common))
+    monkeypatch.undo()
+    assert max(r["iter"] for r in read_log(tmp_path / "b")) == 6  # rows past the checkpoint exist
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'b'}"])
+    resumed = read_log(tmp_path / "b")
+    assert [(r["kind"], r["iter"]) for r in resumed] == [(r["kind"], r["iter"]) for r in straight]
+    for a, b in zip(straight, resumed):
+        for key in {"loss", "val_loss", "lr", "tokens"} & a.keys():
+            assert b[key] == pytest.approx(a[key], rel=1e-6, abs=0), (a, b)
+
+
+def test_log_rows_follow_the_contract(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--eval_interval=2", "--batch_size=3"))
+    rows = read_log(tmp_path / "o")
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    eval_rows = [r for r in rows if r["kind"] == "eval"]
+    assert [r["iter"] for r in train_rows] == [1, 2, 3, 4]
+    assert [r["iter"] for r in eval_rows] == [0, 2, 4]
+    assert all(r["tokens"] == r["iter"] * 3 * 16 for r in rows)
+    assert all(r["lr"] > 0 and np.isfinite(r["loss"]) for r in train_rows)
+    scales = eval_rows[0]["scales"]
+    assert scales and all(set(s) == {"mean", "std", "min", "max"} for s in scales.values())
+    assert scales["norm_f.scale"] == {"mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0}  # init
+
+
+def test_resume_with_a_different_model_shape_is_an_error(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    with pytest.raises(UserError, match="n_layer=2 differs from the checkpoint's 1"):
+        run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--n_layer=2"))
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--eval_interval=4"))
+    ckpt_path = tmp_path / "o" / "ckpt.pt"
+    good = ckpt_path.read_bytes()
+    real_forward = GPT.forward
+
+    def nan_in_training(self, idx, targets=None):
+        logits, loss, aux = real_forward(self, idx, targets)
+        return logits, (loss * float("nan") if self.training and loss is not None else loss), aux
+
+    monkeypatch.setattr(GPT, "forward", nan_in_training)
+    with pytest.raises(FloatingPointError, match="train loss is nan at iter 5.*last good checkpoint"):
+        run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=8"))
+    assert ckpt_path.read_bytes() == good
+    assert max(r["iter"] for r in read_log(tmp_path / "o")) == 4
+
+
+def test_checkpoint_is_written_atomically(tmp_path, monkeypatch):
+    """A crash inside torch.save leaves the previous checkpoint intact."""
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    good = (tmp_path / "o" / "ckpt.pt").read_bytes()
+
+    def failing_save(obj, f):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=4"))
+    assert (tmp_path / "o" / "ckpt.pt").read_bytes() == good
+
+
+def test_default_dataset_is_prepared_when_missing(tmp_path):
+    data = tmp_path / "data"
+    (data / "shakespeare_char").mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "data", "shakespeare_text.py"), data)
+    shutil.copy(os.path.join(ROOT, "data", "shakespeare_char", "prepare.py"), data / "shakespeare_char")
+    cfg, _ = load_config([f"--dataset={data / 'shakespeare_char'}"])
+    from types import SimpleNamespace
+    loaded = train_mod.load_data(SimpleNamespace(**cfg), master=True)
+    assert len(loaded["train"]) > 4_000_000 and loaded["meta"]["vocab_size"] < 100
+
+
+# --- sampling ---
+
+def test_sample_works_for_plain_and_compiled_checkpoints(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    args = [f"--out_dir={tmp_path / 'o'}", "--start=abc", "--max_new_tokens=20", "--seed=1"]
+    capsys.readouterr()
+    sample.main(args)
+    plain = capsys.readouterr().out
+    ckpt = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)
+    ckpt["model"] = {"_orig_mod." + k: v for k, v in ckpt["model"].items()}  # as torch.compile saves
+    torch.save(ckpt, tmp_path / "o" / "ckpt.pt")
+    sample.main(args)
+    compiled = capsys.readouterr().out
+    assert plain == compiled and plain.startswith("abc") and len(plain.split("\n")[0]) == 23
