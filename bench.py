@@ -1,6 +1,7 @@
 """Step time, throughput and memory of each scale-vector variant against the baseline.
 
-    python bench.py                                    # default CPU model, every variant
+    python bench.py                                    # default CPU model, every dense variant
+    python bench.py --variants=unified,unified_moe     # dense vs top-2 MoE of equal active parameters
     python bench.py configs/unified_124m.py --batch_size=1 --block_size=256 --variants=baseline,unified
     python bench.py configs/unified_124m.py --compile=True   # on a GPU: tokens/s, MFU, memory
 
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from types import SimpleNamespace
 
 import torch
@@ -38,6 +40,10 @@ VARIANTS = {
     "or": dict(reparam="or"),
     "er": dict(reparam="er"),
     "unified": dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or"),
+    # top-2 of 8 experts, each d_ff / 2 wide: the active parameters of the dense MLP
+    "moe": dict(n_experts=8, top_k=2),
+    "unified_moe": dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
+                        n_experts=8, top_k=2),
 }
 BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_placement="in",
                 mlp_placement="in", scale_wd="none")
@@ -46,18 +52,21 @@ BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_place
 def build(cfg, variant):
     """(model, optimizers, autocast context, device) for one variant of cfg."""
     c = SimpleNamespace(**{**vars(cfg), **BASELINE, **VARIANTS[variant]})
-    if variant == "unified":
+    if variant.startswith("unified"):
         c.scale_wd = "iwd"
-    model = GPT(GPTConfig(**{k: getattr(c, k) for k in MODEL_KEYS}), seed=c.seed).to(cfg.device)
+    model_cfg = GPTConfig(**{k: getattr(c, k) for k in MODEL_KEYS})
+    if "n_experts" in VARIANTS[variant] and cfg.expert_d_ff == 0:
+        model_cfg = replace(model_cfg, expert_d_ff=model_cfg.d_ff // model_cfg.top_k)
+    model = GPT(model_cfg, seed=c.seed).to(cfg.device)
     opts, _ = build_optimizers(model, c, torch.device(cfg.device).type)
     step_model = torch.compile(model) if cfg.compile else model
     return model, step_model, opts
 
 
-def train_step(step_model, opts, x, y, ctx):
+def train_step(model, step_model, opts, x, y, ctx):
     with ctx:
         _, loss, aux = step_model(x, y)
-        objective = loss + sum(aux.values())
+        objective = loss + model.aux_objective(aux)
     objective.backward()
     for o in opts:
         o.step()
@@ -95,7 +104,7 @@ def main(argv):
         cfg.vocab_size = 50257 if cfg.n_embd >= 512 else 80
     device = torch.device(cfg.device)
     ctx = torch.autocast(device.type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
-    names = list(VARIANTS) if opts_cli["variants"] == "all" else opts_cli["variants"].split(",")
+    names = [n for n in VARIANTS if "moe" not in n] if opts_cli["variants"] == "all" else opts_cli["variants"].split(",")
     for n in names:
         if n not in VARIANTS:
             raise UserError(f"unknown variant {n!r}; known: {', '.join(VARIANTS)}")
@@ -104,9 +113,9 @@ def main(argv):
     y = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
 
     if opts_cli["rss_child"]:  # a separate process: build one variant, run steps, report peak RSS
-        _, step_model, opts = build(cfg, opts_cli["rss_child"])
+        model, step_model, opts = build(cfg, opts_cli["rss_child"])
         for _ in range(3):
-            train_step(step_model, opts, x, y, ctx)
+            train_step(model, step_model, opts, x, y, ctx)
         print(peak_rss_mib())
         return
 
@@ -122,7 +131,7 @@ def main(argv):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(int(opts_cli["warmup"])):
-            train_step(built[n][1], built[n][2], x, y, ctx)
+            train_step(*built[n], x, y, ctx)
         sync(device)
         if device.type == "cuda":
             mem[n] = torch.cuda.max_memory_allocated(device) / 2**20
@@ -130,7 +139,7 @@ def main(argv):
         for n in names:  # interleaved: one step of each variant in turn
             sync(device)
             t0 = time.perf_counter()
-            train_step(built[n][1], built[n][2], x, y, ctx)
+            train_step(*built[n], x, y, ctx)
             sync(device)
             times[n].append(time.perf_counter() - t0)
 

@@ -1,12 +1,14 @@
 """A Pre-Norm, Llama-style GPT whose scale vectors follow the paper's variants.
 
-Read top to bottom: GPTConfig (every switch), RoPE, Attention, MLP, Block,
-GPT (forward, fold_scales, parameter report, FLOPs, generate). The scale
+Read top to bottom: GPTConfig (every switch), RoPE, Attention, MLP, the
+top-k mixture-of-experts block (Router, MoE), Block, GPT (forward,
+fold_scales, parameter report, FLOPs, generate). The scale
 vectors themselves live in norms.py; this file only decides which of them
 sit at each site (README: The variants):
 
     x = x + out_norm(Attention(attn_norm(x)))      attn_norm: pre-attention RMSNorm
     x = x + out_norm(MLP(mlp_norm(x)))             out_norm: Gemma-style, optional
+                                                   (MoE in place of MLP in MoE blocks)
 
 With shared scales (the Llama/Gemma baseline) each pre-norm has one gamma;
 with branch-specific scales (HG) the pre-norm is bare and q, k, v (gate, up)
@@ -55,6 +57,14 @@ class GPTConfig:
     qk_norm: bool = False
     output_norms: bool = False  # Gemma-style sandwich norms before the residual add
     norm_eps: float = 1e-6
+    # mixture of experts (README: Mixture of experts)
+    n_experts: int = 0  # 0 = dense
+    top_k: int = 2
+    moe_every: int = 1  # 1 = every block is MoE, 2 = blocks 1, 3, 5, ... (0-based)
+    expert_d_ff: int = 0  # 0 = d_ff
+    shared_expert: bool = False  # one always-on expert of width expert_d_ff
+    aux_loss_coef: float = 0.01  # load-balancing loss weight
+    z_loss_coef: float = 0.0  # router z-loss weight
 
     def __post_init__(self):
         def check(ok, msg):
@@ -80,8 +90,21 @@ class GPTConfig:
             check(not bad, f"scale='none' removes every scale vector, so {', '.join(bad)} cannot be set: "
                            "use the defaults (reparam='plain', branch_scales=False, placements 'in') or scale='vector'")
         check(self.norm_eps > 0, f"norm_eps={self.norm_eps} must be positive")
+        check(self.n_experts >= 0, f"n_experts={self.n_experts} must be >= 0 (0 = dense)")
+        if self.n_experts:
+            check(1 <= self.top_k <= self.n_experts,
+                  f"top_k={self.top_k} must be between 1 and n_experts={self.n_experts}")
+            check(self.moe_every >= 1, f"moe_every={self.moe_every} must be >= 1")
+            check(self.aux_loss_coef >= 0 and self.z_loss_coef >= 0, "aux_loss_coef and z_loss_coef must be >= 0")
+        check(self.expert_d_ff >= 0, f"expert_d_ff={self.expert_d_ff} must be >= 0 (0 = d_ff)")
         if self.d_ff == 0:
             self.d_ff = 64 * math.ceil(8 * self.n_embd / 3 / 64)
+        if self.expert_d_ff == 0:
+            self.expert_d_ff = self.d_ff
+
+    def is_moe(self, layer):
+        """Whether block `layer` (0-based) is a mixture-of-experts block."""
+        return self.n_experts > 0 and (layer + 1) % self.moe_every == 0
 
     @property
     def padded_vocab_size(self):
@@ -206,18 +229,105 @@ class MLP(nn.Module):
             fold_scale_(self.up.out_scale, columns_of=[self.down.weight])
 
 
-class Block(nn.Module):
-    """One pre-norm transformer block; shapes (B, T, n_embd) -> (B, T, n_embd)."""
+class Router(ScaledLinear):
+    """The MoE router: logits = W_r (gamma_router * x_hat), d -> n_experts.
+
+    A ScaledLinear of its own type, so optim.py gives it its own group (AdamW,
+    never Muon). Under HG it carries its own input scale gamma_router (input
+    role); otherwise it shares the pre-MLP norm's scale with the experts.
+    """
+
+
+class MoE(nn.Module):
+    """Top-k token-choice mixture of SwiGLU experts on the normalized input; dropless.
+
+    p = softmax(router(x_hat)) in float32 over all n_experts; each token goes
+    to its top_k experts with weights p (renormalized to sum to 1 over the k
+    chosen when top_k > 1; at top_k = 1 the raw p is kept, as in Switch, so
+    the router gets a gradient from the language-model loss);
+        y = sum over chosen e of w_e * expert_e(x_hat)  [+ shared_expert(x_hat)]
+    Each expert is an MLP (so HG, DP, DNP and OR apply to it as to the dense
+    MLP) of width expert_d_ff, and is called every step, even on zero tokens,
+    so DDP sees every parameter used.
+
+    Returns (y, aux): y (B, T, n_embd); aux["expert_load"] (n_experts,), the
+    share of routed (token, slot) pairs per expert (sums to 1); in training
+    also aux["lb_loss"] = n_experts / top_k * sum_i f_i P_i (f_i = share of
+    tokens routed to i, counted without gradient, sum_i f_i = top_k; P_i =
+    mean router probability of i; 1.0 for uniform routing at any k; Switch
+    Transformer, Fedus et al. 2021) and aux["z_loss"] = mean(logsumexp(logits)^2)
+    (ST-MoE, Zoph et al. 2022), both float32.
+    """
 
     def __init__(self, cfg):
         super().__init__()
+        d, self.n_experts, self.top_k = cfg.n_embd, cfg.n_experts, cfg.top_k
+        self.router = Router(d, cfg.n_experts,
+                             in_scale=make_scale(cfg, d, "input") if cfg.branch_scales else None)
+        self.experts = nn.ModuleList(MLP(cfg, cfg.expert_d_ff) for _ in range(cfg.n_experts))
+        self.shared_expert = MLP(cfg, cfg.expert_d_ff) if cfg.shared_expert else None
+
+    def forward(self, x):
+        B, T, C = x.shape
+        x = x.reshape(-1, C)  # (N, C), N = B * T tokens
+        N, E, k = x.size(0), self.n_experts, self.top_k
+        logits = self.router(x).float()  # (N, E)
+        probs = logits.softmax(dim=-1)
+        weights, chosen = probs.topk(k, dim=-1)  # (N, k) each
+        if k > 1:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        # Dispatch: sort the N * k (token, slot) pairs by expert, so that expert e
+        # gets one contiguous run of its tokens; scatter-add the weighted outputs back.
+        expert_of_pair = chosen.flatten()  # (N * k,)
+        order = expert_of_pair.argsort(stable=True)
+        counts = torch.bincount(expert_of_pair, minlength=E)  # (E,) tokens per expert
+        token_of_pair = (order // k).split(counts.tolist())
+        weight_of_pair = weights.flatten()[order].split(counts.tolist())
+        y = torch.zeros_like(x)
+        for expert, tokens, w in zip(self.experts, token_of_pair, weight_of_pair):
+            y.index_add_(0, tokens, (expert(x[tokens]) * w[:, None]).to(y.dtype))
+        if self.shared_expert is not None:
+            y = y + self.shared_expert(x)
+        aux = {"expert_load": counts.float() / (N * k)}
+        if self.training:
+            f = counts.float() / N  # share of tokens per expert, no gradient; sums to k
+            aux["lb_loss"] = E / k * (f * probs.mean(dim=0)).sum()
+            aux["z_loss"] = torch.logsumexp(logits, dim=-1).pow(2).mean()
+        return y.view(B, T, C), aux
+
+    @torch.no_grad()
+    def fold_(self):
+        self.router.fold_()
+        for expert in self.mlps():
+            expert.fold_()
+
+    def mlps(self):
+        """The routed experts and the shared one."""
+        return list(self.experts) + ([self.shared_expert] if self.shared_expert is not None else [])
+
+    def expert_params(self):
+        """Parameters of one routed expert (they are all the same size)."""
+        return sum(p.numel() for p in self.experts[0].parameters())
+
+
+class Block(nn.Module):
+    """One pre-norm transformer block, dense or MoE.
+
+    forward: x (B, T, n_embd), RoPE tables -> (x, aux) where aux is the MoE
+    block's dict (see MoE) or None for a dense block.
+    """
+
+    def __init__(self, cfg, layer):
+        super().__init__()
         d, eps, hg = cfg.n_embd, cfg.norm_eps, cfg.branch_scales
-        dnp = cfg.mlp_placement == "dual_norm"
+        self.moe = cfg.is_moe(layer)
+        # Under DNP the shared pre-MLP scale only feeds normalized branches, unless a router reads it too.
+        magnitude_free = cfg.mlp_placement == "dual_norm" and not self.moe
         # With HG the pre-norms are bare: the branches carry the scales.
         self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input"))
         self.attn = Attention(cfg)
-        self.mlp_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", normalized_after=dnp))
-        self.mlp = MLP(cfg, cfg.d_ff)
+        self.mlp_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", magnitude_free))
+        self.mlp = MoE(cfg) if self.moe else MLP(cfg, cfg.d_ff)
         if cfg.output_norms:
             self.attn_out_norm = RMSNorm(d, eps, make_scale(cfg, d, "output"))
             self.mlp_out_norm = RMSNorm(d, eps, make_scale(cfg, d, "output"))
@@ -227,14 +337,16 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin):
         x = x + self.drop(self.attn_out_norm(self.attn(self.attn_norm(x), cos, sin)))
-        x = x + self.drop(self.mlp_out_norm(self.mlp(self.mlp_norm(x))))
-        return x
+        y, aux = self.mlp(self.mlp_norm(x)) if self.moe else (self.mlp(self.mlp_norm(x)), None)
+        return x + self.drop(self.mlp_out_norm(y)), aux
 
     @torch.no_grad()
     def fold_(self):
         a, m = self.attn, self.mlp
         fold_scale_(self.attn_norm.scale, columns_of=[a.q.weight, a.k.weight, a.v.weight])
-        fold_scale_(self.mlp_norm.scale, columns_of=[m.gate.weight, m.up.weight])
+        mlps = m.mlps() if self.moe else [m]  # every map that reads x_hat
+        readers = [w for mlp in mlps for w in (mlp.gate.weight, mlp.up.weight)]
+        fold_scale_(self.mlp_norm.scale, columns_of=readers + ([m.router.weight] if self.moe else []))
         a.fold_()
         m.fold_()
 
@@ -254,7 +366,7 @@ class GPT(nn.Module):
         self.config = cfg = config
         d, V = cfg.n_embd, cfg.padded_vocab_size
         self.wte = nn.Embedding(V, d)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.norm_f = RMSNorm(d, cfg.norm_eps, make_scale(cfg, d, "input"))
         self.lm_head = nn.Linear(d, V, bias=False)
         if cfg.tie_embeddings:
@@ -268,7 +380,8 @@ class GPT(nn.Module):
     @torch.no_grad()
     def init_weights(self, seed):
         """Draw every non-scale weight from a generator seeded by (seed, name); reset scales to 1."""
-        residual_out = {id(b.attn.o.weight) for b in self.blocks} | {id(b.mlp.down.weight) for b in self.blocks}
+        residual_out = {id(b.attn.o.weight) for b in self.blocks} | \
+            {id(mlp.down.weight) for b in self.blocks for mlp in (b.mlp.mlps() if b.moe else [b.mlp])}
         scale_params = {id(p) for m in self.modules() if isinstance(m, ScaleVector) for p in m.parameters()}
         for name, p in self.named_parameters():
             if id(p) in scale_params or p.is_meta:
@@ -287,9 +400,11 @@ class GPT(nn.Module):
             (-1 = ignore).
         Returns: (logits, loss, aux): logits (B, T, vocab_size) with targets,
             else (B, 1, vocab_size) for the last position; loss a scalar
-            cross-entropy (nats/token) or None; aux a dict of extra weighted
-            training-loss terms (empty for a dense model). The padded vocab
-            entries are cut off, so loss at init is about ln(vocab_size).
+            cross-entropy (nats/token) or None; aux empty for a dense model,
+            else "expert_load" (n_moe_layers, n_experts) and, in training,
+            "lb_loss" and "z_loss" averaged over the MoE layers (see MoE;
+            `aux_objective` weights them). The padded vocab entries are cut
+            off, so loss at init is about ln(vocab_size).
         Raises ValueError when T > block_size.
         """
         B, T = idx.shape
@@ -297,15 +412,28 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
         x = self.drop(self.wte(idx))  # (B, T, C)
         cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        moe_aux = []
         for block in self.blocks:
-            x = block(x, cos, sin)
+            x, block_aux = block(x, cos, sin)
+            if block_aux is not None:
+                moe_aux.append(block_aux)
+        aux = {key: torch.stack([a[key] for a in moe_aux]) for key in (moe_aux[0] if moe_aux else ())}
+        for key in ("lb_loss", "z_loss"):
+            if key in aux:
+                aux[key] = aux[key].mean()
         x = self.norm_f(x)
         V = self.config.vocab_size
         if targets is None:
-            return self.lm_head(x[:, [-1], :])[..., :V], None, {}
+            return self.lm_head(x[:, [-1], :])[..., :V], None, aux
         logits = self.lm_head(x)[..., :V]  # (B, T, V)
         loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1)
-        return logits, loss, {}
+        return logits, loss, aux
+
+    def aux_objective(self, aux):
+        """What training adds to the cross-entropy: aux_loss_coef * lb_loss + z_loss_coef * z_loss (0 if dense)."""
+        if "lb_loss" not in aux:
+            return 0.0
+        return self.config.aux_loss_coef * aux["lb_loss"] + self.config.z_loss_coef * aux["z_loss"]
 
     # -------------------------------------------------------------------------
 
@@ -348,25 +476,34 @@ class GPT(nn.Module):
         with torch.device("meta"):
             base_total = GPT(baseline_of(self.config)).num_params()
         extra = total - base_total
+        active = self.num_active_params()
+        moe = f" ({active:,} active per token)" if self.config.n_experts else ""
         return "\n".join([
-            f"parameters: {total:,} ({total / 1e6:.2f}M), embedding {self.wte.weight.numel():,}"
+            f"parameters: {total:,} ({total / 1e6:.2f}M){moe}, embedding {self.wte.weight.numel():,}"
             f"{' (tied with the LM head)' if self.lm_head.weight is self.wte.weight else ''}",
             f"scale vectors: {n_scale:,} = {n_scale / total:.3e} of the model "
             f"(input role {by_role['input']:,}, output role {by_role['output']:,})",
             f"extra over the baseline of this size ({base_total:,}): {extra:+,} = {extra / total:.3e} of the model",
         ])
 
-    def flops_per_token(self):
-        """Training FLOPs per token: 6 N_active + 12 n_layer n_embd block_size.
-
-        PaLM/nanoGPT convention, no causal halving; N_active counts the LM head
-        once and not the embedding lookup.
-        """
-        cfg = self.config
+    def num_active_params(self):
+        """Parameters one token uses: all but the embedding lookup (a tied head
+        counts once) and, in MoE blocks, all but top_k routed experts."""
         n = self.num_params()
         if self.lm_head.weight is not self.wte.weight:
             n -= self.wte.weight.numel()
-        return 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+        for b in self.blocks:
+            if b.moe:
+                n -= (b.mlp.n_experts - b.mlp.top_k) * b.mlp.expert_params()
+        return n
+
+    def flops_per_token(self):
+        """Training FLOPs per token: 6 N_active + 12 n_layer n_embd block_size.
+
+        PaLM/nanoGPT convention, no causal halving (README: Model).
+        """
+        cfg = self.config
+        return 6 * self.num_active_params() + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):

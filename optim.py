@@ -10,6 +10,7 @@ Groups:
     lm_head       untied LM head                         weight_decay
     scale_input   input-role scale vectors               by scale_wd
     scale_output  output-role scale vectors              by scale_wd
+    router        MoE routers                            weight_decay     AdamW always
 `scale_wd`: "iwd" = (weight_decay, 0), the paper's; "all" = (weight_decay,
 weight_decay); "none" = (0, 0), the usual nanoGPT/Llama practice.
 """
@@ -19,6 +20,7 @@ import math
 import torch
 import torch.nn as nn
 
+from model import Router
 from norms import ScaledLinear, ScaleVector
 
 SCALE_WD = ("iwd", "all", "none")
@@ -27,7 +29,7 @@ LR_SCHEDULES = ("cosine", "wsd", "linear", "constant")
 
 
 def param_groups(model, cfg):
-    """Split model's parameters into role groups.
+    """Split model's parameters into role groups (see the module docstring).
 
     Args: model (model.GPT); cfg with weight_decay, scale_wd, learning_rate,
         muon_lr, optimizer.
@@ -43,7 +45,7 @@ def param_groups(model, cfg):
         raise ValueError(f"optimizer={cfg.optimizer!r} is not one of {OPTIMIZERS}")
     wd = cfg.weight_decay
     scale_wd = {"iwd": (wd, 0.0), "all": (wd, wd), "none": (0.0, 0.0)}[cfg.scale_wd]
-    buckets = {k: [] for k in ("matrix", "embedding", "lm_head", "scale_input", "scale_output")}
+    buckets = {k: [] for k in ("matrix", "embedding", "lm_head", "scale_input", "scale_output", "router")}
     seen = set()
 
     def put(bucket, params):
@@ -60,6 +62,8 @@ def param_groups(model, cfg):
             put("embedding", own)
         elif module is model.lm_head:
             put("lm_head", own)
+        elif isinstance(module, Router):
+            put("router", own)
         elif isinstance(module, ScaledLinear):
             put("matrix", own)
         else:
@@ -77,6 +81,7 @@ def param_groups(model, cfg):
         "lm_head": (wd, cfg.learning_rate, "adamw"),
         "scale_input": (scale_wd[0], cfg.learning_rate, "adamw"),
         "scale_output": (scale_wd[1], cfg.learning_rate, "adamw"),
+        "router": (wd, cfg.learning_rate, "adamw"),
     }
     return [dict(name=name, params=buckets[name], weight_decay=spec[name][0], lr=spec[name][1],
                  initial_lr=spec[name][1], optimizer=spec[name][2])

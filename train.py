@@ -69,6 +69,14 @@ DEFAULTS = dict(
     output_norms=False,
     norm_eps=1e-6,
     scale_wd="iwd",
+    # mixture of experts (n_experts=0: dense)
+    n_experts=0,
+    top_k=2,
+    moe_every=1,
+    expert_d_ff=0,  # 0: d_ff
+    shared_expert=False,
+    aux_loss_coef=0.01,
+    z_loss_coef=0.0,
     # optimizer
     optimizer="adamw",  # "adamw" | "muon" (Muon for hidden matrices, AdamW for the rest)
     learning_rate=3e-3,  # AdamW
@@ -353,7 +361,7 @@ def resolve_device(cfg):
 
 
 def train(cfg_dict, given=frozenset()):
-    """Run one training run; returns a dict with the final losses and timing.
+    """Run one training run; returns dict(val_loss, train_loss, wall_s, model (uncompiled)).
 
     cfg_dict: a full config (see DEFAULTS); given: the keys the user set
     explicitly (on resume, the others come from the checkpoint).
@@ -442,18 +450,26 @@ def train(cfg_dict, given=frozenset()):
             torch.distributed.all_reduce(t)
         return t / world
 
+    n_moe = sum(b.moe for b in raw_model.blocks)
+
     @torch.no_grad()
     def evaluate():
+        """(val loss, expert load (n_moe, n_experts) as lists or None) over the fixed val batches."""
         fwd.eval()
         total = torch.zeros((), device=device)
+        load = torch.zeros(n_moe, cfg.n_experts, device=device)
         for k in range(rank, cfg.eval_iters, world):
             x, y = get_batch(data, "val", k, 0, cfg, device)
             with autocast:
-                total += fwd(x, y)[1].float()
+                _, loss, aux = fwd(x, y)
+            total += loss.float()
+            if n_moe:
+                load += aux["expert_load"]
         fwd.train()
         if world > 1:
             torch.distributed.all_reduce(total)
-        return total.item() / cfg.eval_iters
+            torch.distributed.all_reduce(load)
+        return total.item() / cfg.eval_iters, (load / cfg.eval_iters).tolist() if n_moe else None
 
     def write_log(row):
         if master:
@@ -461,12 +477,16 @@ def train(cfg_dict, given=frozenset()):
                 f.write(json.dumps(row) + "\n")
 
     def eval_and_save(it):
-        val = evaluate()
+        val, load = evaluate()
         if not math.isfinite(val):
             raise FloatingPointError(f"val loss is {val} at iter {it}: the run diverged; the last good "
                                      f"checkpoint {ckpt_path} is kept (try a lower learning_rate)")
-        write_log({"kind": "eval", "iter": it, "tokens": it * tokens_per_iter, "val_loss": val,
-                   "scales": scale_stats(raw_model)})
+        row = {"kind": "eval", "iter": it, "tokens": it * tokens_per_iter, "val_loss": val,
+               "scales": scale_stats(raw_model)}
+        if load is not None:  # per MoE layer: share of routed tokens per expert, and max / mean share
+            row["expert_load"] = load
+            row["max_load"] = [max(layer) * cfg.n_experts for layer in load]
+        write_log(row)
         saved = ""
         if master and it > 0:
             save_checkpoint(ckpt_path, {
@@ -486,35 +506,41 @@ def train(cfg_dict, given=frozenset()):
     for it in range(start_iter, cfg.max_iters):
         lr_mult = lr_multiplier(it, cfg)
         set_lr(optimizers, lr_mult)
-        loss_sum = torch.zeros((), device=device)
+        sums = torch.zeros(3, device=device)  # cross-entropy, lb_loss, z_loss over my micro-steps
         for n, j in enumerate(my_micro_steps):
             x, y = get_batch(data, "train", it, j, cfg, device)
             last = n == len(my_micro_steps) - 1
             with (model.no_sync() if world > 1 and not last else nullcontext()), autocast:
                 _, loss, aux = model(x, y)
-                objective = loss + sum(aux.values())
+                objective = loss + raw_model.aux_objective(aux)
             (objective / len(my_micro_steps)).backward()
-            loss_sum += loss.detach().float()
+            sums += torch.stack([loss.detach().float()] + [aux[k].detach() if k in aux else sums[0] * 0
+                                                           for k in ("lb_loss", "z_loss")])
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
         for opt in optimizers:
             opt.step()
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
-        loss_val = all_reduce_mean(loss_sum / len(my_micro_steps)).item()
+        loss_val, lb_loss, z_loss = all_reduce_mean(sums / len(my_micro_steps)).tolist()
         done = it + 1
         if not math.isfinite(loss_val):
             raise FloatingPointError(f"train loss is {loss_val} at iter {done}: the run diverged; the last "
                                      f"good checkpoint {ckpt_path} is kept (try a lower learning_rate)")
-        write_log({"kind": "train", "iter": done, "tokens": done * tokens_per_iter,
-                   "lr": cfg.learning_rate * lr_mult, "loss": loss_val})
+        row = {"kind": "train", "iter": done, "tokens": done * tokens_per_iter,
+               "lr": cfg.learning_rate * lr_mult, "loss": loss_val}
+        if n_moe:
+            row |= {"lb_loss": lb_loss, "z_loss": z_loss}
+        write_log(row)
         iters_window += 1
         if done % cfg.log_interval == 0 or done == cfg.max_iters:
             dt = time.perf_counter() - t_window
             tok_s = iters_window * tokens_per_iter / dt
             mfu = f" | MFU {100 * flops_per_token * tok_s / (peak * world):.1f}%" if peak else ""
+            moe = f" | lb {lb_loss:.3f} | max load {aux['expert_load'].max().item() * cfg.n_experts:.2f}" \
+                if n_moe else ""
             log(f"iter {done}/{cfg.max_iters} | loss {loss_val:.4f} | lr {cfg.learning_rate * lr_mult:.2e} | "
-                f"{tok_s / 1e3:.1f}k tok/s | {1000 * dt / iters_window:.0f} ms/iter{mfu}")
+                f"{tok_s / 1e3:.1f}k tok/s | {1000 * dt / iters_window:.0f} ms/iter{mfu}{moe}")
             t_window, iters_window = time.perf_counter(), 0
         if (cfg.eval_interval > 0 and done % cfg.eval_interval == 0) or done == cfg.max_iters:
             val_loss = eval_and_save(done)
@@ -529,7 +555,7 @@ def train(cfg_dict, given=frozenset()):
             out = raw_model.generate(start, cfg.sample_tokens, temperature=0.8, top_k=200)
         log(f"--- sample ({cfg.sample_tokens} tokens) ---\n{decode(out[0].tolist())}\n---")
     log(f"done: {cfg.max_iters - start_iter} iterations in {wall:.0f} s, final val loss {val_loss:.4f}")
-    return {"val_loss": val_loss, "train_loss": loss_val, "wall_s": wall}
+    return {"val_loss": val_loss, "train_loss": loss_val, "wall_s": wall, "model": raw_model}
 
 
 def main(argv=None):

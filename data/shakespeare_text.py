@@ -38,6 +38,14 @@ def markdown_to_text(md):
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip() + "\n"
 
 
+def write_atomic(path, write):
+    """write(f) into path + '.<pid>.tmp', then rename it to path (atomic on POSIX)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        write(f)
+    os.replace(tmp, path)
+
+
 def load_plays():
     """(train_text, val_text): every play's plain text, the VAL_PLAYS in val_text.
 

@@ -16,7 +16,7 @@ import numpy as np
 import tiktoken
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from shakespeare_text import load_plays  # noqa: E402
+from shakespeare_text import load_plays, write_atomic  # noqa: E402
 
 ENCODING = "r50k_base"
 
@@ -24,15 +24,14 @@ ENCODING = "r50k_base"
 def prepare(train_text, val_text, out_dir):
     """Encode both texts with GPT-2 BPE into out_dir; returns (meta, n_train, n_val) token counts."""
     enc = tiktoken.get_encoding(ENCODING)
-    counts = []
-    for split, text in (("train", train_text), ("val", val_text)):
-        ids = np.array(enc.encode_ordinary(text), dtype=np.uint16)  # max id 50256 fits in uint16
-        ids.tofile(os.path.join(out_dir, f"{split}.bin"))
-        counts.append(len(ids))
     meta = {"vocab_size": enc.n_vocab, "encoding": ENCODING}
-    with open(os.path.join(out_dir, "meta.pkl"), "wb") as f:
-        pickle.dump(meta, f)
-    return meta, *counts
+    write_atomic(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
+    counts = {}
+    for split, text in (("val", val_text), ("train", train_text)):  # train.bin last: it marks "ready"
+        ids = np.array(enc.encode_ordinary(text), dtype=np.uint16)  # max id 50256 fits in uint16
+        write_atomic(os.path.join(out_dir, f"{split}.bin"), ids.tofile)
+        counts[split] = len(ids)
+    return meta, counts["train"], counts["val"]
 
 
 if __name__ == "__main__":

@@ -13,18 +13,20 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from shakespeare_text import load_plays  # noqa: E402
+from shakespeare_text import load_plays, write_atomic  # noqa: E402
 
 
 def prepare(train_text, val_text, out_dir):
     """Write the char-level dataset for the given texts into out_dir; returns meta."""
     chars = sorted(set(train_text) | set(val_text))
     stoi = {c: i for i, c in enumerate(chars)}
-    for split, text in (("train", train_text), ("val", val_text)):
-        np.array([stoi[c] for c in text], dtype=np.uint16).tofile(os.path.join(out_dir, f"{split}.bin"))
     meta = {"vocab_size": len(chars), "itos": chars, "stoi": stoi}
-    with open(os.path.join(out_dir, "meta.pkl"), "wb") as f:
-        pickle.dump(meta, f)
+    # meta first, bins last (each written to a temporary file, then renamed): a reader that
+    # finds train.bin finds complete files, even with two runs preparing at once
+    write_atomic(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
+    for split, text in (("val", val_text), ("train", train_text)):
+        ids = np.array([stoi[c] for c in text], dtype=np.uint16)
+        write_atomic(os.path.join(out_dir, f"{split}.bin"), ids.tofile)
     return meta
 
 

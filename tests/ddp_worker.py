@@ -1,0 +1,17 @@
+"""Run by tests/test_ddp.py under torchrun: train, then save this rank's parameters."""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from train import load_config, train  # noqa: E402
+
+if __name__ == "__main__":
+    cfg, given = load_config(sys.argv[1:])
+    model = train(cfg, given)["model"]
+    rank = os.environ.get("RANK", "0")
+    torch.save(model.state_dict(), os.path.join(cfg["out_dir"], f"params_rank{rank}.pt"))
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -1,0 +1,93 @@
+"""Multi-process training with torchrun + DDP on CPU (gloo): results do not depend on the
+number of processes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+from model import GPT, GPTConfig
+from test_train import make_dataset, read_log, tiny_args
+from train import get_batch, load_config, load_data, MODEL_KEYS
+from types import SimpleNamespace
+
+K = 4  # optimizer steps
+
+
+def torchrun(nproc, script, *args):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           os.path.join(ROOT, script), *map(str, args)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=180, env=env)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One 2-process run (accumulation 4 = 2 per rank) and one 1-process run (accumulation 4)."""
+    tmp = tmp_path_factory.mktemp("ddp")
+    ds = make_dataset(tmp / "ds")
+    common = [f"--max_iters={K}", f"--eval_interval={K // 2}", "--gradient_accumulation_steps=4",
+              "--optimizer=muon", "--n_layer=2"]
+    out = {}
+    for nproc in (2, 1):
+        out[nproc] = tmp / f"n{nproc}"
+        proc = torchrun(nproc, "tests/ddp_worker.py", *tiny_args(ds, out[nproc], *common))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return SimpleNamespace(ds=ds, out=out, common=common, tmp=tmp)
+
+
+def test_two_processes_match_one_process(runs):
+    one = torch.load(runs.out[1] / "params_rank0.pt")
+    r0 = torch.load(runs.out[2] / "params_rank0.pt")
+    r1 = torch.load(runs.out[2] / "params_rank1.pt")
+    worst = 0.0
+    for name in one:
+        assert torch.equal(r0[name], r1[name]), f"{name} differs between ranks"
+        worst = max(worst, ((r0[name] - one[name]).abs().max() / one[name].abs().max().clamp_min(1e-12)).item())
+        torch.testing.assert_close(r0[name], one[name], rtol=1e-4, atol=1e-5, msg=name)
+    print(f"largest relative difference, 2 processes vs 1: {worst:.2e}")
+
+
+def test_logged_loss_is_the_mean_over_ranks_and_micro_steps(runs):
+    rows2 = [r for r in read_log(runs.out[2]) if r["kind"] == "train"]
+    rows1 = [r for r in read_log(runs.out[1]) if r["kind"] == "train"]
+    assert [r["iter"] for r in rows2] == list(range(1, K + 1))
+    for a, b in zip(rows2, rows1):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    # iteration 1 from scratch: rank r's loss is the mean over micro-steps j = r, r + 2
+    cfg, _ = load_config(tiny_args(runs.ds, runs.out[2], *runs.common))
+    cfg = SimpleNamespace(**cfg)
+    cfg.vocab_size = 40
+    model = GPT(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS}), seed=cfg.seed)
+    data = load_data(cfg, master=False)
+    with torch.no_grad():
+        micro = [model(*get_batch(data, "train", 0, j, cfg, torch.device("cpu")))[1].item() for j in range(4)]
+    ranks = [(micro[0] + micro[2]) / 2, (micro[1] + micro[3]) / 2]
+    assert rows2[0]["loss"] == pytest.approx(sum(ranks) / 2, rel=1e-5)
+
+
+def test_checkpoint_from_two_processes_resumes_under_one(runs):
+    """Resume the 2-process run's final checkpoint in 1 process for K more steps; the same as
+    the 1-process run resumed the same way."""
+    for n in (2, 1):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--init_from=resume",
+                               f"--out_dir={runs.out[n]}", f"--max_iters={2 * K}"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    a, b = read_log(runs.out[2]), read_log(runs.out[1])
+    assert max(r["iter"] for r in a) == 2 * K
+    for x, y in zip(a, b):
+        for key in {"loss", "val_loss"} & x.keys():
+            assert x[key] == pytest.approx(y[key], rel=1e-4), (x, y)
+
+
+def test_bad_split_is_a_clear_error_on_every_rank(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    proc = torchrun(2, "train.py", *tiny_args(ds, tmp_path / "o", "--gradient_accumulation_steps=3"))
+    assert proc.returncode != 0
+    message = "gradient_accumulation_steps=3 does not divide by WORLD_SIZE=2"
+    assert proc.stderr.count(message) == 2, proc.stderr[-3000:]
