@@ -6,7 +6,7 @@
     python plot.py configs/ablations/c8_unified.py               # then: tables and figures
 
 An ablation file (plain Python, configs/ablations/) sets
-    claim           a line saying what is tested
+    claim           a line saying what is tested (names starting with _ are helpers)
     base            a train.py config file every run starts from
     variants        {name: {config overrides}}; the first is the baseline the others are compared to
     settings        {name: {config overrides}}: optimizer/schedule settings, each a separate comparison
@@ -121,7 +121,7 @@ def main(argv):
             if run["out_dir"] not in seen:  # a run shared by several ablations runs once
                 seen.add(run["out_dir"])
                 runs.append(run)
-    todo = [r for r in runs if state(r) != "done"]
+    todo = sorted((r for r in runs if state(r) != "done"), key=lambda r: r["lr_mult"] != 1.0)  # LR sweep last
     print(f"{len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run")
     if args.dry_run:
         for r in runs:

@@ -1,0 +1,26 @@
+# The CPU miniature every ablation in configs/ablations/ starts from: the
+# baseline (shared scale vectors, no decay on them) at the default run's size,
+# 0.88M parameters (4 layers, width 128), on character-level Shakespeare,
+# 500 iterations x 4,096 tokens = 2.05M tokens. About 4 minutes per run on one
+# CPU thread; sweep.py runs two at a time on 2 cores.
+dataset = "shakespeare_char"
+sample_tokens = 0
+eval_interval = 100
+eval_iters = 40  # 164k validation characters, the same batches for every run
+log_interval = 100
+
+max_iters = 500
+warmup_iters = 50
+learning_rate = 3e-3
+min_lr = 3e-4
+muon_lr = 0.02
+wsd_decay_frac = 0.2
+
+scale = "vector"
+reparam = "plain"
+branch_scales = False
+attn_placement = "in"
+mlp_placement = "in"
+qk_norm = False
+output_norms = False
+scale_wd = "none"

@@ -1,0 +1,12 @@
+claim = "C1: removing every scale vector hurts pre-training"
+base = "configs/ablation_base.py"
+variants = {
+    "baseline": {},
+    "none": {"scale": "none"},
+}
+settings = {
+    "adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"},
+    "muon_wsd": {"optimizer": "muon", "lr_schedule": "wsd"},
+}
+seeds = [1, 2, 3]
+lr_multipliers = [0.5, 1.0, 2.0]  # the paper re-tunes the LR for C1: compare each at its best

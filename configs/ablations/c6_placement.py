@@ -1,0 +1,10 @@
+claim = "C6: scale vectors on both sides of linear maps (DP, DNP) help"
+base = "configs/ablation_base.py"
+variants = {
+    "baseline": {},
+    "dp": {"attn_placement": "dual", "mlp_placement": "dual"},
+    "dnp": {"attn_placement": "in", "mlp_placement": "dual_norm"},
+    "dp_dnp": {"attn_placement": "dual", "mlp_placement": "dual_norm"},
+}
+settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
+seeds = [1, 2, 3]

@@ -1,0 +1,9 @@
+claim = "C7: magnitude-direction reparameterization of the scale vectors (OR, ER) helps"
+base = "configs/ablation_base.py"
+variants = {
+    "baseline": {},
+    "or": {"reparam": "or"},
+    "er": {"reparam": "er"},
+}
+settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
+seeds = [1, 2, 3]

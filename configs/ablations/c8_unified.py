@@ -1,0 +1,13 @@
+claim = "C8: the unified strategy (HG + DP attention + DNP MLP + OR + IWD) beats the baseline"
+base = "configs/ablation_base.py"
+variants = {
+    "baseline": {},
+    "unified": {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm",
+                "reparam": "or", "scale_wd": "iwd"},
+}
+settings = {
+    "adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"},
+    "muon_wsd": {"optimizer": "muon", "lr_schedule": "wsd"},
+}
+seeds = [1, 2, 3]
+lr_multipliers = [0.5, 1.0, 2.0]
