@@ -451,6 +451,7 @@ def train(cfg_dict, given=frozenset()):
         return t / world
 
     n_moe = sum(b.moe for b in raw_model.blocks)
+    zero = torch.zeros((), device=device)
 
     @torch.no_grad()
     def evaluate():
@@ -514,8 +515,8 @@ def train(cfg_dict, given=frozenset()):
                 _, loss, aux = model(x, y)
                 objective = loss + raw_model.aux_objective(aux)
             (objective / len(my_micro_steps)).backward()
-            sums += torch.stack([loss.detach().float()] + [aux[k].detach() if k in aux else sums[0] * 0
-                                                           for k in ("lb_loss", "z_loss")])
+            sums += torch.stack([loss.detach().float(), aux.get("lb_loss", zero).detach(),
+                                 aux.get("z_loss", zero).detach()])
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
         for opt in optimizers:
