@@ -4,15 +4,16 @@
     python bench.py --variants=unified,unified_moe     # dense vs top-2 MoE of equal active parameters
     python bench.py configs/unified_124m.py --batch_size=1 --block_size=256 --variants=baseline,unified
     python bench.py configs/unified_124m.py --compile=True   # on a GPU: tokens/s, MFU, memory
+    python bench.py --memory=True                      # CPU: also the peak RSS of each variant
 
 Every variant trains on the same synthetic batch; one step of each variant is
 timed in turn (interleaved), so machine noise hits all of them alike, and
 the median over steps after warm-up is reported with its ratio to the
-baseline. Memory: torch.cuda.max_memory_allocated per variant on CUDA; on
-CPU the peak RSS of a separate process per variant (--rss=True; it includes
-the Python/torch runtime, so only differences between variants mean much).
-Config keys as in train.py; bench-only options: --variants, --steps,
---warmup, --rss.
+baseline. Memory (--memory=True, the default on CUDA): each variant alone in
+a separate process, torch.cuda.max_memory_allocated on CUDA, the peak RSS on
+CPU (it includes the Python/torch runtime, so only differences between
+variants mean much). Config keys as in train.py; bench-only options:
+--variants, --steps, --warmup, --memory.
 """
 
 import resource
@@ -50,7 +51,7 @@ BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_place
 
 
 def build(cfg, variant):
-    """(model, optimizers, autocast context, device) for one variant of cfg."""
+    """(model, the model to step (compiled if cfg.compile), optimizers) for one variant of cfg."""
     c = SimpleNamespace(**{**vars(cfg), **BASELINE, **VARIANTS[variant]})
     if variant.startswith("unified"):
         c.scale_wd = "iwd"
@@ -89,7 +90,7 @@ def sync(device):
 
 
 def main(argv):
-    opts_cli = {"variants": "all", "steps": "20", "warmup": "3", "rss": "False", "rss_child": ""}
+    opts_cli = {"variants": "all", "steps": "20", "warmup": "3", "memory": "auto", "memory_child": ""}
     rest = []
     for a in argv:
         key = a[2:].split("=", 1)[0] if a.startswith("--") else None
@@ -112,29 +113,26 @@ def main(argv):
     x = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
     y = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
 
-    if opts_cli["rss_child"]:  # a separate process: build one variant, run steps, report peak RSS
-        model, step_model, opts = build(cfg, opts_cli["rss_child"])
+    if opts_cli["memory_child"]:  # a separate process: one variant, a few steps, its peak memory
+        model, step_model, opts = build(cfg, opts_cli["memory_child"])
         for _ in range(3):
             train_step(model, step_model, opts, x, y, ctx)
-        print(peak_rss_mib())
+        sync(device)
+        print(torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else peak_rss_mib())
         return
 
     mem = {}
-    if opts_cli["rss"] == "True" and device.type == "cpu":  # before this process grows
-        for n in names:
-            out = subprocess.run([sys.executable, __file__, *rest, f"--rss_child={n}"],
+    if opts_cli["memory"] == "True" or (opts_cli["memory"] == "auto" and device.type == "cuda"):
+        for n in names:  # before this process holds any model
+            out = subprocess.run([sys.executable, __file__, *rest, f"--memory_child={n}"],
                                  capture_output=True, text=True, check=True).stdout
             mem[n] = float(out.strip().splitlines()[-1])
     built = {n: build(cfg, n) for n in names}
     times = {n: [] for n in names}
-    for n in names:  # warm-up (and compile), and the peak memory of each variant alone
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+    for n in names:  # warm-up (and compile)
         for _ in range(int(opts_cli["warmup"])):
             train_step(*built[n], x, y, ctx)
         sync(device)
-        if device.type == "cuda":
-            mem[n] = torch.cuda.max_memory_allocated(device) / 2**20
     for _ in range(int(opts_cli["steps"])):
         for n in names:  # interleaved: one step of each variant in turn
             sync(device)
@@ -149,7 +147,7 @@ def main(argv):
     print(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; n_layer={cfg.n_layer} n_embd={cfg.n_embd} "
           f"batch {cfg.batch_size} x block {cfg.block_size}; median of {opts_cli['steps']} interleaved steps")
-    mem_head = "  peak MiB (ratio)" if mem else ""
+    mem_head = f"  peak {'allocated' if device.type == 'cuda' else 'RSS'} MiB (ratio)" if mem else ""
     print(f"{'variant':<10} {'params':>12} {'ms/step':>9} {'ratio':>7} {'tok/s':>10}"
           + ("    MFU" if peak else "") + mem_head)
     for n in names:

@@ -18,7 +18,7 @@ each carry their own gamma on their linear map's input.
 import math
 import warnings
 import zlib
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -142,6 +142,10 @@ class Attention(nn.Module):
     u on their outputs and v, u on both sides of W_o. QK-norm: q = g_q *
     normalize(q) per head, g_q of shape (head_dim,) shared across heads
     (output role). Shapes: (B, T, n_embd) -> (B, T, n_embd).
+
+    Magnitude-free scales (see norms.make_scale): under QK-norm those on the q
+    and k paths; under output norms those on the v path and on o, since the
+    branch output is linear in them up to the normalization.
     """
 
     def __init__(self, cfg):
@@ -150,13 +154,13 @@ class Attention(nn.Module):
         hd, eps = d // cfg.n_head, cfg.norm_eps
         hg, dp = cfg.branch_scales, cfg.attn_placement == "dual"
 
-        def branch(normalized_after):
+        def branch(magnitude_free):
             return ScaledLinear(
                 d, d,
-                in_scale=make_scale(cfg, d, "input", normalized_after) if hg else None,
-                out_scale=make_scale(cfg, d, "input", normalized_after) if dp else None)
+                in_scale=make_scale(cfg, d, "input", magnitude_free) if hg else None,
+                out_scale=make_scale(cfg, d, "input", magnitude_free) if dp else None)
 
-        self.q, self.k, self.v = branch(cfg.qk_norm), branch(cfg.qk_norm), branch(False)
+        self.q, self.k, self.v = branch(cfg.qk_norm), branch(cfg.qk_norm), branch(cfg.output_norms)
         self.o = ScaledLinear(
             d, d,
             in_scale=make_scale(cfg, d, "input", cfg.output_norms) if dp else None,
@@ -195,28 +199,34 @@ class MLP(nn.Module):
                   columns through the elementwise product), u_gate output-role
                   (SiLU follows it).
     Shapes: (B, T, n_embd) -> (B, T, n_embd); d_ff hidden.
+
+    Magnitude-free scales (see norms.make_scale): under DNP the gate and up
+    input scales; with output_normalized (output norms on a dense block) also
+    those on the up branch and on down, which the output is linear in. In an
+    MoE block one expert's scales set its share of the sum, so they matter.
     """
 
-    def __init__(self, cfg, d_ff):
+    def __init__(self, cfg, d_ff, output_normalized=False):
         super().__init__()
         d, eps = cfg.n_embd, cfg.norm_eps
         hg, place = cfg.branch_scales, cfg.mlp_placement
         self.dnp = place == "dual_norm"
         dual = place in ("dual", "dual_norm")
 
-        def branch(out_role):
+        def branch(out_role, linear_to_output):
+            free = linear_to_output and output_normalized
             return ScaledLinear(
                 d, d_ff,
-                in_scale=make_scale(cfg, d, "input", normalized_after=self.dnp) if hg else None,
-                out_scale=make_scale(cfg, d_ff, out_role) if dual else None,
+                in_scale=make_scale(cfg, d, "input", self.dnp or free) if hg else None,
+                out_scale=make_scale(cfg, d_ff, out_role, free) if dual else None,
                 out_norm=self.dnp, eps=eps)
 
-        self.gate = branch("output" if self.dnp else "input")
-        self.up = branch("input")
+        self.gate = branch("output" if self.dnp else "input", linear_to_output=False)  # SiLU follows
+        self.up = branch("input", linear_to_output=True)
         self.down = ScaledLinear(
             d_ff, d,
-            in_scale=make_scale(cfg, d_ff, "input", cfg.output_norms) if dual else None,
-            out_scale=make_scale(cfg, d, "input", cfg.output_norms) if dual else None)
+            in_scale=make_scale(cfg, d_ff, "input", output_normalized) if dual else None,
+            out_scale=make_scale(cfg, d, "input", output_normalized) if dual else None)
 
     def forward(self, x):
         return self.down(F.silu(self.gate(x)) * self.up(x))
@@ -271,7 +281,8 @@ class MoE(nn.Module):
         B, T, C = x.shape
         x = x.reshape(-1, C)  # (N, C), N = B * T tokens
         N, E, k = x.size(0), self.n_experts, self.top_k
-        logits = self.router(x).float()  # (N, E)
+        with torch.autocast(x.device.type, enabled=False):  # routing decisions in float32
+            logits = self.router(x.float())  # (N, E)
         probs = logits.softmax(dim=-1)
         weights, chosen = probs.topk(k, dim=-1)  # (N, k) each
         if k > 1:
@@ -305,8 +316,8 @@ class MoE(nn.Module):
         """The routed experts and the shared one."""
         return list(self.experts) + ([self.shared_expert] if self.shared_expert is not None else [])
 
-    def expert_params(self):
-        """Parameters of one routed expert (they are all the same size)."""
+    def params_per_expert(self):
+        """Number of parameters of one routed expert (they are all the same size)."""
         return sum(p.numel() for p in self.experts[0].parameters())
 
 
@@ -321,13 +332,15 @@ class Block(nn.Module):
         super().__init__()
         d, eps, hg = cfg.n_embd, cfg.norm_eps, cfg.branch_scales
         self.moe = cfg.is_moe(layer)
-        # Under DNP the shared pre-MLP scale only feeds normalized branches, unless a router reads it too.
-        magnitude_free = cfg.mlp_placement == "dual_norm" and not self.moe
+        # A shared pre-norm scale is magnitude-free when every branch reading it is: q and k
+        # under QK-norm and v under output norms; gate and up under DNP (unless a router reads it).
+        attn_free = cfg.qk_norm and cfg.output_norms
+        mlp_free = cfg.mlp_placement == "dual_norm" and not self.moe
         # With HG the pre-norms are bare: the branches carry the scales.
-        self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input"))
+        self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", attn_free))
         self.attn = Attention(cfg)
-        self.mlp_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", magnitude_free))
-        self.mlp = MoE(cfg) if self.moe else MLP(cfg, cfg.d_ff)
+        self.mlp_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", mlp_free))
+        self.mlp = MoE(cfg) if self.moe else MLP(cfg, cfg.d_ff, output_normalized=cfg.output_norms)
         if cfg.output_norms:
             self.attn_out_norm = RMSNorm(d, eps, make_scale(cfg, d, "output"))
             self.mlp_out_norm = RMSNorm(d, eps, make_scale(cfg, d, "output"))
@@ -454,7 +467,7 @@ class GPT(nn.Module):
             warnings.warn("fold_scales(): untying the LM head from the embedding so the final-norm "
                           "scale can fold into it", stacklevel=3)
             self.lm_head.weight = nn.Parameter(self.wte.weight.detach().clone())
-            self.config.tie_embeddings = False
+            self.config = replace(self.config, tie_embeddings=False)
         for block in self.blocks:
             block.fold_()
         fold_scale_(self.norm_f.scale, columns_of=[self.lm_head.weight])
@@ -494,7 +507,7 @@ class GPT(nn.Module):
             n -= self.wte.weight.numel()
         for b in self.blocks:
             if b.moe:
-                n -= (b.mlp.n_experts - b.mlp.top_k) * b.mlp.expert_params()
+                n -= (b.mlp.n_experts - b.mlp.top_k) * b.mlp.params_per_expert()
         return n
 
     def flops_per_token(self):
@@ -520,7 +533,3 @@ class GPT(nn.Module):
             idx = torch.cat([idx, torch.multinomial(F.softmax(logits, dim=-1), 1)], dim=1)
         return idx
 
-
-def config_dict(cfg):
-    """The GPTConfig as a plain dict (for checkpoints and logs)."""
-    return asdict(cfg)

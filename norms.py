@@ -93,7 +93,9 @@ class ORScale(ScaleVector):
     """Magnitude-direction reparameterization "OR": gamma = beta * sqrt(d) * a / ||a||.
 
     beta (scalar) carries the magnitude and a (d,) the direction; both init 1,
-    so gamma == 1 at init. Paper section 3 (Theorem 3.2: an anisotropic
+    so gamma == 1 at init. Weight decay (optim.py) acts on both: on beta it
+    pulls gamma toward 0; on a, which only enters through a / ||a||, it only
+    enlarges the direction's effective step. Paper section 3 (Theorem 3.2: an anisotropic
     preconditioner, about d-fold learning rate on the magnitude). The exact
     formula is our reading of the paper. Parameters: d + 1.
     """
@@ -117,7 +119,8 @@ class ERScale(ScaleVector):
     """Exponential reparameterization "ER": gamma = exp(s) * sqrt(d) * a / ||a||.
 
     As ORScale with the magnitude stored as a log, s init 0, so the magnitude
-    stays positive and moves multiplicatively. Our reading of the paper.
+    stays positive and moves multiplicatively. Weight decay on s pulls the
+    magnitude toward 1, not 0. Our reading of the paper.
     Parameters: d + 1.
     """
 
@@ -136,7 +139,7 @@ class ERScale(ScaleVector):
         self.log_magnitude.zero_()
 
 
-def make_scale(cfg, dim, role, normalized_after=False):
+def make_scale(cfg, dim, role, magnitude_free=False):
     """The scale vector a site gets under `cfg`, or None when `cfg.scale == "none"`.
 
     Args:
@@ -144,16 +147,19 @@ def make_scale(cfg, dim, role, normalized_after=False):
             ("plain" | "or" | "er"), e.g. model.GPTConfig.
         dim: width d of the scale.
         role: "input" or "output".
-        normalized_after: True when a normalization follows this scale (DNP's
-            inner scale, DP's u_q/u_k under QK-norm, DP's u_o under output
-            norms). Its overall magnitude is then invisible to the loss, so it
-            stays a PlainScale under OR/ER: the magnitude parameter would get
-            no gradient.
+        magnitude_free: True when everything between this scale and the next
+            normalization is linear in it (linear maps, other scales,
+            attention's mixing of v, the up branch's product with
+            silu(gate)): DNP's inner scales, the q/k scales under QK-norm, the
+            v, o, up and down scales under output norms. Its overall
+            magnitude is then invisible to the loss (up to eps), so it stays
+            a PlainScale under OR/ER: the magnitude parameter would get no
+            gradient.
     Returns: PlainScale, ORScale, ERScale or None.
     """
     if cfg.scale == "none":
         return None
-    if cfg.reparam == "plain" or normalized_after:
+    if cfg.reparam == "plain" or magnitude_free:
         return PlainScale(dim, role)
     return {"or": ORScale, "er": ERScale}[cfg.reparam](dim, role)
 
@@ -195,11 +201,11 @@ class ScaledLinear(nn.Module):
         y = u * (W (v * x))                 placement "in" / "dual" (DP)
         y = u * normalize(W (v * x))        out_norm=True: "dual_norm" (DNP)
 
-    v (in_scale, width d_in) folds into W's columns, u (out_scale, width
-    d_out) into W's rows, so both are input-role and cost nothing after
-    `fold_()`; under DNP the normalization sits between W and u, so u cannot
-    fold into W (model.py folds the up branch's u into the down projection
-    instead). Paper section 3, Theorem 3.1 (DP descends at least as fast).
+    v (in_scale, width d_in) folds into W's columns and u (out_scale, width
+    d_out) into W's rows, so both cost nothing after `fold_()`. Under DNP the
+    normalization sits between W and u, so u cannot fold into W: the caller
+    gives u its role (model.py folds the up branch's u into the down
+    projection; the gate branch's u, which SiLU follows, is output-role). Paper section 3, Theorem 3.1 (DP descends at least as fast).
 
     Two equal ways to compute it: scale the activations, as the formula reads
     (cost ~ tokens * (d_in + d_out)), or scale the weight, u[:, None] * W *

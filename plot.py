@@ -9,15 +9,15 @@ For each ablation file, writes to --out:
                           extra parameters; and the LR sweep, each variant at its best LR
     <name>_curves.png     validation loss vs tokens per variant: mean over seeds, min-max band
     <name>_scales.png     the learned scale vectors (effective gamma) per layer and site of
-                          seed 1 of the last variant, one heatmap row per (layer, site)
+                          the lowest seed of the last variant, one heatmap row per (layer, site)
     lr_schedules.png      the learning rate vs iteration of each setting (from the logs)
 and prints the tables. Runs that are missing or unfinished are left out and named.
-A difference counts as reproduced only if every seed's paired difference has the sign
-of the claim; at CPU sizes that often fails, and the table says so.
+A claim counts as reproduced only if every seed's paired difference has the sign the
+ablation file's `expected` names ("contradicted": every seed has the other sign; "mixed"
+otherwise); at CPU sizes that often fails, and the table says so.
 """
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -31,12 +31,7 @@ import torch  # noqa: E402
 
 from model import GPT, GPTConfig  # noqa: E402
 from sweep import load_ablation, plan, state  # noqa: E402
-from train import MODEL_KEYS, UserError  # noqa: E402
-
-
-def read_log(out_dir):
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+from train import MODEL_KEYS, UserError, read_log  # noqa: E402
 
 
 def final_val(rows):
@@ -60,7 +55,7 @@ def collect(spec, out_root):
         if state(run) != "done":
             skipped.append(run["out_dir"])
             continue
-        rows = read_log(run["out_dir"])
+        rows = read_log(os.path.join(run["out_dir"], "log.jsonl"))
         if run["lr_mult"] == 1.0:
             entry["seeds"][run["seed"]] = rows
             entry["out_dirs"][run["seed"]] = run["out_dir"]
@@ -73,6 +68,19 @@ def fmt(x, digits=4):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def verdict(diffs, expected):
+    """'reproduced' when every seed's difference has the expected sign, 'contradicted' when
+    every one has the other, else 'mixed (k/n)'; '-' without an expectation or runs."""
+    if not expected or not diffs:
+        return "-"
+    agree = sum((d < 0) if expected == "lower" else (d > 0) for d in diffs)
+    if agree == len(diffs):
+        return f"reproduced ({agree}/{len(diffs)})"
+    if agree == 0 and all(d != 0 for d in diffs):
+        return f"contradicted (0/{len(diffs)})"
+    return f"mixed ({agree}/{len(diffs)})"
+
+
 def tables(spec, results):
     """Markdown: one results table per setting, then the LR sweep if there is one."""
     variants, base = list(spec["variants"]), list(spec["variants"])[0]
@@ -80,7 +88,7 @@ def tables(spec, results):
     for setting in spec["settings"]:
         out += [f"Setting `{setting}`:", "",
                 "| variant | extra params | val loss (mean +- std) | paired diff vs "
-                f"{base}, per seed | mean diff | same sign in every seed |",
+                f"{base}, per seed | mean diff | claim: val loss | verdict |",
                 "|---|---|---|---|---|---|"]
         b = results[(setting, base)]
         for v in variants:
@@ -92,14 +100,11 @@ def tables(spec, results):
             share = f"{extra:+,} ({extra / b['params']:+.2%})"
             seeds = sorted(set(e["seeds"]) & set(b["seeds"]))
             diffs = [final_val(e["seeds"][s]) - final_val(b["seeds"][s]) for s in seeds]
-            if v == base or not diffs:
-                diff_txt, mean_diff, sign = "-", "-", "-"
-            else:
-                diff_txt = ", ".join(f"{d:+.4f}" for d in diffs)
-                mean_diff = f"{statistics.mean(diffs):+.4f}"
-                sign = "yes" if all(d < 0 for d in diffs) or all(d > 0 for d in diffs) else "no"
+            diff_txt = ", ".join(f"{d:+.4f}" for d in diffs) if v != base and diffs else "-"
+            mean_diff = f"{statistics.mean(diffs):+.4f}" if v != base and diffs else "-"
+            expected = spec["expected"].get(v)
             out.append(f"| {v} | {share} | {fmt(mean)} +- {fmt(std)} (n={len(vals)}) | {diff_txt} | "
-                       f"{mean_diff} | {sign} |")
+                       f"{mean_diff} | {expected or '-'} | {verdict(diffs, expected)} |")
         out.append("")
     if spec["lr_multipliers"]:
         mults = sorted(spec["lr_multipliers"])
@@ -148,7 +153,7 @@ def plot_curves(spec, results, path):
 
 
 def plot_scales(spec, results, path):
-    """Heatmap of every effective gamma of seed 1 of the last variant (first setting)."""
+    """Heatmap of every effective gamma of the lowest seed of the last variant (first setting)."""
     setting, variant = list(spec["settings"])[0], list(spec["variants"])[-1]
     out_dirs = results[(setting, variant)]["out_dirs"]
     if not out_dirs:

@@ -9,6 +9,7 @@ An ablation file (plain Python, configs/ablations/) sets
     claim           a line saying what is tested (names starting with _ are helpers)
     base            a train.py config file every run starts from
     variants        {name: {config overrides}}; the first is the baseline the others are compared to
+    expected        {variant: "lower" or "higher"}: the claim's direction for its val loss vs the baseline
     settings        {name: {config overrides}}: optimizer/schedule settings, each a separate comparison
     seeds           every (variant, setting) runs with each seed
     lr_multipliers  optional LR sweep at seeds[0]: learning_rate, min_lr and muon_lr scaled together
@@ -29,10 +30,11 @@ import subprocess
 import sys
 import time
 
-from train import DEFAULTS, UserError, load_config
+from train import DEFAULTS, UserError, load_config, read_log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ABLATION_KEYS = {"claim", "base", "variants", "settings", "seeds", "lr_multipliers"}
+ABLATION_KEYS = {"claim", "base", "variants", "expected", "settings", "seeds", "lr_multipliers"}
+OPTIONAL = {"lr_multipliers": [], "expected": {}}
 LR_KEYS = ("learning_rate", "min_lr", "muon_lr")
 
 
@@ -42,11 +44,15 @@ def load_ablation(path):
         raise UserError(f"ablation file {path!r} not found")
     spec = {k: v for k, v in runpy.run_path(path).items() if not k.startswith("_")}
     unknown = spec.keys() - ABLATION_KEYS
-    missing = (ABLATION_KEYS - {"lr_multipliers"}) - spec.keys()
+    missing = (ABLATION_KEYS - OPTIONAL.keys()) - spec.keys()
     if unknown or missing:
         raise UserError(f"{path}: unknown entries {sorted(unknown)}, missing {sorted(missing)}; "
                         f"an ablation file sets {sorted(ABLATION_KEYS)}")
-    spec.setdefault("lr_multipliers", [])
+    for key, default in OPTIONAL.items():
+        spec.setdefault(key, default)
+    for variant, direction in spec["expected"].items():
+        if variant not in spec["variants"] or direction not in ("lower", "higher"):
+            raise UserError(f"{path}: expected[{variant!r}] = {direction!r}: name a variant and 'lower' or 'higher'")
     spec["base"] = os.path.join(HERE, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
     for group in ("variants", "settings"):
         for name, overrides in spec[group].items():
@@ -82,11 +88,9 @@ def plan(spec, out_root):
 def state(run):
     """'done' (final eval logged), 'partial' (a checkpoint to resume) or 'new'."""
     log = os.path.join(run["out_dir"], "log.jsonl")
-    if os.path.exists(log):
-        with open(log) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        if any(r["kind"] == "eval" and r["iter"] == run["config"]["max_iters"] for r in rows):
-            return "done"
+    if os.path.exists(log) and any(r["kind"] == "eval" and r["iter"] == run["config"]["max_iters"]
+                                   for r in read_log(log)):
+        return "done"
     return "partial" if os.path.exists(os.path.join(run["out_dir"], "ckpt.pt")) else "new"
 
 

@@ -17,7 +17,6 @@ import json
 import math
 import os
 import pickle
-import random
 import subprocess
 import sys
 import time
@@ -107,7 +106,7 @@ assert MODEL_KEYS <= DEFAULTS.keys(), f"DEFAULTS lacks model keys {MODEL_KEYS - 
 PEAK_BF16_FLOPS = [
     ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("GH200", 989e12), ("H200", 989e12),
     ("H100", 989e12), ("B200", 2250e12), ("A100", 312e12), ("L40S", 362e12),
-    ("L4", 121e12), ("RTX 4090", 165e12),
+    ("L40", 181e12), ("L4", 121e12), ("RTX 4090", 165e12),
 ]
 
 
@@ -201,8 +200,11 @@ def dataset_dir(dataset):
     return dataset if os.sep in dataset or os.path.isabs(dataset) else os.path.join(HERE, "data", dataset)
 
 
-def load_data(cfg, master):
+def load_data(cfg, prepare_here=True):
     """Memory-map train.bin / val.bin and read meta.pkl; prepare shakespeare data if missing.
+
+    prepare_here: this process may run the prepare script (under DDP: local rank 0;
+    every rank then meets at a barrier, whether or not anything was prepared).
 
     Returns dict(train=memmap, val=memmap, meta=dict or None).
     Raises UserError for a missing file or one shorter than block_size + 1 tokens.
@@ -211,12 +213,12 @@ def load_data(cfg, master):
     paths = {split: os.path.join(folder, f"{split}.bin") for split in ("train", "val")}
     prepare = os.path.join(folder, "prepare.py")
     local = os.path.basename(folder.rstrip(os.sep)) in ("shakespeare_char", "shakespeare")
-    if not all(os.path.exists(p) for p in paths.values()) and local and os.path.exists(prepare):
-        if master:  # under DDP the other ranks wait at the barrier in main()
-            print(f"{paths['train']} not found: running {os.path.relpath(prepare)} to make it", flush=True)
-            subprocess.run([sys.executable, prepare], check=True)
-        if torch.distributed.is_initialized():
-            torch.distributed.barrier()
+    missing = not all(os.path.exists(p) for p in paths.values())
+    if missing and local and os.path.exists(prepare) and prepare_here:
+        print(f"{paths['train']} not found: running {os.path.relpath(prepare)} to make it", flush=True)
+        subprocess.run([sys.executable, prepare], check=True)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
     data = {}
     for split, path in paths.items():
         if not os.path.exists(path):
@@ -296,14 +298,27 @@ def load_checkpoint(path):
     return ckpt
 
 
+def read_log(path):
+    """The rows of a log.jsonl; a last line torn by a crash mid-write is skipped."""
+    rows = []
+    with open(path) as f:
+        lines = f.read().splitlines()
+    for n, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if n < len(lines) - 1:
+                raise
+    return rows
+
+
 def trim_log(path, last_iter):
     """Drop log rows past last_iter (rows of a run that went on after its checkpoint)."""
     if not os.path.exists(path):
         return
-    with open(path) as f:
-        rows = [line for line in f if line.strip() and json.loads(line)["iter"] <= last_iter]
+    rows = [r for r in read_log(path) if r["iter"] <= last_iter]
     with open(path + ".tmp", "w") as f:
-        f.writelines(rows)
+        f.writelines(json.dumps(r) + "\n" for r in rows)
     os.replace(path + ".tmp", path)
 
 
@@ -348,6 +363,20 @@ def setup_distributed(cfg):
     return rank, local_rank, world
 
 
+def check_training_config(cfg):
+    """UserError for training keys out of range (model keys are checked by GPTConfig)."""
+    for key, low in (("batch_size", 1), ("gradient_accumulation_steps", 1), ("eval_iters", 1),
+                     ("log_interval", 1), ("max_iters", 0), ("warmup_iters", 0), ("eval_interval", 0),
+                     ("sample_tokens", 0), ("learning_rate", 0), ("min_lr", 0), ("muon_lr", 0),
+                     ("weight_decay", 0), ("grad_clip", 0), ("ddp_timeout_s", 1)):
+        if getattr(cfg, key) < low:
+            raise UserError(f"{key}={getattr(cfg, key)} must be >= {low}")
+    if cfg.learning_rate == 0:
+        raise UserError("learning_rate=0 trains nothing (and min_lr is relative to it): set a positive value")
+    if not 0 <= cfg.wsd_decay_frac <= 1:
+        raise UserError(f"wsd_decay_frac={cfg.wsd_decay_frac} must be in [0, 1]")
+
+
 def resolve_device(cfg):
     if cfg.device == "auto":
         cfg.device = "cuda" if torch.cuda.is_available() else \
@@ -379,6 +408,7 @@ def train(cfg_dict, given=frozenset()):
     elif cfg_dict["init_from"] != "scratch":
         raise UserError(f"init_from={cfg_dict['init_from']!r} is not 'scratch' or 'resume'")
     cfg = SimpleNamespace(**cfg_dict)
+    check_training_config(cfg)
     resolve_device(cfg)
     rank, local_rank, world = setup_distributed(cfg)
     master = rank == 0
@@ -390,8 +420,7 @@ def train(cfg_dict, given=frozenset()):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
-    torch.manual_seed(cfg.seed + rank)  # dropout only: weights and batches have their own seeds
-    data = load_data(cfg, master)
+    data = load_data(cfg, prepare_here=local_rank == 0)
     if cfg.vocab_size == 0:
         if not data["meta"] or "vocab_size" not in data["meta"]:
             raise UserError(f"vocab_size=0 means 'from meta.pkl', but {dataset_dir(cfg.dataset)} has "
@@ -413,21 +442,21 @@ def train(cfg_dict, given=frozenset()):
             raise UserError(f"checkpoint has {len(ckpt['optimizers'])} optimizer states, this config "
                             f"builds {len(optimizers)}: resume with the checkpoint's optimizer")
         for opt, state in zip(optimizers, ckpt["optimizers"]):
-            opt.load_state_dict(state)
+            hyper = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+            opt.load_state_dict(state)  # restores the moments, and the checkpoint's hyperparameters:
+            for group, h in zip(opt.param_groups, hyper):  # this run's config wins (--learning_rate=...)
+                group.update(h)
         start_iter = ckpt["iter"]
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        random.setstate(ckpt["rng"]["python"])
-        if device.type == "cuda" and ckpt["rng"]["cuda"] is not None:
-            torch.cuda.set_rng_state(ckpt["rng"]["cuda"], device)
         if master:
             trim_log(log_path, start_iter)
         del ckpt
-    elif master:
-        os.makedirs(out_dir, exist_ok=True)
+    else:
         if os.path.exists(ckpt_path):
-            log(f"warning: {ckpt_path} exists and will be overwritten at the first eval "
-                  f"(use --init_from=resume to continue it)")
-        open(log_path, "w").close()
+            raise UserError(f"out_dir={out_dir!r} already holds a run ({ckpt_path}): continue it with "
+                            f"--init_from=resume, or train from scratch in another --out_dir (or delete it)")
+        if master:
+            os.makedirs(out_dir, exist_ok=True)
+            open(log_path, "w").close()
 
     model = torch.compile(raw_model) if cfg.compile else raw_model
     fwd = model  # eval runs without the DDP wrapper
@@ -487,15 +516,13 @@ def train(cfg_dict, given=frozenset()):
         if load is not None:  # per MoE layer: share of routed tokens per expert, and max / mean share
             row["expert_load"] = load
             row["max_load"] = [max(layer) * cfg.n_experts for layer in load]
-        write_log(row)
         saved = ""
-        if master and it > 0:
+        if master and it > 0:  # the checkpoint first: a logged final eval means a finished run
             save_checkpoint(ckpt_path, {
                 "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
-                "config": vars(cfg), "iter": it, "val_loss": val, "meta": data["meta"],
-                "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}})
+                "config": vars(cfg), "iter": it, "val_loss": val, "meta": data["meta"]})
             saved = f" | saved {ckpt_path}"
+        write_log(row)
         log(f"eval iter {it}: val loss {val:.4f}{saved}")
         return val
 
@@ -507,6 +534,8 @@ def train(cfg_dict, given=frozenset()):
     for it in range(start_iter, cfg.max_iters):
         lr_mult = lr_multiplier(it, cfg)
         set_lr(optimizers, lr_mult)
+        # dropout masks from (seed, iteration, rank): a resumed run draws the same ones
+        torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + rank)
         sums = torch.zeros(3, device=device)  # cross-entropy, lb_loss, z_loss over my micro-steps
         for n, j in enumerate(my_micro_steps):
             x, y = get_batch(data, "train", it, j, cfg, device)
@@ -529,7 +558,7 @@ def train(cfg_dict, given=frozenset()):
             raise FloatingPointError(f"train loss is {loss_val} at iter {done}: the run diverged; the last "
                                      f"good checkpoint {ckpt_path} is kept (try a lower learning_rate)")
         row = {"kind": "train", "iter": done, "tokens": done * tokens_per_iter,
-               "lr": cfg.learning_rate * lr_mult, "loss": loss_val}
+               "lr": optimizers[0].param_groups[0]["lr"], "loss": loss_val}
         if n_moe:
             row |= {"lb_loss": lb_loss, "z_loss": z_loss}
         write_log(row)
@@ -538,9 +567,9 @@ def train(cfg_dict, given=frozenset()):
             dt = time.perf_counter() - t_window
             tok_s = iters_window * tokens_per_iter / dt
             mfu = f" | MFU {100 * flops_per_token * tok_s / (peak * world):.1f}%" if peak else ""
-            moe = f" | lb {lb_loss:.3f} | max load {aux['expert_load'].max().item() * cfg.n_experts:.2f}" \
-                if n_moe else ""
-            log(f"iter {done}/{cfg.max_iters} | loss {loss_val:.4f} | lr {cfg.learning_rate * lr_mult:.2e} | "
+            moe = f" | lb {lb_loss:.3f} | max load (last batch) " \
+                f"{aux['expert_load'].max().item() * cfg.n_experts:.2f}" if n_moe else ""
+            log(f"iter {done}/{cfg.max_iters} | loss {loss_val:.4f} | lr {row['lr']:.2e} | "
                 f"{tok_s / 1e3:.1f}k tok/s | {1000 * dt / iters_window:.0f} ms/iter{mfu}{moe}")
             t_window, iters_window = time.perf_counter(), 0
         if (cfg.eval_interval > 0 and done % cfg.eval_interval == 0) or done == cfg.max_iters:

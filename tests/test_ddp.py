@@ -63,7 +63,7 @@ def test_logged_loss_is_the_mean_over_ranks_and_micro_steps(runs):
     cfg = SimpleNamespace(**cfg)
     cfg.vocab_size = 40
     model = GPT(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS}), seed=cfg.seed)
-    data = load_data(cfg, master=False)
+    data = load_data(cfg, prepare_here=False)
     with torch.no_grad():
         micro = [model(*get_batch(data, "train", 0, j, cfg, torch.device("cpu")))[1].item() for j in range(4)]
     ranks = [(micro[0] + micro[2]) / 2, (micro[1] + micro[3]) / 2]

@@ -75,6 +75,21 @@ def test_aux_loss_is_one_for_uniform_routing(top_k):
 
 
 @pytest.mark.parametrize("top_k", [1, 2])
+def test_aux_loss_equals_hand_computed_value_for_uneven_routing(top_k):
+    """n_experts / top_k * sum_i f_i P_i with f and P computed here from the router's probabilities."""
+    torch.manual_seed(3)
+    moe = MoE(moe_cfg(top_k=top_k))
+    set_router(moe, torch.randn(4, D) * 2)
+    x = torch.randn(1, 9, D)
+    probs = torch.softmax(x[0] @ moe.router.weight.T, -1)
+    chosen = probs.topk(top_k, -1).indices
+    f = torch.tensor([(chosen == e).sum().item() / 9 for e in range(4)])
+    expected = 4 / top_k * (f * probs.mean(0)).sum()
+    assert lb_loss_of(moe, x).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert not torch.allclose(probs.mean(0), torch.full((4,), 0.25), atol=1e-2)  # P is not uniform
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
 def test_aux_loss_is_larger_for_collapsed_routing(top_k):
     moe = MoE(moe_cfg(top_k=top_k))
     weight = torch.zeros(4, D)
@@ -132,6 +147,7 @@ def test_flops_count_active_parameters():
     cfg = moe_cfg(n_experts=8, top_k=2, expert_d_ff=24, shared_expert=True)
     model = GPT(cfg)
     per_expert = 3 * D * 24  # no scale vectors of their own without HG/DP
+    assert model.blocks[0].mlp.params_per_expert() == per_expert
     assert model.num_active_params() == model.num_params() - 2 * (8 - 2) * per_expert
     assert model.flops_per_token() == 6 * model.num_active_params() + 12 * 2 * D * 8
 

@@ -196,17 +196,35 @@ def test_dual_placement_mlp_gate_scale_is_input_role():
     assert model.blocks[0].mlp.gate.out_scale.role == "input"
 
 
-def test_magnitude_free_scales_stay_plain_under_reparam():
-    """A scale followed by a normalization gets no OR/ER magnitude (it would get no gradient)."""
-    cfg = tiny(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
-               qk_norm=True, output_norms=True)
-    b = GPT(cfg).blocks[0]
-    for sv in (b.mlp.gate.in_scale, b.mlp.up.in_scale, b.attn.q.out_scale, b.attn.k.out_scale,
-               b.attn.q.in_scale, b.attn.o.out_scale, b.mlp.down.out_scale):
-        assert isinstance(sv, PlainScale)
-    for sv in (b.attn.v.in_scale, b.attn.v.out_scale, b.mlp.up.out_scale, b.mlp.gate.out_scale,
-               b.attn.q_norm.scale):
-        assert isinstance(sv, ORScale)
+MAGNITUDE_CONFIGS = [
+    dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", qk_norm=True, output_norms=True),
+    dict(attn_placement="dual", mlp_placement="dual", qk_norm=True, output_norms=True),
+    dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm"),
+    dict(branch_scales=True, mlp_placement="dual", output_norms=True, n_experts=3, top_k=2, shared_expert=True),
+]
+
+
+@pytest.mark.parametrize("variant", MAGNITUDE_CONFIGS, ids=range(len(MAGNITUDE_CONFIGS)))
+def test_reparam_applies_exactly_where_the_magnitude_matters(variant):
+    """Under OR, a scale stays a PlainScale iff doubling it leaves the logits unchanged:
+    its magnitude is invisible (everything up to the next normalization is linear in it)."""
+    model = GPT(tiny(reparam="or", norm_eps=1e-12, **variant), seed=0).eval()
+    gen = torch.Generator().manual_seed(9)
+    randomize_scales(model, gen)
+    with torch.no_grad():  # large weights, so that attention is far from uniform; small router
+        for name, p in model.named_parameters():  # weights, so that every expert gets tokens
+            if p.dim() == 2:
+                p.normal_(0.0, 0.05 if "router" in name else 0.5, generator=gen)
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(10))
+    with torch.no_grad():
+        before = model(idx)[0]
+        for name, sv in model.scale_vectors():
+            param = sv.weight if isinstance(sv, PlainScale) else sv.magnitude
+            param.mul_(2.0)
+            change = (model(idx)[0] - before).abs().max().item()
+            param.div_(2.0)
+            assert change < 1e-4 or change > 1e-2, (name, change)  # invariant, or clearly not
+            assert isinstance(sv, PlainScale) == (change < 1e-4), (name, change)
 
 
 def test_make_scale_none():

@@ -1,6 +1,5 @@
 """Role-aware parameter groups, the CPU Muon against torch.optim.Muon, and LR schedules."""
 
-import math
 from types import SimpleNamespace
 
 import pytest
@@ -104,7 +103,7 @@ def test_schedule_warmup_starts_above_zero_and_rises_linearly(name):
     assert lr_multiplier(9, cfg) == pytest.approx(1.0)
 
 
-def test_cosine_reaches_min_lr_halfway_at_the_midpoint():
+def test_cosine_is_halfway_at_the_midpoint_and_ends_at_min_lr():
     cfg = sched()
     assert lr_multiplier(10, cfg) == pytest.approx(1.0)
     assert lr_multiplier(55, cfg) == pytest.approx(0.1 + 0.9 * 0.5)
@@ -123,12 +122,6 @@ def test_wsd_is_flat_then_decays_linearly_over_the_last_fraction():
 def test_linear_and_constant():
     assert lr_multiplier(55, sched(lr_schedule="linear")) == pytest.approx(1.0 - 0.9 * 0.5)
     assert lr_multiplier(99, sched(lr_schedule="constant")) == 1.0
-
-
-def test_schedule_depends_on_the_iteration_only():
-    cfg = sched()
-    assert [lr_multiplier(i, cfg) for i in range(100)] == [lr_multiplier(i, cfg) for i in range(100)]
-    assert not math.isclose(lr_multiplier(30, cfg), lr_multiplier(31, cfg))
 
 
 def test_unknown_scale_wd_is_an_error():

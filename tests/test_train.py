@@ -119,6 +119,7 @@ def test_cli_errors_are_one_clear_line(tmp_path):
         (tiny_args(tmp_path / "missing", out), "not found for dataset="),
         (tiny_args(short, out), "fewer than block_size + 1 = 17"),
         (tiny_args(ds, out, "--init_from=resume"), "is unreadable"),
+        (tiny_args(ds, out), "already holds a run"),
     ]
     for args, message in cases:
         proc = cli(*map(str, args))
@@ -157,6 +158,48 @@ def test_resume_continues_exactly(tmp_path, monkeypatch, optimizer):
     for a, b in zip(straight, resumed):
         for key in {"loss", "val_loss", "lr", "tokens"} & a.keys():
             assert b[key] == pytest.approx(a[key], rel=1e-6, abs=0), (a, b)
+
+
+def test_resume_applies_this_runs_optimizer_settings(tmp_path):
+    """--learning_rate / --weight_decay on resume change what the optimizer applies, not just the log."""
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--eval_interval=4", "--lr_schedule=constant"))
+    result = run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=6", "--lr_schedule=constant",
+                           "--learning_rate=1e-4", "--weight_decay=0.3"))
+    rows = [r for r in read_log(tmp_path / "o") if r["kind"] == "train"]
+    assert [r["lr"] for r in rows] == [3e-3 * m for m in (0.5, 1.0, 1.0, 1.0)] + [1e-4, 1e-4]
+    ckpt = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)
+    groups = {g["name"]: g for g in ckpt["optimizers"][0]["param_groups"]}
+    assert groups["matrix"]["lr"] == 1e-4 and groups["matrix"]["weight_decay"] == 0.3
+    assert result["val_loss"] > 0
+
+
+def test_scratch_run_never_overwrites_an_existing_run(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    before = (tmp_path / "o" / "log.jsonl").read_text()
+    with pytest.raises(UserError, match="already holds a run.*--init_from=resume"):
+        run(tiny_args(ds, tmp_path / "o", "--max_iters=2"))
+    assert (tmp_path / "o" / "log.jsonl").read_text() == before
+
+
+def test_a_torn_last_log_line_is_dropped_on_resume(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    with open(tmp_path / "o" / "log.jsonl", "a") as f:
+        f.write('{"kind": "train", "iter": 3, "lo')  # a crash mid-write
+    run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=4"))
+    assert [r["iter"] for r in read_log(tmp_path / "o") if r["kind"] == "train"] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gradient_accumulation_steps=0"], "gradient_accumulation_steps=0 must be >= 1"),
+    (["--eval_iters=0"], "eval_iters=0 must be >= 1"),
+    (["--wsd_decay_frac=1.5"], "wsd_decay_frac=1.5 must be in"),
+])
+def test_training_keys_out_of_range_are_errors(tmp_path, args, message):
+    with pytest.raises(UserError, match=message):
+        run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", *args))
 
 
 def test_log_rows_follow_the_contract(tmp_path):
@@ -222,7 +265,7 @@ def test_default_dataset_is_prepared_when_missing(tmp_path):
     shutil.copy(os.path.join(ROOT, "data", "shakespeare_char", "prepare.py"), data / "shakespeare_char")
     cfg, _ = load_config([f"--dataset={data / 'shakespeare_char'}"])
     from types import SimpleNamespace
-    loaded = train_mod.load_data(SimpleNamespace(**cfg), master=True)
+    loaded = train_mod.load_data(SimpleNamespace(**cfg))
     assert len(loaded["train"]) > 4_000_000 and loaded["meta"]["vocab_size"] < 100
 
 
@@ -241,3 +284,6 @@ def test_sample_works_for_plain_and_compiled_checkpoints(tmp_path, capsys):
     sample.main(args)
     compiled = capsys.readouterr().out
     assert plain == compiled and plain.startswith("abc") and len(plain.split("\n")[0]) == 23
+    with pytest.warns(UserWarning, match="untying the LM head"):
+        sample.main(args + ["--fold"])  # folded scales: the same model, so the same text
+    assert capsys.readouterr().out == plain

@@ -4,6 +4,7 @@ variants = {
     "baseline": {},
     "none": {"scale": "none"},
 }
+expected = {"none": "higher"}
 settings = {
     "adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"},
     "muon_wsd": {"optimizer": "muon", "lr_schedule": "wsd"},

@@ -6,5 +6,6 @@ variants = {
     "gemma_wd_iwd": {**_gemma, "scale_wd": "iwd"},
     "gemma_wd_all": {**_gemma, "scale_wd": "all"},
 }
+expected = {"gemma_wd_iwd": "lower"}
 settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
 seeds = [1, 2, 3]

@@ -4,5 +4,6 @@ variants = {
     "baseline": {},
     "hg": {"branch_scales": True},
 }
+expected = {"hg": "lower"}
 settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
 seeds = [1, 2, 3]

@@ -6,5 +6,6 @@ variants = {
     "dnp": {"attn_placement": "in", "mlp_placement": "dual_norm"},
     "dp_dnp": {"attn_placement": "dual", "mlp_placement": "dual_norm"},
 }
+expected = {"dp": "lower", "dnp": "lower", "dp_dnp": "lower"}
 settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
 seeds = [1, 2, 3]

@@ -5,5 +5,6 @@ variants = {
     "or": {"reparam": "or"},
     "er": {"reparam": "er"},
 }
+expected = {"or": "lower", "er": "lower"}
 settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
 seeds = [1, 2, 3]

@@ -5,6 +5,7 @@ variants = {
     "unified": {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm",
                 "reparam": "or", "scale_wd": "iwd"},
 }
+expected = {"unified": "lower"}
 settings = {
     "adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"},
     "muon_wsd": {"optimizer": "muon", "lr_schedule": "wsd"},
