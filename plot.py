@@ -7,7 +7,8 @@ For each ablation file, writes to --out:
     <name>.md             results per setting: final val loss mean +- std over seeds,
                           the paired difference to the baseline per seed and its mean,
                           extra parameters; and the LR sweep, each variant at its best LR
-    <name>_curves.png     validation loss vs tokens per variant: mean over seeds, min-max band
+    <name>_curves.png     validation loss vs tokens per variant (mean over seeds, min-max band)
+                          and the paired difference to the baseline (same seed) vs tokens
     <name>_scales.png     the learned scale vectors (effective gamma) per layer and site of
                           the lowest seed of the last variant, one heatmap row per (layer, site)
     lr_schedules.png      the learning rate vs iteration of each setting (from the logs)
@@ -89,7 +90,7 @@ def tables(spec, results):
         out += [f"Setting `{setting}`:", "",
                 "| variant | extra params | val loss (mean +- std) | paired diff vs "
                 f"{base}, per seed | mean diff | claim: val loss | verdict |",
-                "|---|---|---|---|---|---|"]
+                "|---|---|---|---|---|---|---|"]
         b = results[(setting, base)]
         for v in variants:
             e = results[(setting, v)]
@@ -125,27 +126,52 @@ def tables(spec, results):
     return "\n".join(out)
 
 
+def eval_curve(rows):
+    """(tokens in millions, val loss) of a run's eval rows after iteration 0."""
+    evals = [r for r in rows if r["kind"] == "eval" and r["iter"] > 0]
+    return [r["tokens"] / 1e6 for r in evals], [r["val_loss"] for r in evals]
+
+
 def plot_curves(spec, results, path):
-    settings = list(spec["settings"])
-    fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4.2), squeeze=False)
-    for ax, setting in zip(axes[0], settings):
+    """Top: val loss per variant (mean over seeds, min-max band). Bottom: the paired
+    difference to the baseline (same seed), mean and min-max band over seeds."""
+    settings, base = list(spec["settings"]), list(spec["variants"])[0]
+    fig, axes = plt.subplots(2, len(settings), figsize=(6 * len(settings), 7.5), squeeze=False,
+                             sharex="col", gridspec_kw={"height_ratios": [3, 2]})
+    for col, setting in enumerate(settings):
+        top, bottom = axes[0][col], axes[1][col]
+        base_runs = results[(setting, base)]["seeds"]
         for v in spec["variants"]:
-            runs = list(results[(setting, v)]["seeds"].values())
+            runs = results[(setting, v)]["seeds"]
             if not runs:
                 continue
-            evals = [[r for r in rows if r["kind"] == "eval"] for rows in runs]
-            n = min(len(e) for e in evals)
-            tokens = [evals[0][i]["tokens"] / 1e6 for i in range(n)]
-            vals = [[e[i]["val_loss"] for e in evals] for i in range(n)]
-            mean = [statistics.mean(x) for x in vals]
-            line, = ax.plot(tokens[1:], mean[1:], marker="o", ms=3, label=f"{v} (n={len(runs)})")
-            ax.fill_between(tokens[1:], [min(x) for x in vals[1:]], [max(x) for x in vals[1:]],
-                            color=line.get_color(), alpha=0.2)
-        ax.set_xlabel("training tokens (millions)")
-        ax.set_ylabel("validation loss (nats/token)")
-        ax.set_title(f"{spec['name']}: {setting}")
-        ax.grid(alpha=0.3)
-        ax.legend()
+            curves = {seed: eval_curve(rows) for seed, rows in runs.items()}
+            n = min(len(c[1]) for c in curves.values())
+            tokens = next(iter(curves.values()))[0][:n]
+            vals = [[c[1][i] for c in curves.values()] for i in range(n)]
+            line, = top.plot(tokens, [statistics.mean(x) for x in vals], marker="o", ms=3,
+                             label=f"{v} (n={len(runs)})")
+            top.fill_between(tokens, [min(x) for x in vals], [max(x) for x in vals],
+                             color=line.get_color(), alpha=0.2)
+            paired = [s for s in curves if s in base_runs]
+            if v == base or not paired:
+                bottom.plot([], [])  # keep the colours of the two panels in step
+                continue
+            base_curves = {s: eval_curve(base_runs[s])[1] for s in paired}
+            m = min(n, *(len(c) for c in base_curves.values()))
+            diffs = [[curves[s][1][i] - base_curves[s][i] for s in paired] for i in range(m)]
+            bottom.plot(tokens[:m], [statistics.mean(d) for d in diffs], marker="o", ms=3,
+                        color=line.get_color(), label=v)
+            bottom.fill_between(tokens[:m], [min(d) for d in diffs], [max(d) for d in diffs],
+                                color=line.get_color(), alpha=0.2)
+        top.set_ylabel("validation loss (nats/token)")
+        top.set_title(f"{spec['name']}: {setting}")
+        top.grid(alpha=0.3)
+        top.legend()
+        bottom.axhline(0.0, color="black", lw=0.8)
+        bottom.set_xlabel("training tokens (millions)")
+        bottom.set_ylabel(f"val loss minus {base}'s\n(same seed; nats/token)")
+        bottom.grid(alpha=0.3)
     fig.suptitle(spec["claim"], fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -175,7 +201,8 @@ def plot_scales(spec, results, path):
     im = ax.imshow(data, aspect="auto", cmap="RdBu_r", vmin=1 - lim, vmax=1 + lim, interpolation="nearest")
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
     ax.set_xlabel("channel")
-    ax.set_title(f"learned scale vectors (effective gamma): {variant}, {setting}, seed {min(out_dirs)}")
+    ax.set_title(f"learned scale vectors (effective gamma, the n_embd-wide ones): {variant}, {setting}, "
+                 f"seed {min(out_dirs)}")
     fig.colorbar(im, ax=ax, label="gamma")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
