@@ -29,7 +29,7 @@ import torch
 
 from model import GPT, GPTConfig
 from optim import build_optimizers
-from train import MODEL_KEYS, UserError, load_config, peak_flops, resolve_device
+from train import MODEL_KEYS, UserError, load_config, peak_flops, resolve_device, usage
 
 # Overrides on top of the baseline: one per claim of the paper (README: claims table).
 VARIANTS = {
@@ -90,6 +90,9 @@ def sync(device):
 
 
 def main(argv):
+    if "-h" in argv or "--help" in argv:
+        print(usage(__doc__))
+        return
     opts_cli = {"variants": "all", "steps": "20", "warmup": "3", "memory": "auto", "memory_child": ""}
     rest = []
     for a in argv:

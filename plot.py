@@ -222,7 +222,7 @@ def plot_lr(all_results, path):
             ax.plot([r["iter"] for r in rows], [r["lr"] for r in rows], label=setting)
     ax.set_xlabel("iteration")
     ax.set_ylabel("AdamW learning rate")
-    ax.set_title("learning-rate schedules (Muon's LR follows the same multiplier)")
+    ax.set_title("learning-rate schedules\n(Muon's LR follows the same multiplier)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

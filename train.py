@@ -158,6 +158,12 @@ def unknown_key(key, where):
     return UserError(f"{where}: unknown config key {key!r}{hint}")
 
 
+def usage(doc):
+    """A script's --help text: its docstring, then every config key with its default."""
+    keys = "\n".join(f"  --{k}={v!r}" if isinstance(v, str) else f"  --{k}={v}" for k, v in DEFAULTS.items())
+    return f"{doc.strip()}\n\nconfig keys (default value; comments in train.py DEFAULTS):\n{keys}"
+
+
 def load_config(argv):
     """Defaults, then config files (plain assignments), then --key=value overrides.
 
@@ -590,8 +596,12 @@ def train(cfg_dict, given=frozenset()):
 
 def main(argv=None):
     """Command-line entry: errors become one line on stderr and exit status 1."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(usage(__doc__))
+        return
     try:
-        cfg, given = load_config(sys.argv[1:] if argv is None else argv)
+        cfg, given = load_config(argv)
         train(cfg, given)
     except (UserError, FloatingPointError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -15,7 +15,7 @@ import sample
 import train as train_mod
 from conftest import ROOT
 from model import GPT
-from train import UserError, load_config, train
+from train import DEFAULTS, UserError, load_config, train
 
 
 def make_dataset(folder, n_train=4000, n_val=1000, vocab=40, seed=0):
@@ -68,6 +68,16 @@ def test_bool_and_string_values():
 def test_unknown_key_on_the_command_line_names_the_closest_keys():
     with pytest.raises(UserError, match="unknown config key 'learing_rate'.*learning_rate"):
         load_config(["--learing_rate=1e-3"])
+
+
+def test_help_lists_every_key_with_a_default_that_parses_back(tmp_path):
+    r = cli("--help", f"--out_dir={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    lines = [ln.strip() for ln in r.stdout.splitlines() if ln.startswith("  --")]
+    assert [ln[2:].split("=", 1)[0] for ln in lines] == list(DEFAULTS)
+    cfg, _ = load_config(lines)  # each printed default is valid input and gives the default back
+    assert cfg == DEFAULTS
+    assert not os.listdir(tmp_path)  # --help trains nothing
 
 
 def test_unknown_key_in_a_config_file_names_the_file_and_the_closest_keys(tmp_path):
