@@ -9,3 +9,4 @@ variants = {
 expected = {"dp": "lower", "dnp": "lower", "dp_dnp": "lower"}
 settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
 seeds = [1, 2, 3]
+lr_multipliers = [0.5, 1.0, 2.0]  # a loss here may be an LR mismatch: compare each variant at its best LR
