@@ -101,6 +101,12 @@ def main(argv):
             opts_cli[key] = a.split("=", 1)[1]
         else:
             rest.append(a)
+    try:
+        steps, warmup = int(opts_cli["steps"]), int(opts_cli["warmup"])
+    except ValueError:
+        raise UserError(f"--steps={opts_cli['steps']} / --warmup={opts_cli['warmup']}: expected integers") from None
+    if steps < 1 or warmup < 0:
+        raise UserError(f"--steps={steps} must be >= 1 and --warmup={warmup} >= 0")
     cfg_dict, _ = load_config(rest)
     cfg = SimpleNamespace(**cfg_dict)
     resolve_device(cfg)
@@ -133,10 +139,10 @@ def main(argv):
     built = {n: build(cfg, n) for n in names}
     times = {n: [] for n in names}
     for n in names:  # warm-up (and compile)
-        for _ in range(int(opts_cli["warmup"])):
+        for _ in range(warmup):
             train_step(*built[n], x, y, ctx)
         sync(device)
-    for _ in range(int(opts_cli["steps"])):
+    for _ in range(steps):
         for n in names:  # interleaved: one step of each variant in turn
             sync(device)
             t0 = time.perf_counter()

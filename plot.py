@@ -241,6 +241,9 @@ def main(argv):
     for path in args.ablations:
         spec = load_ablation(path)
         results, skipped = collect(spec, args.out_root)
+        if not any(e["seeds"] for e in results.values()):
+            print(f"{path}: no finished runs under {args.out_root}/ (run: python sweep.py {path}); skipped\n")
+            continue
         all_results.append(results)
         md = tables(spec, results)
         if skipped:
@@ -250,6 +253,8 @@ def main(argv):
         print(md + "\n")
         plot_curves(spec, results, os.path.join(args.out, f"{spec['name']}_curves.png"))
         plot_scales(spec, results, os.path.join(args.out, f"{spec['name']}_scales.png"))
+    if not all_results:
+        raise UserError(f"no finished runs under {args.out_root}/ for any of these ablations")
     plot_lr(all_results, os.path.join(args.out, "lr_schedules.png"))
     return 0
 

@@ -11,11 +11,12 @@ multiplies every input-role scale vector into its linear map before sampling
 
 import argparse
 import sys
+from types import SimpleNamespace
 
 import torch
 
 from model import GPT, GPTConfig
-from train import MODEL_KEYS, UserError, load_checkpoint, make_codec
+from train import MODEL_KEYS, UserError, load_checkpoint, make_codec, resolve_device
 
 
 def load_model(ckpt_path, device="cpu"):
@@ -38,22 +39,30 @@ def main(argv):
     p.add_argument("--num_samples", type=int, default=1)
     p.add_argument("--max_new_tokens", type=int, default=300)
     p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top_k", type=int, default=200)
+    p.add_argument("--top_k", type=int, default=200, help="sample from the k most likely tokens; 0: all")
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help='"cpu", "cuda", "cuda:N", "mps" or "auto"')
     p.add_argument("--fold", action="store_true", help="fold input-role scales into the weights first")
     args = p.parse_args(argv)
+    if args.max_new_tokens < 1 or args.num_samples < 1 or args.top_k < 0 or args.temperature <= 0:
+        raise UserError("need --max_new_tokens >= 1, --num_samples >= 1, --top_k >= 0 and --temperature > 0")
+    dev = SimpleNamespace(device=args.device, dtype="auto")
+    resolve_device(dev)  # UserError for a device this machine lacks
+    args.device = dev.device
     model, ckpt = load_model(f"{args.out_dir}/ckpt.pt", args.device)
     if args.fold:
         model.fold_scales()
-    encode, decode = make_codec(ckpt.get("meta"))
+    codec = make_codec(ckpt.get("meta"), model.config.vocab_size)
+    if codec is None:
+        raise UserError(f"{args.out_dir}/ckpt.pt has no vocabulary to decode (its dataset had no meta.pkl)")
+    encode, decode = codec
     ids = encode(args.start)
     if not ids:
         raise UserError(f"--start={args.start!r} has no token of this checkpoint's vocabulary")
     torch.manual_seed(args.seed)
     x = torch.tensor([ids], dtype=torch.long, device=args.device)
     for _ in range(args.num_samples):
-        y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k)
+        y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None)
         print(decode(y[0].tolist()))
         print("---")
 

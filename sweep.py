@@ -25,12 +25,11 @@ import argparse
 import hashlib
 import json
 import os
-import runpy
 import subprocess
 import sys
 import time
 
-from train import DEFAULTS, UserError, load_config, read_log
+from train import DEFAULTS, UserError, load_config, read_log, run_config_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ABLATION_KEYS = {"claim", "base", "variants", "expected", "settings", "seeds", "lr_multipliers"}
@@ -42,7 +41,7 @@ def load_ablation(path):
     """The ablation file as a dict; UserError naming a missing, unknown or malformed entry."""
     if not os.path.isfile(path):
         raise UserError(f"ablation file {path!r} not found")
-    spec = {k: v for k, v in runpy.run_path(path).items() if not k.startswith("_")}
+    spec = {k: v for k, v in run_config_file(path).items() if not k.startswith("_")}
     unknown = spec.keys() - ABLATION_KEYS
     missing = (ABLATION_KEYS - OPTIONAL.keys()) - spec.keys()
     if unknown or missing:

@@ -20,6 +20,7 @@ import pickle
 import subprocess
 import sys
 import time
+import traceback
 from contextlib import nullcontext
 from dataclasses import fields
 from types import SimpleNamespace
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 from model import GPT, GPTConfig
-from optim import build_optimizers, format_groups, lr_multiplier, set_lr
+from optim import LR_SCHEDULES, build_optimizers, format_groups, lr_multiplier, set_lr
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -164,6 +165,20 @@ def usage(doc):
     return f"{doc.strip()}\n\nconfig keys (default value; comments in train.py DEFAULTS):\n{keys}"
 
 
+def run_config_file(path):
+    """The names a config file (plain Python) defines; UserError naming its line if it fails to run."""
+    namespace = {}
+    with open(path) as f:
+        source = f.read()
+    try:
+        exec(compile(source, path, "exec"), namespace)
+    except Exception as e:  # a config file is Python: its error is bad input, not a crash
+        lines = [fr.lineno for fr in traceback.extract_tb(e.__traceback__) if fr.filename == path]
+        line = e.lineno if isinstance(e, SyntaxError) else (lines[-1] if lines else "?")
+        raise UserError(f"config file {path}, line {line}: {type(e).__name__}: {e}") from None
+    return namespace
+
+
 def load_config(argv):
     """Defaults, then config files (plain assignments), then --key=value overrides.
 
@@ -185,9 +200,7 @@ def load_config(argv):
         else:
             if not os.path.isfile(arg):
                 raise UserError(f"config file {arg!r} not found")
-            namespace = {}
-            with open(arg) as f:
-                exec(compile(f.read(), arg, "exec"), namespace)
+            namespace = run_config_file(arg)
             for key, value in namespace.items():
                 if key.startswith("_") or callable(value) or type(value).__name__ == "module":
                     continue
@@ -258,16 +271,26 @@ def get_batch(data, split, index, micro_step, cfg, device):
     ix = rng.integers(0, len(arr) - cfg.block_size, size=cfg.batch_size)
     x = torch.from_numpy(np.stack([arr[i:i + cfg.block_size] for i in ix]).astype(np.int64))
     y = torch.from_numpy(np.stack([arr[i + 1:i + 1 + cfg.block_size] for i in ix]).astype(np.int64))
+    top = max(int(x.max()), int(y.max()))  # checked per batch: a full scan of a 5 GB file is slow
+    if top >= cfg.vocab_size:
+        raise UserError(f"{split}.bin holds token id {top} >= vocab_size={cfg.vocab_size}: set --vocab_size "
+                        f"(or meta.pkl's vocab_size) to the tokenizer's size")
     if device.type == "cuda":
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
 
 
-def make_codec(meta):
-    """(encode, decode) for a dataset: its char vocab, else GPT-2 BPE (tiktoken r50k_base)."""
+def make_codec(meta, vocab_size):
+    """(encode, decode) for a dataset: its char vocab, else GPT-2 BPE (tiktoken r50k_base).
+
+    None when neither fits: no char vocabulary in meta.pkl and a vocabulary
+    smaller than GPT-2's, so the ids are some other tokenizer's.
+    """
     if meta and "stoi" in meta:
         stoi, itos = meta["stoi"], meta["itos"]
         return (lambda s: [stoi[c] for c in s if c in stoi]), (lambda ids: "".join(itos[i] for i in ids))
+    if not (meta and "encoding" in meta) and vocab_size < 50257:
+        return None
     import tiktoken
     enc = tiktoken.get_encoding((meta or {}).get("encoding", "r50k_base"))
     return (lambda s: enc.encode(s, allowed_special={"<|endoftext|>"})), enc.decode
@@ -290,14 +313,13 @@ def save_checkpoint(path, state):
 def load_checkpoint(path):
     """The checkpoint dict; UserError if it is missing, unreadable or incomplete."""
     if not os.path.exists(path):
-        raise UserError(f"init_from='resume' but {path} does not exist: train with "
-                        f"--init_from=scratch first, or point --out_dir at a run")
+        raise UserError(f"no checkpoint at {path}: point --out_dir at a run that train.py wrote")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for a damaged zip/pickle
         raise UserError(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}); "
-                        f"it is damaged or not a scalevec checkpoint: restore it or start "
-                        f"over with --init_from=scratch") from None
+                        f"it is damaged or not a scalevec checkpoint: restore it from a copy, or "
+                        f"train again into a new --out_dir") from None
     missing = {"model", "optimizers", "config", "iter"} - set(ckpt if isinstance(ckpt, dict) else ())
     if missing:
         raise UserError(f"checkpoint {path} lacks {sorted(missing)}: not a scalevec checkpoint")
@@ -381,6 +403,10 @@ def check_training_config(cfg):
         raise UserError("learning_rate=0 trains nothing (and min_lr is relative to it): set a positive value")
     if not 0 <= cfg.wsd_decay_frac <= 1:
         raise UserError(f"wsd_decay_frac={cfg.wsd_decay_frac} must be in [0, 1]")
+    for key, allowed in (("init_from", ("scratch", "resume")), ("optimizer", ("adamw", "muon")),
+                         ("scale_wd", ("iwd", "all", "none")), ("lr_schedule", LR_SCHEDULES)):
+        if getattr(cfg, key) not in allowed:
+            raise UserError(f"{key}={getattr(cfg, key)!r} is not one of {', '.join(map(repr, allowed))}")
 
 
 def resolve_device(cfg):
@@ -410,6 +436,9 @@ def train(cfg_dict, given=frozenset()):
                 raise UserError(f"--init_from=resume: {key}={cfg_dict[key]!r} differs from the checkpoint's "
                                 f"{ckpt['config'][key]!r}; the model shape comes from the checkpoint")
         cfg_dict = {**DEFAULTS, **ckpt["config"], **{k: cfg_dict[k] for k in given - MODEL_KEYS}}
+        if ckpt["iter"] > cfg_dict["max_iters"]:
+            raise UserError(f"--init_from=resume: the checkpoint is at iteration {ckpt['iter']}, past "
+                            f"max_iters={cfg_dict['max_iters']}: pass a larger --max_iters to continue")
         cfg_dict["init_from"] = "resume"
     elif cfg_dict["init_from"] != "scratch":
         raise UserError(f"init_from={cfg_dict['init_from']!r} is not 'scratch' or 'resume'")
@@ -583,8 +612,11 @@ def train(cfg_dict, given=frozenset()):
             t_window, iters_window = time.perf_counter(), 0  # eval time is not training time
 
     wall = time.perf_counter() - t_start
-    if master and cfg.sample_tokens > 0:
-        encode, decode = make_codec(data["meta"])
+    codec = make_codec(data["meta"], cfg.vocab_size) if master and cfg.sample_tokens > 0 else None
+    if master and cfg.sample_tokens > 0 and codec is None:
+        log("no sample: the dataset has no meta.pkl vocabulary to decode its token ids")
+    if codec is not None:
+        encode, decode = codec
         start = torch.tensor([encode("\n")], dtype=torch.long, device=device)
         raw_model.eval()
         with autocast:

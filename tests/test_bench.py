@@ -2,7 +2,10 @@
 
 import re
 
+import pytest
+
 import bench
+from train import UserError
 
 
 def test_bench_prints_a_ratio_per_variant(capsys):
@@ -16,3 +19,10 @@ def test_bench_prints_a_ratio_per_variant(capsys):
     assert rows["baseline"][3] == "1.000" and float(rows["unified"][3]) > 0
     assert re.search(r"\(1\.000\)", " ".join(rows["baseline"]))  # memory ratio of the baseline to itself
     assert int(rows["unified_moe"][1].replace(",", "")) > int(rows["unified"][1].replace(",", ""))
+
+
+def test_bench_rejects_zero_steps_and_unknown_variants():
+    with pytest.raises(UserError, match="--steps=0 must be >= 1"):
+        bench.main(["--steps=0"])
+    with pytest.raises(UserError, match="unknown variant 'fast'"):
+        bench.main(["--variants=baseline,fast"])

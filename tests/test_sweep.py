@@ -6,8 +6,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import plot
 import sweep
+from train import UserError
 from conftest import ROOT
 from test_train import make_dataset
 
@@ -65,3 +68,17 @@ def test_ablation_files_in_configs_are_valid():
         assert list(spec["variants"])[0] in ("baseline", "gemma_wd_none"), name
         assert len(spec["seeds"]) >= 3, name
         assert sweep.plan(spec, "runs")
+
+
+def test_plot_without_finished_runs_is_an_error_and_draws_nothing(tmp_path):
+    ablation = os.path.join(ROOT, "configs", "ablations", "c5_hg.py")
+    with pytest.raises(UserError, match="no finished runs"):
+        plot.main([ablation, f"--out_root={tmp_path / 'runs'}", f"--out={tmp_path / 'plots'}"])
+    assert not [f for f in os.listdir(tmp_path / "plots") if f.endswith(".png")]
+
+
+def test_ablation_file_that_fails_to_run_names_its_line(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text("claim = 'x'\nvariants = {'baseline': {}}\nseeds = [1, 2, 3] +\n")
+    with pytest.raises(UserError, match=f"config file {path}, line 3: SyntaxError"):
+        sweep.load_ablation(str(path))

@@ -206,6 +206,10 @@ def test_a_torn_last_log_line_is_dropped_on_resume(tmp_path):
     (["--gradient_accumulation_steps=0"], "gradient_accumulation_steps=0 must be >= 1"),
     (["--eval_iters=0"], "eval_iters=0 must be >= 1"),
     (["--wsd_decay_frac=1.5"], "wsd_decay_frac=1.5 must be in"),
+    (["--lr_schedule=step"], "lr_schedule='step' is not one of 'cosine', 'wsd'"),  # read only after warmup
+    (["--optimizer=sgd"], "optimizer='sgd' is not one of 'adamw', 'muon'"),
+    (["--scale_wd=foo"], "scale_wd='foo' is not one of 'iwd', 'all', 'none'"),
+    (["--vocab_size=30"], r"(train|val)\.bin holds token id 3[0-9] >= vocab_size=30"),
 ])
 def test_training_keys_out_of_range_are_errors(tmp_path, args, message):
     with pytest.raises(UserError, match=message):
@@ -225,6 +229,24 @@ def test_log_rows_follow_the_contract(tmp_path):
     scales = eval_rows[0]["scales"]
     assert scales and all(set(s) == {"mean", "std", "min", "max"} for s in scales.values())
     assert scales["norm_f.scale"] == {"mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0}  # init
+
+
+def test_resume_past_max_iters_is_an_error_and_changes_nothing(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--eval_interval=2"))
+    log_before = (tmp_path / "o" / "log.jsonl").read_text()
+    with pytest.raises(UserError, match="checkpoint is at iteration 4, past max_iters=2"):
+        run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=2"))
+    assert (tmp_path / "o" / "log.jsonl").read_text() == log_before
+
+
+def test_config_file_that_fails_to_run_names_file_and_line(tmp_path):
+    for source, message in (("n_layer = 2\nx = = 3\n", "line 2: SyntaxError"),
+                            ("n_layer = 2\n\nn_head = undefined_name\n", "line 3: NameError")):
+        path = tmp_path / "cfg.py"
+        path.write_text(source)
+        with pytest.raises(UserError, match=f"config file {path}, {message}"):
+            load_config([str(path)])
 
 
 def test_resume_with_a_different_model_shape_is_an_error(tmp_path):
@@ -297,3 +319,19 @@ def test_sample_works_for_plain_and_compiled_checkpoints(tmp_path, capsys):
     with pytest.warns(UserWarning, match="untying the LM head"):
         sample.main(args + ["--fold"])  # folded scales: the same model, so the same text
     assert capsys.readouterr().out == plain
+    sample.main(args + ["--top_k=0"])  # 0: no top-k cut
+    assert capsys.readouterr().out.startswith("abc")
+    for bad, message in (("--max_new_tokens=0", "max_new_tokens >= 1"), ("--top_k=-1", "top_k >= 0"),
+                         (f"--out_dir={tmp_path / 'nope'}", "no checkpoint at")):
+        with pytest.raises(UserError, match=message):
+            sample.main(args + [bad])
+
+
+def test_no_sample_without_a_vocabulary_to_decode(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    os.remove(os.path.join(ds, "meta.pkl"))  # token ids of an unknown tokenizer
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2", "--vocab_size=40",
+                  "--sample_tokens=5"))
+    assert "no sample" in capsys.readouterr().out
+    with pytest.raises(UserError, match="no vocabulary to decode"):
+        sample.main([f"--out_dir={tmp_path / 'o'}"])
