@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from model import GPT, GPTConfig
-from optim import LR_SCHEDULES, build_optimizers, format_groups, lr_multiplier, set_lr
+from optim import LR_SCHEDULES, OPTIMIZERS, SCALE_WD, build_optimizers, format_groups, lr_multiplier, set_lr
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -269,12 +269,12 @@ def get_batch(data, split, index, micro_step, cfg, device):
     entropy = [cfg.seed, index, micro_step, 1] if split == "train" else [index, 2]
     rng = np.random.default_rng(entropy)
     ix = rng.integers(0, len(arr) - cfg.block_size, size=cfg.batch_size)
-    x = torch.from_numpy(np.stack([arr[i:i + cfg.block_size] for i in ix]).astype(np.int64))
-    y = torch.from_numpy(np.stack([arr[i + 1:i + 1 + cfg.block_size] for i in ix]).astype(np.int64))
-    top = max(int(x.max()), int(y.max()))  # checked per batch: a full scan of a 5 GB file is slow
+    window = np.stack([arr[i:i + cfg.block_size + 1] for i in ix]).astype(np.int64)  # one gather for x and y
+    top = int(window.max())  # checked per batch: a full scan of a 5 GB file is slow
     if top >= cfg.vocab_size:
         raise UserError(f"{split}.bin holds token id {top} >= vocab_size={cfg.vocab_size}: set --vocab_size "
                         f"(or meta.pkl's vocab_size) to the tokenizer's size")
+    x, y = torch.from_numpy(window[:, :-1].copy()), torch.from_numpy(window[:, 1:].copy())
     if device.type == "cuda":
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
@@ -403,8 +403,8 @@ def check_training_config(cfg):
         raise UserError("learning_rate=0 trains nothing (and min_lr is relative to it): set a positive value")
     if not 0 <= cfg.wsd_decay_frac <= 1:
         raise UserError(f"wsd_decay_frac={cfg.wsd_decay_frac} must be in [0, 1]")
-    for key, allowed in (("init_from", ("scratch", "resume")), ("optimizer", ("adamw", "muon")),
-                         ("scale_wd", ("iwd", "all", "none")), ("lr_schedule", LR_SCHEDULES)):
+    for key, allowed in (("init_from", ("scratch", "resume")), ("optimizer", OPTIMIZERS),
+                         ("scale_wd", SCALE_WD), ("lr_schedule", LR_SCHEDULES)):
         if getattr(cfg, key) not in allowed:
             raise UserError(f"{key}={getattr(cfg, key)!r} is not one of {', '.join(map(repr, allowed))}")
 
