@@ -24,12 +24,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from norms import RMSNorm, ScaledLinear, ScaleVector, fold_scale_, make_scale
+from norms import RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_scale_, make_scale
 
 SCALES = ("vector", "none")
 REPARAMS = ("plain", "or", "er")
 ATTN_PLACEMENTS = ("in", "dual")
-MLP_PLACEMENTS = ("in", "dual", "dual_norm")
+MLP_PLACEMENTS = ("in", "dual", "dual_norm", "in_norm")
 
 
 @dataclass
@@ -53,7 +53,7 @@ class GPTConfig:
     reparam: str = "plain"  # "plain" | "or" | "er"
     branch_scales: bool = False  # HG: separate gamma for q, k, v and gate, up
     attn_placement: str = "in"  # "in" | "dual" (DP)
-    mlp_placement: str = "in"  # "in" | "dual" (DP) | "dual_norm" (DNP)
+    mlp_placement: str = "in"  # "in" | "dual" (DP) | "dual_norm" (DNP) | "in_norm" (DNP's normalization alone)
     qk_norm: bool = False
     output_norms: bool = False  # Gemma-style sandwich norms before the residual add
     norm_eps: float = 1e-6
@@ -85,7 +85,8 @@ class GPTConfig:
             check(getattr(self, key) in allowed, f"{key}={getattr(self, key)!r} is not one of {allowed}")
         if self.scale == "none":
             extras = {"reparam": self.reparam != "plain", "branch_scales": self.branch_scales,
-                      "attn_placement": self.attn_placement != "in", "mlp_placement": self.mlp_placement != "in"}
+                      "attn_placement": self.attn_placement != "in",
+                      "mlp_placement": self.mlp_placement not in ("in", "in_norm")}
             bad = [k for k, on in extras.items() if on]
             check(not bad, f"scale='none' removes every scale vector, so {', '.join(bad)} cannot be set: "
                            "use the defaults (reparam='plain', branch_scales=False, placements 'in') or scale='vector'")
@@ -171,9 +172,7 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin):
         B, T, C = x.shape
-        q = self.q(x).view(B, T, self.n_head, -1)  # (B, T, nh, hd)
-        k = self.k(x).view(B, T, self.n_head, -1)
-        v = self.v(x).view(B, T, self.n_head, -1)
+        q, k, v = (y.view(B, T, self.n_head, -1) for y in branch_linears(x, (self.q, self.k, self.v)))  # (B, T, nh, hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -198,10 +197,12 @@ class MLP(nn.Module):
                   down as under DP. u_up is input-role (it folds into down's
                   columns through the elementwise product), u_gate output-role
                   (SiLU follows it).
+      "in_norm"   the control for DNP: gate and up become normalize(W x_hat)
+                  (DNP's normalization without its scales); scales as "in".
     Shapes: (B, T, n_embd) -> (B, T, n_embd); d_ff hidden.
 
-    Magnitude-free scales (see norms.make_scale): under DNP the gate and up
-    input scales; with output_normalized (output norms on a dense block) also
+    Magnitude-free scales (see norms.make_scale): under DNP (and "in_norm")
+    the gate and up input scales; with output_normalized (output norms on a dense block) also
     those on the up branch and on down, which the output is linear in. In an
     MoE block one expert's scales set its share of the sum, so they matter.
     """
@@ -211,15 +212,16 @@ class MLP(nn.Module):
         d, eps = cfg.n_embd, cfg.norm_eps
         hg, place = cfg.branch_scales, cfg.mlp_placement
         self.dnp = place == "dual_norm"
+        out_norm = place in ("dual_norm", "in_norm")  # a normalization over d_ff on gate and up
         dual = place in ("dual", "dual_norm")
 
         def branch(out_role, linear_to_output):
             free = linear_to_output and output_normalized
             return ScaledLinear(
                 d, d_ff,
-                in_scale=make_scale(cfg, d, "input", self.dnp or free) if hg else None,
+                in_scale=make_scale(cfg, d, "input", out_norm or free) if hg else None,
                 out_scale=make_scale(cfg, d_ff, out_role, free) if dual else None,
-                out_norm=self.dnp, eps=eps)
+                out_norm=out_norm, eps=eps)
 
         self.gate = branch("output" if self.dnp else "input", linear_to_output=False)  # SiLU follows
         self.up = branch("input", linear_to_output=True)
@@ -229,7 +231,8 @@ class MLP(nn.Module):
             out_scale=make_scale(cfg, d, "input", output_normalized) if dual else None)
 
     def forward(self, x):
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        gate, up = branch_linears(x, (self.gate, self.up))
+        return self.down(F.silu(gate) * up)
 
     @torch.no_grad()
     def fold_(self):
@@ -333,9 +336,9 @@ class Block(nn.Module):
         d, eps, hg = cfg.n_embd, cfg.norm_eps, cfg.branch_scales
         self.moe = cfg.is_moe(layer)
         # A shared pre-norm scale is magnitude-free when every branch reading it is: q and k
-        # under QK-norm and v under output norms; gate and up under DNP (unless a router reads it).
+        # under QK-norm and v under output norms; gate and up under DNP or in_norm (unless a router reads it).
         attn_free = cfg.qk_norm and cfg.output_norms
-        mlp_free = cfg.mlp_placement == "dual_norm" and not self.moe
+        mlp_free = cfg.mlp_placement in ("dual_norm", "in_norm") and not self.moe
         # With HG the pre-norms are bare: the branches carry the scales.
         self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", attn_free))
         self.attn = Attention(cfg)

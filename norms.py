@@ -9,7 +9,8 @@ holds, in the order of the paper:
     2. how gamma is parameterized                      (PlainScale = the baseline
        "vector"; ORScale, ERScale = magnitude-direction reparameterization, C7)
     3. where gamma sits around a linear map            (ScaledLinear: input side
-       v, output side u, dual placement DP; DNP adds a normalization, C6)
+       v, output side u, dual placement DP; DNP adds a normalization, C6;
+       branch_linears: the branches that read one input as one matmul)
     4. folding: an input-role gamma multiplied into    (fold_scale_, C2)
        its adjacent linear map changes nothing
 
@@ -35,13 +36,59 @@ import torch.nn.functional as F
 ROLES = ("input", "output")
 
 
+def rms_norm(x, weight, eps):
+    """weight * x / rms(x) over the last dim, computed in float32, returned in x's dtype.
+
+    Args: x (..., d); weight None or of shape (d,), or (n, d) to normalize n
+    branches of x (..., n, d) in one call (DNP's gate and up); eps added to
+    the mean square (pass it: F.rms_norm's default depends on the dtype).
+    F.rms_norm on CUDA (a fused kernel, forward and backward); on other devices
+    _RMSNormCPU, the same map with a closed-form backward (tests/test_norms.py
+    checks both against each other).
+    """
+    w = None if weight is None else weight.float()
+    if not x.is_cuda:
+        return _RMSNormCPU.apply(x.float(), w, eps).type_as(x)
+    if w is not None and w.dim() > 1:  # F.rms_norm's weight must have the normalized shape (d,)
+        return (F.rms_norm(x.float(), (x.size(-1),), None, eps) * w).type_as(x)
+    return F.rms_norm(x.float(), (x.size(-1),), w, eps).type_as(x)
+
+
+class _RMSNormCPU(torch.autograd.Function):
+    """y = x_hat * w with x_hat = x * rstd, rstd = (mean(x^2) + eps)^(-1/2), over the last dim.
+
+    Why: in torch 2.13 F.rms_norm on the CPU runs its backward through
+    autograd of a composite (pow, mean, rsqrt, two broadcasting muls), about
+    4x the time of F.layer_norm's fused kernel; with DNP's normalizations
+    over d_ff that was most of the unified model's step-time overhead. The
+    backward below is the textbook one (as for LayerNorm without the mean):
+        dx = rstd * (g w - x_hat * mean(g w * x_hat)),   dw = sum over tokens of g * x_hat.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rstd = torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+        x_hat = x * rstd
+        ctx.save_for_backward(x_hat, rstd, weight)
+        return x_hat if weight is None else x_hat * weight
+
+    @staticmethod
+    def backward(ctx, g):
+        x_hat, rstd, weight = ctx.saved_tensors
+        gw = g if weight is None else g * weight
+        dx = torch.addcmul(gw, x_hat, (gw * x_hat).mean(-1, keepdim=True), value=-1.0).mul_(rstd)
+        dweight = None
+        if weight is not None and ctx.needs_input_grad[1]:
+            dweight = (g * x_hat).sum(dim=tuple(range(g.dim() - weight.dim())))
+        return dx, dweight, None
+
+
 def normalize(x, eps):
     """x / rms(x) over the last dim, computed in float32, returned in x's dtype.
 
-    Args: x (..., d); eps added to the mean square (pass it: F.rms_norm's
-    default eps depends on the dtype).
+    Args: x (..., d); eps added to the mean square.
     """
-    return F.rms_norm(x.float(), (x.size(-1),), eps=eps).type_as(x)
+    return rms_norm(x, None, eps)
 
 
 # -----------------------------------------------------------------------------
@@ -191,8 +238,7 @@ class RMSNorm(nn.Module):
         self.dim, self.eps, self.scale = dim, eps, scale
 
     def forward(self, x):
-        gamma = None if self.scale is None else self.scale().float()
-        return F.rms_norm(x.float(), (self.dim,), gamma, self.eps).type_as(x)
+        return rms_norm(x, None if self.scale is None else self.scale(), self.eps)
 
 
 class ScaledLinear(nn.Module):
@@ -205,13 +251,17 @@ class ScaledLinear(nn.Module):
     d_out) into W's rows, so both cost nothing after `fold_()`. Under DNP the
     normalization sits between W and u, so u cannot fold into W: the caller
     gives u its role (model.py folds the up branch's u into the down
-    projection; the gate branch's u, which SiLU follows, is output-role). Paper section 3, Theorem 3.1 (DP descends at least as fast).
+    projection; the gate branch's u, which SiLU follows, is output-role).
+    With out_norm and no scales it is the bare normalization over d_out (the
+    "in_norm" control of DNP). Paper section 3, Theorem 3.1 (DP descends at
+    least as fast).
 
     Two equal ways to compute it: scale the activations, as the formula reads
-    (cost ~ tokens * (d_in + d_out)), or scale the weight, u[:, None] * W *
-    v[None, :], and do one plain matmul (cost ~ d_in * d_out, independent of
-    the batch). forward() takes the cheaper one for the micro-batch at hand;
-    tests/test_norms.py checks that both agree.
+    (forward_activation_side, cost ~ tokens * (d_in + d_out)), or scale the
+    weight, u[:, None] * W * v[None, :] (effective_weight), and do one plain
+    matmul (cost ~ d_in * d_out, independent of the batch). forward() goes
+    through branch_linears, which takes the cheaper one for the micro-batch
+    at hand; tests/test_norms.py checks that both agree.
 
     Args: d_in, d_out; in_scale, out_scale: ScaleVector or None;
     out_norm: normalize W's output over d_out (eps required then).
@@ -227,27 +277,24 @@ class ScaledLinear(nn.Module):
             raise ValueError("ScaledLinear(out_norm=True) needs eps")
 
     def forward(self, x):
-        d_out, d_in = self.weight.shape
-        n_tokens = x.numel() // d_in
-        if n_tokens * (d_in + d_out) > d_in * d_out:
-            return self.forward_weight_side(x)
-        return self.forward_activation_side(x)
+        return branch_linears(x, (self,))[0]
 
     def forward_activation_side(self, x):
+        """The formula as it reads: scale x, multiply by W, (normalize,) scale the output."""
         y = F.linear(scaled(x, self.in_scale), self.weight)
         if self.out_norm:
             y = normalize(y, self.eps)
         return scaled(y, self.out_scale)
 
-    def forward_weight_side(self, x):
-        w = self.weight  # (d_out, d_in)
+    def effective_weight(self):
+        """u[:, None] * W * v[None, :], shape (d_out, d_in); u stays out under out_norm (it follows
+        the normalization, so it is applied to the activations)."""
+        w = self.weight
         if self.in_scale is not None:
-            w = w * self.in_scale()[None, :]
-        if self.out_norm:  # u sits after the normalization: it stays on the activations
-            return scaled(normalize(F.linear(x, w), self.eps), self.out_scale)
-        if self.out_scale is not None:
-            w = self.out_scale()[:, None] * w
-        return F.linear(x, w)
+            w = w * self.in_scale()[None, :].type_as(w)
+        if self.out_scale is not None and not self.out_norm:
+            w = self.out_scale()[:, None].type_as(w) * w
+        return w
 
     @torch.no_grad()
     def fold_(self):
@@ -259,6 +306,44 @@ class ScaledLinear(nn.Module):
     def extra_repr(self):
         d_out, d_in = self.weight.shape
         return f"d_in={d_in}, d_out={d_out}, out_norm={self.out_norm}"
+
+
+def branch_linears(x, linears, weight_side=None):
+    """[lin(x) for lin in linears] for ScaledLinears that read the same x (q, k, v; gate, up).
+
+    When the weight side is cheaper (many tokens, or under torch.compile, where
+    a batch-size-dependent branch would recompile), the branches' effective
+    weights are concatenated into one matmul, and under out_norm (DNP) one
+    normalization runs over all branches at once, x (..., n, d_out) with the n
+    output scales stacked as its weight. Otherwise each branch scales its
+    activations (forward_activation_side). Both give the same map.
+
+    Args: x (..., d_in); linears: ScaledLinears of equal d_in; under out_norm
+    all must have out_norm and equal d_out; weight_side: True / False to force
+    a path (tests), None to pick the cheaper.
+    Returns: tuple of (..., d_out_i) tensors, one per branch.
+    """
+    d_out = [lin.weight.size(0) for lin in linears]
+    d_in = linears[0].weight.size(1)
+    if weight_side is None:
+        n_tokens = x.numel() // d_in
+        weight_side = torch.compiler.is_compiling() or n_tokens * (d_in + sum(d_out)) > d_in * sum(d_out)
+    if not weight_side:
+        return tuple(lin.forward_activation_side(x) for lin in linears)
+    w = linears[0].effective_weight() if len(linears) == 1 else \
+        torch.cat([lin.effective_weight() for lin in linears])
+    y = F.linear(x, w)  # (..., sum d_out)
+    assert len({lin.out_norm for lin in linears}) == 1, "branches must agree on out_norm"
+    if not linears[0].out_norm:
+        return y.split(d_out, dim=-1)
+    assert len(set(d_out)) == 1, "out_norm branches must have the same d_out"
+    scales = [lin.out_scale for lin in linears]
+    if all(s is None for s in scales):
+        u = None
+    else:
+        u = torch.stack([torch.ones(d_out[0], device=x.device) if s is None else s() for s in scales])
+    y = rms_norm(y.view(*y.shape[:-1], len(linears), d_out[0]), u, linears[0].eps)  # (..., n, d_out)
+    return y.unbind(-2)
 
 
 # -----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from model import GPT, GPTConfig
-from norms import ERScale, ORScale, PlainScale, RMSNorm, ScaledLinear, make_scale
+from norms import ERScale, ORScale, PlainScale, RMSNorm, ScaledLinear, _RMSNormCPU, branch_linears, make_scale, rms_norm
 
 EPS = 1e-6
 
@@ -92,7 +92,7 @@ def block_ref(block, x, cfg):
 
 
 SWITCHES = dict(reparam=["plain", "or", "er"], branch_scales=[False, True], attn_placement=["in", "dual"],
-                mlp_placement=["in", "dual", "dual_norm"], qk_norm=[False, True], output_norms=[False, True])
+                mlp_placement=["in", "dual", "dual_norm", "in_norm"], qk_norm=[False, True], output_norms=[False, True])
 
 
 def all_variants():
@@ -140,19 +140,85 @@ def test_scaled_linear_weight_side_equals_activation_side(out_norm):
         for p in itertools.chain(lin.in_scale.parameters(), lin.out_scale.parameters()):
             p.copy_(0.5 + torch.rand(p.shape, generator=gen))
     x = torch.randn(7, 24, generator=gen)
-    torch.testing.assert_close(lin.forward_weight_side(x), lin.forward_activation_side(x), rtol=1e-5, atol=1e-5)
+    weight_side = branch_linears(x, (lin,), weight_side=True)[0]
+    torch.testing.assert_close(weight_side, lin.forward_activation_side(x), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lin.forward_activation_side(x), linear_ref(lin, x).detach(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant", list(all_variants()), ids=lambda v: "-".join(f"{k}={x}" for k, x in v.items()))
-def test_block_forward_matches_formula(variant):
+@pytest.mark.parametrize("out_norm,with_scales", [(False, True), (True, True), (True, False)])
+def test_branch_linears_one_matmul_equals_each_branch(out_norm, with_scales):
+    """q, k, v (gate, up) as one matmul of concatenated scaled weights (and one normalization
+    over the stacked branches under DNP) give each branch's own formula, values and gradients."""
+    gen = torch.Generator().manual_seed(7)
+
+    def scale(d):
+        return ORScale(d, "input") if with_scales else None
+
+    lins = [ScaledLinear(24, 40, scale(24), scale(40), out_norm=out_norm, eps=EPS) for _ in range(3)]
+    params = [p for lin in lins for p in lin.parameters()]
+    with torch.no_grad():
+        for p in params:
+            p.copy_(torch.randn(p.shape, generator=gen) if p.dim() == 2 else 0.5 + torch.rand(p.shape, generator=gen))
+    x = torch.randn(5, 9, 24, generator=gen)
+    outs = {}
+    for side in (True, False):
+        ys = branch_linears(x, lins, weight_side=side)
+        grads = torch.autograd.grad(sum((y * (i + 1)).sum() for i, y in enumerate(ys)), params)
+        outs[side] = (ys, grads)
+    for y, lin in zip(outs[True][0], lins):
+        torch.testing.assert_close(y, linear_ref(lin, x), rtol=1e-5, atol=1e-5)
+    for a, b in zip(outs[True][1], outs[False][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)  # magnitude-free scales: true grad ~0
+
+
+@pytest.mark.parametrize("weight_shape", [None, (16,), (3, 16)])
+def test_rms_norm_matches_torch_values_and_gradients(weight_shape):
+    """norms.rms_norm (closed-form backward on the CPU) against F.rms_norm's forward and autograd,
+    and a float64 finite-difference gradcheck."""
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(4, 5, 3, 16, generator=gen, requires_grad=True)
+    w = None if weight_shape is None else (0.5 + torch.rand(weight_shape, generator=gen)).requires_grad_()
+    g = torch.randn(4, 5, 3, 16, generator=gen)
+    ref_w = None if w is None else w.expand(3, 16)
+    ref = F.rms_norm(x, (16,), None, EPS) * (1 if w is None else ref_w)
+    ours = rms_norm(x, w, EPS)
+    torch.testing.assert_close(ours, ref)
+    inputs = [x] + ([w] if w is not None else [])
+    torch.testing.assert_close(torch.autograd.grad(ours, inputs, g), torch.autograd.grad(ref, inputs, g))
+    x64 = x.detach().double().requires_grad_()
+    w64 = None if w is None else w.detach().double().requires_grad_()
+    # rms_norm computes in float32, so the float64 check calls the autograd function itself
+    assert torch.autograd.gradcheck(lambda *a: _RMSNormCPU.apply(a[0], a[1] if len(a) > 1 else None, EPS),
+                                    [x64] + ([w64] if w64 is not None else []))
+
+
+def test_rms_norm_under_bf16_autocast_computes_in_float32():
+    gen = torch.Generator().manual_seed(9)
+    x = (10 * torch.randn(8, 64, generator=gen)).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = rms_norm(x, torch.ones(64), EPS)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), rms_ref(x.float()), rtol=1e-2, atol=1e-2)
+
+
+def block_cases():
+    """Every variant at 10 tokens (each branch scales its activations); those without QK-norm and
+    output norms (which do not touch the grouped matmuls) also at 128 tokens (one matmul per group)."""
+    for v in all_variants():
+        yield pytest.param(v, 2, 5, id="-".join(f"{k}={x}" for k, x in v.items()) + "-10tok")
+        if not v.get("qk_norm") and not v.get("output_norms"):
+            yield pytest.param(v, 8, 16, id="-".join(f"{k}={x}" for k, x in v.items()) + "-128tok")
+
+
+@pytest.mark.parametrize("variant,B,T", list(block_cases()))
+def test_block_forward_matches_formula(variant, B, T):
     cfg = tiny(**variant)
     gen = torch.Generator().manual_seed(3)
     model = GPT(cfg, seed=0)
     randomize_scales(model, gen)
     block = model.blocks[0]
-    x = torch.randn(2, 5, cfg.n_embd, generator=gen)
-    cos, sin = model.rope_cos[:5], model.rope_sin[:5]
+    x = torch.randn(B, T, cfg.n_embd, generator=gen)
+    cos, sin = model.rope_cos[:T], model.rope_sin[:T]
     with torch.no_grad():
         torch.testing.assert_close(block(x, cos, sin)[0], block_ref(block, x, cfg), rtol=1e-4, atol=1e-4)
 
