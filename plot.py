@@ -292,7 +292,8 @@ def tables(spec, results):
         out.append("")
     if spec["comparisons"]:
         out += ["Further paired comparisons (variant minus reference, same seed and setting):", "",
-                "| setting | variant - reference | per seed | mean diff [95% CI] | claim: variant's val loss | verdict |",
+                "| setting | variant - reference | per seed | mean diff [95% CI] | claim: variant's val loss "
+                "| verdict |",
                 "|---|---|---|---|---|---|"]
         for setting in spec["settings"]:
             for v, ref, expected in spec["comparisons"]:
@@ -362,8 +363,8 @@ def multiplier_table(spec, results):
                 f"more token-efficient. Mean and 95% t interval over seeds.", ""]
         for seed in sorted(fits):
             f = fits[seed]
-            out.append(f"- seed {seed}: " + (f"E = {f[0]:.4f}, A = {f[1]:.4g}, alpha = {f[2]:.3f}" if isinstance(f, tuple)
-                                             else f"no fit ({f})"))
+            fit_txt = f"E = {f[0]:.4f}, A = {f[1]:.4g}, alpha = {f[2]:.3f}" if isinstance(f, tuple) else f"no fit ({f})"
+            out.append(f"- seed {seed}: {fit_txt}")
         out += ["", "| variant | per seed | mean [95% CI] | note |", "|---|---|---|---|"]
         for v, by_seed in per_variant.items():
             vals = [by_seed[s][0] for s in sorted(by_seed)]
@@ -375,7 +376,7 @@ def multiplier_table(spec, results):
             if outside:
                 note.append(f"extrapolated beyond the budgets for seed(s) {', '.join(map(str, outside))}")
             ci = mean_ci(finite)
-            mean_txt = "-" if ci is None else (f"{ci[0]:.3f}" + (f" [{ci[1]:.3f}, {ci[2]:.3f}]" if ci[1] is not None else ""))
+            mean_txt = "-" if ci is None else f"{ci[0]:.3f}" + (f" [{ci[1]:.3f}, {ci[2]:.3f}]" if ci[1] is not None else "")
             out.append(f"| {v} | {', '.join(f'{m:.3f}' for m in vals)} | {mean_txt} | {'; '.join(note) or '-'} |")
         out.append("")
     return out
@@ -479,7 +480,8 @@ def plot_fit(spec, results, path):
         ref, fits, _, _ = multipliers(spec, results, setting)
         for i, seed in enumerate(sorted(fits)):
             color = f"C{i % 10}"
-            pts = sorted((r["final"]["tokens"], final_val(r)) for r in results[(setting, ref)]["budgets"][seed].values())
+            budgets = results[(setting, ref)]["budgets"][seed].values()
+            pts = sorted((r["final"]["tokens"], final_val(r)) for r in budgets)
             ax.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], "o", color=color, label=f"{ref}, seed {seed}")
             if isinstance(fits[seed], tuple):
                 e, amp, alpha = fits[seed]
@@ -506,8 +508,8 @@ def plot_lr(configs, path):
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for setting, cfg in configs.items():
         ns = SimpleNamespace(**cfg)
-        ax.plot(range(cfg["max_iters"]), [cfg["learning_rate"] * lr_multiplier(it, ns) for it in range(cfg["max_iters"])],
-                label=setting)
+        iters = range(cfg["max_iters"])
+        ax.plot(iters, [cfg["learning_rate"] * lr_multiplier(it, ns) for it in iters], label=setting)
     ax.set_xlabel("iteration")
     ax.set_ylabel("AdamW learning rate")
     ax.set_title("learning-rate schedules\n(Muon's LR follows the same multiplier)", fontsize=10)

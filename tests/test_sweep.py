@@ -210,8 +210,9 @@ def test_iter_multipliers_scale_the_schedule_and_the_table_finds_the_multiplier(
         "variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nexpected = {'unified': 'lower'}\n"
         "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"
         "iter_multipliers = {'baseline': [0.5, 1.0, 1.5, 2.0]}\n"))
-    (tmp_path / "base.py").write_text((tmp_path / "base.py").read_text().replace(
-        "max_iters = 4\neval_interval = 2", "max_iters = 40\neval_interval = 20").replace("warmup_iters = 2", "warmup_iters = 10"))
+    base = (tmp_path / "base.py").read_text().replace("max_iters = 4\neval_interval = 2",
+                                                      "max_iters = 40\neval_interval = 20")
+    (tmp_path / "base.py").write_text(base.replace("warmup_iters = 2", "warmup_iters = 10"))
     spec = sweep.load_ablation(path)
     runs = sweep.plan(spec, "runs")
     base_runs = {(r["seed"], r["iter_mult"]): r["config"] for r in runs if r["variant"] == "baseline"}
