@@ -245,10 +245,12 @@ class MLP(nn.Module):
 class Router(ScaledLinear):
     """The MoE router: logits = W_r (gamma_router * x_hat), d -> n_experts.
 
-    A ScaledLinear of its own type, so optim.py gives it its own group (AdamW,
-    never Muon). Under HG it carries its own input scale gamma_router (input
+    `optim_group` puts its weight in optim.py's "router" group (AdamW, never
+    Muon; its own scales keep their role groups). Under HG it carries its own input scale gamma_router (input
     role); otherwise it shares the pre-MLP norm's scale with the experts.
     """
+
+    optim_group = "router"
 
 
 class MoE(nn.Module):
@@ -383,7 +385,9 @@ class GPT(nn.Module):
         d, V = cfg.n_embd, cfg.padded_vocab_size
         self.wte = nn.Embedding(V, d)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
-        self.norm_f = RMSNorm(d, cfg.norm_eps, make_scale(cfg, d, "input"))
+        # Tied, the final-norm scale cannot fold (the head is the embedding): output-role
+        # while training (DESIGN section 2); fold_scales() unties and makes it input-role.
+        self.norm_f = RMSNorm(d, cfg.norm_eps, make_scale(cfg, d, "output" if cfg.tie_embeddings else "input"))
         self.lm_head = nn.Linear(d, V, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
@@ -464,13 +468,15 @@ class GPT(nn.Module):
         After this, input-role scales are 1 and the logits are unchanged up to
         float rounding; output-role scales and all normalizations stay. A tied
         LM head is untied first (with a warning): the final-norm scale cannot
-        fold into a matrix that is also the embedding. Paper Theorem 2.2;
+        fold into a matrix that is also the embedding, so while tied it is
+        output-role; once untied it is input-role and folds. Paper Theorem 2.2;
         """
         if self.lm_head.weight is self.wte.weight and self.norm_f.scale is not None:
             warnings.warn("fold_scales(): untying the LM head from the embedding so the final-norm "
                           "scale can fold into it", stacklevel=3)
             self.lm_head.weight = nn.Parameter(self.wte.weight.detach().clone())
             self.config = replace(self.config, tie_embeddings=False)
+            self.norm_f.scale.role = "input"  # untied, it folds into the head's columns
         for block in self.blocks:
             block.fold_()
         fold_scale_(self.norm_f.scale, columns_of=[self.lm_head.weight])

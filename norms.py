@@ -20,9 +20,11 @@ place that turns the config into a scale vector.
 
 Every scale vector carries a `role`:
   "input"  it folds exactly into an adjacent linear map (pre-norm scales, both
-           sides of a linear map under DP, DNP's up-branch outer scale);
+           sides of a linear map under DP, DNP's up-branch outer scale, the
+           final-norm scale when the head is untied);
   "output" it sets a scale the model cannot get another way (QK-norm, output
-           norms, DNP's gate-branch outer scale, which SiLU follows).
+           norms, DNP's gate-branch outer scale, which SiLU follows, the
+           final-norm scale while the head is tied to the embedding).
 optim.py reads `role` to give input-role scales weight decay and output-role
 scales none (the paper's IWD, C4).
 """
@@ -100,8 +102,12 @@ class ScaleVector(nn.Module):
     """Base class: a learnable per-channel scale gamma of shape (d,) with a role.
 
     Args: dim d; role "input" or "output" (see the module docstring).
+    `magnitude_name` names the parameter that carries the overall magnitude
+    (OR, ER), which optim.py gives its own learning rate; None for a plain vector.
     Raises ValueError for an unknown role.
     """
+
+    magnitude_name = None
 
     def __init__(self, dim, role):
         super().__init__()
@@ -147,6 +153,8 @@ class ORScale(ScaleVector):
     formula is our reading of the paper. Parameters: d + 1.
     """
 
+    magnitude_name = "magnitude"
+
     def __init__(self, dim, role):
         super().__init__(dim, role)
         self.direction = nn.Parameter(torch.ones(dim))
@@ -170,6 +178,8 @@ class ERScale(ScaleVector):
     magnitude toward 1, not 0. Our reading of the paper.
     Parameters: d + 1.
     """
+
+    magnitude_name = "log_magnitude"
 
     def __init__(self, dim, role):
         super().__init__(dim, role)
@@ -224,7 +234,7 @@ class RMSNorm(nn.Module):
     """y = gamma * x / rms(x) over the last dim, in float32; gamma optional.
 
     Used for the pre-attention and pre-MLP norms (shared scale, role "input"),
-    the final norm before the LM head ("input"), QK-norm per head with gamma of
+    the final norm before the LM head ("input"; "output" while the head is tied), QK-norm per head with gamma of
     shape (head_dim,) ("output") and Gemma-style output norms before the
     residual add ("output"). With scale=None it is the bare normalization:
     the `scale="none"` ablation, or a site whose scale lives on the branches (HG).

@@ -5,14 +5,19 @@ input-role scale vectors, none on output-role ones. Roles come from the scale
 vectors themselves (norms.ScaleVector.role), never from parameter names.
 
 Groups:
-    matrix        2-D hidden matrices (attention, MLP)  weight_decay     Muon under optimizer="muon"
-    embedding     token embedding (tied: also the head)  0
-    lm_head       untied LM head                         weight_decay
-    scale_input   input-role scale vectors               by scale_wd
-    scale_output  output-role scale vectors              by scale_wd
-    router        MoE routers                            weight_decay     AdamW always
+    matrix            2-D hidden matrices (attention, MLP)  weight_decay     Muon under optimizer="muon"
+    embedding         token embedding (tied: also the head)  0
+    lm_head           untied LM head                         weight_decay
+    scale_input       input-role scale vectors               by scale_wd
+    scale_output      output-role scale vectors              by scale_wd
+    magnitude_input   OR/ER magnitude of an input-role scale  by scale_wd   lr x magnitude_lr_mult
+    magnitude_output  the same, output-role                  by scale_wd   lr x magnitude_lr_mult
+    router            MoE routers                            weight_decay     AdamW always
 `scale_wd`: "iwd" = (weight_decay, 0), the paper's; "all" = (weight_decay,
 weight_decay); "none" = (0, 0), the usual nanoGPT/Llama practice.
+Groups come from module attributes, not from model classes or names: a
+ScaleVector's `role` and `magnitude_name` (norms.py), a module's
+`optim_group` (model.Router: "router").
 """
 
 import math
@@ -20,7 +25,6 @@ import math
 import torch
 import torch.nn as nn
 
-from model import Router
 from norms import ScaledLinear, ScaleVector
 
 SCALE_WD = ("iwd", "all", "none")
@@ -32,7 +36,8 @@ def param_groups(model, cfg):
     """Split model's parameters into role groups (see the module docstring).
 
     Args: model (model.GPT); cfg with weight_decay, scale_wd, learning_rate,
-        muon_lr, optimizer.
+        muon_lr, optimizer, magnitude_lr_mult (the OR/ER magnitude's LR over
+        learning_rate; paper Theorem 3.2 reads OR as a larger LR on it).
     Returns: list of dicts {name, params, weight_decay, lr, optimizer}, empty
         groups left out; every parameter in exactly one group (tied weights once).
     Raises ValueError for an unknown scale_wd / optimizer; AssertionError if a
@@ -45,7 +50,8 @@ def param_groups(model, cfg):
         raise ValueError(f"optimizer={cfg.optimizer!r} is not one of {OPTIMIZERS}")
     wd = cfg.weight_decay
     scale_wd = {"iwd": (wd, 0.0), "all": (wd, wd), "none": (0.0, 0.0)}[cfg.scale_wd]
-    buckets = {k: [] for k in ("matrix", "embedding", "lm_head", "scale_input", "scale_output", "router")}
+    buckets = {k: [] for k in ("matrix", "embedding", "lm_head", "scale_input", "scale_output",
+                               "magnitude_input", "magnitude_output", "router")}
     seen = set()
 
     def put(bucket, params):
@@ -57,13 +63,18 @@ def param_groups(model, cfg):
     for module in model.modules():
         own = list(module.parameters(recurse=False))
         if isinstance(module, ScaleVector):
+            if module.magnitude_name is not None:
+                put("magnitude_" + module.role, [getattr(module, module.magnitude_name)])
             put("scale_" + module.role, module.parameters())
+        elif getattr(module, "optim_group", None) is not None:
+            if module.optim_group not in buckets:
+                raise ValueError(f"{type(module).__name__}.optim_group={module.optim_group!r} is not one of "
+                                 f"{list(buckets)}")
+            put(module.optim_group, own)
         elif isinstance(module, nn.Embedding):
             put("embedding", own)
         elif module is model.lm_head:
             put("lm_head", own)
-        elif isinstance(module, Router):
-            put("router", own)
         elif isinstance(module, ScaledLinear):
             put("matrix", own)
         else:
@@ -75,12 +86,15 @@ def param_groups(model, cfg):
         "optimizer groups must cover every parameter exactly once"
 
     muon = cfg.optimizer == "muon"
+    mag_lr = cfg.learning_rate * cfg.magnitude_lr_mult
     spec = {  # name -> (weight decay, lr, optimizer)
         "matrix": (wd, cfg.muon_lr if muon else cfg.learning_rate, "muon" if muon else "adamw"),
         "embedding": (0.0, cfg.learning_rate, "adamw"),
         "lm_head": (wd, cfg.learning_rate, "adamw"),
         "scale_input": (scale_wd[0], cfg.learning_rate, "adamw"),
         "scale_output": (scale_wd[1], cfg.learning_rate, "adamw"),
+        "magnitude_input": (scale_wd[0], mag_lr, "adamw"),
+        "magnitude_output": (scale_wd[1], mag_lr, "adamw"),
         "router": (wd, cfg.learning_rate, "adamw"),
     }
     return [dict(name=name, params=buckets[name], weight_decay=spec[name][0], lr=spec[name][1],
@@ -90,10 +104,10 @@ def param_groups(model, cfg):
 
 def format_groups(groups):
     """A table of the groups: name, optimizer, tensors, parameters, lr, weight decay."""
-    lines = [f"{'group':<13} {'optimizer':<9} {'tensors':>7} {'params':>13} {'lr':>9} {'wd':>6}"]
+    lines = [f"{'group':<16} {'optimizer':<9} {'tensors':>7} {'params':>13} {'lr':>9} {'wd':>6}"]
     for g in groups:
         n = sum(p.numel() for p in g["params"])
-        lines.append(f"{g['name']:<13} {g['optimizer']:<9} {len(g['params']):>7} {n:>13,} "
+        lines.append(f"{g['name']:<16} {g['optimizer']:<9} {len(g['params']):>7} {n:>13,} "
                      f"{g['lr']:>9.2e} {g['weight_decay']:>6.3g}")
     return "\n".join(lines)
 

@@ -1,21 +1,39 @@
-"""Tables and figures of an ablation from its runs' log.jsonl and ckpt.pt files.
+"""Tables and figures of an ablation from its run records in results/ alone (no runs/ needed).
 
     python plot.py configs/ablations/c8_unified.py            # after sweep.py on the same file
     python plot.py configs/ablations/*.py --out=assets
 
 For each ablation file, writes to --out:
-    <name>.md             results per setting: final val loss mean +- std over seeds,
-                          the paired difference to the baseline per seed and its mean,
-                          extra parameters; and the LR sweep, each variant at its best LR
+    <name>.md             per setting: final val loss mean +- std over seeds, the paired
+                          difference to the baseline per seed, its mean with a 95% interval
+                          and the verdict; the file's extra comparisons; the LR sweep; and,
+                          with token budgets, the compute multiplier
     <name>_curves.png     validation loss vs tokens per variant (mean over seeds, min-max band)
-                          and the paired difference to the baseline (same seed) vs tokens
-    <name>_scales.png     the learned scale vectors (effective gamma) per layer and site of
-                          the lowest seed of the last variant, one heatmap row per (layer, site)
-    lr_schedules.png      the learning rate vs iteration of each setting (from the logs)
-and prints the tables. Runs that are missing or unfinished are left out and named.
-A claim counts as reproduced only if every seed's paired difference has the sign the
-ablation file's `expected` names ("contradicted": every seed has the other sign; "mixed"
-otherwise); at CPU sizes that often fails, and the table says so.
+                          and the paired difference to the baseline (same seed) vs tokens, its
+                          mean with a 95% t interval as a band
+    <name>_scales.png     the final scale statistics (mean, std, min-max of each effective gamma)
+                          per site of the lowest seed of the last variant
+    <name>_fit.png        with token budgets: the reference's loss-vs-tokens fit per seed and
+                          the variants' final losses on it
+    lr_schedules.png      the learning rate vs iteration of each setting (from the configs)
+and prints the tables. Runs without a record are left out and named.
+
+Statistics (DESIGN section 9). Per seed s, d_s = val loss of the variant minus that
+of its reference, same seed (paired). Over n seeds: mean d, sample standard
+deviation s_d, and the 95% interval mean +- t_{0.975, n-1} s_d / sqrt(n) (Student t;
+its quantile computed from the exact t distribution for integer df, see t_quantile).
+Verdict: "reproduced" when the interval lies wholly on the side the ablation's
+`expected` names, "contradicted" when wholly on the other side, "unresolved"
+otherwise (an interval touching 0 included); one seed: "unresolved (1 seed)".
+
+Compute multiplier (the paper's headline metric). Per seed, the reference's final
+loss at its token budgets D is fitted by L(D) = E + A D^-alpha (least squares in L;
+for a fixed E, log(L - E) is linear in log D and solved in closed form; E is found on
+a grid over [0, min L) refined by golden-section search). The multiplier of a variant
+is D_ref(L_variant) / D_variant: the tokens the reference needs to reach the variant's
+final loss over the tokens the variant used (> 1: the variant is more token-efficient);
+mean and 95% t interval over seeds. With 4 budgets the fit has one degree of freedom:
+a multiplier outside the budgets' range is an extrapolation, and the table says so.
 """
 
 import argparse
@@ -23,118 +41,360 @@ import math
 import os
 import statistics
 import sys
+from types import SimpleNamespace
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from model import GPT, GPTConfig  # noqa: E402
-from sweep import load_ablation, plan, state  # noqa: E402
-from train import MODEL_KEYS, UserError, read_log  # noqa: E402
+from optim import lr_multiplier  # noqa: E402
+from sweep import load_ablation, load_records, plan  # noqa: E402
+from train import MODEL_KEYS, UserError  # noqa: E402
+
+# -----------------------------------------------------------------------------
+# Statistics
 
 
-def final_val(rows):
-    return [r for r in rows if r["kind"] == "eval"][-1]["val_loss"]
+def t_cdf_two_sided(t, df):
+    """P(|T| <= t) for Student's t with integer df >= 1, exactly.
+
+    Abramowitz & Stegun 26.7.3 (odd df) and 26.7.4 (even df): with
+    theta = atan(t / sqrt(df)), finite sums of powers of cos(theta).
+    """
+    if df < 1 or df != int(df):
+        raise ValueError(f"df={df} must be a positive integer")
+    theta = math.atan(abs(t) / math.sqrt(df))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2:  # (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), df - 2 the last power
+        term, total = math.cos(theta), 0.0
+        for j in range(1, (df - 1) // 2 + 1):
+            total += term
+            term *= c2 * (2 * j) / (2 * j + 1)
+        return 2 / math.pi * (theta + s * total)
+    term, total = 1.0, 0.0  # sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...), df - 2 the last power
+    for j in range(1, df // 2 + 1):
+        total += term
+        term *= c2 * (2 * j - 1) / (2 * j)
+    return s * total
+
+
+def t_quantile(p, df):
+    """The p-quantile of Student's t with integer df >= 1, for p in (0.5, 1).
+
+    Bisection on t_cdf_two_sided(t, df) = 2p - 1 to 1e-12 relative; e.g.
+    t_quantile(0.975, 2) = 4.303, (0.975, 4) = 2.776 (any statistics table).
+    """
+    if not 0.5 < p < 1:
+        raise ValueError(f"p={p} must be in (0.5, 1)")
+    target, lo, hi = 2 * p - 1, 0.0, 1.0
+    while t_cdf_two_sided(hi, df) < target:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf_two_sided(mid, df) < target else (lo, mid)
+        if hi - lo < 1e-12 * hi:
+            break
+    return (lo + hi) / 2
+
+
+def mean_ci(xs, level=0.95):
+    """(mean, low, high) of the two-sided Student-t interval of the mean of xs; low = high = None
+    for a single value; None for none."""
+    n = len(xs)
+    if n == 0:
+        return None
+    mean = statistics.fmean(xs)
+    if n == 1:
+        return mean, None, None
+    half = t_quantile(0.5 + level / 2, n - 1) * statistics.stdev(xs) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def verdict(ci, n, expected):
+    """The claim's verdict from a (mean, low, high) interval over n seeds (DESIGN section 9).
+
+    'reproduced' when the interval lies wholly (strictly) on the expected side of 0
+    ('lower': below), 'contradicted' when wholly on the other side, else 'unresolved';
+    'unresolved (1 seed)' for n == 1; '-' without an expectation or runs.
+    """
+    if not expected or not n:
+        return "-"
+    if n == 1:
+        return "unresolved (1 seed)"
+    _, lo, hi = ci
+    below, above = hi < 0, lo > 0
+    if (below and expected == "lower") or (above and expected == "higher"):
+        return "reproduced"
+    if below or above:
+        return "contradicted"
+    return "unresolved"
+
+
+def fmt_ci(ci):
+    if ci is None:
+        return "-"
+    mean, lo, hi = ci
+    return f"{mean:+.4f}" + (f" [{lo:+.4f}, {hi:+.4f}]" if lo is not None else "")
+
+
+# -----------------------------------------------------------------------------
+# Compute multiplier: L(D) = E + A D^-alpha
+
+
+def fit_power_law(tokens, losses):
+    """Least-squares fit of L(D) = E + A * D**-alpha; returns (E, A, alpha).
+
+    Args: tokens D (> 0) and final losses L, >= 3 points (3 parameters).
+    For a fixed E in [0, min L), log(L - E) = log A - alpha log D is a linear
+    least-squares problem; E minimizes the squared error of L over a grid of
+    2,000 values, refined by golden-section search between its grid neighbours.
+    Raises ValueError for fewer than 3 points or a fit whose loss does not
+    fall with tokens (alpha <= 0).
+    """
+    d, y = np.asarray(tokens, dtype=np.float64), np.asarray(losses, dtype=np.float64)
+    if len(d) < 3 or len(set(d.tolist())) < 3:
+        raise ValueError(f"a power law with offset needs >= 3 token budgets, got {sorted(set(d.tolist()))}")
+    x = np.log(d)
+
+    def solve(e):
+        slope, intercept = np.polyfit(x, np.log(y - e), 1)
+        return float(np.sum((e + np.exp(intercept + slope * x) - y) ** 2)), math.exp(intercept), -slope
+
+    top = float(y.min())
+    grid = top * np.arange(2000) / 2000
+    k = int(np.argmin([solve(e)[0] for e in grid]))
+    lo, hi = grid[max(k - 1, 0)], (grid[k + 1] if k + 1 < len(grid) else top * (1 - 1e-9))
+    g = (math.sqrt(5) - 1) / 2
+    for _ in range(100):
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+        lo, hi = (lo, b) if solve(a)[0] < solve(b)[0] else (a, hi)
+    e = (lo + hi) / 2
+    _, amp, alpha = solve(e)
+    if alpha <= 0:
+        raise ValueError(f"the loss does not fall with tokens (alpha={alpha:.3g}): no multiplier")
+    return e, amp, alpha
+
+
+def tokens_to_reach(fit, loss):
+    """Tokens D at which the fit L(D) = E + A D^-alpha reaches `loss`; inf at or below E."""
+    e, amp, alpha = fit
+    return math.inf if loss <= e else (amp / (loss - e)) ** (1 / alpha)
+
+
+# -----------------------------------------------------------------------------
+# From records to tables
+
+
+def final_val(rec):
+    return rec["final"]["val_loss"]
 
 
 def param_count(config):
+    """Parameters of a run's model (meta device); None for a config this model.py rejects."""
     cfg = dict(config)
     cfg["vocab_size"] = cfg["vocab_size"] or 80  # only the difference between variants matters
-    with torch.device("meta"):
-        return GPT(GPTConfig(**{k: cfg[k] for k in MODEL_KEYS})).num_params()
+    try:
+        with torch.device("meta"):
+            return GPT(GPTConfig(**{k: cfg[k] for k in MODEL_KEYS})).num_params()
+    except ValueError:
+        return None
 
 
-def collect(spec, out_root):
-    """{(setting, variant): {"seeds": {seed: rows}, "lr": {mult: rows}, "params": n}}, and skipped runs."""
-    results, skipped = {}, []
-    for run in plan(spec, out_root):
-        key = (run["setting"], run["variant"])
-        entry = results.setdefault(key, {"seeds": {}, "lr": {}, "params": param_count(run["config"]),
-                                         "out_dirs": {}})
-        if state(run) != "done":
-            skipped.append(run["out_dir"])
+def collect(spec, records):
+    """{(setting, variant): {"seeds": {seed: record}, "lr": {mult: record}, "budgets": {seed: {iter_mult:
+    record}}, "params": n, "config": a 1x config}}, and the names of runs without a record."""
+    results, missing = {}, []
+    for run in plan(spec, "runs", records):
+        e = results.setdefault((run["setting"], run["variant"]),
+                               {"seeds": {}, "lr": {}, "budgets": {}, "params": None, "config": None})
+        if run.get("waiting"):
+            missing.append(run["name"])
             continue
-        rows = read_log(os.path.join(run["out_dir"], "log.jsonl"))
+        if run["iter_mult"] == 1.0 and (e["config"] is None or run["lr_mult"] == 1.0):
+            e["config"] = run["config"]
+            e["params"] = param_count(run["config"])
+        rec = records.get(run["hash"])
+        if rec is None:
+            missing.append(run["name"])
+            continue
+        if run["main"]:
+            e["seeds"][run["seed"]] = rec
+        if run["seed"] == spec["seeds"][0] and run["iter_mult"] == 1.0 and run["lr_mult"] in spec["lr_multipliers"]:
+            e["lr"][run["lr_mult"]] = rec
         if run["lr_mult"] == 1.0:
-            entry["seeds"][run["seed"]] = rows
-            entry["out_dirs"][run["seed"]] = run["out_dir"]
-        if run["seed"] == spec["seeds"][0]:
-            entry["lr"][run["lr_mult"]] = rows
-    return results, skipped
+            e["budgets"].setdefault(run["seed"], {})[run["iter_mult"]] = rec
+    return results, missing
 
 
-def fmt(x, digits=4):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+def paired(results, setting, variant, reference):
+    """(seeds, differences variant minus reference) over the seeds both have."""
+    a, b = results[(setting, variant)]["seeds"], results[(setting, reference)]["seeds"]
+    seeds = sorted(set(a) & set(b))
+    return seeds, [final_val(a[s]) - final_val(b[s]) for s in seeds]
 
 
-def verdict(diffs, expected):
-    """'reproduced' when every seed's difference has the expected sign, 'contradicted' when
-    every one has the other, else 'mixed (k/n)'; '-' without an expectation or runs."""
-    if not expected or not diffs:
-        return "-"
-    agree = sum((d < 0) if expected == "lower" else (d > 0) for d in diffs)
-    if agree == len(diffs):
-        return f"reproduced ({agree}/{len(diffs)})"
-    if agree == 0 and all(d != 0 for d in diffs):
-        return f"contradicted (0/{len(diffs)})"
-    return f"mixed ({agree}/{len(diffs)})"
+def decay_pull(cfg):
+    """(exp(-S), S) with S = sum over the run's iterations of lr_t * weight_decay.
+
+    The factor decoupled weight decay alone (AdamW: p <- p (1 - lr_t wd)) applies to
+    a parameter over the run, the schedule's AdamW LR at each iteration (optim.lr_multiplier).
+    """
+    ns = SimpleNamespace(**cfg)
+    total = sum(cfg["learning_rate"] * lr_multiplier(it, ns) for it in range(cfg["max_iters"])) * cfg["weight_decay"]
+    return math.exp(-total), total
+
+
+def method_line(spec):
+    return ("Each row: final val loss (nats/token); the paired difference to the reference (same seed, "
+            "variant minus reference) per seed, and its mean with a 95% Student-t interval over seeds "
+            "(df = seeds - 1). Verdict (DESIGN section 9): reproduced / contradicted when the interval lies "
+            "wholly on the claimed / the other side of 0, unresolved otherwise.")
 
 
 def tables(spec, results):
-    """Markdown: one results table per setting, then the LR sweep if there is one."""
+    """Markdown: a results table per setting, the extra comparisons, the LR sweep, the compute multiplier."""
     variants, base = list(spec["variants"]), list(spec["variants"])[0]
-    out = [f"**{spec['claim']}** (`{spec['name']}`; seeds {', '.join(map(str, spec['seeds']))})", ""]
+    out = [f"**{spec['claim']}** (`{spec['name']}`; seeds {', '.join(map(str, spec['seeds']))})", "",
+           method_line(spec), ""]
     for setting in spec["settings"]:
-        out += [f"Setting `{setting}`:", "",
-                "| variant | extra params | val loss (mean +- std) | paired diff vs "
-                f"{base}, per seed | mean diff | claim: val loss | verdict |",
+        out += [f"Setting `{setting}`:", ""]
+        decayed = [results[(setting, v)]["config"] for v in variants
+                   if results[(setting, v)]["config"] and results[(setting, v)]["config"]["scale_wd"] != "none"]
+        if decayed:
+            pull, total = decay_pull(decayed[0])
+            out += [f"Cumulative decay pull on a decayed scale with no gradient: exp(-sum_t lr_t * wd) = {pull:.3f} "
+                    f"(sum = {total:.2f}; weight_decay={decayed[0]['weight_decay']:g}, "
+                    f"{decayed[0]['max_iters']} iterations; the effect needs it well below e^-0.5 = 0.607).", ""]
+        out += ["| variant | extra params | val loss (mean +- std) | paired diff vs "
+                f"{base}, per seed | mean diff [95% CI] | claim: val loss | verdict |",
                 "|---|---|---|---|---|---|---|"]
         b = results[(setting, base)]
         for v in variants:
             e = results[(setting, v)]
             vals = [final_val(r) for r in e["seeds"].values()]
-            mean = statistics.mean(vals) if vals else None
-            std = statistics.stdev(vals) if len(vals) > 1 else 0.0
-            extra = e["params"] - b["params"]
-            share = f"{extra:+,} ({extra / b['params']:+.2%})"
-            seeds = sorted(set(e["seeds"]) & set(b["seeds"]))
-            diffs = [final_val(e["seeds"][s]) - final_val(b["seeds"][s]) for s in seeds]
-            diff_txt = ", ".join(f"{d:+.4f}" for d in diffs) if v != base and diffs else "-"
-            mean_diff = f"{statistics.mean(diffs):+.4f}" if v != base and diffs else "-"
+            mean = f"{statistics.fmean(vals):.4f}" if vals else "-"
+            std = f"{statistics.stdev(vals):.4f}" if len(vals) > 1 else "-"
+            extra = "-" if e["params"] is None or b["params"] is None else \
+                f"{e['params'] - b['params']:+,} ({(e['params'] - b['params']) / b['params']:+.2%})"
+            if v == base:
+                out.append(f"| {v} | {extra} | {mean} +- {std} (n={len(vals)}) | - | - | - | - |")
+                continue
+            seeds, diffs = paired(results, setting, v, base)
+            ci = mean_ci(diffs)
             expected = spec["expected"].get(v)
-            out.append(f"| {v} | {share} | {fmt(mean)} +- {fmt(std)} (n={len(vals)}) | {diff_txt} | "
-                       f"{mean_diff} | {expected or '-'} | {verdict(diffs, expected)} |")
+            out.append(f"| {v} | {extra} | {mean} +- {std} (n={len(vals)}) | "
+                       f"{', '.join(f'{d:+.4f}' for d in diffs) or '-'} | {fmt_ci(ci)} | {expected or '-'} | "
+                       f"{verdict(ci, len(diffs), expected)} |")
+        out.append("")
+    if spec["comparisons"]:
+        out += ["Further paired comparisons (variant minus reference, same seed and setting):", "",
+                "| setting | variant - reference | per seed | mean diff [95% CI] | claim: variant's val loss "
+                "| verdict |",
+                "|---|---|---|---|---|---|"]
+        for setting in spec["settings"]:
+            for v, ref, expected in spec["comparisons"]:
+                seeds, diffs = paired(results, setting, v, ref)
+                ci = mean_ci(diffs)
+                out.append(f"| {setting} | {v} - {ref} | {', '.join(f'{d:+.4f}' for d in diffs) or '-'} | "
+                           f"{fmt_ci(ci)} | {expected or '-'} | {verdict(ci, len(diffs), expected)} |")
         out.append("")
     if spec["lr_multipliers"]:
-        mults = sorted(spec["lr_multipliers"])
-        for setting in spec["settings"]:
-            out += [f"LR sweep, `{setting}`, seed {spec['seeds'][0]} (LR keys scaled by the multiplier):", "",
-                    "| variant | " + " | ".join(f"x{m:g}" for m in mults) + " | best | best vs baseline's best |",
-                    "|---|" + "---|" * (len(mults) + 2)]
-            bests = {}
-            for v in variants:
-                lr_rows = results[(setting, v)]["lr"]
-                vals = {m: final_val(lr_rows[m]) if m in lr_rows else None for m in mults}
-                done = {m: x for m, x in vals.items() if x is not None}
-                bests[v] = min(done.items(), key=lambda kv: kv[1]) if done else None
-                best_txt = f"{bests[v][1]:.4f} (x{bests[v][0]:g})" if bests[v] else "-"
-                gap = f"{bests[v][1] - bests[base][1]:+.4f}" if bests[v] and bests.get(base) and v != base else "-"
-                out.append(f"| {v} | " + " | ".join(fmt(vals[m]) for m in mults) + f" | {best_txt} | {gap} |")
-            out.append("")
+        out += lr_table(spec, results)
+    if spec["iter_multipliers"]:
+        out += multiplier_table(spec, results)
     return "\n".join(out)
 
 
-def eval_curve(rows):
-    """(tokens in millions, val loss) of a run's eval rows after iteration 0."""
-    evals = [r for r in rows if r["kind"] == "eval" and r["iter"] > 0]
+def lr_table(spec, results):
+    mults, variants = sorted(spec["lr_multipliers"]), list(spec["variants"])
+    base, out = variants[0], []
+    tuned = " The other seeds run at each variant's best multiplier (tune_lr)." if spec["tune_lr"] else ""
+    for setting in spec["settings"]:
+        out += [f"LR sweep, `{setting}`, seed {spec['seeds'][0]} (LR keys scaled by the multiplier; "
+                f"one seed: a choice, not evidence).{tuned}", "",
+                "| variant | " + " | ".join(f"x{m:g}" for m in mults) + " | best | best vs baseline's best |",
+                "|---|" + "---|" * (len(mults) + 2)]
+        bests = {}
+        for v in variants:
+            lr_recs = results[(setting, v)]["lr"]
+            vals = {m: final_val(lr_recs[m]) for m in mults if m in lr_recs}
+            bests[v] = min(vals.items(), key=lambda kv: kv[1]) if vals else None
+            best_txt = f"{bests[v][1]:.4f} (x{bests[v][0]:g})" if bests[v] else "-"
+            gap = f"{bests[v][1] - bests[base][1]:+.4f}" if bests[v] and bests.get(base) and v != base else "-"
+            out.append(f"| {v} | " + " | ".join(f"{vals[m]:.4f}" if m in vals else "-" for m in mults)
+                       + f" | {best_txt} | {gap} |")
+        out.append("")
+    return out
+
+
+def multipliers(spec, results, setting):
+    """The reference (the first variant with token budgets): {seed: fit or error text}, and per other
+    variant {seed: (multiplier, tokens needed, variant's tokens)}; also the budgets' token range."""
+    ref = next(v for v in spec["variants"] if v in spec["iter_multipliers"])
+    fits, span = {}, {}
+    for seed, budgets in results[(setting, ref)]["budgets"].items():
+        pts = sorted((r["final"]["tokens"], final_val(r)) for r in budgets.values())
+        span[seed] = (pts[0][0], pts[-1][0])
+        try:
+            fits[seed] = fit_power_law(*zip(*pts)) if len(pts) >= 3 else f"{len(pts)} budgets recorded"
+        except ValueError as e:
+            fits[seed] = str(e)
+    per_variant = {}
+    for v in spec["variants"]:
+        if v == ref:
+            continue
+        for seed, rec in results[(setting, v)]["seeds"].items():
+            if isinstance(fits.get(seed), tuple):
+                need = tokens_to_reach(fits[seed], final_val(rec))
+                per_variant.setdefault(v, {})[seed] = (need / rec["final"]["tokens"], need, rec["final"]["tokens"])
+    return ref, fits, span, per_variant
+
+
+def multiplier_table(spec, results):
+    out = []
+    for setting in spec["settings"]:
+        ref, fits, span, per_variant = multipliers(spec, results, setting)
+        out += [f"Compute multiplier, `{setting}`: tokens `{ref}` needs to reach the variant's final val loss "
+                f"(its fit L(D) = E + A D^-alpha per seed) over the variant's tokens; > 1: the variant is "
+                f"more token-efficient. Mean and 95% t interval over seeds.", ""]
+        for seed in sorted(fits):
+            f = fits[seed]
+            fit_txt = f"E = {f[0]:.4f}, A = {f[1]:.4g}, alpha = {f[2]:.3f}" if isinstance(f, tuple) else f"no fit ({f})"
+            out.append(f"- seed {seed}: {fit_txt}")
+        out += ["", "| variant | per seed | mean [95% CI] | note |", "|---|---|---|---|"]
+        for v, by_seed in per_variant.items():
+            vals = [by_seed[s][0] for s in sorted(by_seed)]
+            finite = [m for m in vals if math.isfinite(m)]
+            outside = [s for s in sorted(by_seed) if not span[s][0] <= by_seed[s][1] <= span[s][1]]
+            note = []
+            if len(finite) < len(vals):
+                note.append(f"{len(vals) - len(finite)} seed(s) below the fit's floor E: left out")
+            if outside:
+                note.append(f"extrapolated beyond the budgets for seed(s) {', '.join(map(str, outside))}")
+            ci = mean_ci(finite)
+            mean_txt = "-" if ci is None else f"{ci[0]:.3f}" + (f" [{ci[1]:.3f}, {ci[2]:.3f}]" if ci[1] is not None else "")
+            out.append(f"| {v} | {', '.join(f'{m:.3f}' for m in vals)} | {mean_txt} | {'; '.join(note) or '-'} |")
+        out.append("")
+    return out
+
+
+# -----------------------------------------------------------------------------
+# Figures
+
+
+def eval_curve(rec):
+    """(tokens in millions, val loss) of a record's evals after iteration 0."""
+    evals = [r for r in rec["evals"] if r["iter"] > 0]
     return [r["tokens"] / 1e6 for r in evals], [r["val_loss"] for r in evals]
 
 
 def plot_curves(spec, results, path):
     """Top: val loss per variant (mean over seeds, min-max band). Bottom: the paired
-    difference to the baseline (same seed), mean and min-max band over seeds."""
+    difference to the baseline (same seed), its mean and 95% t interval over seeds."""
     settings, base = list(spec["settings"]), list(spec["variants"])[0]
     fig, axes = plt.subplots(2, len(settings), figsize=(6 * len(settings), 7.5), squeeze=False,
                              sharex="col", gridspec_kw={"height_ratios": [3, 2]})
@@ -144,34 +404,38 @@ def plot_curves(spec, results, path):
         for v in spec["variants"]:
             runs = results[(setting, v)]["seeds"]
             if not runs:
+                top.plot([], [])
+                bottom.plot([], [])  # keep the colours of the two panels in step
                 continue
-            curves = {seed: eval_curve(rows) for seed, rows in runs.items()}
+            curves = {seed: eval_curve(rec) for seed, rec in runs.items()}
             n = min(len(c[1]) for c in curves.values())
             tokens = next(iter(curves.values()))[0][:n]
             vals = [[c[1][i] for c in curves.values()] for i in range(n)]
-            line, = top.plot(tokens, [statistics.mean(x) for x in vals], marker="o", ms=3,
+            line, = top.plot(tokens, [statistics.fmean(x) for x in vals], marker="o", ms=3,
                              label=f"{v} (n={len(runs)})")
-            top.fill_between(tokens, [min(x) for x in vals], [max(x) for x in vals],
-                             color=line.get_color(), alpha=0.2)
-            paired = [s for s in curves if s in base_runs]
-            if v == base or not paired:
-                bottom.plot([], [])  # keep the colours of the two panels in step
+            top.fill_between(tokens, [min(x) for x in vals], [max(x) for x in vals], color=line.get_color(), alpha=0.2)
+            both = [s for s in curves if s in base_runs]
+            if v == base or not both:
+                bottom.plot([], [])
                 continue
-            base_curves = {s: eval_curve(base_runs[s])[1] for s in paired}
+            base_curves = {s: eval_curve(base_runs[s])[1] for s in both}
             m = min(n, *(len(c) for c in base_curves.values()))
-            diffs = [[curves[s][1][i] - base_curves[s][i] for s in paired] for i in range(m)]
-            bottom.plot(tokens[:m], [statistics.mean(d) for d in diffs], marker="o", ms=3,
-                        color=line.get_color(), label=v)
-            bottom.fill_between(tokens[:m], [min(d) for d in diffs], [max(d) for d in diffs],
-                                color=line.get_color(), alpha=0.2)
+            cis = [mean_ci([curves[s][1][i] - base_curves[s][i] for s in both]) for i in range(m)]
+            bottom.plot(tokens[:m], [c[0] for c in cis], marker="o", ms=3, color=line.get_color(),
+                        label=f"{v} (n={len(both)})")
+            if len(both) > 1:
+                bottom.fill_between(tokens[:m], [c[1] for c in cis], [c[2] for c in cis], color=line.get_color(),
+                                    alpha=0.2)
         top.set_ylabel("validation loss (nats/token)")
         top.set_title(f"{spec['name']}: {setting}")
         top.grid(alpha=0.3)
         top.legend()
         bottom.axhline(0.0, color="black", lw=0.8)
         bottom.set_xlabel("training tokens (millions)")
-        bottom.set_ylabel(f"val loss minus {base}'s\n(same seed; nats/token)")
+        bottom.set_ylabel(f"val loss minus {base}'s\n(same seed; mean, 95% t band)")
         bottom.grid(alpha=0.3)
+        if bottom.get_legend_handles_labels()[0]:
+            bottom.legend(fontsize=8)
     fig.suptitle(spec["claim"], fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -179,52 +443,78 @@ def plot_curves(spec, results, path):
 
 
 def plot_scales(spec, results, path):
-    """Heatmap of every effective gamma of the lowest seed of the last variant (first setting)."""
+    """Final scale statistics per site (mean, +- std, min-max) of the lowest seed of the last variant
+    (first setting), from its record. Returns False when there is nothing to draw."""
     setting, variant = list(spec["settings"])[0], list(spec["variants"])[-1]
-    out_dirs = results[(setting, variant)]["out_dirs"]
-    if not out_dirs:
+    runs = results[(setting, variant)]["seeds"]
+    if not runs or not runs[min(runs)]["scales"]:
         return False
-    from sample import load_model
-
-    model, _ = load_model(os.path.join(out_dirs[min(out_dirs)], "ckpt.pt"))
-    rows, labels = [], []
-    with torch.no_grad():
-        for name, sv in model.scale_vectors():
-            if sv.dim == model.config.n_embd:  # the d-wide scales share a channel axis
-                rows.append(sv().detach().float())
-                labels.append(name.replace("blocks.", "L").replace(".scale", "").replace("_scale", ""))
-    if not rows:
-        return False
-    data = torch.stack(rows).numpy()
-    fig, ax = plt.subplots(figsize=(10, 0.18 * len(rows) + 1.5))
-    lim = max(abs(data - 1).max(), 1e-3)
-    im = ax.imshow(data, aspect="auto", cmap="RdBu_r", vmin=1 - lim, vmax=1 + lim, interpolation="nearest")
-    ax.set_yticks(range(len(labels)), labels, fontsize=6)
-    ax.set_xlabel("channel")
-    ax.set_title(f"learned scale vectors (effective gamma, the n_embd-wide ones): {variant}, {setting}, "
-                 f"seed {min(out_dirs)}")
-    fig.colorbar(im, ax=ax, label="gamma")
+    seed = min(runs)
+    stats = runs[seed]["scales"]
+    labels = [name.replace("blocks.", "L").replace(".scale", "").replace("_scale", "") for name in stats]
+    y = np.arange(len(stats))
+    s = list(stats.values())
+    fig, ax = plt.subplots(figsize=(7, 0.18 * len(stats) + 1.5))
+    ax.hlines(y, [x["min"] for x in s], [x["max"] for x in s], color="0.6", lw=1, label="min-max")
+    ax.hlines(y, [x["mean"] - x["std"] for x in s], [x["mean"] + x["std"] for x in s], color="C0", lw=3,
+              label="mean +- std")
+    ax.plot([x["mean"] for x in s], y, "k|", ms=8, label="mean")
+    ax.axvline(1.0, color="black", lw=0.6, ls=":")
+    ax.set_yticks(y, labels, fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("effective gamma (all channels of the site)")
+    ax.set_title(f"learned scale vectors at the end: {variant}, {setting}, seed {seed}", fontsize=9)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
 
 
-def plot_lr(all_results, path):
+def plot_fit(spec, results, path):
+    """Per setting: the reference's final loss vs tokens at each budget and its fit, per seed; the
+    variants' final losses (1x) as other markers."""
+    settings = list(spec["settings"])
+    fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4.5), squeeze=False)
+    for ax, setting in zip(axes[0], settings):
+        ref, fits, _, _ = multipliers(spec, results, setting)
+        for i, seed in enumerate(sorted(fits)):
+            color = f"C{i % 10}"
+            budgets = results[(setting, ref)]["budgets"][seed].values()
+            pts = sorted((r["final"]["tokens"], final_val(r)) for r in budgets)
+            ax.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], "o", color=color, label=f"{ref}, seed {seed}")
+            if isinstance(fits[seed], tuple):
+                e, amp, alpha = fits[seed]
+                d = np.geomspace(pts[0][0] * 0.8, pts[-1][0] * 1.25, 100)
+                ax.plot(d / 1e6, e + amp * d ** -alpha, "-", color=color, lw=1)
+            for j, v in enumerate(v for v in spec["variants"] if v != ref):
+                rec = results[(setting, v)]["seeds"].get(seed)
+                if rec:
+                    ax.plot(rec["final"]["tokens"] / 1e6, final_val(rec), "sD^v<>"[j % 6], color=color, mfc="none",
+                            label=v if i == 0 else None)
+        ax.set_xscale("log")
+        ax.set_xlabel("training tokens (millions, log)")
+        ax.set_ylabel("final validation loss (nats/token)")
+        ax.set_title(f"{spec['name']}: {setting}; fit L(D) = E + A D^-alpha", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_lr(configs, path):
+    """The AdamW LR vs iteration of each {setting: config}, from optim.lr_multiplier."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    seen = set()
-    for results in all_results:
-        for (setting, _), e in results.items():
-            if setting in seen or not e["seeds"]:
-                continue
-            seen.add(setting)
-            rows = [r for r in next(iter(e["seeds"].values())) if r["kind"] == "train"]
-            ax.plot([r["iter"] for r in rows], [r["lr"] for r in rows], label=setting)
+    for setting, cfg in configs.items():
+        ns = SimpleNamespace(**cfg)
+        iters = range(cfg["max_iters"])
+        ax.plot(iters, [cfg["learning_rate"] * lr_multiplier(it, ns) for it in iters], label=setting)
     ax.set_xlabel("iteration")
     ax.set_ylabel("AdamW learning rate")
     ax.set_title("learning-rate schedules\n(Muon's LR follows the same multiplier)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -233,29 +523,34 @@ def plot_lr(all_results, path):
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ablations", nargs="+")
-    p.add_argument("--out_root", default="runs")
+    p.add_argument("--results", default="results", help="the run records (sweep.py writes them)")
     p.add_argument("--out", default="assets")
     args = p.parse_args(argv)
+    records = load_records(args.results)
     os.makedirs(args.out, exist_ok=True)
-    all_results = []
+    schedules = {}
     for path in args.ablations:
         spec = load_ablation(path)
-        results, skipped = collect(spec, args.out_root)
+        results, missing = collect(spec, records)
         if not any(e["seeds"] for e in results.values()):
-            print(f"{path}: no finished runs under {args.out_root}/ (run: python sweep.py {path}); skipped\n")
+            print(f"{path}: no run records in {args.results}/ (run: python sweep.py {path}); skipped\n")
             continue
-        all_results.append(results)
+        for (setting, _), e in results.items():
+            if e["config"] and setting not in schedules:
+                schedules[setting] = e["config"]
         md = tables(spec, results)
-        if skipped:
-            md += f"\n{len(skipped)} runs not finished, left out: " + ", ".join(map(os.path.basename, skipped))
+        if missing:
+            md += f"\n{len(missing)} runs without a record, left out: " + ", ".join(missing)
         with open(os.path.join(args.out, f"{spec['name']}.md"), "w") as f:
             f.write(md + "\n")
         print(md + "\n")
         plot_curves(spec, results, os.path.join(args.out, f"{spec['name']}_curves.png"))
         plot_scales(spec, results, os.path.join(args.out, f"{spec['name']}_scales.png"))
-    if not all_results:
-        raise UserError(f"no finished runs under {args.out_root}/ for any of these ablations")
-    plot_lr(all_results, os.path.join(args.out, "lr_schedules.png"))
+        if spec["iter_multipliers"]:
+            plot_fit(spec, results, os.path.join(args.out, f"{spec['name']}_fit.png"))
+    if not schedules:
+        raise UserError(f"no run records in {args.results}/ for any of these ablations")
+    plot_lr(schedules, os.path.join(args.out, "lr_schedules.png"))
     return 0
 
 

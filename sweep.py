@@ -1,24 +1,36 @@
-"""Run an ablation: every variant x setting x seed, plus an optional LR sweep; paired and resumable.
+"""Run an ablation: every variant x setting x seed, paired, resumable, and recorded in results/.
 
-    python sweep.py configs/ablations/c8_unified.py              # run what is not finished yet
+    python sweep.py configs/ablations/c8_unified.py              # run what has no record yet
     python sweep.py configs/ablations/c8_unified.py --parallel=2 # two runs at a time (CPU: 1 thread each)
     python sweep.py configs/ablations/*.py --dry_run             # list the runs and their state
-    python plot.py configs/ablations/c8_unified.py               # then: tables and figures
+    python plot.py configs/ablations/c8_unified.py               # then: tables and figures from results/
 
 An ablation file (plain Python, configs/ablations/) sets
-    claim           a line saying what is tested (names starting with _ are helpers)
-    base            a train.py config file every run starts from
-    variants        {name: {config overrides}}; the first is the baseline the others are compared to
-    expected        {variant: "lower" or "higher"}: the claim's direction for its val loss vs the baseline
-    settings        {name: {config overrides}}: optimizer/schedule settings, each a separate comparison
-    seeds           every (variant, setting) runs with each seed
-    lr_multipliers  optional LR sweep at seeds[0]: learning_rate, min_lr and muon_lr scaled together
+    claim            a line saying what is tested (names starting with _ are helpers)
+    base             a train.py config file every run starts from
+    variants         {name: {config overrides}}; the first is the baseline the others are compared to
+    expected         {variant: "lower" or "higher"}: the claim's direction for its val loss vs the baseline
+    settings         {name: {config overrides}}: optimizer/schedule settings, each a separate comparison
+    seeds            every (variant, setting) runs with each seed
+  optional:
+    comparisons      [(variant, reference, "lower" | "higher" | None)]: more paired differences
+                     than variant vs baseline (e.g. unified vs dnp)
+    lr_multipliers   LR sweep at seeds[0]: learning_rate, min_lr and muon_lr scaled together
+    tune_lr          True: seeds[1:] run at the multiplier with the lowest final val loss at
+                     seeds[0], per (setting, variant); they wait until that sweep is recorded
+    iter_multipliers {variant: [m, ...]}: token budgets; the variant also runs at each m x
+                     max_iters (warmup_iters and eval_interval scaled alike: a full schedule each),
+                     for plot.py's compute multiplier
 Runs are paired: one seed gives every variant the same initial matrices and the
 same batches (model.GPT.init_weights, train.get_batch), and validation is on
-the same fixed batches for all. Each run lives in <out_root>/<variant>_<setting>_
-s<seed>[_lrx<m>]_<hash>, the hash taken over its full config, so a run two
-ablation files share (the baseline) runs once. A finished run is skipped; an
-interrupted one resumes from its checkpoint.
+the same fixed batches for all. A run is named <variant>_<setting>_s<seed>
+[_lrx<m>][_itx<m>]_<hash>, the hash taken over its full config (out_dir aside),
+and is trained in <out_root>/<name>. When it finishes, a record of a few KB
+(results/<name>.json: config, hash, val-loss curve, final scale statistics,
+wall time, torch version) is written from its log.jsonl. A run whose config
+hash has a record is skipped, whatever its name: a run two ablation files share
+(the baseline) runs once, and seeds accumulate across machines by committing
+results/. An interrupted run resumes from its checkpoint.
 """
 
 import argparse
@@ -32,9 +44,12 @@ import time
 from train import DEFAULTS, UserError, load_config, read_log, run_config_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ABLATION_KEYS = {"claim", "base", "variants", "expected", "settings", "seeds", "lr_multipliers"}
-OPTIONAL = {"lr_multipliers": [], "expected": {}}
+REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
+OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {}}
+DIRECTIONS = ("lower", "higher")
 LR_KEYS = ("learning_rate", "min_lr", "muon_lr")
+ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
+RECORD_FORMAT = 1
 
 
 def load_ablation(path):
@@ -42,16 +57,30 @@ def load_ablation(path):
     if not os.path.isfile(path):
         raise UserError(f"ablation file {path!r} not found")
     spec = {k: v for k, v in run_config_file(path).items() if not k.startswith("_")}
-    unknown = spec.keys() - ABLATION_KEYS
-    missing = (ABLATION_KEYS - OPTIONAL.keys()) - spec.keys()
+    unknown = spec.keys() - REQUIRED - OPTIONAL.keys()
+    missing = REQUIRED - spec.keys()
     if unknown or missing:
         raise UserError(f"{path}: unknown entries {sorted(unknown)}, missing {sorted(missing)}; "
-                        f"an ablation file sets {sorted(ABLATION_KEYS)}")
+                        f"an ablation file sets {sorted(REQUIRED | OPTIONAL.keys())}")
     for key, default in OPTIONAL.items():
         spec.setdefault(key, default)
+    variants = spec["variants"]
     for variant, direction in spec["expected"].items():
-        if variant not in spec["variants"] or direction not in ("lower", "higher"):
+        if variant not in variants or direction not in DIRECTIONS:
             raise UserError(f"{path}: expected[{variant!r}] = {direction!r}: name a variant and 'lower' or 'higher'")
+    for item in spec["comparisons"]:
+        if not (isinstance(item, (tuple, list)) and len(item) == 3 and item[0] in variants
+                and item[1] in variants and item[0] != item[1] and item[2] in (*DIRECTIONS, None)):
+            raise UserError(f"{path}: comparisons entry {item!r}: write (variant, reference, 'lower' | "
+                            f"'higher' | None) with two different variants of {list(variants)}")
+    mults = list(spec["lr_multipliers"]) + [m for ms in spec["iter_multipliers"].values() for m in ms]
+    if not all(isinstance(m, (int, float)) and m > 0 for m in mults):
+        raise UserError(f"{path}: lr_multipliers and iter_multipliers must be positive numbers, got {mults}")
+    if set(spec["iter_multipliers"]) - set(variants):
+        raise UserError(f"{path}: iter_multipliers names unknown variants "
+                        f"{sorted(set(spec['iter_multipliers']) - set(variants))}")
+    if spec["tune_lr"] and (not spec["lr_multipliers"] or spec["iter_multipliers"]):
+        raise UserError(f"{path}: tune_lr=True needs lr_multipliers to choose from, and no iter_multipliers")
     spec["base"] = os.path.join(HERE, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
     for group in ("variants", "settings"):
         for name, overrides in spec[group].items():
@@ -62,35 +91,151 @@ def load_ablation(path):
     return spec
 
 
-def plan(spec, out_root):
-    """Every run of an ablation: list of dicts(variant, setting, seed, lr_mult, args, out_dir)."""
+def run_config(spec, setting, variant, seed, lr_mult=1.0, iter_mult=1.0):
+    """(full config without out_dir, its SHA-1 hex digest) of one run of an ablation."""
+    overrides = {**spec["settings"][setting], **spec["variants"][variant], "seed": seed}
+    cfg, _ = load_config([spec["base"]] + [f"--{k}={v}" for k, v in overrides.items()])
+    for key in LR_KEYS:
+        cfg[key] *= lr_mult
+    if iter_mult != 1.0:
+        for key in ITER_KEYS:
+            cfg[key] = round(cfg[key] * iter_mult)
+    cfg.pop("out_dir")
+    return cfg, hashlib.sha1(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
+
+
+def chosen_lr(spec, setting, variant, records):
+    """The LR multiplier of seeds[0] with the lowest final val loss, or None until all are recorded."""
+    finals = {}
+    for m in spec["lr_multipliers"]:
+        rec = (records or {}).get(run_config(spec, setting, variant, spec["seeds"][0], m)[1])
+        if rec is None:
+            return None
+        finals[m] = rec["final"]["val_loss"]
+    return min(finals, key=finals.get)
+
+
+def plan(spec, out_root, records=None):
+    """Every run of an ablation: list of dicts(name, hash, variant, setting, seed, lr_mult,
+    iter_mult, main, config, args, out_dir). `main` marks the runs of the seed table (the
+    chosen LR, 1x tokens). Under tune_lr, before the LR sweep is recorded, seeds[1:] are
+    placeholders with waiting=True. records: {hash: record} (load_records)."""
     runs = []
-    for setting, s_over in spec["settings"].items():
-        for variant, v_over in spec["variants"].items():
-            jobs = [(seed, 1.0) for seed in spec["seeds"]]
-            jobs += [(spec["seeds"][0], m) for m in spec["lr_multipliers"] if m != 1.0]
-            for seed, mult in jobs:
-                overrides = {**s_over, **v_over, "seed": seed}
-                cfg, _ = load_config([spec["base"]] + [f"--{k}={v}" for k, v in overrides.items()])
-                for key in LR_KEYS:
-                    cfg[key] *= mult
-                cfg.pop("out_dir")
-                digest = hashlib.sha1(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:8]
-                lr = f"_lrx{mult:g}" if mult != 1.0 else ""
-                out_dir = os.path.join(out_root, f"{variant}_{setting}_s{seed}{lr}_{digest}")
+    seeds = spec["seeds"]
+    for setting in spec["settings"]:
+        for variant in spec["variants"]:
+            chosen = chosen_lr(spec, setting, variant, records) if spec["tune_lr"] else 1.0
+            jobs = [] if spec["tune_lr"] else [(s, 1.0, 1.0) for s in seeds]
+            jobs += [(seeds[0], m, 1.0) for m in spec["lr_multipliers"]]
+            if spec["tune_lr"] and chosen is not None:
+                jobs += [(s, chosen, 1.0) for s in seeds[1:]]
+            jobs += [(s, 1.0, m) for m in spec["iter_multipliers"].get(variant, []) if m != 1.0 for s in seeds]
+            for seed, lr_mult, iter_mult in dict.fromkeys(jobs):
+                cfg, digest = run_config(spec, setting, variant, seed, lr_mult, iter_mult)
+                name = (f"{variant}_{setting}_s{seed}{f'_lrx{lr_mult:g}' if lr_mult != 1.0 else ''}"
+                        f"{f'_itx{iter_mult:g}' if iter_mult != 1.0 else ''}_{digest[:8]}")
+                out_dir = os.path.join(out_root, name)
                 args = [f"--{k}={v}" for k, v in cfg.items() if v != DEFAULTS[k]] + [f"--out_dir={out_dir}"]
-                runs.append(dict(variant=variant, setting=setting, seed=seed, lr_mult=mult,
+                runs.append(dict(name=name, hash=digest, variant=variant, setting=setting, seed=seed,
+                                 lr_mult=lr_mult, iter_mult=iter_mult, main=iter_mult == 1.0 and lr_mult == chosen,
                                  config=cfg, args=args, out_dir=out_dir))
+            if spec["tune_lr"] and chosen is None:
+                runs += [dict(name=f"{variant}_{setting}_s{s}_lrx(best)", hash=None, variant=variant,
+                              setting=setting, seed=s, lr_mult=None, iter_mult=1.0, main=True, waiting=True)
+                         for s in seeds[1:]]
     return runs
 
 
-def state(run):
-    """'done' (final eval logged), 'partial' (a checkpoint to resume) or 'new'."""
+def state(run, records=None):
+    """'waiting' (its LR is not chosen yet), 'recorded' (a record in results/), 'done' (final
+    eval logged, no record yet), 'partial' (a checkpoint to resume) or 'new'."""
+    if run.get("waiting"):
+        return "waiting"
+    if records is not None and run["hash"] in records:
+        return "recorded"
     log = os.path.join(run["out_dir"], "log.jsonl")
     if os.path.exists(log) and any(r["kind"] == "eval" and r["iter"] == run["config"]["max_iters"]
                                    for r in read_log(log)):
         return "done"
     return "partial" if os.path.exists(os.path.join(run["out_dir"], "ckpt.pt")) else "new"
+
+
+# -----------------------------------------------------------------------------
+# Records: results/<name>.json, one per finished run
+
+
+def code_version():
+    """The git commit of this checkout, '+dirty' when tracked .py files differ from it; None outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "*.py"], cwd=HERE).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None):
+    """A run's record (a JSON-able dict of a few KB) from its log rows.
+
+    Holds the config and its hash, the labels it was planned under, the val loss
+    of every eval (iter, tokens), the final eval's scale statistics (mean, std,
+    min, max of each effective gamma, 5 significant digits), the last train
+    loss, wall time (seconds of the last process: a resumed run's last part),
+    CPU threads, torch version, compile flag and code version.
+    Raises UserError when the log has no final eval.
+    """
+    import torch
+
+    evals = [r for r in rows if r["kind"] == "eval"]
+    if not evals or evals[-1]["iter"] != run["config"]["max_iters"]:
+        raise UserError(f"{run['out_dir']}: log.jsonl has no eval at max_iters={run['config']['max_iters']}")
+    train = [r for r in rows if r["kind"] == "train"]
+    final = evals[-1]
+    return {
+        "format": RECORD_FORMAT, "name": run["name"], "config_hash": run["hash"], "ablation": ablation,
+        **{k: run[k] for k in ("variant", "setting", "seed", "lr_mult", "iter_mult")},
+        "final": {"iter": final["iter"], "tokens": final["tokens"], "val_loss": final["val_loss"],
+                  "train_loss": train[-1]["loss"] if train else None},
+        "evals": [{"iter": r["iter"], "tokens": r["tokens"], "val_loss": r["val_loss"]} for r in evals],
+        "scales": {site: {k: float(f"{v:.5g}") for k, v in s.items()} for site, s in final.get("scales", {}).items()},
+        "wall_s": None if wall_s is None else round(wall_s, 1), "threads": threads,
+        "torch": torch.__version__, "compile": run["config"]["compile"], "commit": commit,
+        "config": run["config"],
+    }
+
+
+def write_record(results, record):
+    """Write results/<name>.json atomically; returns its path."""
+    os.makedirs(results, exist_ok=True)
+    path = os.path.join(results, record["name"] + ".json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def load_records(results):
+    """{config hash: record} of every results/*.json; {} when the folder is absent.
+    Raises UserError naming a file that is not a record."""
+    records = {}
+    if not os.path.isdir(results):
+        return records
+    for name in sorted(os.listdir(results)):
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(results, name)
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+            records[rec["config_hash"]] = rec
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise UserError(f"{path} is not a run record ({type(e).__name__}: {e}): remove it or restore "
+                            f"it from git") from None
+    return records
+
+
+# -----------------------------------------------------------------------------
 
 
 def launch(run, threads, gpu):
@@ -109,36 +254,25 @@ def fmt_time(seconds):
     return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
-def main(argv):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("ablations", nargs="+", help="ablation files (configs/ablations/*.py)")
-    p.add_argument("--out_root", default="runs")
-    p.add_argument("--parallel", type=int, default=0, help="runs at a time (default: GPUs present, else 1)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / parallel)")
-    p.add_argument("--dry_run", action="store_true", help="list the runs and their state; run nothing")
-    args = p.parse_args(argv)
-
+def all_runs(specs, out_root, records):
+    """The runs of several ablations, a run they share (same config hash) once."""
     runs, seen = [], set()
-    for path in args.ablations:
-        for run in plan(load_ablation(path), args.out_root):
-            if run["out_dir"] not in seen:  # a run shared by several ablations runs once
-                seen.add(run["out_dir"])
-                runs.append(run)
-    todo = sorted((r for r in runs if state(r) != "done"), key=lambda r: r["lr_mult"] != 1.0)  # LR sweep last
-    print(f"{len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run")
-    if args.dry_run:
-        for r in runs:
-            print(f"  {state(r):8s} {r['out_dir']}")
-        return 0
+    for spec in specs:
+        for run in plan(spec, out_root, records):
+            key = run["hash"] or run["name"]
+            if key not in seen:
+                seen.add(key)
+                runs.append({**run, "ablation": spec["name"]})
+    return runs
 
+
+def run_queue(todo, parallel, threads, results, records, commit):
+    """Train the runs of todo, `parallel` at a time; record each as it finishes. Returns the failed ones."""
     import torch  # only to count GPUs
 
     gpus = torch.cuda.device_count()
-    parallel = args.parallel or max(1, gpus)
-    threads = args.threads or max(1, (os.cpu_count() or 1) // parallel)
     free_gpus = list(range(gpus)) if gpus else []
     active, failed, durations, started = [], [], [], 0
-    t0 = time.time()
     while todo or active:
         while todo and len(active) < parallel:
             run = todo.pop(0)
@@ -150,7 +284,7 @@ def main(argv):
             if durations:
                 left = (len(todo) + len(active)) * (sum(durations) / len(durations)) / parallel
                 eta = f", ETA {fmt_time(left)}"
-            print(f"[{started}/{started + len(todo)}] {os.path.basename(run['out_dir'])}"
+            print(f"[{started}/{started + len(todo)}] {run['name']}"
                   f"{' (resuming)' if '--init_from=resume' in proc.args else ''}{eta}", flush=True)
         time.sleep(1)
         for item in list(active):
@@ -161,11 +295,58 @@ def main(argv):
             log.close()
             if gpu is not None:
                 free_gpus.append(gpu)
-            if proc.returncode == 0:
+            if proc.returncode == 0 and state(run) == "done":
                 durations.append(time.time() - t_start)
+                record = make_record(run, read_log(os.path.join(run["out_dir"], "log.jsonl")), run["ablation"],
+                                     time.time() - t_start, threads, commit)
+                records[run["hash"]] = record
+                print(f"recorded {write_record(results, record)}", flush=True)
             else:
                 failed.append(run)
                 print(f"FAILED {run['out_dir']} (exit {proc.returncode}); see its train.log", flush=True)
+    return failed
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("ablations", nargs="+", help="ablation files (configs/ablations/*.py)")
+    p.add_argument("--out_root", default="runs", help="where runs train (checkpoints, logs; not committed)")
+    p.add_argument("--results", default="results", help="where run records go (committed)")
+    p.add_argument("--parallel", type=int, default=0, help="runs at a time (default: GPUs present, else 1)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / parallel)")
+    p.add_argument("--dry_run", action="store_true", help="list the runs and their state; run nothing")
+    args = p.parse_args(argv)
+
+    specs = [load_ablation(path) for path in args.ablations]
+    records = load_records(args.results)
+    runs = all_runs(specs, args.out_root, records)
+    states = [state(r, records) for r in runs]
+    counts = {s: states.count(s) for s in ("recorded", "done", "partial", "new", "waiting")}
+    print(f"{len(runs)} runs: {counts['recorded']} recorded, {counts['done']} finished without a record, "
+          f"{counts['partial'] + counts['new']} to run"
+          + (f", {counts['waiting']} waiting for their LR sweep" if counts["waiting"] else ""))
+    if args.dry_run:
+        for r, s in zip(runs, states):
+            print(f"  {s:8s} {r['name']}")
+        return 0
+
+    import torch  # only to count GPUs
+
+    parallel = args.parallel or max(1, torch.cuda.device_count())
+    threads = args.threads or max(1, (os.cpu_count() or 1) // parallel)
+    commit = code_version()
+    for r, s in zip(runs, states):  # finished before records existed, or the record was lost
+        if s == "done":
+            record = make_record(r, read_log(os.path.join(r["out_dir"], "log.jsonl")), r["ablation"], commit=None)
+            records[r["hash"]] = record
+            print(f"recorded {write_record(args.results, record)} (from an existing log)")
+    t0, failed = time.time(), []
+    while True:  # again after a pass: an LR sweep that finished may unlock its seeds (tune_lr)
+        todo = [r for r in all_runs(specs, args.out_root, records) if state(r, records) in ("new", "partial")]
+        if not todo or failed:
+            break
+        todo.sort(key=lambda r: not r["main"])  # the seed table first, LR sweeps and budgets after
+        failed = run_queue(todo, parallel, threads, args.results, records, commit)
     print(f"done in {fmt_time(time.time() - t0)}; {len(failed)} failed")
     return 1 if failed else 0
 

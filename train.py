@@ -82,6 +82,7 @@ DEFAULTS = dict(
     learning_rate=3e-3,  # AdamW
     muon_lr=0.02,
     muon_momentum=0.95,
+    magnitude_lr_mult=1.0,  # LR of the OR/ER magnitude scalar over learning_rate (C7)
     weight_decay=0.1,
     beta1=0.9,
     beta2=0.95,
@@ -396,7 +397,7 @@ def check_training_config(cfg):
     for key, low in (("batch_size", 1), ("gradient_accumulation_steps", 1), ("eval_iters", 1),
                      ("log_interval", 1), ("max_iters", 0), ("warmup_iters", 0), ("eval_interval", 0),
                      ("sample_tokens", 0), ("learning_rate", 0), ("min_lr", 0), ("muon_lr", 0),
-                     ("weight_decay", 0), ("grad_clip", 0), ("ddp_timeout_s", 1)):
+                     ("weight_decay", 0), ("magnitude_lr_mult", 0), ("grad_clip", 0), ("ddp_timeout_s", 1)):
         if getattr(cfg, key) < low:
             raise UserError(f"{key}={getattr(cfg, key)} must be >= {low}")
     if cfg.learning_rate == 0:

@@ -188,7 +188,8 @@ def test_router_has_its_own_scale_under_hg():
 def test_moe_groups_cover_everything_and_router_stays_on_adamw(optimizer):
     model = GPT(moe_cfg(shared_expert=True, **ALL_SWITCHES[1]))
     cfg = SimpleNamespace(weight_decay=0.1, scale_wd="iwd", learning_rate=1e-3, muon_lr=0.02,
-                          optimizer=optimizer, beta1=0.9, beta2=0.95, muon_momentum=0.95)
+                          optimizer=optimizer, beta1=0.9, beta2=0.95, muon_momentum=0.95,
+                          magnitude_lr_mult=1.0)
     groups = {g["name"]: g for g in param_groups(model, cfg)}
     ids = [id(p) for g in groups.values() for p in g["params"]]
     assert len(ids) == len(set(ids)) and set(ids) == {id(p) for p in model.parameters()}

@@ -240,9 +240,11 @@ def test_reparam_gives_same_forward_as_vector_at_init(reparam):
     torch.testing.assert_close(other, plain)
 
 
-def expected_role(name):
-    """README, Roles: QK-norm, output norms and DNP's gate outer scale are output; the rest input."""
-    output = ("q_norm" in name or "k_norm" in name or "out_norm" in name or name.endswith("mlp.gate.out_scale"))
+def expected_role(name, tied=True):
+    """README, Roles: QK-norm, output norms, DNP's gate outer scale and, while the head is tied,
+    the final-norm scale are output; the rest input."""
+    output = ("q_norm" in name or "k_norm" in name or "out_norm" in name or name.endswith("mlp.gate.out_scale")
+              or (name == "norm_f.scale" and tied))
     return "output" if output else "input"
 
 
@@ -254,6 +256,20 @@ def test_roles_of_unified_model():
     assert len(names) == 2 * (8 + 6 + 2 + 2) + 1  # per block: attn 8, mlp 6, qk 2, output norms 2; final norm
     for name, sv in model.scale_vectors():
         assert sv.role == expected_role(name), name
+
+
+@pytest.mark.parametrize("reparam", ["plain", "or"])
+def test_fold_makes_the_tied_final_norm_scale_input_role_and_folds_it(reparam):
+    model = GPT(tiny(reparam=reparam), seed=0)
+    assert model.norm_f.scale.role == "output"  # tied: it cannot fold, so no decay under IWD
+    randomize_scales(model, torch.Generator().manual_seed(3))
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(4))
+    before = model(idx)[0]
+    with pytest.warns(UserWarning, match="untying"):
+        model.fold_scales()
+    assert model.norm_f.scale.role == "input"
+    torch.testing.assert_close(model.norm_f.scale(), torch.ones(32))
+    torch.testing.assert_close(model(idx)[0], before, rtol=1e-4, atol=1e-4)
 
 
 def test_dual_placement_mlp_gate_scale_is_input_role():

@@ -1,11 +1,13 @@
 """Role-aware parameter groups, the CPU Muon against torch.optim.Muon, and LR schedules."""
 
+import re
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from model import GPT, GPTConfig
+import optim
+from model import GPT, GPTConfig, Router
 from optim import CPUMuon, build_optimizers, lr_multiplier, param_groups
 
 ALL_ON = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
@@ -14,7 +16,7 @@ ALL_ON = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_nor
 
 def opt_cfg(**kw):
     base = dict(weight_decay=0.1, scale_wd="iwd", learning_rate=1e-3, muon_lr=0.02, optimizer="adamw",
-                beta1=0.9, beta2=0.95, muon_momentum=0.95)
+                beta1=0.9, beta2=0.95, muon_momentum=0.95, magnitude_lr_mult=1.0)
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -45,8 +47,64 @@ def test_weight_decay_follows_the_role(scale_wd, wd_in, wd_out):
     by_role = {"input": set(), "output": set()}
     for _, sv in model.scale_vectors():
         by_role[sv.role] |= {id(p) for p in sv.parameters()}
-    assert {id(p) for p in groups["scale_input"]["params"]} == by_role["input"]
-    assert {id(p) for p in groups["scale_output"]["params"]} == by_role["output"]
+    for role, wd in (("input", wd_in), ("output", wd_out)):  # the OR magnitudes: own group, same decay
+        if f"magnitude_{role}" in groups:
+            assert groups[f"magnitude_{role}"]["weight_decay"] == wd
+        ids = {id(p) for g in (f"scale_{role}", f"magnitude_{role}") for p in groups.get(g, {"params": []})["params"]}
+        assert ids == by_role[role]
+
+
+def test_optim_reads_groups_from_module_attributes_not_model_classes():
+    source = open(optim.__file__).read()
+    assert not re.search(r"^\s*(import model|from model import)", source, re.M)
+    assert Router.optim_group == "router"
+
+
+@pytest.mark.parametrize("reparam, name", [("or", "magnitude"), ("er", "log_magnitude")])
+@pytest.mark.parametrize("scale_wd", ["iwd", "all"])
+def test_magnitude_has_its_own_group_lr_and_the_role_decay(reparam, name, scale_wd):
+    model = tiny(reparam=reparam, qk_norm=True, output_norms=True)
+    groups = {g["name"]: g for g in param_groups(model, opt_cfg(scale_wd=scale_wd, magnitude_lr_mult=4.0))}
+    by_role = {"input": set(), "output": set()}
+    for _, sv in model.scale_vectors():
+        if sv.magnitude_name is not None:
+            by_role[sv.role].add(id(getattr(sv, name)))
+    assert by_role["input"] and by_role["output"]
+    for role, wd in (("input", 0.1), ("output", 0.1 if scale_wd == "all" else 0.0)):
+        g = groups[f"magnitude_{role}"]
+        assert {id(p) for p in g["params"]} == by_role[role]
+        assert g["lr"] == g["initial_lr"] == pytest.approx(4e-3) and g["weight_decay"] == wd
+        assert not by_role[role] & {id(p) for p in groups[f"scale_{role}"]["params"]}
+    assert groups["scale_input"]["lr"] == pytest.approx(1e-3)
+
+
+def test_plain_scales_make_no_magnitude_group():
+    names = {g["name"] for g in param_groups(tiny(), opt_cfg(magnitude_lr_mult=4.0))}
+    assert not {"magnitude_input", "magnitude_output"} & names
+
+
+def test_magnitude_lr_mult_moves_only_the_magnitude():
+    """One AdamW step from the same state: the magnitude moves 4x as far, the direction as far."""
+    steps = {}
+    for mult in (1.0, 4.0):
+        model = tiny(reparam="or")
+        sv = model.norm_f.scale
+        optimizers, _ = build_optimizers(model, opt_cfg(magnitude_lr_mult=mult, weight_decay=0.0), "cpu")
+        before = (sv.magnitude.detach().clone(), sv.direction.detach().clone())
+        gen = torch.Generator().manual_seed(0)
+        model(torch.randint(0, 50, (2, 16), generator=gen), torch.randint(0, 50, (2, 16), generator=gen))[1].backward()
+        optimizers[0].step()
+        steps[mult] = ((sv.magnitude - before[0]).abs().item(), (sv.direction - before[1]).abs().max().item())
+    assert steps[4.0][0] == pytest.approx(4 * steps[1.0][0], rel=1e-4)
+    assert steps[4.0][1] == pytest.approx(steps[1.0][1], rel=1e-4)
+
+
+def test_final_norm_scale_is_output_role_while_tied_and_input_role_untied():
+    tied, untied = tiny(), tiny(tie_embeddings=False)
+    assert tied.norm_f.scale.role == "output" and untied.norm_f.scale.role == "input"
+    groups = {g["name"]: g for g in param_groups(tied, opt_cfg(scale_wd="iwd"))}
+    assert id(tied.norm_f.scale.weight) in {id(p) for p in groups["scale_output"]["params"]}
+    assert groups["scale_output"]["weight_decay"] == 0.0  # not decayed under IWD while tied
 
 
 def test_muon_gets_only_hidden_matrices():

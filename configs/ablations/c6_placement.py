@@ -1,12 +1,16 @@
+# C6. DP is split by site (attention only, MLP only) so that the part that helps or
+# hurts is measured, not inferred.
 claim = "C6: scale vectors on both sides of linear maps (DP, DNP) help"
 base = "configs/ablation_base.py"
 variants = {
     "baseline": {},
     "dp": {"attn_placement": "dual", "mlp_placement": "dual"},
+    "dp_attn": {"attn_placement": "dual"},
+    "dp_mlp": {"mlp_placement": "dual"},
     "dnp": {"attn_placement": "in", "mlp_placement": "dual_norm"},
     "dp_dnp": {"attn_placement": "dual", "mlp_placement": "dual_norm"},
 }
-expected = {"dp": "lower", "dnp": "lower", "dp_dnp": "lower"}
+expected = {"dp": "lower", "dp_attn": "lower", "dp_mlp": "lower", "dnp": "lower", "dp_dnp": "lower"}
 settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
 seeds = [1, 2, 3]
 lr_multipliers = [0.5, 1.0, 2.0]  # a loss here may be an LR mismatch: compare each variant at its best LR

@@ -1,3 +1,5 @@
+# C8 headline: unified vs baseline, 5 seeds per setting (DESIGN section 9: at least
+# 5 for the headline comparisons). The LR sweep is c8_unified_lr.py.
 claim = "C8: the unified strategy (HG + DP attention + DNP MLP + OR + IWD) beats the baseline"
 base = "configs/ablation_base.py"
 variants = {
@@ -10,5 +12,4 @@ settings = {
     "adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"},
     "muon_wsd": {"optimizer": "muon", "lr_schedule": "wsd"},
 }
-seeds = [1, 2, 3]
-lr_multipliers = [0.5, 1.0, 2.0]
+seeds = [1, 2, 3, 4, 5]

@@ -1,7 +1,12 @@
-# C8 at three widths: does the unified strategy's gap open up with size, as the
-# paper's effects (0.12B-2B) suggest? Same depth, tokens and head width (32);
-# width 128 is c8_unified's AdamW setting (its runs are shared).
-claim = "C8 vs width: the unified strategy's gain over the baseline at widths 64, 128, 256"
+# C8 at three widths, each variant at its own LR: does unified's gain grow with width,
+# as the paper reports (more favourable scaling)? Same depth, tokens and head width (32).
+# tune_lr: at seed 1 each (width, variant) runs at LR x0.5, x1, x2; seeds 2 and 3 then
+# run at the multiplier with the lowest final val loss at seed 1, and the table pairs
+# each variant at its best LR with the baseline at its best. One command does both
+# stages (sweep.py plans the seeds once the LR sweep is recorded):
+#     python sweep.py configs/ablations/c8_width.py --parallel=2
+# 30 runs; width 256 takes about 3x as long as 128.
+claim = "C8 vs width: the unified strategy's gain over the baseline at widths 64, 128, 256, each at its best LR"
 base = "configs/ablation_base.py"
 variants = {
     "baseline": {},
@@ -16,3 +21,5 @@ settings = {
     "adamw_cosine_d256": {**_adamw, "n_embd": 256, "n_head": 8},
 }
 seeds = [1, 2, 3]
+lr_multipliers = [0.5, 1.0, 2.0]
+tune_lr = True
