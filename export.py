@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import warnings
 
 import torch
@@ -213,7 +214,7 @@ def max_logit_diff(model, folder, seed=0):
     transformers, _ = import_transformers()
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
     cfg = model.config
-    idx = torch.randint(0, cfg.vocab_size, (2, cfg.block_size), generator=torch.Generator().manual_seed(seed))
+    idx = torch.randint(0, cfg.vocab_size, (1, cfg.block_size), generator=torch.Generator().manual_seed(seed))
     ours = model.eval()(idx, idx)[0]  # targets given: logits at every position
     theirs = hf(idx).logits.float()
     return ((ours - theirs).abs().max() / ours.abs().max().clamp_min(1.0)).item()
@@ -243,8 +244,8 @@ def readme(cfg, arch, meta, diff, source):
 def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GPT"):
     """Write `model` (a GPT) as a transformers folder `export_dir`; returns the largest logit difference.
 
-    Writes into export_dir + ".tmp" and renames it only after the check passes,
-    so a refused or failed export leaves nothing behind. The check (skipped
+    Writes into a fresh hidden folder beside export_dir, renamed only after the check
+    passes, so a refused or failed export leaves nothing behind. The check (skipped
     when check=False, then nan is returned) loads the folder with
     transformers.AutoModelForCausalLM and compares logits on one random batch.
     Raises UserError: a configuration with no exact standard architecture
@@ -259,9 +260,12 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
         raise UserError(f"export_dir={export_dir!r} already exists: pass another --export_dir or remove it")
     _, st = import_transformers()
     arch = architecture(cfg)
-    tmp = export_dir.rstrip(os.sep) + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    parent = os.path.dirname(os.path.abspath(export_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)  # a fresh name: never someone's folder
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would keep the exported folder private
     try:
         st.save_file(hf_state_dict(model), os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
         with open(os.path.join(tmp, "config.json"), "w") as f:
@@ -275,6 +279,8 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
                             f"above --tol={tol:g}: not written (a bug worth reporting)")
         with open(os.path.join(tmp, "README.md"), "w") as f:
             f.write(readme(cfg, arch, meta, diff, source))
+        for name in os.listdir(tmp):  # safetensors writes 0600
+            os.chmod(os.path.join(tmp, name), 0o666 & ~umask)
         os.replace(tmp, export_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
