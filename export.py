@@ -15,7 +15,7 @@ weights, and QK-norm's per-head gammas.
     MoE in every block, top_k >= 2                -> MixtralForCausalLM
     MoE + shared_expert                           -> Qwen2MoeForCausalLM
     MoE + qk_norm                                 -> Qwen3MoeForCausalLM
-    mlp_placement=dual_norm (DNP), output_norms, and the MoE cases above
+    mlp_placement=dual_norm (DNP) or in_norm, output_norms, and the MoE cases above
     do not cover: refused with one line saying why; nothing is written.
 
 The folder holds config.json, model.safetensors (float32, the real vocab_size
@@ -49,8 +49,8 @@ TOLERANCE = 1e-4  # largest |logit difference| allowed, relative to max(1, large
 
 def refusal(cfg):
     """Why `cfg` has no exact standard architecture, as one line naming the switch; None if it has one."""
-    if cfg.mlp_placement == "dual_norm":
-        return ("mlp_placement='dual_norm' (DNP) cannot be exported: its normalization over d_ff inside "
+    if cfg.mlp_placement in ("dual_norm", "in_norm"):
+        return (f"mlp_placement={cfg.mlp_placement!r} cannot be exported: its normalization over d_ff inside "
                 "the MLP has no place in Llama, Qwen or Mixtral")
     if cfg.output_norms:
         return ("output_norms=True cannot be exported: Llama, Qwen and Mixtral have no norm between a "

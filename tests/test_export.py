@@ -103,6 +103,7 @@ def test_tied_embeddings_stay_tied(tmp_path, tie):
 
 REFUSED = [  # (switches, words the one-line reason must hold)
     (dict(mlp_placement="dual_norm"), "mlp_placement='dual_norm'"),
+    (dict(mlp_placement="in_norm"), "mlp_placement='in_norm'"),
     (dict(output_norms=True), "output_norms=True"),
     (dict(qk_norm=True, output_norms=True, branch_scales=True), "output_norms=True"),
     (dict(MOE, top_k=2, qk_norm=True, shared_expert=True), "shared_expert=True"),
