@@ -1,12 +1,14 @@
 """Role-aware parameter groups, the CPU Muon against torch.optim.Muon, and LR schedules."""
 
+import itertools
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from model import GPT, GPTConfig
-from optim import CPUMuon, build_optimizers, lr_multiplier, param_groups
+from optim import LR_SCHEDULES, CPUMuon, build_optimizers, check_schedule, lr_multiplier, param_groups
 
 ALL_ON = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
               qk_norm=True, output_norms=True)
@@ -111,12 +113,58 @@ def test_cosine_is_halfway_at_the_midpoint_and_ends_at_min_lr():
 
 
 def test_wsd_is_flat_then_decays_linearly_over_the_last_fraction():
-    cfg = sched(lr_schedule="wsd")
+    cfg = sched(lr_schedule="wsd")  # 20 decay steps, 80..99; the floor 0.1 is reached at 100
     assert all(lr_multiplier(it, cfg) == 1.0 for it in range(10, 80))
-    assert lr_multiplier(89, cfg) == pytest.approx(1.0 - 0.9 * 10 / 20)
-    assert lr_multiplier(99, cfg) == pytest.approx(0.1)
-    values = [lr_multiplier(it, cfg) for it in range(80, 100)]
+    assert lr_multiplier(80, cfg) == pytest.approx(1.0 - 0.9 * 1 / 21)
+    assert lr_multiplier(99, cfg) == pytest.approx(1.0 - 0.9 * 20 / 21)
+    values = [lr_multiplier(it, cfg) for it in range(79, 100)]
     assert all(a > b for a, b in zip(values, values[1:]))
+
+
+@pytest.mark.parametrize("name", ["cosine", "wsd", "linear", "constant"])
+def test_every_accepted_schedule_is_positive_continuous_and_decays_after_warmup(name):
+    """A grid of (max_iters, warmup_iters, wsd_decay_frac, min_lr): refused, or a well-behaved LR."""
+    accepted = refused = 0
+    for max_iters, warmup, frac, min_lr in itertools.product(
+            (1, 2, 3, 10, 37, 100), (0, 1, 5, 9, 10, 50), (0.0, 0.01, 0.2, 0.5, 0.8, 1.0), (0.0, 1e-4, 1e-3, 2e-3)):
+        cfg = sched(lr_schedule=name, max_iters=max_iters, warmup_iters=warmup, wsd_decay_frac=frac, min_lr=min_lr)
+        try:
+            check_schedule(cfg)
+        except ValueError as e:
+            refused += 1
+            assert "--" in str(e)  # names the key to change
+            continue
+        accepted += 1
+        m = [lr_multiplier(it, cfg) for it in range(max_iters)]
+        assert all(0 < v <= 1 for v in m), (cfg, m)
+        if name == "constant" or max_iters <= warmup + (name != "wsd"):
+            continue  # the run ends before any decay (train.py says so): nothing more to hold
+        floor = min_lr / 1e-3
+        decay_iters = max_iters - warmup if name != "wsd" else max(1, round(frac * max_iters))
+        start = max_iters - decay_iters  # first decaying step
+        assert start >= warmup, cfg  # the decay never starts inside warmup
+        assert all(v == pytest.approx(1.0) for v in m[max(warmup - 1, 0):start + 1 if name != "wsd" else start])
+        assert m[-1] < 1.0 or floor == 1.0, (cfg, m)  # a non-empty decay
+        steps = [abs(a - b) for a, b in zip(m[max(warmup - 1, 0):], m[max(warmup, 1):])]
+        assert max(steps, default=0) <= (1 - floor) * math.pi / 2 / decay_iters + 1e-9, (cfg, m)
+    assert accepted > 100 and (refused > 0 or name in ("cosine", "linear", "constant"))
+
+
+@pytest.mark.parametrize("keys, message", [
+    (dict(lr_schedule="wsd", max_iters=10, warmup_iters=5, wsd_decay_frac=0.8), "decay .* would start inside warmup"),
+    (dict(lr_schedule="wsd", wsd_decay_frac=0.0), "wsd_decay_frac=0.0 must be in \\(0, 1\\]"),
+    (dict(lr_schedule="cosine", min_lr=2e-3), "min_lr=0.002 is above learning_rate"),
+    (dict(lr_schedule="step"), "lr_schedule='step' is not one of"),
+])
+def test_schedules_that_would_jump_or_stall_are_refused(keys, message):
+    with pytest.raises(ValueError, match=message):
+        check_schedule(sched(**keys))
+
+
+def test_wsd_with_min_lr_zero_never_spends_a_step_at_zero():
+    cfg = sched(lr_schedule="wsd", min_lr=0.0)
+    check_schedule(cfg)
+    assert min(lr_multiplier(it, cfg) for it in range(100)) == pytest.approx(1 / 21)
 
 
 def test_linear_and_constant():
