@@ -7,8 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import model as model_mod
 from model import GPT, GPTConfig
-from optim import LR_SCHEDULES, CPUMuon, build_optimizers, check_schedule, lr_multiplier, param_groups
+from norms import ScaleVector
+from optim import CPUMuon, build_optimizers, check_schedule, lr_multiplier, param_groups
 
 ALL_ON = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
               qk_norm=True, output_norms=True)
@@ -175,3 +177,46 @@ def test_linear_and_constant():
 def test_unknown_scale_wd_is_an_error():
     with pytest.raises(ValueError, match="scale_wd='some'"):
         param_groups(tiny(), opt_cfg(scale_wd="some"))
+
+
+class SoftplusScale(ScaleVector):
+    """A scale vector a fork might add: gamma = softplus(p), p init so that gamma == 1."""
+
+    def __init__(self, dim, role):
+        super().__init__(dim, role)
+        self.raw = torch.nn.Parameter(torch.full((dim,), math.log(math.e - 1)))
+
+    def forward(self):
+        return torch.nn.functional.softplus(self.raw)
+
+    @torch.no_grad()
+    def reset_(self):
+        self.raw.fill_(math.log(math.e - 1))
+
+
+def test_a_new_scale_vector_subclass_lands_in_its_roles_group_without_optimizer_edits(monkeypatch):
+    """The README's fork guide: a ScaleVector subclass with a role needs no change to optim.py."""
+    monkeypatch.setattr(model_mod, "make_scale",
+                        lambda cfg, dim, role, magnitude_free=False: None if cfg.scale == "none"
+                        else SoftplusScale(dim, role))
+    model = tiny(tie_embeddings=False, **ALL_ON)
+    svs = [sv for _, sv in model.scale_vectors()]
+    assert svs and all(isinstance(sv, SoftplusScale) for sv in svs)
+    assert {sv.role for sv in svs} == {"input", "output"}
+    groups = {g["name"]: g for g in param_groups(model, opt_cfg())}
+    for role, wd in (("input", 0.1), ("output", 0.0)):  # IWD by role
+        mine = {id(sv.raw) for sv in svs if sv.role == role}
+        assert mine <= {id(p) for p in groups["scale_" + role]["params"]}
+        assert groups["scale_" + role]["weight_decay"] == wd
+    ids = [id(p) for g in groups.values() for p in g["params"]]
+    assert sorted(ids) == sorted(id(p) for p in model.parameters())
+    x = torch.randint(0, 50, (2, 16))
+    logits, loss, _ = model(x, x)
+    loss.backward()
+    assert all(sv.raw.grad is not None for sv in svs)
+    with torch.no_grad():
+        for sv in svs:
+            sv.raw.add_(0.3 * torch.randn_like(sv.raw))  # trained scales, away from 1
+        before = model(x)[0]
+        model.fold_scales()  # folding goes through forward() and reset_(): the logits stay
+        assert torch.allclose(model(x)[0], before, atol=1e-5)

@@ -120,6 +120,8 @@ def test_every_config_file_in_configs_loads():
 def test_cli_errors_are_one_clear_line(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     short = make_dataset(tmp_path / "short", n_train=10, n_val=10)
+    empty = make_dataset(tmp_path / "empty")
+    open(os.path.join(empty, "val.bin"), "wb").close()
     out = tmp_path / "out"
     out.mkdir()
     (out / "ckpt.pt").write_bytes(b"not a checkpoint")
@@ -129,6 +131,8 @@ def test_cli_errors_are_one_clear_line(tmp_path):
         (tiny_args(ds, out, "--n_embd=30", "--n_head=4"), "n_embd=30 is not divisible by n_head=4"),
         (tiny_args(tmp_path / "missing", out), "not found for dataset="),
         (tiny_args(short, out), "fewer than block_size + 1 = 17"),
+        (tiny_args(empty, out), "val.bin holds 0 bytes"),
+        (tiny_args(ds, ""), "out_dir='' is empty"),
         (tiny_args(ds, out, "--init_from=resume"), "is unreadable"),
         (tiny_args(ds, out), "already holds a run"),
     ]
