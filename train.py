@@ -349,8 +349,9 @@ def make_codec(meta, vocab_size):
         def encode(s):
             unknown = sorted(set(s) - stoi.keys())
             if unknown:
+                known = "".join(sorted(stoi))
                 raise UserError(f"{''.join(unknown)!r} not in this vocabulary of {len(stoi)} characters: "
-                                f"use only these: {''.join(sorted(stoi))!r}")
+                                f"use only its characters ({known[:40]!r}{'...' if len(known) > 40 else ''})")
             return [stoi[c] for c in s]
         return encode, (lambda ids: "".join(itos[i] for i in ids))
     if not (meta and "encoding" in meta) and vocab_size < 50257:

@@ -132,7 +132,6 @@ def test_cli_errors_are_one_clear_line(tmp_path):
         (tiny_args(tmp_path / "missing", out), "not found for dataset="),
         (tiny_args(short, out), "fewer than block_size + 1 = 17"),
         (tiny_args(empty, out), "val.bin holds 0 bytes"),
-        (tiny_args(ds, ""), "out_dir='' is empty"),
         (tiny_args(ds, out, "--init_from=resume"), "is unreadable"),
         (tiny_args(ds, out), "already holds a run"),
     ]
