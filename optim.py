@@ -194,14 +194,51 @@ def newton_schulz_fp32(g, coefficients, steps, eps):
 # of the iteration only, so a resumed run gets exactly the LR of a straight one.
 
 
+def wsd_decay_iters(cfg):
+    """Iterations in wsd's decay: wsd_decay_frac of max_iters, rounded, at least 1."""
+    return max(1, round(cfg.wsd_decay_frac * cfg.max_iters))
+
+
+def check_schedule(cfg):
+    """ValueError naming the fix for schedule keys whose LR would jump, stall or reach 0.
+
+    For every accepted combination (tests/test_optim.py checks a grid): the LR
+    is > 0 at every step, continuous after warmup (no step changes it by more
+    than about (1 - floor) * pi/2 / decay_iters), and decaying schedules have a
+    non-empty decay that starts after warmup. A run that ends before its
+    decay (max_iters <= warmup_iters + 1, e.g. a two-step smoke test) is
+    accepted; train.py says so.
+    """
+    if cfg.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr_schedule={cfg.lr_schedule!r} is not one of {', '.join(map(repr, LR_SCHEDULES))}")
+    if cfg.lr_schedule == "constant":
+        return
+    if cfg.min_lr > cfg.learning_rate:
+        raise ValueError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the decay would "
+                         f"raise the LR; set --min_lr <= learning_rate (it is the floor the LR decays to)")
+    if cfg.lr_schedule == "wsd":
+        if not 0 < cfg.wsd_decay_frac <= 1:
+            raise ValueError(f"wsd_decay_frac={cfg.wsd_decay_frac} must be in (0, 1] "
+                             f"(for no decay use --lr_schedule=constant)")
+        n = wsd_decay_iters(cfg)
+        if cfg.warmup_iters < cfg.max_iters and cfg.max_iters - n < cfg.warmup_iters:
+            raise ValueError(
+                f"lr_schedule='wsd': the decay (the last {n} of max_iters={cfg.max_iters} iterations) would "
+                f"start inside warmup (warmup_iters={cfg.warmup_iters}): set --wsd_decay_frac <= "
+                f"{(cfg.max_iters - cfg.warmup_iters) / cfg.max_iters:.3g} or --warmup_iters <= {cfg.max_iters - n}")
+
+
 def lr_multiplier(it, cfg):
     """LR multiplier in (0, 1] at iteration it (0-based) for cfg.lr_schedule.
 
     Linear warmup over warmup_iters ((it + 1) / warmup_iters, so lr(0) > 0),
-    then "cosine" to min_lr, "wsd" (stable at 1, linear decay to min_lr over
-    the last wsd_decay_frac of max_iters), "linear" to min_lr, or "constant".
+    then "cosine" to min_lr, "wsd" (stable at 1, then a linear decay over the
+    last wsd_decay_iters(cfg) iterations), "linear" to min_lr, or "constant".
     min_lr is in units of learning_rate: the floor multiplier is
-    min_lr / learning_rate, and Muon's LR follows the same multiplier.
+    min_lr / learning_rate, and Muon's LR follows the same multiplier. Every
+    decay reaches the floor at it = max_iters, one step after the last, so no
+    step runs at the floor (with min_lr = 0, at LR 0). Keys are validated by
+    check_schedule.
     """
     if it < cfg.warmup_iters:
         return (it + 1) / cfg.warmup_iters
@@ -209,11 +246,11 @@ def lr_multiplier(it, cfg):
     if cfg.lr_schedule == "constant":
         return 1.0
     if cfg.lr_schedule == "wsd":
-        decay_start = cfg.max_iters - int(cfg.wsd_decay_frac * cfg.max_iters)
+        n = wsd_decay_iters(cfg)
+        decay_start = cfg.max_iters - n
         if it < decay_start:
             return 1.0
-        progress = (it - decay_start + 1) / max(1, cfg.max_iters - decay_start)
-        return 1.0 - (1.0 - floor) * min(progress, 1.0)
+        return 1.0 - (1.0 - floor) * min(1.0, (it - decay_start + 1) / (n + 1))
     progress = min(1.0, (it - cfg.warmup_iters) / max(1, cfg.max_iters - cfg.warmup_iters))
     if cfg.lr_schedule == "linear":
         return 1.0 - (1.0 - floor) * progress

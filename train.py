@@ -19,9 +19,10 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import fields
 from types import SimpleNamespace
 
@@ -29,7 +30,8 @@ import numpy as np
 import torch
 
 from model import GPT, GPTConfig
-from optim import LR_SCHEDULES, OPTIMIZERS, SCALE_WD, build_optimizers, format_groups, lr_multiplier, set_lr
+from optim import (OPTIMIZERS, SCALE_WD, build_optimizers, check_schedule, format_groups, lr_multiplier,
+                   set_lr)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -112,8 +114,16 @@ PEAK_BF16_FLOPS = [
 ]
 
 
+PROGRESS_EVERY_S = 15  # a progress line at least this often, whatever log_interval says
+
+
 class UserError(Exception):
     """Bad input: printed as one clear line, exit status 1, nothing lost."""
+
+
+def a_type(default):
+    """How an error names the type of a default: 'an int', 'a float', 'a string', 'True or False'."""
+    return {bool: "True or False", int: "an int", float: "a float", str: "a string"}[type(default)]
 
 
 # -----------------------------------------------------------------------------
@@ -129,7 +139,7 @@ def parse_value(key, text):
             return True
         if low in ("false", "0", "no"):
             return False
-        raise UserError(f"--{key}={text}: expected True or False")
+        raise UserError(f"--{key}={text}: {key} must be True or False")
     if isinstance(default, str):
         try:  # accept quoted strings too
             value = ast.literal_eval(text)
@@ -139,7 +149,7 @@ def parse_value(key, text):
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        raise UserError(f"--{key}={text}: expected a {type(default).__name__}") from None
+        raise UserError(f"--{key}={text}: {key} must be {a_type(default)}") from None
     return check_type(key, value, f"--{key}={text}")
 
 
@@ -149,8 +159,7 @@ def check_type(key, value, where):
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if type(value) is not type(default):
-        raise UserError(f"{where}: {key} must be a {type(default).__name__}, "
-                        f"got {type(value).__name__} {value!r}")
+        raise UserError(f"{where}: {key} must be {a_type(default)}, got {type(value).__name__} {value!r}")
     return value
 
 
@@ -220,14 +229,44 @@ def dataset_dir(dataset):
     return dataset if os.sep in dataset or os.path.isabs(dataset) else os.path.join(HERE, "data", dataset)
 
 
+def plain(value, where):
+    """value with numpy scalars and arrays turned into Python ints, floats, lists (recursively).
+
+    What train.py writes must load with torch.load(weights_only=True) and
+    json; a meta.pkl built with numpy (`vocab_size = arr.max() + 1` is a
+    np.uint16) would otherwise give a checkpoint that its own readers refuse.
+    Raises UserError naming `where` for a value of any other type.
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v, where) for v in value)
+    if isinstance(value, dict):
+        return {plain(k, where): plain(v, where) for k, v in value.items()}
+    raise UserError(f"{where} holds a {type(value).__name__} ({str(value)[:60]!r}): store plain Python "
+                    f"values there (ints, floats, strings, lists, dicts)")
+
+
+def prepare_hint(prepare):
+    """How to make a dataset's bins: run its prepare.py, after the `pip install` its docstring names."""
+    with open(prepare) as f:
+        needs = [ln.strip() for ln in f.read().split('"""')[1].splitlines() if ln.strip().startswith("pip install")]
+    return " && ".join(needs + [f"python {os.path.relpath(prepare)}"])
+
+
 def load_data(cfg, prepare_here=True):
-    """Memory-map train.bin / val.bin and read meta.pkl; prepare shakespeare data if missing.
+    """Check train.bin / val.bin and read meta.pkl; prepare shakespeare data if missing.
 
     prepare_here: this process may run the prepare script (under DDP: local rank 0;
     every rank then meets at a barrier, whether or not anything was prepared).
 
-    Returns dict(train=memmap, val=memmap, meta=dict or None).
-    Raises UserError for a missing file or one shorter than block_size + 1 tokens.
+    Returns dict(train=path, val=path, meta=dict of plain Python values or None);
+    get_batch maps the file per batch (a map kept open for the whole run grows
+    the resident set to the file's size).
+    Raises UserError for a missing, empty or odd-sized file, one shorter than
+    block_size + 1 tokens, an unreadable meta.pkl, or a failed prepare script.
     """
     folder = dataset_dir(cfg.dataset)
     paths = {split: os.path.join(folder, f"{split}.bin") for split in ("train", "val")}
@@ -236,25 +275,39 @@ def load_data(cfg, prepare_here=True):
     missing = not all(os.path.exists(p) for p in paths.values())
     if missing and local and os.path.exists(prepare) and prepare_here:
         print(f"{paths['train']} not found: running {os.path.relpath(prepare)} to make it", flush=True)
-        subprocess.run([sys.executable, prepare], check=True)
+        proc = subprocess.run([sys.executable, prepare], capture_output=True, text=True)
+        if proc.returncode:
+            why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+            raise UserError(f"{os.path.relpath(prepare)} failed: {why}")
+        print(proc.stdout, end="", flush=True)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
     data = {}
     for split, path in paths.items():
-        if not os.path.exists(path):
-            hint = f"run python {os.path.relpath(prepare)}" if os.path.exists(prepare) else \
+        if not os.path.isfile(path):
+            hint = prepare_hint(prepare) if os.path.exists(prepare) else \
                 "write uint16 token ids to train.bin and val.bin there (see data/*/prepare.py)"
             raise UserError(f"data file {path} not found for dataset={cfg.dataset!r}: {hint}")
-        arr = np.memmap(path, dtype=np.uint16, mode="r")
-        if len(arr) < cfg.block_size + 1:
-            raise UserError(f"{path} holds {len(arr)} tokens, fewer than block_size + 1 = "
+        size = os.path.getsize(path)
+        if size == 0 or size % 2:
+            raise UserError(f"{path} holds {size} bytes, {'none' if size == 0 else 'an odd number'}: it must be "
+                            f"uint16 token ids (np.array(ids, dtype=np.uint16).tofile(path)); write it again")
+        if size // 2 < cfg.block_size + 1:
+            raise UserError(f"{path} holds {size // 2} tokens, fewer than block_size + 1 = "
                             f"{cfg.block_size + 1}: use a smaller --block_size or more data")
-        data[split] = arr
+        data[split] = path
     meta_path = os.path.join(folder, "meta.pkl")
     data["meta"] = None
     if os.path.exists(meta_path):
-        with open(meta_path, "rb") as f:
-            data["meta"] = pickle.load(f)
+        try:
+            with open(meta_path, "rb") as f:
+                meta = pickle.load(f)
+        except Exception as e:  # a pickle can fail in many ways; each is a bad file
+            raise UserError(f"{meta_path} is unreadable ({type(e).__name__}: {str(e)[:100]}): write it again "
+                            f"with pickle.dump(dict(vocab_size=...), f), or delete it and set --vocab_size") from None
+        if not isinstance(meta, dict):
+            raise UserError(f"{meta_path} holds a {type(meta).__name__}, not a dict such as {{'vocab_size': 50257}}")
+        data["meta"] = plain(meta, meta_path)
     return data
 
 
@@ -266,11 +319,12 @@ def get_batch(data, split, index, micro_step, cfg, device):
     the same data. Validation batch k is seeded by k alone: every run, every
     seed and every variant is evaluated on the same fixed batches.
     """
-    arr = data[split]
+    arr = np.memmap(data[split], dtype=np.uint16, mode="r")  # per batch, as nanoGPT: bounded memory
     entropy = [cfg.seed, index, micro_step, 1] if split == "train" else [index, 2]
     rng = np.random.default_rng(entropy)
     ix = rng.integers(0, len(arr) - cfg.block_size, size=cfg.batch_size)
     window = np.stack([arr[i:i + cfg.block_size + 1] for i in ix]).astype(np.int64)  # one gather for x and y
+    del arr
     top = int(window.max())  # checked per batch: a full scan of a 5 GB file is slow
     if top >= cfg.vocab_size:
         raise UserError(f"{split}.bin holds token id {top} >= vocab_size={cfg.vocab_size}: set --vocab_size "
@@ -286,15 +340,37 @@ def make_codec(meta, vocab_size):
 
     None when neither fits: no char vocabulary in meta.pkl and a vocabulary
     smaller than GPT-2's, so the ids are some other tokenizer's.
+    encode raises UserError naming the characters a char vocabulary lacks;
+    make_codec raises UserError (with the TIKTOKEN_CACHE_DIR fix) when the
+    BPE vocabulary cannot be loaded.
     """
     if meta and "stoi" in meta:
         stoi, itos = meta["stoi"], meta["itos"]
-        return (lambda s: [stoi[c] for c in s if c in stoi]), (lambda ids: "".join(itos[i] for i in ids))
+
+        def encode(s):
+            unknown = sorted(set(s) - stoi.keys())
+            if unknown:
+                known = "".join(sorted(stoi))
+                raise UserError(f"{''.join(unknown)!r} not in this vocabulary of {len(stoi)} characters: "
+                                f"use only its characters ({known[:40]!r}{'...' if len(known) > 40 else ''})")
+            return [stoi[c] for c in s]
+        return encode, (lambda ids: "".join(itos[i] for i in ids))
     if not (meta and "encoding" in meta) and vocab_size < 50257:
         return None
-    import tiktoken
-    enc = tiktoken.get_encoding((meta or {}).get("encoding", "r50k_base"))
+    enc = bpe_encoding((meta or {}).get("encoding", "r50k_base"))
     return (lambda s: enc.encode(s, allowed_special={"<|endoftext|>"})), enc.decode
+
+
+def bpe_encoding(name):
+    """tiktoken's encoding `name`; UserError saying how to get its vocabulary file offline."""
+    try:
+        import tiktoken
+        return tiktoken.get_encoding(name)
+    except ImportError:
+        raise UserError("GPT-2 BPE needs the package tiktoken: pip install tiktoken") from None
+    except Exception as e:  # no network: requests' ConnectionError, an HTTP error, ...
+        raise UserError(f"cannot load the {name} vocabulary ({type(e).__name__}); offline, set "
+                        f"TIKTOKEN_CACHE_DIR to a folder holding tiktoken's cached vocabulary file") from None
 
 
 # -----------------------------------------------------------------------------
@@ -405,9 +481,48 @@ def check_training_config(cfg):
     if not 0 <= cfg.wsd_decay_frac <= 1:
         raise UserError(f"wsd_decay_frac={cfg.wsd_decay_frac} must be in [0, 1]")
     for key, allowed in (("init_from", ("scratch", "resume")), ("optimizer", OPTIMIZERS),
-                         ("scale_wd", SCALE_WD), ("lr_schedule", LR_SCHEDULES)):
+                         ("scale_wd", SCALE_WD)):
         if getattr(cfg, key) not in allowed:
             raise UserError(f"{key}={getattr(cfg, key)!r} is not one of {', '.join(map(repr, allowed))}")
+    try:
+        check_schedule(cfg)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if not cfg.out_dir.strip():
+        raise UserError(f"out_dir={cfg.out_dir!r} is empty: set --out_dir=DIR (the run's checkpoint and log go there)")
+
+
+def check_out_dir(out_dir):
+    """Make out_dir and write a probe file in it; UserError naming the folder if that fails."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
+                        f"choose a writable --out_dir") from None
+
+
+@contextmanager
+def compile_errors(enabled):
+    """Turn a torch.compile failure (no C++ compiler, an inductor bug) into one line with the fix."""
+    try:
+        yield
+    except Exception as e:
+        if not enabled:
+            raise
+        import torch._dynamo.exc
+        if isinstance(e, torch._dynamo.exc.TorchDynamoException) or \
+                type(e).__module__.startswith(("torch._inductor", "torch._dynamo")):
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise UserError(f"torch.compile failed ({type(e).__name__}: {first}): run with --compile=False") from None
+        raise
+
+
+def fmt_duration(seconds):
+    """'45s', '12m05s' or '3h20m'."""
+    s = int(seconds)
+    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def resolve_device(cfg):
@@ -429,7 +544,7 @@ def train(cfg_dict, given=frozenset()):
     explicitly (on resume, the others come from the checkpoint).
     Raises UserError for bad input and FloatingPointError for a non-finite loss.
     """
-    ckpt = None
+    ckpt, tokens = None, 0
     if cfg_dict["init_from"] == "resume":
         ckpt = load_checkpoint(os.path.join(cfg_dict["out_dir"], "ckpt.pt"))
         for key in MODEL_KEYS & given:
@@ -441,14 +556,19 @@ def train(cfg_dict, given=frozenset()):
             raise UserError(f"--init_from=resume: the checkpoint is at iteration {ckpt['iter']}, past "
                             f"max_iters={cfg_dict['max_iters']}: pass a larger --max_iters to continue")
         cfg_dict["init_from"] = "resume"
+        c = ckpt["config"]  # a checkpoint without the count: its run kept one batch size
+        tokens = ckpt.get("tokens", ckpt["iter"] * c["batch_size"] * c["block_size"] * c["gradient_accumulation_steps"])
     elif cfg_dict["init_from"] != "scratch":
         raise UserError(f"init_from={cfg_dict['init_from']!r} is not 'scratch' or 'resume'")
     cfg = SimpleNamespace(**cfg_dict)
     check_training_config(cfg)
+    requested = {"device": cfg.device, "dtype": cfg.dtype}  # saved as asked: each machine resolves "auto"
     resolve_device(cfg)
     rank, local_rank, world = setup_distributed(cfg)
     master = rank == 0
     log = (lambda *a: print(*a, flush=True)) if master else (lambda *a: None)
+    if master:
+        check_out_dir(cfg.out_dir)
     device = torch.device(f"cuda:{local_rank}" if cfg.device == "cuda" and world > 1 else cfg.device)
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
     autocast = torch.autocast(device.type, dtype=ptdtype) if ptdtype != torch.float32 else nullcontext()
@@ -462,6 +582,8 @@ def train(cfg_dict, given=frozenset()):
             raise UserError(f"vocab_size=0 means 'from meta.pkl', but {dataset_dir(cfg.dataset)} has "
                             f"none: set --vocab_size (50257 for GPT-2 BPE)")
         cfg.vocab_size = data["meta"]["vocab_size"]
+        if type(cfg.vocab_size) is not int:
+            raise UserError(f"meta.pkl's vocab_size={cfg.vocab_size!r} must be an int")
     try:
         model_cfg = GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS})
     except ValueError as e:
@@ -469,7 +591,7 @@ def train(cfg_dict, given=frozenset()):
     cfg.d_ff = model_cfg.d_ff
     raw_model = GPT(model_cfg, seed=cfg.seed).to(device)
     optimizers, groups = build_optimizers(raw_model, cfg, device.type)
-    start_iter = 0
+    start_iter, stored_val = 0, float("nan")
     out_dir, log_path = cfg.out_dir, os.path.join(cfg.out_dir, "log.jsonl")
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if ckpt is not None:
@@ -482,7 +604,7 @@ def train(cfg_dict, given=frozenset()):
             opt.load_state_dict(state)  # restores the moments, and the checkpoint's hyperparameters:
             for group, h in zip(opt.param_groups, hyper):  # this run's config wins (--learning_rate=...)
                 group.update(h)
-        start_iter = ckpt["iter"]
+        start_iter, stored_val = ckpt["iter"], ckpt.get("val_loss", float("nan"))
         if master:
             trim_log(log_path, start_iter)
         del ckpt
@@ -494,6 +616,9 @@ def train(cfg_dict, given=frozenset()):
             os.makedirs(out_dir, exist_ok=True)
             open(log_path, "w").close()
 
+    if cfg.compile and cfg.n_experts:
+        log("warning: --compile=True with n_experts > 0: each batch routes a different number of tokens to "
+            "each expert, so torch.compile recompiles often (minutes each); --compile=False is usually faster")
     model = torch.compile(raw_model) if cfg.compile else raw_model
     fwd = model  # eval runs without the DDP wrapper
     if world > 1:
@@ -542,30 +667,50 @@ def train(cfg_dict, given=frozenset()):
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
 
-    def eval_and_save(it):
+    def eval_and_save(it, tokens, save=True):
         val, load = evaluate()
         if not math.isfinite(val):
             raise FloatingPointError(f"val loss is {val} at iter {it}: the run diverged; the last good "
                                      f"checkpoint {ckpt_path} is kept (try a lower learning_rate)")
-        row = {"kind": "eval", "iter": it, "tokens": it * tokens_per_iter, "val_loss": val,
+        row = {"kind": "eval", "iter": it, "tokens": tokens, "val_loss": val,
                "scales": scale_stats(raw_model)}
         if load is not None:  # per MoE layer: share of routed tokens per expert, and max / mean share
             row["expert_load"] = load
             row["max_load"] = [max(layer) * cfg.n_experts for layer in load]
         saved = ""
-        if master and it > 0:  # the checkpoint first: a logged final eval means a finished run
+        if master and it > 0 and save:  # the checkpoint first: a logged final eval means a finished run
             save_checkpoint(ckpt_path, {
                 "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
-                "config": vars(cfg), "iter": it, "val_loss": val, "meta": data["meta"]})
+                "config": {**vars(cfg), **requested}, "iter": it, "tokens": tokens, "val_loss": val,
+                "meta": data["meta"]})
             saved = f" | saved {ckpt_path}"
         write_log(row)
         log(f"eval iter {it}: val loss {val:.4f}{saved}")
         return val
 
-    val_loss = float("nan")
-    if start_iter == 0 and cfg.eval_interval > 0:
-        val_loss = eval_and_save(0)
+    val_loss = stored_val
+    logged = read_log(log_path) if master and os.path.exists(log_path) else []
+    # killed between the checkpoint and its log row: complete the row (the same model, the same batches)
+    row_missing = torch.tensor(float(start_iter > 0 and not any(
+        r["kind"] == "eval" and r["iter"] == start_iter for r in logged)), device=device)
+    if world > 1:
+        torch.distributed.broadcast(row_missing, 0)  # rank 0 holds the log; every rank evaluates
+    with compile_errors(cfg.compile):
+        if start_iter == 0 and cfg.eval_interval > 0:
+            val_loss = eval_and_save(0, 0)
+        elif row_missing.item():
+            val_loss = eval_and_save(start_iter, tokens, save=False)
+    if start_iter > 0 and start_iter == cfg.max_iters:
+        train_rows = [r for r in logged if r["kind"] == "train"]
+        log(f"done: the run in {out_dir} is finished ({start_iter} iterations = max_iters), final val loss "
+            f"{val_loss:.4f}; pass a larger --max_iters to continue it")
+        return {"val_loss": val_loss, "train_loss": train_rows[-1]["loss"] if train_rows else float("nan"),
+                "wall_s": 0.0, "model": raw_model}
+    if cfg.lr_schedule != "constant" and cfg.max_iters <= cfg.warmup_iters + (cfg.lr_schedule != "wsd"):
+        log(f"note: max_iters={cfg.max_iters} ends before the LR decays (warmup_iters={cfg.warmup_iters}): "
+            f"fine for a smoke test, not for a result")
     t_window, iters_window, t_start = time.perf_counter(), 0, time.perf_counter()
+    t_line, warned_slow = t_window, False
     loss_val = float("nan")
     for it in range(start_iter, cfg.max_iters):
         lr_mult = lr_multiplier(it, cfg)
@@ -576,10 +721,12 @@ def train(cfg_dict, given=frozenset()):
         for n, j in enumerate(my_micro_steps):
             x, y = get_batch(data, "train", it, j, cfg, device)
             last = n == len(my_micro_steps) - 1
-            with (model.no_sync() if world > 1 and not last else nullcontext()), autocast:
+            with compile_errors(cfg.compile), (model.no_sync() if world > 1 and not last else nullcontext()), \
+                    autocast:
                 _, loss, aux = model(x, y)
                 objective = loss + raw_model.aux_objective(aux)
-            (objective / len(my_micro_steps)).backward()
+            with compile_errors(cfg.compile):
+                (objective / len(my_micro_steps)).backward()
             sums += torch.stack([loss.detach().float(), aux.get("lb_loss", zero).detach(),
                                  aux.get("z_loss", zero).detach()])
         if cfg.grad_clip > 0:
@@ -590,41 +737,61 @@ def train(cfg_dict, given=frozenset()):
             opt.zero_grad(set_to_none=True)
         loss_val, lb_loss, z_loss = all_reduce_mean(sums / len(my_micro_steps)).tolist()
         done = it + 1
+        tokens += tokens_per_iter
         if not math.isfinite(loss_val):
             raise FloatingPointError(f"train loss is {loss_val} at iter {done}: the run diverged; the last "
                                      f"good checkpoint {ckpt_path} is kept (try a lower learning_rate)")
-        row = {"kind": "train", "iter": done, "tokens": done * tokens_per_iter,
+        row = {"kind": "train", "iter": done, "tokens": tokens,
                "lr": optimizers[0].param_groups[0]["lr"], "loss": loss_val}
         if n_moe:
             row |= {"lb_loss": lb_loss, "z_loss": z_loss}
         write_log(row)
         iters_window += 1
-        if done % cfg.log_interval == 0 or done == cfg.max_iters:
-            dt = time.perf_counter() - t_window
+        now = time.perf_counter()
+        if done % cfg.log_interval == 0 or done == cfg.max_iters or now - t_line >= PROGRESS_EVERY_S:
+            dt = now - t_window
             tok_s = iters_window * tokens_per_iter / dt
+            eta = (cfg.max_iters - done) * dt / iters_window  # training steps only, evals add to it
             mfu = f" | MFU {100 * flops_per_token * tok_s / (peak * world):.1f}%" if peak else ""
             moe = f" | lb {lb_loss:.3f} | max load (last batch) " \
                 f"{aux['expert_load'].max().item() * cfg.n_experts:.2f}" if n_moe else ""
             log(f"iter {done}/{cfg.max_iters} | loss {loss_val:.4f} | lr {row['lr']:.2e} | "
-                f"{tok_s / 1e3:.1f}k tok/s | {1000 * dt / iters_window:.0f} ms/iter{mfu}{moe}")
-            t_window, iters_window = time.perf_counter(), 0
+                f"{tok_s / 1e3:.1f}k tok/s | {1000 * dt / iters_window:.0f} ms/iter{mfu}{moe} | "
+                f"ETA {fmt_duration(eta)}")
+            if device.type == "cpu" and eta > 3600 and not warned_slow:
+                warned_slow = True
+                log(f"warning: at the measured {1000 * dt / iters_window:.0f} ms/iter the {cfg.max_iters - done} "
+                    f"iterations left take about {fmt_duration(eta)} on this CPU: this config is sized for a GPU "
+                    f"(use --device=cuda there, or a smaller model / fewer --max_iters here)")
+            t_window, iters_window, t_line = time.perf_counter(), 0, time.perf_counter()
         if (cfg.eval_interval > 0 and done % cfg.eval_interval == 0) or done == cfg.max_iters:
-            val_loss = eval_and_save(done)
+            with compile_errors(cfg.compile):
+                val_loss = eval_and_save(done, tokens)
             t_window, iters_window = time.perf_counter(), 0  # eval time is not training time
 
     wall = time.perf_counter() - t_start
-    codec = make_codec(data["meta"], cfg.vocab_size) if master and cfg.sample_tokens > 0 else None
-    if master and cfg.sample_tokens > 0 and codec is None:
-        log("no sample: the dataset has no meta.pkl vocabulary to decode its token ids")
-    if codec is not None:
-        encode, decode = codec
-        start = torch.tensor([encode("\n")], dtype=torch.long, device=device)
-        raw_model.eval()
-        with autocast:
-            out = raw_model.generate(start, cfg.sample_tokens, temperature=0.8, top_k=200)
-        log(f"--- sample ({cfg.sample_tokens} tokens) ---\n{decode(out[0].tolist())}\n---")
+    if master and cfg.sample_tokens > 0:
+        end_of_run_sample(raw_model, data["meta"], cfg, device, autocast, log)
     log(f"done: {cfg.max_iters - start_iter} iterations in {wall:.0f} s, final val loss {val_loss:.4f}")
     return {"val_loss": val_loss, "train_loss": loss_val, "wall_s": wall, "model": raw_model}
+
+
+def end_of_run_sample(model, meta, cfg, device, autocast, log):
+    """Print a sample from "\n"; a sample that cannot be made is one line, never a failed run."""
+    try:
+        codec = make_codec(meta, cfg.vocab_size)
+        if codec is None:
+            log("no sample: the dataset has no meta.pkl vocabulary to decode its token ids")
+            return
+        encode, decode = codec
+        start = torch.tensor([encode("\n")], dtype=torch.long, device=device)
+        model.eval()
+        with autocast:
+            out = model.generate(start, cfg.sample_tokens, temperature=0.8, top_k=200)
+        log(f"--- sample ({cfg.sample_tokens} tokens) ---\n{decode(out[0].tolist())}\n---")
+    except Exception as e:  # the run is finished and saved: a sample is a courtesy
+        log(f"no sample ({e if isinstance(e, UserError) else f'{type(e).__name__}: {e}'}); "
+            f"the run itself finished and is saved")
 
 
 def main(argv=None):

@@ -1,14 +1,18 @@
 """Role-aware parameter groups, the CPU Muon against torch.optim.Muon, and LR schedules."""
 
+import itertools
+import math
 import re
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+import model as model_mod
 import optim
 from model import GPT, GPTConfig, Router
-from optim import CPUMuon, build_optimizers, lr_multiplier, param_groups
+from norms import ScaleVector
+from optim import CPUMuon, build_optimizers, check_schedule, lr_multiplier, param_groups
 
 ALL_ON = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
               qk_norm=True, output_norms=True)
@@ -169,12 +173,58 @@ def test_cosine_is_halfway_at_the_midpoint_and_ends_at_min_lr():
 
 
 def test_wsd_is_flat_then_decays_linearly_over_the_last_fraction():
-    cfg = sched(lr_schedule="wsd")
+    cfg = sched(lr_schedule="wsd")  # 20 decay steps, 80..99; the floor 0.1 is reached at 100
     assert all(lr_multiplier(it, cfg) == 1.0 for it in range(10, 80))
-    assert lr_multiplier(89, cfg) == pytest.approx(1.0 - 0.9 * 10 / 20)
-    assert lr_multiplier(99, cfg) == pytest.approx(0.1)
-    values = [lr_multiplier(it, cfg) for it in range(80, 100)]
+    assert lr_multiplier(80, cfg) == pytest.approx(1.0 - 0.9 * 1 / 21)
+    assert lr_multiplier(99, cfg) == pytest.approx(1.0 - 0.9 * 20 / 21)
+    values = [lr_multiplier(it, cfg) for it in range(79, 100)]
     assert all(a > b for a, b in zip(values, values[1:]))
+
+
+@pytest.mark.parametrize("name", ["cosine", "wsd", "linear", "constant"])
+def test_every_accepted_schedule_is_positive_continuous_and_decays_after_warmup(name):
+    """A grid of (max_iters, warmup_iters, wsd_decay_frac, min_lr): refused, or a well-behaved LR."""
+    accepted = refused = 0
+    for max_iters, warmup, frac, min_lr in itertools.product(
+            (1, 2, 3, 10, 37, 100), (0, 1, 5, 9, 10, 50), (0.0, 0.01, 0.2, 0.5, 0.8, 1.0), (0.0, 1e-4, 1e-3, 2e-3)):
+        cfg = sched(lr_schedule=name, max_iters=max_iters, warmup_iters=warmup, wsd_decay_frac=frac, min_lr=min_lr)
+        try:
+            check_schedule(cfg)
+        except ValueError as e:
+            refused += 1
+            assert "--" in str(e)  # names the key to change
+            continue
+        accepted += 1
+        m = [lr_multiplier(it, cfg) for it in range(max_iters)]
+        assert all(0 < v <= 1 for v in m), (cfg, m)
+        if name == "constant" or max_iters <= warmup + (name != "wsd"):
+            continue  # the run ends before any decay (train.py says so): nothing more to hold
+        floor = min_lr / 1e-3
+        decay_iters = max_iters - warmup if name != "wsd" else max(1, round(frac * max_iters))
+        start = max_iters - decay_iters  # first decaying step
+        assert start >= warmup, cfg  # the decay never starts inside warmup
+        assert all(v == pytest.approx(1.0) for v in m[max(warmup - 1, 0):start + 1 if name != "wsd" else start])
+        assert m[-1] < 1.0 or floor == 1.0, (cfg, m)  # a non-empty decay
+        steps = [abs(a - b) for a, b in zip(m[max(warmup - 1, 0):], m[max(warmup, 1):])]
+        assert max(steps, default=0) <= (1 - floor) * math.pi / 2 / decay_iters + 1e-9, (cfg, m)
+    assert accepted > 100 and (refused > 0 or name in ("cosine", "linear", "constant"))
+
+
+@pytest.mark.parametrize("keys, message", [
+    (dict(lr_schedule="wsd", max_iters=10, warmup_iters=5, wsd_decay_frac=0.8), "decay .* would start inside warmup"),
+    (dict(lr_schedule="wsd", wsd_decay_frac=0.0), "wsd_decay_frac=0.0 must be in \\(0, 1\\]"),
+    (dict(lr_schedule="cosine", min_lr=2e-3), "min_lr=0.002 is above learning_rate"),
+    (dict(lr_schedule="step"), "lr_schedule='step' is not one of"),
+])
+def test_schedules_that_would_jump_or_stall_are_refused(keys, message):
+    with pytest.raises(ValueError, match=message):
+        check_schedule(sched(**keys))
+
+
+def test_wsd_with_min_lr_zero_never_spends_a_step_at_zero():
+    cfg = sched(lr_schedule="wsd", min_lr=0.0)
+    check_schedule(cfg)
+    assert min(lr_multiplier(it, cfg) for it in range(100)) == pytest.approx(1 / 21)
 
 
 def test_linear_and_constant():
@@ -185,3 +235,46 @@ def test_linear_and_constant():
 def test_unknown_scale_wd_is_an_error():
     with pytest.raises(ValueError, match="scale_wd='some'"):
         param_groups(tiny(), opt_cfg(scale_wd="some"))
+
+
+class SoftplusScale(ScaleVector):
+    """A scale vector a fork might add: gamma = softplus(p), p init so that gamma == 1."""
+
+    def __init__(self, dim, role):
+        super().__init__(dim, role)
+        self.raw = torch.nn.Parameter(torch.full((dim,), math.log(math.e - 1)))
+
+    def forward(self):
+        return torch.nn.functional.softplus(self.raw)
+
+    @torch.no_grad()
+    def reset_(self):
+        self.raw.fill_(math.log(math.e - 1))
+
+
+def test_a_new_scale_vector_subclass_lands_in_its_roles_group_without_optimizer_edits(monkeypatch):
+    """The README's fork guide: a ScaleVector subclass with a role needs no change to optim.py."""
+    monkeypatch.setattr(model_mod, "make_scale",
+                        lambda cfg, dim, role, magnitude_free=False: None if cfg.scale == "none"
+                        else SoftplusScale(dim, role))
+    model = tiny(tie_embeddings=False, **ALL_ON)
+    svs = [sv for _, sv in model.scale_vectors()]
+    assert svs and all(isinstance(sv, SoftplusScale) for sv in svs)
+    assert {sv.role for sv in svs} == {"input", "output"}
+    groups = {g["name"]: g for g in param_groups(model, opt_cfg())}
+    for role, wd in (("input", 0.1), ("output", 0.0)):  # IWD by role
+        mine = {id(sv.raw) for sv in svs if sv.role == role}
+        assert mine <= {id(p) for p in groups["scale_" + role]["params"]}
+        assert groups["scale_" + role]["weight_decay"] == wd
+    ids = [id(p) for g in groups.values() for p in g["params"]]
+    assert sorted(ids) == sorted(id(p) for p in model.parameters())
+    x = torch.randint(0, 50, (2, 16))
+    logits, loss, _ = model(x, x)
+    loss.backward()
+    assert all(sv.raw.grad is not None for sv in svs)
+    with torch.no_grad():
+        for sv in svs:
+            sv.raw.add_(0.3 * torch.randn_like(sv.raw))  # trained scales, away from 1
+        before = model(x)[0]
+        model.fold_scales()  # folding goes through forward() and reset_(): the logits stay
+        assert torch.allclose(model(x)[0], before, atol=1e-5)

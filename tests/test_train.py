@@ -88,9 +88,10 @@ def test_unknown_key_in_a_config_file_names_the_file_and_the_closest_keys(tmp_pa
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--n_layer=abc"], "expected a int"),
-    (["--n_layer=1.5"], "n_layer must be a int, got float"),
-    (["--compile=maybe"], "expected True or False"),
+    (["--n_layer=abc"], "^--n_layer=abc: n_layer must be an int$"),
+    (["--n_layer=1.5"], "^--n_layer=1.5: n_layer must be an int, got float 1.5$"),
+    (["--learning_rate=fast"], "^--learning_rate=fast: learning_rate must be a float$"),
+    (["--compile=maybe"], "^--compile=maybe: compile must be True or False$"),
     (["--max_iters"], "write --key=value"),
     (["nope.py"], "config file 'nope.py' not found"),
 ])
@@ -102,7 +103,7 @@ def test_wrong_values_are_errors(args, message):
 def test_config_file_values_are_type_checked(tmp_path):
     path = tmp_path / "cfg.py"
     path.write_text("n_layer = '4'\n")
-    with pytest.raises(UserError, match="n_layer must be a int, got str"):
+    with pytest.raises(UserError, match="n_layer must be an int, got str"):
         load_config([str(path)])
 
 
@@ -119,15 +120,18 @@ def test_every_config_file_in_configs_loads():
 def test_cli_errors_are_one_clear_line(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     short = make_dataset(tmp_path / "short", n_train=10, n_val=10)
+    empty = make_dataset(tmp_path / "empty")
+    open(os.path.join(empty, "val.bin"), "wb").close()
     out = tmp_path / "out"
     out.mkdir()
     (out / "ckpt.pt").write_bytes(b"not a checkpoint")
     cases = [
         (["--n_layr=2"], "unknown config key 'n_layr'; did you mean n_layer"),
-        (["--batch_size=big"], "--batch_size=big: expected a int"),
+        (["--batch_size=big"], "--batch_size=big: batch_size must be an int"),
         (tiny_args(ds, out, "--n_embd=30", "--n_head=4"), "n_embd=30 is not divisible by n_head=4"),
         (tiny_args(tmp_path / "missing", out), "not found for dataset="),
         (tiny_args(short, out), "fewer than block_size + 1 = 17"),
+        (tiny_args(empty, out), "val.bin holds 0 bytes"),
         (tiny_args(ds, out, "--init_from=resume"), "is unreadable"),
         (tiny_args(ds, out), "already holds a run"),
     ]
@@ -207,6 +211,10 @@ def test_a_torn_last_log_line_is_dropped_on_resume(tmp_path):
     (["--eval_iters=0"], "eval_iters=0 must be >= 1"),
     (["--wsd_decay_frac=1.5"], "wsd_decay_frac=1.5 must be in"),
     (["--lr_schedule=step"], "lr_schedule='step' is not one of 'cosine', 'wsd'"),  # read only after warmup
+    (["--lr_schedule=wsd", "--max_iters=10", "--warmup_iters=5", "--wsd_decay_frac=0.8"],
+     "decay .* would start inside warmup .* --wsd_decay_frac <= 0.5"),
+    (["--min_lr=1.0"], "min_lr=1.0 is above learning_rate"),
+    (["--out_dir="], "out_dir='' is empty"),
     (["--optimizer=sgd"], "optimizer='sgd' is not one of 'adamw', 'muon'"),
     (["--scale_wd=foo"], "scale_wd='foo' is not one of 'iwd', 'all', 'none'"),
     (["--vocab_size=30"], r"(train|val)\.bin holds token id 3[0-9] >= vocab_size=30"),
@@ -298,7 +306,7 @@ def test_default_dataset_is_prepared_when_missing(tmp_path):
     cfg, _ = load_config([f"--dataset={data / 'shakespeare_char'}"])
     from types import SimpleNamespace
     loaded = train_mod.load_data(SimpleNamespace(**cfg))
-    assert len(loaded["train"]) > 4_000_000 and loaded["meta"]["vocab_size"] < 100
+    assert os.path.getsize(loaded["train"]) // 2 > 4_000_000 and loaded["meta"]["vocab_size"] < 100
 
 
 # --- sampling ---
@@ -335,3 +343,170 @@ def test_no_sample_without_a_vocabulary_to_decode(tmp_path, capsys):
     assert "no sample" in capsys.readouterr().out
     with pytest.raises(UserError, match="no vocabulary to decode"):
         sample.main([f"--out_dir={tmp_path / 'o'}"])
+
+
+# --- what a run writes can be read back; counters, recovery, messages (issue: no traceback, lost result, wrong number) ---
+
+def test_numpy_values_in_meta_pkl_give_a_checkpoint_its_own_readers_load(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    with open(os.path.join(ds, "meta.pkl"), "rb") as f:
+        meta = pickle.load(f)
+    meta["vocab_size"] = np.uint16(40)  # what `arr.max() + 1` gives
+    meta["stoi"] = {c: np.int64(i) for c, i in meta["stoi"].items()}
+    meta["itos"] = np.array(meta["itos"])
+    with open(os.path.join(ds, "meta.pkl"), "wb") as f:
+        pickle.dump(meta, f)
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    ckpt = train_mod.load_checkpoint(str(tmp_path / "o" / "ckpt.pt"))  # the weights-only loader
+    assert type(ckpt["config"]["vocab_size"]) is int and type(ckpt["meta"]["stoi"]["a"]) is int
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=3"])
+    capsys.readouterr()
+    sample.main([f"--out_dir={tmp_path / 'o'}", "--start=ab", "--max_new_tokens=3"])
+    assert capsys.readouterr().out.startswith("ab")
+    with open(os.path.join(ds, "meta.pkl"), "wb") as f:
+        pickle.dump({"vocab_size": 40, "tokenizer": object()}, f)  # a value no reader could load
+    with pytest.raises(UserError, match="meta.pkl holds a object"):
+        run(tiny_args(ds, tmp_path / "p", "--max_iters=2"))
+
+
+def test_checkpoint_keeps_the_requested_device_and_each_machine_resolves_it(tmp_path, monkeypatch):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    config = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["config"]
+    assert (config["device"], config["dtype"]) == ("auto", "auto")
+    seen = []
+    real = train_mod.resolve_device
+    monkeypatch.setattr(train_mod, "resolve_device", lambda cfg: (seen.append((cfg.device, cfg.dtype)), real(cfg)))
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=3"])
+    assert seen == [("auto", "auto")]  # resolved again on this machine
+    run(tiny_args(ds, tmp_path / "p", "--max_iters=2", "--device=cpu", "--dtype=float32"))
+    config = torch.load(tmp_path / "p" / "ckpt.pt", weights_only=True)["config"]
+    assert (config["device"], config["dtype"]) == ("cpu", "float32")  # an explicit choice is kept
+
+
+def test_end_of_run_sample_never_turns_a_finished_run_into_a_failure(tmp_path, capsys, monkeypatch):
+    ds = make_dataset(tmp_path / "ds")  # letters only: "\n", the sample's prompt, is not in the vocabulary
+    result = run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--sample_tokens=5"))
+    out = capsys.readouterr().out
+    assert "no sample ('\\n' not in this vocabulary" in out and "done: 2 iterations" in out
+    assert np.isfinite(result["val_loss"])
+    with pytest.raises(UserError, match="'!' not in this vocabulary of 40 characters"):
+        sample.main([f"--out_dir={tmp_path / 'o'}", "--start=ab!"])
+
+    import tiktoken
+
+    def offline(name):
+        raise ConnectionError("no network")
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    with open(os.path.join(ds, "meta.pkl"), "wb") as f:
+        pickle.dump({"vocab_size": 40, "encoding": "r50k_base"}, f)  # BPE ids, vocabulary not at hand
+    run(tiny_args(ds, tmp_path / "p", "--max_iters=2", "--sample_tokens=5"))
+    out = capsys.readouterr().out
+    assert "no sample (cannot load the r50k_base vocabulary" in out and "TIKTOKEN_CACHE_DIR" in out
+    with pytest.raises(UserError, match="TIKTOKEN_CACHE_DIR"):
+        sample.main([f"--out_dir={tmp_path / 'p'}"])
+
+
+def test_token_count_continues_from_the_checkpoint_after_a_batch_size_change(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2", "--batch_size=2"))
+    run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=4", "--batch_size=8"))
+    rows = read_log(tmp_path / "o")
+    assert [r["tokens"] for r in rows if r["kind"] == "train"] == [32, 64, 64 + 128, 64 + 256]
+    assert [r["tokens"] for r in rows if r["kind"] == "eval"] == [0, 64, 320]
+
+
+def test_bad_data_files_and_output_paths_are_one_line_errors(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    (tmp_path / "a_file").write_text("")
+    cases = [(tiny_args(ds, tmp_path / "a_file" / "run"), "cannot write to out_dir=.*a_file/run")]
+    if os.geteuid() != 0:  # root writes anywhere
+        (tmp_path / "ro").mkdir(mode=0o555)
+        cases.append((tiny_args(ds, tmp_path / "ro"), "cannot write to out_dir"))
+    for args, message in cases:
+        with pytest.raises(UserError, match=message):
+            run(args)
+    for name, content, message in (("val.bin", b"", "val.bin holds 0 bytes, none: it must be uint16"),
+                                   ("train.bin", b"\0" * 1001, "train.bin holds 1001 bytes, an odd number"),
+                                   ("meta.pkl", b"garbage", "meta.pkl is unreadable")):
+        bad = make_dataset(tmp_path / name)
+        with open(os.path.join(bad, name), "wb") as f:
+            f.write(content)
+        with pytest.raises(UserError, match=message):
+            run(tiny_args(bad, tmp_path / "o"))
+
+
+def test_offline_bpe_and_missing_packages_name_what_to_set_or_install(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    (data / "shakespeare").mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "data", "shakespeare_text.py"), data)
+    shutil.copy(os.path.join(ROOT, "data", "shakespeare", "prepare.py"), data / "shakespeare")
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):  # no network: a dead proxy
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    from types import SimpleNamespace
+    cfg, _ = load_config([f"--dataset={data / 'shakespeare'}"])
+    with pytest.raises(UserError, match=r"prepare.py failed: cannot load tiktoken's r50k_base .*TIKTOKEN_CACHE_DIR"):
+        train_mod.load_data(SimpleNamespace(**cfg))
+
+    (data / "fineweb").mkdir()
+    shutil.copy(os.path.join(ROOT, "data", "fineweb", "prepare.py"), data / "fineweb")
+    cfg, _ = load_config([f"--dataset={data / 'fineweb'}"])
+    with pytest.raises(UserError, match=r"not found .*: pip install datasets && python .*fineweb/prepare.py"):
+        train_mod.load_data(SimpleNamespace(**cfg))
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        proc = subprocess.run([sys.executable, str(data / "fineweb" / "prepare.py")], capture_output=True, text=True)
+        assert proc.returncode == 1 and proc.stderr.strip() == \
+            "data/fineweb/prepare.py needs the package 'datasets': pip install datasets"
+
+
+def test_a_compile_failure_is_one_line_and_moe_with_compile_is_warned(tmp_path, monkeypatch, capsys):
+    from torch._inductor.exc import InductorError
+
+    class NoCompiler(torch.nn.Module):  # what torch.compile gives on a machine without a C++ compiler
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            raise InductorError(RuntimeError("Compiler: cc is not found.\nmore lines"), None)
+
+    ds = make_dataset(tmp_path / "ds")
+    monkeypatch.setattr(torch, "compile", NoCompiler)
+    with pytest.raises(UserError, match=r"^torch.compile failed \(InductorError: .*cc is not found.*--compile=False$"):
+        run(tiny_args(ds, tmp_path / "o", "--compile=True", "--max_iters=2"))
+    monkeypatch.setattr(torch, "compile", lambda model: model)
+    run(tiny_args(ds, tmp_path / "p", "--compile=True", "--max_iters=1", "--n_experts=2", "--top_k=1"))
+    assert "warning: --compile=True with n_experts > 0" in capsys.readouterr().out
+
+
+def test_a_kill_between_checkpoint_and_log_row_is_completed_on_resume(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--eval_interval=2"))
+    straight = read_log(tmp_path / "o")
+    log_path = tmp_path / "o" / "log.jsonl"
+    log_path.write_text("".join(json.dumps(r) + "\n" for r in straight[:-1]))  # killed before the last row
+    capsys.readouterr()
+    result = run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}"])
+    assert read_log(tmp_path / "o") == straight[:-1] + [{**straight[-1], "val_loss": pytest.approx(
+        straight[-1]["val_loss"], rel=1e-6)}]
+    assert result["val_loss"] == pytest.approx(straight[-1]["val_loss"], rel=1e-6)
+    out = capsys.readouterr().out
+    assert "is finished (4 iterations = max_iters), final val loss" in out and "nan" not in out
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}"])  # finished and complete: nothing added
+    assert len(read_log(tmp_path / "o")) == len(straight)
+
+
+def test_progress_lines_come_by_time_with_an_eta_and_a_slow_cpu_run_is_warned(tmp_path, monkeypatch, capsys):
+    clock = iter(range(0, 10**9, 2000))  # every reading 2000 s later: a very slow machine
+    monkeypatch.setattr(train_mod, "time", type("FakeTime", (), {"perf_counter": staticmethod(lambda: next(clock))}))
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=3", "--log_interval=100", "--lr_schedule=constant"))
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("iter ")]
+    assert [ln.split(" |")[0] for ln in lines] == ["iter 1/3", "iter 2/3", "iter 3/3"]
+    assert all(" | ETA " in ln for ln in lines)
+    assert out.count("warning: at the measured") == 1 and "sized for a GPU" in out

@@ -22,6 +22,15 @@ import tiktoken
 ENCODING = "r50k_base"
 
 
+def encoding():
+    """tiktoken's r50k_base; SystemExit with the fix when its vocabulary file cannot be had."""
+    try:
+        return tiktoken.get_encoding(ENCODING)
+    except Exception as e:  # offline: requests' ConnectionError, or an HTTP error
+        raise SystemExit(f"cannot load tiktoken's {ENCODING} vocabulary ({type(e).__name__}): it is downloaded "
+                         f"on first use; offline, set TIKTOKEN_CACHE_DIR to a folder that holds it") from None
+
+
 def encode(doc):
     enc = tiktoken.get_encoding(ENCODING)
     return np.array(enc.encode_ordinary(doc["text"]) + [enc.eot_token], dtype=np.uint16)
@@ -34,7 +43,11 @@ def main():
     p.add_argument("--subset", default="sample-10BT")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     args = p.parse_args()
-    from datasets import load_dataset  # pip install datasets
+    try:
+        from datasets import load_dataset
+    except ImportError:
+        raise SystemExit("data/fineweb/prepare.py needs the package 'datasets': pip install datasets") from None
+    encoding()  # fail fast, before streaming
 
     out = os.path.dirname(os.path.abspath(__file__))
     docs = load_dataset("HuggingFaceFW/fineweb-edu", name=args.subset, split="train", streaming=True)

@@ -21,9 +21,21 @@ from shakespeare_text import load_plays, write_atomic  # noqa: E402
 ENCODING = "r50k_base"
 
 
+def encoding():
+    """tiktoken's r50k_base; SystemExit with the fix when its vocabulary file cannot be had."""
+    try:
+        return tiktoken.get_encoding(ENCODING)
+    except Exception as e:  # offline: requests' ConnectionError, or an HTTP error
+        raise SystemExit(f"cannot load tiktoken's {ENCODING} vocabulary ({type(e).__name__}): it is downloaded "
+                         f"on first use; offline, set TIKTOKEN_CACHE_DIR to a folder that holds it") from None
+
+
 def prepare(train_text, val_text, out_dir):
-    """Encode both texts with GPT-2 BPE into out_dir; returns (meta, n_train, n_val) token counts."""
-    enc = tiktoken.get_encoding(ENCODING)
+    """Encode both texts with GPT-2 BPE into out_dir; returns (meta, n_train, n_val) token counts.
+
+    Raises SystemExit naming TIKTOKEN_CACHE_DIR when the vocabulary cannot be loaded.
+    """
+    enc = encoding()
     meta = {"vocab_size": enc.n_vocab, "encoding": ENCODING}
     write_atomic(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
     counts = {}
@@ -35,6 +47,7 @@ def prepare(train_text, val_text, out_dir):
 
 
 if __name__ == "__main__":
+    encoding()  # fail fast, before reading the plays
     train_text, val_text = load_plays()
     meta, n_train, n_val = prepare(train_text, val_text, os.path.dirname(os.path.abspath(__file__)))
     print(f"{ENCODING}: train {n_train:,} tokens, val {n_val:,} tokens")
