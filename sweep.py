@@ -345,7 +345,10 @@ def main(argv):
         todo = [r for r in all_runs(specs, args.out_root, records) if state(r, records) in ("new", "partial")]
         if not todo or failed:
             break
-        todo.sort(key=lambda r: not r["main"])  # the seed table first, LR sweeps and budgets after
+        # The seed table first (LR sweeps and budgets after), setting by setting, seed-major: a sweep
+        # stopped early leaves whole seeds, every variant of a seed paired.
+        setting_rank = {s: i for i, s in enumerate(dict.fromkeys(r["setting"] for r in todo))}
+        todo.sort(key=lambda r: (not r["main"], setting_rank[r["setting"]], r["seed"]))
         failed = run_queue(todo, parallel, threads, args.results, records, commit)
     print(f"done in {fmt_time(time.time() - t0)}; {len(failed)} failed")
     return 1 if failed else 0

@@ -3,6 +3,10 @@
 # 0.88M parameters (4 layers, width 128), on character-level Shakespeare,
 # 500 iterations x 4,096 tokens = 2.05M tokens. About 4 minutes per run on one
 # CPU thread; sweep.py runs two at a time on 2 cores.
+# Compiled (torch.compile, inductor): about 1.3-1.6x faster per step on the CPU than eager
+# once compiled (tens of seconds the first time per variant, seconds from the cache after).
+# Every run of an ablation trains in this one mode: never compare eager with compiled runs.
+compile = True
 dataset = "shakespeare_char"
 sample_tokens = 0
 eval_interval = 100
