@@ -5,6 +5,7 @@
     python bench.py configs/unified_124m.py --batch_size=1 --block_size=256 --variants=baseline,unified
     python bench.py configs/unified_124m.py --compile=True   # on a GPU: tokens/s, MFU, memory
     python bench.py --memory=True                      # CPU: also the peak RSS of each variant
+    python bench.py --variants=gpt2,baseline,unified   # against nanoGPT's GPT-2 at equal FLOPs
 
 Every variant trains on the same synthetic batch; one step of each variant is
 timed in turn (interleaved), so machine noise hits all of them alike, and
@@ -26,6 +27,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 from model import GPT, GPTConfig
 from optim import build_optimizers
@@ -48,10 +51,61 @@ VARIANTS = {
 }
 BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_placement="in",
                 mlp_placement="in", scale_wd="none")
+REFERENCE = "gpt2"  # --variants=gpt2,baseline: the baseline's cost per FLOP against nanoGPT's GPT-2
+
+
+class GPT2Reference(nn.Module):
+    """nanoGPT's GPT-2 at the config's size, the reference for the cost per FLOP (bench only).
+
+    LayerNorm with bias, GELU MLP of width 4 n_embd, learned positions, tied head, SDPA:
+    the model whose CPU and GPU speed people know. forward(idx, targets) -> (logits, loss, {}).
+    """
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, V, self.n_head = cfg.n_embd, cfg.padded_vocab_size, cfg.n_head
+        self.config = cfg
+        self.wte, self.wpe = nn.Embedding(V, d), nn.Embedding(cfg.block_size, d)
+        self.blocks = nn.ModuleList(nn.ModuleDict(dict(
+            ln_1=nn.LayerNorm(d), c_attn=nn.Linear(d, 3 * d), c_proj=nn.Linear(d, d),
+            ln_2=nn.LayerNorm(d), c_fc=nn.Linear(d, 4 * d), mlp_proj=nn.Linear(4 * d, d)))
+            for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, V, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for b in self.blocks:
+            q, k, v = (t.view(B, T, self.n_head, -1).transpose(1, 2)
+                       for t in b["c_attn"](b["ln_1"](x)).split(x.size(-1), dim=-1))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
+            x = x + b["c_proj"](y)
+            x = x + b["mlp_proj"](F.gelu(b["c_fc"](b["ln_2"](x))))
+        logits = self.lm_head(self.ln_f(x))[..., :self.config.vocab_size]
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten()), {}
+
+    def aux_objective(self, aux):
+        return 0.0
+
+    def num_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+    def flops_per_token(self):
+        """6 N + 12 n_layer n_embd block_size, N without the embedding lookups (as GPT's)."""
+        cfg = self.config
+        n = self.num_params() - self.wpe.weight.numel()
+        return 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
 
 
 def build(cfg, variant):
     """(model, the model to step (compiled if cfg.compile), optimizers) for one variant of cfg."""
+    if variant == REFERENCE:
+        model = GPT2Reference(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS})).to(cfg.device)
+        opts = [torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                                  fused=True)]
+        return model, torch.compile(model) if cfg.compile else model, opts
     c = SimpleNamespace(**{**vars(cfg), **BASELINE, **VARIANTS[variant]})
     if variant.startswith("unified"):
         c.scale_wd = "iwd"
@@ -116,8 +170,8 @@ def main(argv):
     ctx = torch.autocast(device.type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
     names = [n for n in VARIANTS if "moe" not in n] if opts_cli["variants"] == "all" else opts_cli["variants"].split(",")
     for n in names:
-        if n not in VARIANTS:
-            raise UserError(f"unknown variant {n!r}; known: {', '.join(VARIANTS)}")
+        if n not in VARIANTS and n != REFERENCE:
+            raise UserError(f"unknown variant {n!r}; known: {', '.join(VARIANTS)}, {REFERENCE}")
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
     y = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
@@ -157,12 +211,15 @@ def main(argv):
           f"{torch.get_num_threads()} threads; n_layer={cfg.n_layer} n_embd={cfg.n_embd} "
           f"batch {cfg.batch_size} x block {cfg.block_size}; median of {opts_cli['steps']} interleaved steps")
     mem_head = f"  peak {'allocated' if device.type == 'cuda' else 'RSS'} MiB (ratio)" if mem else ""
-    print(f"{'variant':<10} {'params':>12} {'ms/step':>9} {'ratio':>7} {'tok/s':>10}"
+    print(f"{'variant':<10} {'params':>12} {'ms/step':>9} {'ratio':>7} {'per FLOP':>9} {'tok/s':>10}"
           + ("    MFU" if peak else "") + mem_head)
+    ref_per_flop = ref / built[names[0]][0].flops_per_token()
     for n in names:
         med = statistics.median(times[n])
         model = built[n][0]
-        line = f"{n:<10} {model.num_params():>12,} {1000 * med:>9.1f} {med / ref:>7.3f} {tokens / med:>10,.0f}"
+        per_flop = med / model.flops_per_token() / ref_per_flop  # the step-time ratio at equal FLOPs
+        line = (f"{n:<10} {model.num_params():>12,} {1000 * med:>9.1f} {med / ref:>7.3f} {per_flop:>9.3f}"
+                f" {tokens / med:>10,.0f}")
         if peak:
             line += f" {100 * model.flops_per_token() * tokens / med / peak:>5.1f}%"
         if mem:

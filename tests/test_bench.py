@@ -26,3 +26,20 @@ def test_bench_rejects_zero_steps_and_unknown_variants():
         bench.main(["--steps=0"])
     with pytest.raises(UserError, match="unknown variant 'fast'"):
         bench.main(["--variants=baseline,fast"])
+
+
+def test_gpt2_reference_has_nanogpts_parameter_count_and_a_per_flop_column(capsys):
+    """GPT2Reference against GPT-2's count: 12 d^2 + 13 d per layer, V d + T d embeddings, 2 d
+    final LayerNorm; and the per-FLOP column of the first variant is 1 by construction."""
+    from types import SimpleNamespace
+    L, d, T, V = 2, 32, 16, 64
+    cfg = SimpleNamespace(**{**bench.load_config([f"--n_layer={L}", "--n_head=2", f"--n_embd={d}",
+                                                  f"--block_size={T}", f"--vocab_size={V}"])[0]})
+    model = bench.GPT2Reference(bench.GPTConfig(**{k: getattr(cfg, k) for k in bench.MODEL_KEYS}))
+    assert model.num_params() == L * (12 * d * d + 13 * d) + V * d + T * d + 2 * d
+    assert model.flops_per_token() == 6 * (model.num_params() - T * d) + 12 * L * d * T
+    bench.main([f"--n_layer={L}", "--n_head=2", f"--n_embd={d}", f"--block_size={T}", "--batch_size=2",
+                f"--vocab_size={V}", "--variants=gpt2,baseline", "--steps=2", "--warmup=1", "--memory=False"])
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()
+            if line.split() and line.split()[0] in ("gpt2", "baseline")}
+    assert rows["gpt2"][3] == "1.000" and rows["gpt2"][4] == "1.000" and float(rows["baseline"][4]) > 0
