@@ -1,0 +1,58 @@
+"""gpu_check.py: its CPU-sized run end to end (what CI can keep working), and its synthetic data."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from gpu_check import parse_bench, write_markov_dataset
+
+
+def test_markov_entropy_rate_matches_the_sampled_transitions(tmp_path):
+    """The entropy rate from the chain's matrix equals the conditional entropy of the sampled
+    bigrams (a plug-in estimate from 400k tokens: its bias is about states*branching/2n)."""
+    h = write_markov_dataset(tmp_path, n_states=16, n_train=400_000, n_val=1000, vocab_size=512)
+    x = np.fromfile(tmp_path / "train.bin", dtype=np.uint16).astype(np.int64)
+    pairs = np.bincount(x[:-1] * 512 + x[1:], minlength=512 * 512).reshape(512, 512).astype(float)
+    rows = pairs.sum(axis=1, keepdims=True)
+    cond = np.where(pairs > 0, pairs / np.maximum(rows, 1), 1.0)
+    empirical = -(pairs * np.log(cond)).sum() / pairs.sum()
+    assert len(np.unique(x)) == 16 and 0 < h < np.log(4)
+    assert empirical == pytest.approx(h, abs=0.02)
+
+
+def test_parse_bench_reads_rows_with_and_without_mfu_and_memory():
+    text = ("variant          params   ms/step   ratio      tok/s    MFU  peak allocated MiB (ratio)\n"
+            "baseline    123,587,328      35.0   1.000    468,114  47.1%      20480 (1.000)\n"
+            "unified     123,744,145      35.5   1.014    461,521  46.5%      20600 (1.006)\n")
+    rows = parse_bench(text, ["baseline", "unified"])
+    assert rows["unified"] == {"params": 123744145, "ms_per_step": 35.5, "ratio": 1.014, "tokens_per_s": 461521,
+                               "mfu_percent": 46.5, "peak_mib": 20600, "memory_ratio": 1.006}
+    plain = parse_bench("baseline        869,504     231.8   1.000     17,671\n", ["baseline"])["baseline"]
+    assert plain["mfu_percent"] is None and plain["memory_ratio"] is None and plain["ratio"] == 1.0
+    with pytest.raises(ValueError, match="no row for \\['unified'\\]"):
+        parse_bench(text.replace("unified ", "other   "), ["baseline", "unified"])
+
+
+def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "gpu_check.py"), f"--out={out}", "--device=cpu"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=240)
+    summary = json.loads((out / "summary.json").read_text())
+    assert proc.returncode == 0, (proc.stdout[-3000:], summary)
+    assert summary["device"] == "cpu" and "goals not judged" in summary["note"]
+    assert summary["note"] in proc.stdout
+    assert set(summary["stages"]) == {"tests", "ddp", "bench", "train", "resume"}
+    assert all(s["ok"] for s in summary["stages"].values())
+    assert summary["stages"]["tests"]["passed"] >= 1 and summary["stages"]["ddp"]["backend_seen"]
+    assert summary["stages"]["bench"]["variants"]["baseline"]["ratio"] == 1.0
+    val = summary["stages"]["train"]["val_loss"]
+    assert val["0"] - 1.0 > val["30"] > summary["dataset"]["entropy_rate"] - 0.1  # no model beats the floor
+    assert [g["pass"] for g in summary["goals"]] == [None, None, None]
+    for name in ("tests", "ddp", "bench", "train", "resume"):
+        assert (out / f"{name}.log").stat().st_size > 0
+    assert (out / "train_log.jsonl").exists()
