@@ -8,7 +8,8 @@ the next stage runs (all share one time budget, --budget_s):
   tests   pytest tests/test_devices.py: bf16 autocast per variant, folding under
           bf16, fused AdamW, torch.optim.Muon, torch.compile (dense and MoE),
           sampling, checkpoints moved between CUDA and CPU
-  ddp     torchrun --nproc_per_node=1 train.py: the DDP path under NCCL
+  ddp     torchrun --nproc_per_node=1 train.py: the DDP path under NCCL, compiled
+          and bf16 as in the configs (a small model)
   bench   bench.py at 124M, baseline vs unified, compile + bf16, 16 x 1024 tokens
           per micro-step: step-time ratio, tokens/s, MFU, peak-memory ratio
   train   200 iterations of configs/unified_124m.py (one micro-step per
@@ -52,7 +53,7 @@ GOALS = {"step_time_ratio": 1.02, "memory_ratio": 1.01, "baseline_mfu": 45.0}
 
 # Per device: stage timeouts (s), dataset size, and the small models of the CPU run.
 SIZES = {
-    "cuda": dict(timeouts=dict(tests=150, ddp=60, bench=210, train=150, resume=75), n_states=2048,
+    "cuda": dict(timeouts=dict(tests=150, ddp=90, bench=210, train=150, resume=75), n_states=2048,
                  vocab_size=50257, n_train=8_000_000, n_val=500_000, train_iters=200, resume_iters=20),
     "cpu": dict(timeouts=dict(tests=60, ddp=60, bench=60, train=60, resume=60), n_states=64,
                 vocab_size=512, n_train=200_000, n_val=20_000, train_iters=30, resume_iters=5),
@@ -255,7 +256,7 @@ def main(argv):
     def ddp(timeout):
         cmd = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py", *TINY,
                "--batch_size=8", "--max_iters=10", "--eval_interval=10", "--eval_iters=2", "--log_interval=5",
-               "--compile=False", f"--out_dir={os.path.join(work, 'ddp')}", *data_args]
+               f"--compile={device == 'cuda'}", f"--out_dir={os.path.join(work, 'ddp')}", *data_args]
         result, text = run_command("ddp", cmd, timeout, args.out)
         backend = "nccl" if device == "cuda" else "gloo"
         result["backend_seen"] = f"(DDP, {backend})" in text
