@@ -99,6 +99,39 @@ def write_markov_dataset(folder, n_states, n_train, n_val, vocab_size=50257, bra
 # Running a stage
 
 
+def stage_commands(device, work, out):
+    """{stage: argv} of every stage for device "cuda" or "cpu" (sizes from SIZES).
+
+    Paths: work/markov (the dataset), work/ddp and work/train (run folders), out (the junit file).
+    """
+    size, py = SIZES[device], sys.executable
+    data = [f"--dataset={os.path.join(work, 'markov')}", f"--vocab_size={size['vocab_size']}", "--sample_tokens=0",
+            f"--device={device}"]
+    run_dir, total = os.path.join(work, "train"), size["train_iters"] + size["resume_iters"]
+    variants = "--variants=baseline,unified"
+    if device == "cuda":
+        bench = [py, "bench.py", "configs/unified_124m.py", "--batch_size=16", "--block_size=1024",
+                 "--compile=True", "--dtype=bfloat16", "--steps=20", "--warmup=3", variants]
+        train = [py, "train.py", "configs/unified_124m.py", "--gradient_accumulation_steps=1", "--warmup_iters=20",
+                 "--eval_interval=100", "--eval_iters=10", "--log_interval=20"]
+    else:
+        bench = [py, "bench.py", *TINY, "--batch_size=4", "--vocab_size=512", "--steps=3", "--warmup=1",
+                 "--memory=True", "--device=cpu", variants]
+        train = [py, "train.py", *TINY, "--batch_size=8", "--warmup_iters=5", "--eval_interval=15", "--eval_iters=4",
+                 "--log_interval=10", "--learning_rate=1e-2", "--min_lr=1e-3"]
+    select = [] if device == "cuda" else ["-k", "cpu and fused_adamw"]  # the CPU cases run in the suite
+    return {
+        "tests": [py, "-m", "pytest", "-q", "-rs", "tests/test_devices.py",
+                  f"--junitxml={os.path.join(out, 'tests.xml')}", *select],
+        "ddp": [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py", *TINY,
+                "--batch_size=8", "--max_iters=10", "--eval_interval=10", "--eval_iters=2", "--log_interval=5",
+                f"--compile={device == 'cuda'}", f"--out_dir={os.path.join(work, 'ddp')}", *data],
+        "bench": bench,
+        "train": [*train, f"--max_iters={size['train_iters']}", f"--out_dir={run_dir}", *data],
+        "resume": [py, "train.py", "--init_from=resume", f"--out_dir={run_dir}", f"--max_iters={total}"],
+    }
+
+
 def run_command(name, cmd, timeout, out):
     """Run cmd in its own process group, output to <out>/<name>.log; kill the group on timeout.
 
@@ -200,7 +233,6 @@ def main(argv):
     work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
     os.makedirs(work, exist_ok=True)
     t_start = time.perf_counter()
-    py = sys.executable
     summary = {
         "device": device, "cuda_available": cuda_available,
         "gpu": torch.cuda.get_device_name(0) if cuda_available else None,
@@ -221,7 +253,7 @@ def main(argv):
     summary["dataset"] = {"kind": "synthetic Markov chain (written by gpu_check.py)", "n_states": size["n_states"],
                           "vocab_size": size["vocab_size"],
                           "train_tokens": size["n_train"], "entropy_rate": round(entropy, 4)}
-    data_args = [f"--dataset={dataset}", f"--vocab_size={size['vocab_size']}", "--sample_tokens=0", f"--device={device}"]
+    commands = stage_commands(device, work, args.out)
     run_dir = os.path.join(work, "train")
 
     def stage(name, fn):
@@ -244,9 +276,7 @@ def main(argv):
 
     def tests(timeout):
         junit = os.path.join(args.out, "tests.xml")
-        select = [] if device == "cuda" else ["-k", "cpu and fused_adamw"]  # the CPU cases run in the suite
-        result, _ = run_command("tests", [py, "-m", "pytest", "-q", "-rs", "tests/test_devices.py",
-                                          f"--junitxml={junit}", *select], timeout, args.out)
+        result, _ = run_command("tests", commands["tests"], timeout, args.out)
         if os.path.exists(junit):
             result.update(parse_junit(junit))
             if result["failed"]:
@@ -254,10 +284,7 @@ def main(argv):
         return result
 
     def ddp(timeout):
-        cmd = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py", *TINY,
-               "--batch_size=8", "--max_iters=10", "--eval_interval=10", "--eval_iters=2", "--log_interval=5",
-               f"--compile={device == 'cuda'}", f"--out_dir={os.path.join(work, 'ddp')}", *data_args]
-        result, text = run_command("ddp", cmd, timeout, args.out)
+        result, text = run_command("ddp", commands["ddp"], timeout, args.out)
         backend = "nccl" if device == "cuda" else "gloo"
         result["backend_seen"] = f"(DDP, {backend})" in text
         if result["rc"] == 0 and not result["backend_seen"]:
@@ -265,31 +292,16 @@ def main(argv):
         return result
 
     def bench(timeout):
-        variants = ["baseline", "unified"]
-        if device == "cuda":
-            cmd = [py, "bench.py", "configs/unified_124m.py", "--batch_size=16", "--block_size=1024",
-                   "--compile=True", "--dtype=bfloat16", "--steps=20", "--warmup=3"]
-        else:
-            cmd = [py, "bench.py", *TINY, "--batch_size=4", "--vocab_size=512", "--steps=3", "--warmup=1",
-                   "--memory=True", "--device=cpu"]
-        result, text = run_command("bench", [*cmd, f"--variants={','.join(variants)}"], timeout, args.out)
+        result, text = run_command("bench", commands["bench"], timeout, args.out)
         if result["rc"] == 0:
-            result["variants"] = rows = parse_bench(text, variants)
+            result["variants"] = rows = parse_bench(text, ["baseline", "unified"])
             result["step_time_ratio"] = rows["unified"]["ratio"]
             result["memory_ratio"] = rows["unified"]["memory_ratio"]
             result["baseline_mfu"] = rows["baseline"]["mfu_percent"]
         return result
 
     def train(timeout):
-        if device == "cuda":
-            cmd = [py, "train.py", "configs/unified_124m.py", "--gradient_accumulation_steps=1",
-                   f"--max_iters={size['train_iters']}", "--warmup_iters=20", "--eval_interval=100",
-                   "--eval_iters=10", "--log_interval=20"]
-        else:
-            cmd = [py, "train.py", *TINY, "--batch_size=8", f"--max_iters={size['train_iters']}",
-                   "--warmup_iters=5", "--eval_interval=15", "--eval_iters=4", "--log_interval=10",
-                   "--learning_rate=1e-2", "--min_lr=1e-3"]
-        result, text = run_command("train", [*cmd, f"--out_dir={run_dir}", *data_args], timeout, args.out)
+        result, text = run_command("train", commands["train"], timeout, args.out)
         speed = TRAIN_SPEED.findall(text)
         if speed:  # the last progress line: tokens/s (and MFU on a GPU) of the training loop itself
             result["tokens_per_s"], result["mfu_percent"] = float(speed[-1][0]) * 1e3, \
@@ -309,8 +321,7 @@ def main(argv):
 
     def resume(timeout):
         total = size["train_iters"] + size["resume_iters"]
-        cmd = [py, "train.py", "--init_from=resume", f"--out_dir={run_dir}", f"--max_iters={total}"]
-        result, _ = run_command("resume", cmd, timeout, args.out)
+        result, _ = run_command("resume", commands["resume"], timeout, args.out)
         if result["rc"] == 0:
             rows = [r for r in read_rows(os.path.join(run_dir, "log.jsonl")) if r["kind"] == "train"]
             shutil.copy(os.path.join(run_dir, "log.jsonl"), os.path.join(args.out, "train_log.jsonl"))

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from gpu_check import parse_bench, write_markov_dataset
+from gpu_check import parse_bench, stage_commands, write_markov_dataset
+from train import load_config
 
 
 def test_markov_entropy_rate_matches_the_sampled_transitions(tmp_path):
@@ -36,6 +37,25 @@ def test_parse_bench_reads_rows_with_and_without_mfu_and_memory():
     assert plain["mfu_percent"] is None and plain["memory_ratio"] is None and plain["ratio"] == 1.0
     with pytest.raises(ValueError, match="no row for \\['unified'\\]"):
         parse_bench(text.replace("unified ", "other   "), ["baseline", "unified"])
+
+
+def test_cuda_stage_commands_are_valid_configs(tmp_path, monkeypatch):
+    """The GPU-only commands, checked here so that a typo cannot wait for a GPU to show."""
+    monkeypatch.chdir(ROOT)
+    cmds = stage_commands("cuda", str(tmp_path), str(tmp_path))
+    cfg = {name: load_config(cmds[name][cmds[name].index("train.py") + 1:])[0] for name in ("ddp", "train", "resume")}
+    bench_only = ("--variants", "--steps", "--warmup", "--memory")
+    cfg["bench"] = load_config([a for a in cmds["bench"][2:] if a.split("=")[0] not in bench_only])[0]
+    assert "--nproc_per_node=1" in cmds["ddp"] and cfg["ddp"]["device"] == "cuda" and cfg["ddp"]["compile"]
+    for name in ("bench", "train"):  # GPT-2 small, unified, compiled, 16 x 1024 tokens per micro-step
+        c = cfg[name]
+        assert (c["n_layer"], c["n_embd"], c["batch_size"], c["block_size"]) == (12, 768, 16, 1024), name
+        assert c["compile"] and c["branch_scales"] and c["mlp_placement"] == "dual_norm", name
+    assert cfg["bench"]["dtype"] == "bfloat16" and "--variants=baseline,unified" in cmds["bench"]
+    assert cfg["train"]["max_iters"] == 200 and cfg["train"]["gradient_accumulation_steps"] == 1
+    assert cfg["train"]["vocab_size"] == 50257 and cfg["train"]["sample_tokens"] == 0  # no tokenizer files needed
+    assert cfg["resume"]["init_from"] == "resume" and cfg["resume"]["max_iters"] == 220
+    assert not any(a.startswith("-k") for a in cmds["tests"])  # every test, CUDA cases included
 
 
 def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
