@@ -53,7 +53,7 @@ GOALS = {"step_time_ratio": 1.02, "memory_ratio": 1.01, "baseline_mfu": 45.0}
 
 # Per device: stage timeouts (s), dataset size, and the small models of the CPU run.
 SIZES = {
-    "cuda": dict(timeouts=dict(tests=150, ddp=90, bench=210, train=150, resume=75), n_states=2048,
+    "cuda": dict(timeouts=dict(tests=120, ddp=75, bench=240, train=150, resume=75), n_states=2048,
                  vocab_size=50257, n_train=8_000_000, n_val=500_000, train_iters=200, resume_iters=20),
     "cpu": dict(timeouts=dict(tests=60, ddp=60, bench=60, train=60, resume=60), n_states=64,
                 vocab_size=512, n_train=200_000, n_val=20_000, train_iters=30, resume_iters=5),
