@@ -14,9 +14,10 @@ baseline. Memory (--memory=True, the default on CUDA): each variant alone in
 a separate process, torch.cuda.max_memory_allocated on CUDA, the peak RSS on
 CPU (it includes the Python/torch runtime, so only differences between
 variants mean much). Config keys as in train.py; bench-only options:
---variants, --steps, --warmup, --memory.
+--variants, --steps, --warmup, --memory, --json=PATH (the table as JSON, for scripts).
 """
 
+import json
 import resource
 import statistics
 import subprocess
@@ -147,7 +148,7 @@ def main(argv):
     if "-h" in argv or "--help" in argv:
         print(usage(__doc__))
         return
-    opts_cli = {"variants": "all", "steps": "20", "warmup": "3", "memory": "auto", "memory_child": ""}
+    opts_cli = {"variants": "all", "steps": "20", "warmup": "3", "memory": "auto", "memory_child": "", "json": ""}
     rest = []
     for a in argv:
         key = a[2:].split("=", 1)[0] if a.startswith("--") else None
@@ -214,6 +215,7 @@ def main(argv):
     print(f"{'variant':<10} {'params':>12} {'ms/step':>9} {'ratio':>7} {'per FLOP':>9} {'tok/s':>10}"
           + ("    MFU" if peak else "") + mem_head)
     ref_per_flop = ref / built[names[0]][0].flops_per_token()
+    rows = {}
     for n in names:
         med = statistics.median(times[n])
         model = built[n][0]
@@ -225,7 +227,16 @@ def main(argv):
         if mem:
             line += f"  {mem[n]:>9.0f} ({mem[n] / mem[names[0]]:.3f})"
         print(line)
+        rows[n] = dict(params=model.num_params(), ms_per_step=1000 * med, ratio=med / ref, per_flop=per_flop,
+                       tokens_per_s=tokens / med,
+                       mfu_percent=100 * model.flops_per_token() * tokens / med / peak if peak else None,
+                       peak_mib=mem.get(n), memory_ratio=mem[n] / mem[names[0]] if mem else None)
     print(f"ratios are against {names[0]!r}")
+    if opts_cli["json"]:
+        with open(opts_cli["json"], "w") as f:
+            json.dump(dict(device=str(device), dtype=cfg.dtype, compile=cfg.compile, torch=torch.__version__,
+                           threads=torch.get_num_threads(), tokens_per_step=tokens, reference=names[0],
+                           variants=rows), f, indent=1)
 
 
 if __name__ == "__main__":

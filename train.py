@@ -452,15 +452,17 @@ def peak_flops(device):
 def setup_distributed(cfg):
     """(rank, local_rank, world_size) from torchrun's environment; init the process group.
 
-    NCCL on CUDA, gloo on CPU. Raises UserError, before any collective (so no
-    rank hangs), when gradient_accumulation_steps does not divide by WORLD_SIZE.
+    NCCL on CUDA, gloo on CPU, whenever torchrun launched us (WORLD_SIZE set),
+    even as one process: `--nproc_per_node=1` runs the DDP path of 8 (as in
+    nanoGPT). Raises UserError, before any collective (so no rank hangs), when
+    gradient_accumulation_steps does not divide by WORLD_SIZE.
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     if cfg.gradient_accumulation_steps % world:
         raise UserError(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} does not divide "
                         f"by WORLD_SIZE={world}: set it to a multiple of {world} (it is the global count)")
-    if world > 1:
+    if "WORLD_SIZE" in os.environ:
         backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
@@ -565,11 +567,12 @@ def train(cfg_dict, given=frozenset()):
     requested = {"device": cfg.device, "dtype": cfg.dtype}  # saved as asked: each machine resolves "auto"
     resolve_device(cfg)
     rank, local_rank, world = setup_distributed(cfg)
+    ddp = torch.distributed.is_initialized()
     master = rank == 0
     log = (lambda *a: print(*a, flush=True)) if master else (lambda *a: None)
     if master:
         check_out_dir(cfg.out_dir)
-    device = torch.device(f"cuda:{local_rank}" if cfg.device == "cuda" and world > 1 else cfg.device)
+    device = torch.device(f"cuda:{local_rank}" if cfg.device == "cuda" and ddp else cfg.device)
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
     autocast = torch.autocast(device.type, dtype=ptdtype) if ptdtype != torch.float32 else nullcontext()
     if device.type == "cuda":
@@ -621,7 +624,7 @@ def train(cfg_dict, given=frozenset()):
             "each expert, so torch.compile recompiles often (minutes each); --compile=False is usually faster")
     model = torch.compile(raw_model) if cfg.compile else raw_model
     fwd = model  # eval runs without the DDP wrapper
-    if world > 1:
+    if ddp:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[local_rank] if device.type == "cuda" else None)
 
@@ -631,12 +634,13 @@ def train(cfg_dict, given=frozenset()):
     flops_per_token = raw_model.flops_per_token()
     log(raw_model.param_report())
     log(format_groups(groups))
-    log(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), {world} process(es), "
+    log(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), {world} process(es)"
+        f"{f' (DDP, {torch.distributed.get_backend()})' if ddp else ''}, "
         f"{tokens_per_iter:,} tokens/iter = {cfg.batch_size} batch x {cfg.block_size} block x "
         f"{cfg.gradient_accumulation_steps} accumulation; {flops_per_token / 1e6:.1f} MFLOP/token")
 
     def all_reduce_mean(t):
-        if world > 1:
+        if ddp:
             torch.distributed.all_reduce(t)
         return t / world
 
@@ -657,7 +661,7 @@ def train(cfg_dict, given=frozenset()):
             if n_moe:
                 load += aux["expert_load"]
         fwd.train()
-        if world > 1:
+        if ddp:
             torch.distributed.all_reduce(total)
             torch.distributed.all_reduce(load)
         return total.item() / cfg.eval_iters, (load / cfg.eval_iters).tolist() if n_moe else None
@@ -693,7 +697,7 @@ def train(cfg_dict, given=frozenset()):
     # killed between the checkpoint and its log row: complete the row (the same model, the same batches)
     row_missing = torch.tensor(float(start_iter > 0 and not any(
         r["kind"] == "eval" and r["iter"] == start_iter for r in logged)), device=device)
-    if world > 1:
+    if ddp:
         torch.distributed.broadcast(row_missing, 0)  # rank 0 holds the log; every rank evaluates
     with compile_errors(cfg.compile):
         if start_iter == 0 and cfg.eval_interval > 0:
@@ -721,7 +725,7 @@ def train(cfg_dict, given=frozenset()):
         for n, j in enumerate(my_micro_steps):
             x, y = get_batch(data, "train", it, j, cfg, device)
             last = n == len(my_micro_steps) - 1
-            with compile_errors(cfg.compile), (model.no_sync() if world > 1 and not last else nullcontext()), \
+            with compile_errors(cfg.compile), (model.no_sync() if ddp and not last else nullcontext()), \
                     autocast:
                 _, loss, aux = model(x, y)
                 objective = loss + raw_model.aux_objective(aux)
@@ -784,7 +788,11 @@ def end_of_run_sample(model, meta, cfg, device, autocast, log):
             log("no sample: the dataset has no meta.pkl vocabulary to decode its token ids")
             return
         encode, decode = codec
-        start = torch.tensor([encode("\n")], dtype=torch.long, device=device)
+        try:
+            prompt = encode("\n")
+        except UserError:  # a vocabulary without "\n": start from token 0
+            prompt = [0]
+        start = torch.tensor([prompt], dtype=torch.long, device=device)
         model.eval()
         with autocast:
             out = model.generate(start, cfg.sample_tokens, temperature=0.8, top_k=200)

@@ -1,5 +1,6 @@
 """bench.py on a tiny model: every variant listed with a ratio to the baseline."""
 
+import json
 import re
 
 import pytest
@@ -8,11 +9,14 @@ import bench
 from train import UserError
 
 
-def test_bench_prints_a_ratio_per_variant(capsys):
+def test_bench_prints_a_ratio_per_variant(capsys, tmp_path):
     bench.main(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2",
                 "--vocab_size=40", "--variants=baseline,unified,unified_moe", "--steps=2", "--warmup=1",
-                "--memory=True"])
+                "--memory=True", f"--json={tmp_path / 'b.json'}"])
     out = capsys.readouterr().out
+    table = json.loads((tmp_path / "b.json").read_text())["variants"]  # the same numbers for scripts
+    assert table["baseline"]["ratio"] == table["baseline"]["memory_ratio"] == table["baseline"]["per_flop"] == 1.0
+    assert table["unified"]["ms_per_step"] / table["baseline"]["ms_per_step"] == pytest.approx(table["unified"]["ratio"])
     rows = {line.split()[0]: line.split() for line in out.splitlines()
             if line.split() and line.split()[0] in ("baseline", "unified", "unified_moe")}
     assert set(rows) == {"baseline", "unified", "unified_moe"}

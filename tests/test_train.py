@@ -385,10 +385,10 @@ def test_checkpoint_keeps_the_requested_device_and_each_machine_resolves_it(tmp_
 
 
 def test_end_of_run_sample_never_turns_a_finished_run_into_a_failure(tmp_path, capsys, monkeypatch):
-    ds = make_dataset(tmp_path / "ds")  # letters only: "\n", the sample's prompt, is not in the vocabulary
+    ds = make_dataset(tmp_path / "ds")  # letters only: "\n", the usual prompt, is not in the vocabulary
     result = run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--sample_tokens=5"))
     out = capsys.readouterr().out
-    assert "no sample ('\\n' not in this vocabulary" in out and "done: 2 iterations" in out
+    assert "--- sample (5 tokens) ---" in out and "done: 2 iterations" in out  # started from token 0
     assert np.isfinite(result["val_loss"])
     with pytest.raises(UserError, match="'!' not in this vocabulary of 40 characters"):
         sample.main([f"--out_dir={tmp_path / 'o'}", "--start=ab!"])

@@ -1,0 +1,368 @@
+"""Prove or break the GPU path in one command; write the numbers to a folder.
+
+    python gpu_check.py --out=gpu_check_out                 # one CUDA GPU: under 8 minutes
+    python gpu_check.py --out=/tmp/check --device=cpu       # without CUDA: a CPU-sized run, < 1 minute
+
+Stages, each a separate process with its own timeout; a failure is recorded and
+the next stage runs (all share one time budget, --budget_s):
+  tests   pytest -k cuda tests/test_devices.py: bf16 autocast per variant, folding under
+          bf16, fused AdamW, torch.optim.Muon, torch.compile (dense and MoE),
+          sampling, checkpoints moved between CUDA and CPU
+  ddp     torchrun --nproc_per_node=1 train.py: the DDP path under NCCL, compiled
+          and bf16 as in the configs (a small model)
+  bench   bench.py at 124M, baseline vs unified, compile + bf16, 16 x 1024 tokens
+          per micro-step: step-time ratio, tokens/s, MFU, peak-memory ratio
+  train   200 iterations of configs/unified_124m.py (one micro-step per
+          iteration) on a synthetic dataset: the validation loss must fall
+  resume  that run resumed for 20 more iterations: the log continues, no loss jump
+Without CUDA (or with --device=cpu) each stage runs a tiny equivalent (gloo for
+the ddp stage, bench and train on a small model, a few iterations) and the
+summary says that CUDA was absent; the goals are then reported, not judged.
+
+Data: written by this script, no network needed: token ids of a fixed random
+Markov chain over n_states token ids out of GPT-2's 50257 (512 on the CPU),
+each state with 4 successors of random probabilities. Its entropy rate
+(nats/token) is the floor of the loss, reported beside it; a model that learns
+the transitions falls from ln(50257) = 10.8 towards it.
+
+Outputs in --out: summary.json (every stage: ok, seconds, numbers, error),
+<stage>.log (each stage's full output), train_log.jsonl (the run's log).
+Goals (benchmarks, not tests; printed with pass/fail): unified/baseline step
+time <= 1.02 and peak memory <= 1.01 at 124M with compile and bf16; baseline
+MFU >= 45% on one H100/H200. Exit status 1 if a stage failed, else 0.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GOALS = {"step_time_ratio": 1.02, "memory_ratio": 1.01, "baseline_mfu": 45.0}
+
+# Per device: stage timeouts (s), dataset size, and the small models of the CPU run.
+SIZES = {
+    "cuda": dict(timeouts=dict(tests=120, ddp=75, bench=240, train=150, resume=75), n_states=2048,
+                 vocab_size=50257, n_train=8_000_000, n_val=500_000, train_iters=200, resume_iters=20),
+    "cpu": dict(timeouts=dict(tests=60, ddp=60, bench=60, train=60, resume=60), n_states=64,
+                vocab_size=512, n_train=200_000, n_val=20_000, train_iters=30, resume_iters=5),
+}
+TINY = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64"]
+
+
+def write_markov_dataset(folder, n_states, n_train, n_val, vocab_size=50257, branching=4, seed=0):
+    """Write train.bin / val.bin (uint16) sampled from a fixed random Markov chain; no meta.pkl.
+
+    The chain lives on n_states distinct token ids drawn from [0, vocab_size); each
+    state moves to `branching` random states with Dirichlet(1) probabilities.
+    Sampled as 1024 independent chains, concatenated (a boundary is one random jump). Returns the entropy rate
+    H = -sum_s pi_s sum_t P(s, t) ln P(s, t) in nats/token (pi: the stationary
+    distribution, by power iteration): no model's expected loss is below it.
+    """
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(vocab_size, n_states, replace=False).astype(np.uint16)
+    succ = rng.integers(0, n_states, (n_states, branching))
+    probs = rng.dirichlet(np.ones(branching), n_states)
+    P = np.zeros((n_states, n_states))
+    np.add.at(P, (np.repeat(np.arange(n_states), branching), succ.ravel()), probs.ravel())
+    pi = np.full(n_states, 1.0 / n_states)
+    for _ in range(500):
+        pi = 0.5 * pi + 0.5 * pi @ P  # lazy chain: converges even if P is periodic
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = float(-(pi[:, None] * np.where(P > 0, P * np.log(P), 0.0)).sum())
+    cum = probs.cumsum(axis=1)
+    os.makedirs(folder, exist_ok=True)
+    for split, n in (("train", n_train), ("val", n_val)):
+        chains, length = 1024, -(-n // 1024)
+        state = rng.integers(0, n_states, chains)
+        out = np.empty((chains, length), dtype=np.uint16)
+        for t in range(length):
+            out[:, t] = ids[state]
+            pick = (rng.random(chains)[:, None] > cum[state]).sum(axis=1).clip(max=branching - 1)
+            state = succ[state, pick]
+        out.ravel()[:n].tofile(os.path.join(folder, f"{split}.bin"))
+    return entropy
+
+
+# -----------------------------------------------------------------------------
+# Running a stage
+
+
+def stage_commands(device, work, out):
+    """{stage: argv} of every stage for device "cuda" or "cpu" (sizes from SIZES).
+
+    Paths: work/markov (the dataset), work/ddp and work/train (run folders), out (the junit file).
+    """
+    size, py = SIZES[device], sys.executable
+    data = [f"--dataset={os.path.join(work, 'markov')}", f"--vocab_size={size['vocab_size']}", "--sample_tokens=0",
+            f"--device={device}"]
+    run_dir, total = os.path.join(work, "train"), size["train_iters"] + size["resume_iters"]
+    variants = "--variants=baseline,unified"
+    if device == "cuda":
+        bench = [py, "bench.py", "configs/unified_124m.py", "--batch_size=16", "--block_size=1024",
+                 "--compile=True", "--dtype=bfloat16", "--steps=20", "--warmup=3", variants,
+                 f"--json={os.path.join(out, 'bench.json')}"]
+        train = [py, "train.py", "configs/unified_124m.py", "--gradient_accumulation_steps=1", "--warmup_iters=20",
+                 "--eval_interval=100", "--eval_iters=10", "--log_interval=20"]
+    else:
+        bench = [py, "bench.py", *TINY, "--batch_size=4", "--vocab_size=512", "--steps=3", "--warmup=1",
+                 "--memory=True", "--device=cpu", variants, f"--json={os.path.join(out, 'bench.json')}"]
+        train = [py, "train.py", *TINY, "--batch_size=8", "--warmup_iters=5", "--eval_interval=15", "--eval_iters=4",
+                 "--log_interval=10", "--learning_rate=1e-2", "--min_lr=1e-3"]
+    select = ["-k", "cuda" if device == "cuda" else "cpu and fused_adamw"]  # the CPU cases run in the suite
+    return {
+        "tests": [py, "-m", "pytest", "-q", "-rs", "tests/test_devices.py",
+                  f"--junitxml={os.path.join(out, 'tests.xml')}", *select],
+        "ddp": [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py", *TINY,
+                "--batch_size=8", "--max_iters=10", "--eval_interval=10", "--eval_iters=2", "--log_interval=5",
+                f"--compile={device == 'cuda'}", f"--out_dir={os.path.join(work, 'ddp')}", *data],
+        "bench": bench,
+        "train": [*train, f"--max_iters={size['train_iters']}", f"--out_dir={run_dir}", *data],
+        "resume": [py, "train.py", "--init_from=resume", f"--out_dir={run_dir}", f"--max_iters={total}"],
+    }
+
+
+def run_command(name, cmd, timeout, out):
+    """Run cmd in its own process group, output to <out>/<name>.log; kill the group on timeout.
+
+    Returns (result dict: rc (None on timeout), seconds, log, timeout_s; the output text).
+    """
+    log_path = os.path.join(out, f"{name}.log")
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=HERE, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun's and bench's children too
+            proc.wait()
+            rc = None
+    with open(log_path) as f:
+        text = f.read()
+    result = {"rc": rc, "seconds": round(time.perf_counter() - t0, 1), "timeout_s": round(timeout), "log": f"{name}.log"}
+    if rc is None:
+        result["error"] = f"timed out after {timeout:.0f} s"
+    elif rc != 0:
+        tail = [ln for ln in text.strip().splitlines() if ln.strip()][-3:]
+        result["error"] = f"exit status {rc}: " + " | ".join(tail)[-500:]
+    return result, text
+
+
+def parse_junit(path):
+    """{passed, failed: [names], skipped} from a pytest --junitxml file."""
+    cases = ET.parse(path).getroot().iter("testcase")
+    passed, failed, skipped = 0, [], 0
+    for case in cases:
+        kinds = {child.tag for child in case}
+        if kinds & {"failure", "error"}:
+            failed.append(case.get("name"))
+        elif "skipped" in kinds:
+            skipped += 1
+        else:
+            passed += 1
+    return {"passed": passed, "failed": failed, "skipped": skipped}
+
+
+def read_bench(path, variants):
+    """bench.py --json's {variant: {params, ms_per_step, ratio, per_flop, tokens_per_s, mfu_percent,
+    peak_mib, memory_ratio}}; ValueError if a variant is missing."""
+    with open(path) as f:
+        rows = json.load(f)["variants"]
+    missing = [v for v in variants if v not in rows]
+    if missing:
+        raise ValueError(f"bench.py wrote no row for {missing}")
+    return rows
+
+
+TRAIN_SPEED = re.compile(r"\| ([\d.]+)k tok/s \| \d+ ms/iter(?: \| MFU ([\d.]+)%)?")
+
+
+def read_rows(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def mean(values):
+    return sum(values) / len(values) if values else float("nan")
+
+
+# -----------------------------------------------------------------------------
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="folder for summary.json and the logs (created)")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
+                   help="auto: cuda when available, else the CPU-sized run")
+    p.add_argument("--budget_s", type=float, default=0, help="total time for all stages (0: 460 on CUDA, 170 on CPU)")
+    p.add_argument("--work", default="", help="folder for the dataset and checkpoints (default: a temporary one, removed)")
+    args = p.parse_args(argv)
+
+    import torch  # after argparse: --help is instant
+
+    cuda_available = torch.cuda.is_available()
+    if args.device == "cuda" and not cuda_available:
+        sys.exit("error: --device=cuda but CUDA is not available: use --device=auto or --device=cpu")
+    device = "cuda" if args.device == "cuda" or (args.device == "auto" and cuda_available) else "cpu"
+    size = SIZES[device]
+    budget = args.budget_s or (460 if device == "cuda" else 170)
+    os.makedirs(args.out, exist_ok=True)
+    work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
+    os.makedirs(work, exist_ok=True)
+    t_start = time.perf_counter()
+    summary = {
+        "device": device, "cuda_available": cuda_available,
+        "gpu": torch.cuda.get_device_name(0) if cuda_available else None,
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "nccl": str(torch.cuda.nccl.version()) if cuda_available else None,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "budget_s": budget, "stages": {},
+    }
+    if device == "cpu":
+        summary["note"] = ("CUDA absent: CPU-sized equivalent (tiny models, gloo); goals not judged" if not cuda_available
+                           else "--device=cpu: CPU-sized equivalent on a machine with CUDA; goals not judged")
+    print(f"gpu_check: {device} ({summary['gpu'] or 'no CUDA'}), torch {torch.__version__}; out {args.out}", flush=True)
+    if "note" in summary:
+        print(f"gpu_check: {summary['note']}", flush=True)
+
+    dataset = os.path.join(work, "markov")
+    entropy = write_markov_dataset(dataset, size["n_states"], size["n_train"], size["n_val"], size["vocab_size"])
+    summary["dataset"] = {"kind": "synthetic Markov chain (written by gpu_check.py)", "n_states": size["n_states"],
+                          "vocab_size": size["vocab_size"],
+                          "train_tokens": size["n_train"], "entropy_rate": round(entropy, 4)}
+    commands = stage_commands(device, work, args.out)
+    run_dir = os.path.join(work, "train")
+
+    def stage(name, fn):
+        remaining = budget - (time.perf_counter() - t_start)
+        timeout = min(size["timeouts"][name], remaining)
+        if timeout < 5:
+            result = {"ok": False, "error": f"skipped: the {budget:.0f} s budget is spent"}
+        else:
+            print(f"[{name}] running (timeout {timeout:.0f} s)", flush=True)
+            try:
+                result = fn(timeout)
+                result["ok"] = result.get("ok", True) and result["rc"] == 0 and "error" not in result
+            except Exception as e:  # a parsing fault is this stage's failure, not the script's
+                result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        summary["stages"][name] = result
+        status = "ok" if result["ok"] else f"FAILED ({result.get('error', '')})"
+        print(f"[{name}] {status} in {result.get('seconds', 0)} s", flush=True)
+        with open(os.path.join(args.out, "summary.json"), "w") as f:  # after every stage: a kill loses nothing
+            json.dump(summary, f, indent=2)
+
+    def tests(timeout):
+        junit = os.path.join(args.out, "tests.xml")
+        result, _ = run_command("tests", commands["tests"], timeout, args.out)
+        if os.path.exists(junit):
+            result.update(parse_junit(junit))
+            if result["failed"]:
+                result["error"] = f"failed: {', '.join(result['failed'])}"
+            elif result["passed"] == 0:
+                result["error"] = "no test ran (all skipped or deselected)"
+        return result
+
+    def ddp(timeout):
+        result, text = run_command("ddp", commands["ddp"], timeout, args.out)
+        backend = "nccl" if device == "cuda" else "gloo"
+        result["backend_seen"] = f"(DDP, {backend})" in text
+        if result["rc"] == 0 and not result["backend_seen"]:
+            result["error"] = f"train.py did not report running under DDP with {backend}"
+        return result
+
+    def bench(timeout):
+        result, text = run_command("bench", commands["bench"], timeout, args.out)
+        if result["rc"] == 0:
+            result["variants"] = rows = read_bench(os.path.join(args.out, "bench.json"), ["baseline", "unified"])
+            result["step_time_ratio"] = rows["unified"]["ratio"]
+            result["memory_ratio"] = rows["unified"]["memory_ratio"]
+            result["baseline_mfu"] = rows["baseline"]["mfu_percent"]
+        return result
+
+    def train(timeout):
+        result, text = run_command("train", commands["train"], timeout, args.out)
+        speed = TRAIN_SPEED.findall(text)
+        if speed:  # the last progress line: tokens/s (and MFU on a GPU) of the training loop itself
+            result["tokens_per_s"], result["mfu_percent"] = float(speed[-1][0]) * 1e3, \
+                float(speed[-1][1]) if speed[-1][1] else None
+        log_path = os.path.join(run_dir, "log.jsonl")
+        if os.path.exists(log_path):
+            shutil.copy(log_path, os.path.join(args.out, "train_log.jsonl"))
+            evals = [r for r in read_rows(log_path) if r["kind"] == "eval"]
+            result["val_loss"] = {r["iter"]: round(r["val_loss"], 4) for r in evals}
+            result["entropy_rate"] = round(entropy, 4)
+            if result["rc"] == 0:
+                first, last = evals[0]["val_loss"], evals[-1]["val_loss"]
+                result["loss_fell"] = last < first - 1.0
+                if not result["loss_fell"]:
+                    result["error"] = f"val loss {first:.3f} -> {last:.3f}: fell by less than 1 nat"
+        return result
+
+    def resume(timeout):
+        total = size["train_iters"] + size["resume_iters"]
+        result, _ = run_command("resume", commands["resume"], timeout, args.out)
+        if result["rc"] == 0:
+            rows = [r for r in read_rows(os.path.join(run_dir, "log.jsonl")) if r["kind"] == "train"]
+            shutil.copy(os.path.join(run_dir, "log.jsonl"), os.path.join(args.out, "train_log.jsonl"))
+            n = size["resume_iters"]
+            before = mean([r["loss"] for r in rows if total - 2 * n < r["iter"] <= total - n])
+            after = mean([r["loss"] for r in rows if r["iter"] > total - n])
+            result.update(loss_before=round(before, 4), loss_after=round(after, 4))
+            if [r["iter"] for r in rows] != list(range(1, total + 1)):
+                result["error"] = "the log's train iterations are not 1..max_iters once each after the resume"
+            elif not after < before + 0.1:  # a lost optimizer state shows as a jump
+                result["error"] = f"loss jumped on resume: {before:.3f} before, {after:.3f} after"
+        return result
+
+    if device == "cuda":
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(work, "inductor"))  # bench warms train
+    for name, fn in (("tests", tests), ("ddp", ddp), ("bench", bench), ("train", train), ("resume", resume)):
+        stage(name, fn)
+
+    bench_result = summary["stages"]["bench"]
+    judged = device == "cuda"
+    summary["goals"] = goals = []
+    for key, bound, text in (("step_time_ratio", GOALS["step_time_ratio"], "<="),
+                             ("memory_ratio", GOALS["memory_ratio"], "<="),
+                             ("baseline_mfu", GOALS["baseline_mfu"], ">=")):
+        value = bench_result.get(key)
+        ok = None if value is None or not judged else (value <= bound if text == "<=" else value >= bound)
+        goals.append({"name": key, "value": value, "goal": f"{text} {bound}", "pass": ok})
+    summary["ok"] = all(s["ok"] for s in summary["stages"].values())
+    summary["total_s"] = round(time.perf_counter() - t_start, 1)
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\n{'stage':<8} {'result':<8} {'s':>6}  detail")
+    for name, s in summary["stages"].items():
+        print(f"{name:<8} {'ok' if s['ok'] else 'FAILED':<8} {s.get('seconds', 0):>6}  {s.get('error', '')[:100]}")
+    print(f"\n{'goal':<16} {'value':>8}  {'goal':<8} result")
+    for g in goals:
+        verdict = {True: "pass", False: "FAIL", None: "not judged" if not judged else "no value"}[g["pass"]]
+        print(f"{g['name']:<16} {g['value'] if g['value'] is not None else '-':>8}  {g['goal']:<8} {verdict}")
+    train_result = summary["stages"]["train"]
+    if "val_loss" in train_result:
+        print(f"val loss by iteration {train_result['val_loss']} (entropy-rate floor {entropy:.3f})")
+    print(f"\n{'all stages ok' if summary['ok'] else 'SOME STAGES FAILED'} in {summary['total_s']} s; "
+          f"{os.path.join(args.out, 'summary.json')}")
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

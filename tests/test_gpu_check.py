@@ -1,0 +1,73 @@
+"""gpu_check.py: its CPU-sized run end to end (what CI can keep working), and its synthetic data."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from gpu_check import read_bench, stage_commands, write_markov_dataset
+from train import load_config
+
+
+def test_markov_entropy_rate_matches_the_sampled_transitions(tmp_path):
+    """The entropy rate from the chain's matrix equals the conditional entropy of the sampled
+    bigrams (a plug-in estimate from 400k tokens: its bias is about states*branching/2n)."""
+    h = write_markov_dataset(tmp_path, n_states=16, n_train=400_000, n_val=1000, vocab_size=512)
+    x = np.fromfile(tmp_path / "train.bin", dtype=np.uint16).astype(np.int64)
+    pairs = np.bincount(x[:-1] * 512 + x[1:], minlength=512 * 512).reshape(512, 512).astype(float)
+    rows = pairs.sum(axis=1, keepdims=True)
+    cond = np.where(pairs > 0, pairs / np.maximum(rows, 1), 1.0)
+    empirical = -(pairs * np.log(cond)).sum() / pairs.sum()
+    assert len(np.unique(x)) == 16 and 0 < h < np.log(4)
+    assert empirical == pytest.approx(h, abs=0.02)
+
+
+def test_read_bench_names_a_missing_variant(tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"variants": {"baseline": {"ratio": 1.0}}}))
+    assert read_bench(path, ["baseline"])["baseline"]["ratio"] == 1.0
+    with pytest.raises(ValueError, match="no row for \\['unified'\\]"):
+        read_bench(path, ["baseline", "unified"])
+
+
+def test_cuda_stage_commands_are_valid_configs(tmp_path, monkeypatch):
+    """The GPU-only commands, checked here so that a typo cannot wait for a GPU to show."""
+    monkeypatch.chdir(ROOT)
+    cmds = stage_commands("cuda", str(tmp_path), str(tmp_path))
+    cfg = {name: load_config(cmds[name][cmds[name].index("train.py") + 1:])[0] for name in ("ddp", "train", "resume")}
+    bench_only = ("--variants", "--steps", "--warmup", "--memory", "--json")
+    cfg["bench"] = load_config([a for a in cmds["bench"][2:] if a.split("=")[0] not in bench_only])[0]
+    assert "--nproc_per_node=1" in cmds["ddp"] and cfg["ddp"]["device"] == "cuda" and cfg["ddp"]["compile"]
+    for name in ("bench", "train"):  # GPT-2 small, unified, compiled, 16 x 1024 tokens per micro-step
+        c = cfg[name]
+        assert (c["n_layer"], c["n_embd"], c["batch_size"], c["block_size"]) == (12, 768, 16, 1024), name
+        assert c["compile"] and c["branch_scales"] and c["mlp_placement"] == "dual_norm", name
+    assert cfg["bench"]["dtype"] == "bfloat16" and "--variants=baseline,unified" in cmds["bench"]
+    assert cfg["train"]["max_iters"] == 200 and cfg["train"]["gradient_accumulation_steps"] == 1
+    assert cfg["train"]["vocab_size"] == 50257 and cfg["train"]["sample_tokens"] == 0  # no tokenizer files needed
+    assert cfg["resume"]["init_from"] == "resume" and cfg["resume"]["max_iters"] == 220
+    assert cmds["tests"][-2:] == ["-k", "cuda"]  # the CUDA cases (the CPU ones run in this suite)
+
+
+def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "gpu_check.py"), f"--out={out}", "--device=cpu"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=240)
+    summary = json.loads((out / "summary.json").read_text())
+    assert proc.returncode == 0, (proc.stdout[-3000:], summary)
+    assert summary["device"] == "cpu" and "goals not judged" in summary["note"]
+    assert summary["note"] in proc.stdout
+    assert set(summary["stages"]) == {"tests", "ddp", "bench", "train", "resume"}
+    assert all(s["ok"] for s in summary["stages"].values())
+    assert summary["stages"]["tests"]["passed"] >= 1 and summary["stages"]["ddp"]["backend_seen"]
+    assert summary["stages"]["bench"]["variants"]["baseline"]["ratio"] == 1.0
+    val = summary["stages"]["train"]["val_loss"]
+    assert val["0"] - 1.0 > val["30"] > summary["dataset"]["entropy_rate"] - 0.1  # no model beats the floor
+    assert [g["pass"] for g in summary["goals"]] == [None, None, None]
+    for name in ("tests", "ddp", "bench", "train", "resume"):
+        assert (out / f"{name}.log").stat().st_size > 0
+    assert (out / "train_log.jsonl").exists()
