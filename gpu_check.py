@@ -220,6 +220,7 @@ def main(argv):
     device = "cuda" if args.device == "cuda" or (args.device == "auto" and cuda_available) else "cpu"
     size = SIZES[device]
     budget = args.budget_s or (460 if device == "cuda" else 170)
+    args.out = os.path.abspath(args.out)  # the stages run with cwd = this folder
     os.makedirs(args.out, exist_ok=True)
     work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
     os.makedirs(work, exist_ok=True)

@@ -91,6 +91,7 @@ class GPTConfig:
             check(not bad, f"scale='none' removes every scale vector, so {', '.join(bad)} cannot be set: "
                            "use the defaults (reparam='plain', branch_scales=False, placements 'in') or scale='vector'")
         check(self.norm_eps > 0, f"norm_eps={self.norm_eps} must be positive")
+        check(self.rope_theta > 0, f"rope_theta={self.rope_theta} must be positive (10000 in Llama and GPT-NeoX)")
         check(self.n_experts >= 0, f"n_experts={self.n_experts} must be >= 0 (0 = dense)")
         if self.n_experts:
             check(1 <= self.top_k <= self.n_experts,
@@ -469,7 +470,7 @@ class GPT(nn.Module):
         float rounding; output-role scales and all normalizations stay. A tied
         LM head is untied first (with a warning): the final-norm scale cannot
         fold into a matrix that is also the embedding, so while tied it is
-        output-role; once untied it is input-role and folds. Paper Theorem 2.2;
+        output-role; once untied it is input-role and folds. Paper Theorem 2.2.
         """
         if self.lm_head.weight is self.wte.weight and self.norm_f.scale is not None:
             warnings.warn("fold_scales(): untying the LM head from the embedding so the final-norm "

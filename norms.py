@@ -34,6 +34,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 ROLES = ("input", "output")
 
@@ -45,18 +46,18 @@ def rms_norm(x, weight, eps):
     branches of x (..., n, d) in one call (DNP's gate and up); eps added to
     the mean square (pass it: F.rms_norm's default depends on the dtype).
     F.rms_norm on CUDA (a fused kernel, forward and backward); on other devices
-    _RMSNormCPU, the same map with a closed-form backward (tests/test_norms.py
-    checks both against each other).
+    _RMSNormClosedForm, the same map with a closed-form backward (first
+    derivatives only; tests/test_norms.py checks both against each other).
     """
     w = None if weight is None else weight.float()
     if not x.is_cuda:
-        return _RMSNormCPU.apply(x.float(), w, eps).type_as(x)
+        return _RMSNormClosedForm.apply(x.float(), w, eps).type_as(x)
     if w is not None and w.dim() > 1:  # F.rms_norm's weight must have the normalized shape (d,)
         return (F.rms_norm(x.float(), (x.size(-1),), None, eps) * w).type_as(x)
     return F.rms_norm(x.float(), (x.size(-1),), w, eps).type_as(x)
 
 
-class _RMSNormCPU(torch.autograd.Function):
+class _RMSNormClosedForm(torch.autograd.Function):
     """y = x_hat * w with x_hat = x * rstd, rstd = (mean(x^2) + eps)^(-1/2), over the last dim.
 
     Why: in torch 2.13 F.rms_norm on the CPU runs its backward through
@@ -75,6 +76,7 @@ class _RMSNormCPU(torch.autograd.Function):
         return x_hat if weight is None else x_hat * weight
 
     @staticmethod
+    @once_differentiable  # the closed form is a first derivative only: refuse a second, never give a wrong one
     def backward(ctx, g):
         x_hat, rstd, weight = ctx.saved_tensors
         gw = g if weight is None else g * weight

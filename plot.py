@@ -149,8 +149,9 @@ def fit_power_law(tokens, losses):
     """Least-squares fit of L(D) = E + A * D**-alpha; returns (E, A, alpha).
 
     Args: tokens D (> 0) and final losses L, >= 3 points (3 parameters).
-    For a fixed E in [0, min L), log(L - E) = log A - alpha log D is a linear
-    least-squares problem; E minimizes the squared error of L over a grid of
+    For a fixed E in [0, min L), A and alpha come from the linear least-squares
+    fit of log(L - E) = log A - alpha log D (a fit in log space, not in L); E
+    is then chosen to minimize the squared error in L itself over a grid of
     2,000 values, refined by golden-section search between its grid neighbours.
     Raises ValueError for fewer than 3 points or a fit whose loss does not
     fall with tokens (alpha <= 0).
@@ -252,7 +253,8 @@ def method_line(spec):
     return ("Each row: final val loss (nats/token); the paired difference to the reference (same seed, "
             "variant minus reference) per seed, and its mean with a 95% Student-t interval over seeds "
             "(df = seeds - 1). Verdict (DESIGN section 9): reproduced / contradicted when the interval lies "
-            "wholly on the claimed / the other side of 0, unresolved otherwise.")
+            "wholly on the claimed / the other side of 0, unresolved otherwise. Each row is its own 95% "
+            "interval, not corrected for multiple comparisons: across k rows about k x 5% exclude 0 by chance.")
 
 
 def tables(spec, results):
@@ -371,11 +373,12 @@ def multiplier_table(spec, results):
             finite = [m for m in vals if math.isfinite(m)]
             outside = [s for s in sorted(by_seed) if not span[s][0] <= by_seed[s][1] <= span[s][1]]
             note = []
-            if len(finite) < len(vals):
-                note.append(f"{len(vals) - len(finite)} seed(s) below the fit's floor E: left out")
+            if len(finite) < len(vals):  # censored: dropping them would bias the mean down, so no interval
+                note.append(f"{len(vals) - len(finite)} seed(s) below the fit's floor E (multiplier unbounded): "
+                            f"no mean or interval")
             if outside:
                 note.append(f"extrapolated beyond the budgets for seed(s) {', '.join(map(str, outside))}")
-            ci = mean_ci(finite)
+            ci = mean_ci(vals) if len(finite) == len(vals) else None
             mean_txt = "-" if ci is None else f"{ci[0]:.3f}" + (f" [{ci[1]:.3f}, {ci[2]:.3f}]" if ci[1] is not None else "")
             out.append(f"| {v} | {', '.join(f'{m:.3f}' for m in vals)} | {mean_txt} | {'; '.join(note) or '-'} |")
         out.append("")

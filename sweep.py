@@ -317,6 +317,10 @@ def main(argv):
     p.add_argument("--dry_run", action="store_true", help="list the runs and their state; run nothing")
     args = p.parse_args(argv)
 
+    if args.parallel < 0 or args.threads < 0:
+        raise UserError(f"--parallel={args.parallel} / --threads={args.threads}: must be >= 1 (0 = the default)")
+    # train.py runs with cwd = this folder: give it absolute paths so that `runs` means the same to both
+    args.out_root, args.results = os.path.abspath(args.out_root), os.path.abspath(args.results)
     specs = [load_ablation(path) for path in args.ablations]
     records = load_records(args.results)
     runs = all_runs(specs, args.out_root, records)

@@ -482,6 +482,9 @@ def check_training_config(cfg):
         raise UserError("learning_rate=0 trains nothing (and min_lr is relative to it): set a positive value")
     if not 0 <= cfg.wsd_decay_frac <= 1:
         raise UserError(f"wsd_decay_frac={cfg.wsd_decay_frac} must be in [0, 1]")
+    for key in ("beta1", "beta2", "muon_momentum"):
+        if not 0 <= getattr(cfg, key) < 1:
+            raise UserError(f"{key}={getattr(cfg, key)} must be in [0, 1) (Adam's betas, Muon's momentum; e.g. 0.9)")
     for key, allowed in (("init_from", ("scratch", "resume")), ("optimizer", OPTIMIZERS),
                          ("scale_wd", SCALE_WD)):
         if getattr(cfg, key) not in allowed:

@@ -1,8 +1,8 @@
 # The CPU miniature every ablation in configs/ablations/ starts from: the
 # baseline (shared scale vectors, no decay on them) at the default run's size,
-# 0.88M parameters (4 layers, width 128), on character-level Shakespeare,
-# 500 iterations x 4,096 tokens = 2.05M tokens. About 4 minutes per run on one
-# CPU thread; sweep.py runs two at a time on 2 cores.
+# 0.87M parameters (4 layers, width 128), on character-level Shakespeare,
+# 500 iterations x 4,096 tokens = 2.05M tokens. About 3 minutes per run on one
+# CPU thread, compiled; sweep.py runs two at a time on 2 cores.
 # Compiled (torch.compile, inductor): about 1.3-1.6x faster per step on the CPU than eager
 # once compiled (tens of seconds the first time per variant, seconds from the cache after).
 # Every run of an ablation trains in this one mode: never compare eager with compiled runs.

@@ -207,8 +207,8 @@ def test_power_law_fit_recovers_known_parameters_and_multiplier():
 
 def test_iter_multipliers_scale_the_schedule_and_the_table_finds_the_multiplier(tmp_path):
     path = write_ablation(tmp_path, body=(
-        "variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nexpected = {'unified': 'lower'}\n"
-        "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"
+        "variants = {'baseline': {}, 'unified': " + UNIFIED + ", 'norm_only': {'mlp_placement': 'in_norm'}}\n"
+        "expected = {'unified': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"
         "iter_multipliers = {'baseline': [0.5, 1.0, 1.5, 2.0]}\n"))
     base = (tmp_path / "base.py").read_text().replace("max_iters = 4\neval_interval = 2",
                                                       "max_iters = 40\neval_interval = 20")
@@ -216,7 +216,7 @@ def test_iter_multipliers_scale_the_schedule_and_the_table_finds_the_multiplier(
     spec = sweep.load_ablation(path)
     runs = sweep.plan(spec, "runs")
     base_runs = {(r["seed"], r["iter_mult"]): r["config"] for r in runs if r["variant"] == "baseline"}
-    assert len(base_runs) == 12 and len(runs) == 15
+    assert len(base_runs) == 12 and len(runs) == 18
     assert [base_runs[(1, m)]["max_iters"] for m in (0.5, 1.0, 1.5, 2.0)] == [20, 40, 60, 80]
     assert base_runs[(1, 1.5)]["warmup_iters"] == 15 and base_runs[(1, 0.5)]["eval_interval"] == 10
     per_iter = 4 * 16
@@ -224,11 +224,17 @@ def test_iter_multipliers_scale_the_schedule_and_the_table_finds_the_multiplier(
     def law(seed, iters):  # each seed its own power law; unified reaches baseline's loss at 1.25x tokens
         return 1.0 + 0.1 * seed + (30 + seed) * (iters * per_iter) ** -0.4
 
-    record_runs(spec, str(tmp_path / "results"), lambda run: law(run["seed"], run["config"]["max_iters"] *
-                                                                  (1.25 if run["variant"] == "unified" else 1.0)))
+    def loss(run):  # norm_only's seed 3 lands below the reference's floor E: its multiplier is unbounded
+        if run["variant"] == "norm_only" and run["seed"] == 3:
+            return 1.0 + 0.1 * 3 - 0.01
+        return law(run["seed"], run["config"]["max_iters"] * (1.0 if run["variant"] == "baseline" else 1.25))
+
+    record_runs(spec, str(tmp_path / "results"), loss)
     assert plot.main([path, f"--results={tmp_path / 'results'}", f"--out={tmp_path / 'out'}"]) == 0
     md = open(tmp_path / "out" / "tiny.md").read()
     assert "| unified | 1.250, 1.250, 1.250 | 1.250 [1.250, 1.250] | - |" in md
+    # a censored seed is not dropped (that would bias the mean down): no mean, no interval
+    assert "| norm_only | 1.250, 1.250, inf | - | 1 seed(s) below the fit's floor E" in md
     assert os.path.getsize(tmp_path / "out" / "tiny_fit.png") > 0
 
 
