@@ -17,7 +17,9 @@ An ablation file (plain Python, configs/ablations/) sets
                      than variant vs baseline (e.g. unified vs dnp)
     lr_multipliers   LR sweep at seeds[0]: learning_rate, min_lr and muon_lr scaled together
     tune_lr          True: seeds[1:] run at the multiplier with the lowest final val loss at
-                     seeds[0], per (setting, variant); they wait until that sweep is recorded
+                     seeds[0], per (setting, variant); they wait until that sweep is recorded;
+                     seeds[0] chose the LR, so it stays out of the seed table (its best-of-3 is
+                     biased low) and shows in the LR table only
     iter_multipliers {variant: [m, ...]}: token budgets; the variant also runs at each m x
                      max_iters (warmup_iters and eval_interval scaled alike: a full schedule each),
                      for plot.py's compute multiplier
@@ -136,8 +138,9 @@ def plan(spec, out_root, records=None):
                         f"{f'_itx{iter_mult:g}' if iter_mult != 1.0 else ''}_{digest[:8]}")
                 out_dir = os.path.join(out_root, name)
                 args = [f"--{k}={v}" for k, v in cfg.items() if v != DEFAULTS[k]] + [f"--out_dir={out_dir}"]
+                main = iter_mult == 1.0 and lr_mult == chosen and not (spec["tune_lr"] and seed == seeds[0])
                 runs.append(dict(name=name, hash=digest, variant=variant, setting=setting, seed=seed,
-                                 lr_mult=lr_mult, iter_mult=iter_mult, main=iter_mult == 1.0 and lr_mult == chosen,
+                                 lr_mult=lr_mult, iter_mult=iter_mult, main=main,
                                  config=cfg, args=args, out_dir=out_dir))
             if spec["tune_lr"] and chosen is None:
                 runs += [dict(name=f"{variant}_{setting}_s{s}_lrx(best)", hash=None, variant=variant,
