@@ -389,6 +389,8 @@ class GPT(nn.Module):
         # Tied, the final-norm scale cannot fold (the head is the embedding): output-role
         # while training (DESIGN section 2); fold_scales() unties and makes it input-role.
         self.norm_f = RMSNorm(d, cfg.norm_eps, make_scale(cfg, d, "output" if cfg.tie_embeddings else "input"))
+        if self.norm_f.scale is not None and cfg.tie_embeddings:
+            self.norm_f.scale.input_role_untied = True  # scale_wd="iwd_final" decays it as input-role
         self.lm_head = nn.Linear(d, V, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight

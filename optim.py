@@ -14,7 +14,9 @@ Groups:
     magnitude_output  the same, output-role                  by scale_wd   lr x magnitude_lr_mult
     router            MoE routers                            weight_decay     AdamW always
 `scale_wd`: "iwd" = (weight_decay, 0), the paper's; "all" = (weight_decay,
-weight_decay); "none" = (0, 0), the usual nanoGPT/Llama practice.
+weight_decay); "none" = (0, 0), the usual nanoGPT/Llama practice; "iwd_final" =
+"iwd" that also decays the final-norm scale while the head is tied (it is
+output-role then; the test of that rule, configs/ablations/c4_tied_final_norm.py).
 Groups come from module attributes, not from model classes or names: a
 ScaleVector's `role` and `magnitude_name` (norms.py), a module's
 `optim_group` (model.Router: "router").
@@ -27,7 +29,7 @@ import torch.nn as nn
 
 from norms import ScaledLinear, ScaleVector
 
-SCALE_WD = ("iwd", "all", "none")
+SCALE_WD = ("iwd", "all", "none", "iwd_final")
 OPTIMIZERS = ("adamw", "muon")
 LR_SCHEDULES = ("cosine", "wsd", "linear", "constant")
 
@@ -49,7 +51,7 @@ def param_groups(model, cfg):
     if cfg.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={cfg.optimizer!r} is not one of {OPTIMIZERS}")
     wd = cfg.weight_decay
-    scale_wd = {"iwd": (wd, 0.0), "all": (wd, wd), "none": (0.0, 0.0)}[cfg.scale_wd]
+    scale_wd = {"iwd": (wd, 0.0), "all": (wd, wd), "none": (0.0, 0.0), "iwd_final": (wd, 0.0)}[cfg.scale_wd]
     buckets = {k: [] for k in ("matrix", "embedding", "lm_head", "scale_input", "scale_output",
                                "magnitude_input", "magnitude_output", "router")}
     seen = set()
@@ -63,9 +65,12 @@ def param_groups(model, cfg):
     for module in model.modules():
         own = list(module.parameters(recurse=False))
         if isinstance(module, ScaleVector):
+            role = module.role
+            if cfg.scale_wd == "iwd_final" and getattr(module, "input_role_untied", False):
+                role = "input"  # the tied final-norm scale, decayed as if it could fold
             if module.magnitude_name is not None:
-                put("magnitude_" + module.role, [getattr(module, module.magnitude_name)])
-            put("scale_" + module.role, module.parameters())
+                put("magnitude_" + role, [getattr(module, module.magnitude_name)])
+            put("scale_" + role, module.parameters())
         elif getattr(module, "optim_group", None) is not None:
             if module.optim_group not in buckets:
                 raise ValueError(f"{type(module).__name__}.optim_group={module.optim_group!r} is not one of "

@@ -278,3 +278,16 @@ def test_a_new_scale_vector_subclass_lands_in_its_roles_group_without_optimizer_
         before = model(x)[0]
         model.fold_scales()  # folding goes through forward() and reset_(): the logits stay
         assert torch.allclose(model(x)[0], before, atol=1e-5)
+
+
+def test_iwd_final_decays_the_tied_final_norm_scale_and_nothing_else_more():
+    """scale_wd="iwd_final" = "iwd" + the tied final-norm scale decayed (as input-role);
+    untied, the two recipes are the same (the final-norm scale is input-role anyway)."""
+    for tie in (True, False):
+        model = tiny(reparam="or", tie_embeddings=tie)
+        iwd, final = ({id(p): g["weight_decay"] for g in param_groups(model, opt_cfg(scale_wd=r)) for p in g["params"]}
+                      for r in ("iwd", "iwd_final"))
+        changed = {id(p) for p in model.parameters() if iwd[id(p)] != final[id(p)]}
+        expected = {id(p) for p in model.norm_f.scale.parameters()} if tie else set()
+        assert changed == expected
+        assert all(final[i] == 0.1 for i in changed)

@@ -1,0 +1,15 @@
+# The role rule for the tied final-norm scale (DESIGN section 2): with tied embeddings it
+# cannot fold into the head without changing the embedding, so it is output-role and
+# IWD leaves it undecayed. unified_final decays it anyway (scale_wd="iwd_final", the
+# behaviour before the rule); C4 says decay on an output-role scale hurts: "higher".
+# The unified runs are shared with c8_unified.py and c8_dnp_control.py.
+claim = "C4 for the tied final-norm scale: decaying it (an output-role scale while tied) hurts"
+base = "configs/ablation_base.py"
+_unified = {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm", "reparam": "or"}
+variants = {
+    "unified": {**_unified, "scale_wd": "iwd"},
+    "unified_final": {**_unified, "scale_wd": "iwd_final"},
+}
+expected = {"unified_final": "higher"}
+settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
+seeds = [1, 2, 3, 4, 5]
