@@ -7,7 +7,9 @@
     python bench.py --memory=True                      # CPU: also the peak RSS of each variant
     python bench.py --variants=gpt2,baseline,unified   # against nanoGPT's GPT-2 at equal FLOPs
 
-Every variant trains on the same synthetic batch; one step of each variant is
+Each variant is the config's size and training keys with the baseline's scale
+switches (BASELINE) plus its own overrides (VARIANTS): the config's own scale
+switches do not apply. Every variant trains on the same synthetic batch; one step of each variant is
 timed in turn (interleaved), so machine noise hits all of them alike, and
 the median over steps after warm-up is reported with its ratio to the
 baseline. Memory (--memory=True, the default on CUDA): each variant alone in
@@ -186,6 +188,8 @@ def main(argv):
         return
 
     mem = {}
+    if opts_cli["memory"] not in ("True", "False", "auto"):
+        raise UserError(f"--memory={opts_cli['memory']}: expected True, False or auto")
     if opts_cli["memory"] == "True" or (opts_cli["memory"] == "auto" and device.type == "cuda"):
         for n in names:  # before this process holds any model
             out = subprocess.run([sys.executable, __file__, *rest, f"--memory_child={n}"],

@@ -44,8 +44,11 @@ def main(argv):
     p.add_argument("--device", default="cpu", help='"cpu", "cuda", "cuda:N", "mps" or "auto"')
     p.add_argument("--fold", action="store_true", help="fold input-role scales into the weights first")
     args = p.parse_args(argv)
-    if args.max_new_tokens < 1 or args.num_samples < 1 or args.top_k < 0 or args.temperature <= 0:
-        raise UserError("need --max_new_tokens >= 1, --num_samples >= 1, --top_k >= 0 and --temperature > 0")
+    for name, ok in (("max_new_tokens", args.max_new_tokens >= 1), ("num_samples", args.num_samples >= 1),
+                     ("top_k", args.top_k >= 0), ("temperature", args.temperature > 0)):
+        if not ok:
+            raise UserError(f"--{name}={getattr(args, name)}: need --max_new_tokens >= 1, --num_samples >= 1, "
+                            f"--top_k >= 0 (0: all) and --temperature > 0")
     dev = SimpleNamespace(device=args.device, dtype="auto")
     resolve_device(dev)  # UserError for a device this machine lacks
     args.device = dev.device

@@ -329,7 +329,8 @@ def test_sample_works_for_plain_and_compiled_checkpoints(tmp_path, capsys):
     assert capsys.readouterr().out == plain
     sample.main(args + ["--top_k=0"])  # 0: no top-k cut
     assert capsys.readouterr().out.startswith("abc")
-    for bad, message in (("--max_new_tokens=0", "max_new_tokens >= 1"), ("--top_k=-1", "top_k >= 0"),
+    for bad, message in (("--max_new_tokens=0", "--max_new_tokens=0: need"), ("--top_k=-1", "--top_k=-1: need"),
+                         ("--temperature=0", "--temperature=0.0: need"),
                          (f"--out_dir={tmp_path / 'nope'}", "no checkpoint at")):
         with pytest.raises(UserError, match=message):
             sample.main(args + [bad])
