@@ -119,7 +119,9 @@ def verdict(ci, n, expected):
 
     'reproduced' when the interval lies wholly (strictly) on the expected side of 0
     ('lower': below), 'contradicted' when wholly on the other side, else 'unresolved';
-    'unresolved (1 seed)' for n == 1; '-' without an expectation or runs.
+    'unresolved (1 seed)' for n == 1; with 2 seeds the word carries "(2 seeds)": a
+    df = 1 interval is exact under normality but rests on one spread estimate, and
+    DESIGN section 9 asks for 3 seeds at least; '-' without an expectation or runs.
     """
     if not expected or not n:
         return "-"
@@ -127,11 +129,12 @@ def verdict(ci, n, expected):
         return "unresolved (1 seed)"
     _, lo, hi = ci
     below, above = hi < 0, lo > 0
+    few = " (2 seeds)" if n == 2 else ""
     if (below and expected == "lower") or (above and expected == "higher"):
-        return "reproduced"
+        return "reproduced" + few
     if below or above:
-        return "contradicted"
-    return "unresolved"
+        return "contradicted" + few
+    return "unresolved" + few
 
 
 def fmt_ci(ci):

@@ -178,6 +178,7 @@ def test_verdict_follows_where_the_interval_lies(lo, hi, expected, word):
 
 def test_verdict_with_one_seed_is_unresolved():
     assert plot.verdict((-0.5, None, None), 1, "lower") == "unresolved (1 seed)"
+    assert plot.verdict((-0.5, -0.6, -0.4), 2, "lower") == "reproduced (2 seeds)"  # below DESIGN's 3
     assert plot.verdict(None, 0, "lower") == "-"
 
 
