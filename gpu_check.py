@@ -191,11 +191,6 @@ def read_bench(path, variants):
 TRAIN_SPEED = re.compile(r"\| ([\d.]+)k tok/s \| \d+ ms/iter(?: \| MFU ([\d.]+)%)?")
 
 
-def read_rows(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def mean(values):
     return sum(values) / len(values) if values else float("nan")
 
@@ -213,6 +208,8 @@ def main(argv):
     args = p.parse_args(argv)
 
     import torch  # after argparse: --help is instant
+
+    from train import read_log
 
     cuda_available = torch.cuda.is_available()
     if args.device == "cuda" and not cuda_available:
@@ -303,7 +300,7 @@ def main(argv):
         log_path = os.path.join(run_dir, "log.jsonl")
         if os.path.exists(log_path):
             shutil.copy(log_path, os.path.join(args.out, "train_log.jsonl"))
-            evals = [r for r in read_rows(log_path) if r["kind"] == "eval"]
+            evals = [r for r in read_log(log_path) if r["kind"] == "eval"]
             result["val_loss"] = {r["iter"]: round(r["val_loss"], 4) for r in evals}
             result["entropy_rate"] = round(entropy, 4)
             if result["rc"] == 0:
@@ -317,7 +314,7 @@ def main(argv):
         total = size["train_iters"] + size["resume_iters"]
         result, _ = run_command("resume", commands["resume"], timeout, args.out)
         if result["rc"] == 0:
-            rows = [r for r in read_rows(os.path.join(run_dir, "log.jsonl")) if r["kind"] == "train"]
+            rows = [r for r in read_log(os.path.join(run_dir, "log.jsonl")) if r["kind"] == "train"]
             shutil.copy(os.path.join(run_dir, "log.jsonl"), os.path.join(args.out, "train_log.jsonl"))
             n = size["resume_iters"]
             before = mean([r["loss"] for r in rows if total - 2 * n < r["iter"] <= total - n])

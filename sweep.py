@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 
-from train import DEFAULTS, UserError, load_config, read_log, run_config_file
+from train import DEFAULTS, UserError, fmt_duration, load_config, read_log, run_config_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
@@ -253,10 +253,6 @@ def launch(run, threads, gpu):
     return proc, log
 
 
-def fmt_time(seconds):
-    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-
-
 def all_runs(specs, out_root, records):
     """The runs of several ablations, a run they share (same config hash) once."""
     runs, seen = [], set()
@@ -286,7 +282,7 @@ def run_queue(todo, parallel, threads, results, records, commit):
             eta = ""
             if durations:
                 left = (len(todo) + len(active)) * (sum(durations) / len(durations)) / parallel
-                eta = f", ETA {fmt_time(left)}"
+                eta = f", ETA {fmt_duration(left)}"
             print(f"[{started}/{started + len(todo)}] {run['name']}"
                   f"{' (resuming)' if '--init_from=resume' in proc.args else ''}{eta}", flush=True)
         time.sleep(1)
@@ -357,7 +353,7 @@ def main(argv):
         setting_rank = {s: i for i, s in enumerate(dict.fromkeys(r["setting"] for r in todo))}
         todo.sort(key=lambda r: (not r["main"], setting_rank[r["setting"]], r["seed"]))
         failed = run_queue(todo, parallel, threads, args.results, records, commit)
-    print(f"done in {fmt_time(time.time() - t0)}; {len(failed)} failed")
+    print(f"done in {fmt_duration(time.time() - t0)}; {len(failed)} failed")
     return 1 if failed else 0
 
 
