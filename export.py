@@ -120,16 +120,6 @@ def hf_config(cfg, arch):
     return d
 
 
-def effective_weight(lin):
-    """u[:, None] * W * v[None, :] of a ScaledLinear, gammas read through the scale modules (1 once folded)."""
-    w = lin.weight.detach()
-    if lin.in_scale is not None:
-        w = w * lin.in_scale().detach()[None, :]
-    if lin.out_scale is not None:
-        w = lin.out_scale().detach()[:, None] * w
-    return w
-
-
 def gamma(norm):
     """The effective scale of an RMSNorm, ones where it has none (HG's bare pre-norms, scale='none')."""
     return torch.ones(norm.dim) if norm.scale is None else norm.scale().detach()
@@ -162,7 +152,7 @@ def hf_state_dict(model):
         sd[p + "input_layernorm.weight"] = gamma(b.attn_norm)
         sd[p + "post_attention_layernorm.weight"] = gamma(b.mlp_norm)
         for ours, theirs in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", "o_proj")):
-            sd[p + f"self_attn.{theirs}.weight"] = effective_weight(getattr(b.attn, ours))
+            sd[p + f"self_attn.{theirs}.weight"] = getattr(b.attn, ours).effective_weight().detach()
         if arch == "Qwen2MoeForCausalLM":  # its q, k, v always carry a bias
             for name in ("q_proj", "k_proj", "v_proj"):
                 sd[p + f"self_attn.{name}.bias"] = torch.zeros(cfg.n_embd)
@@ -172,11 +162,11 @@ def hf_state_dict(model):
         if not b.moe:
             sd.update(mlp_weights(b.mlp, p + "mlp."))
         elif arch == "MixtralForCausalLM":
-            sd[p + "block_sparse_moe.gate.weight"] = effective_weight(b.mlp.router)
+            sd[p + "block_sparse_moe.gate.weight"] = b.mlp.router.effective_weight().detach()
             for e, mlp in enumerate(b.mlp.experts):
                 sd.update(mlp_weights(mlp, p + f"block_sparse_moe.experts.{e}.", names=("w1", "w3", "w2")))
         else:
-            sd[p + "mlp.gate.weight"] = effective_weight(b.mlp.router)
+            sd[p + "mlp.gate.weight"] = b.mlp.router.effective_weight().detach()
             for e, mlp in enumerate(b.mlp.experts):
                 sd.update(mlp_weights(mlp, p + f"mlp.experts.{e}."))
             if b.mlp.shared_expert is not None:
@@ -191,7 +181,7 @@ def hf_state_dict(model):
 
 def mlp_weights(mlp, prefix, names=("gate_proj", "up_proj", "down_proj")):
     """SwiGLU weights of one of our MLPs under the target's names (gate, up, down)."""
-    return {f"{prefix}{n}.weight": effective_weight(lin) for n, lin in zip(names, (mlp.gate, mlp.up, mlp.down))}
+    return {f"{prefix}{n}.weight": lin.effective_weight().detach() for n, lin in zip(names, (mlp.gate, mlp.up, mlp.down))}
 
 
 def import_transformers():

@@ -350,10 +350,8 @@ def branch_linears(x, linears, weight_side=None):
         return y.split(d_out, dim=-1)
     assert len(set(d_out)) == 1, "out_norm branches must have the same d_out"
     scales = [lin.out_scale for lin in linears]
-    if all(s is None for s in scales):
-        u = None
-    else:
-        u = torch.stack([torch.ones(d_out[0], device=x.device) if s is None else s() for s in scales])
+    assert len({s is None for s in scales}) == 1, "out_norm branches must all have output scales or none"
+    u = None if scales[0] is None else torch.stack([s() for s in scales])  # (n, d_out)
     y = rms_norm(y.view(*y.shape[:-1], len(linears), d_out[0]), u, linears[0].eps)  # (..., n, d_out)
     return y.unbind(-2)
 
