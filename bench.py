@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from model import GPT, GPTConfig
 from optim import build_optimizers
-from train import MODEL_KEYS, UserError, load_config, peak_flops, resolve_device, usage
+from train import MODEL_KEYS, UserError, cli, load_config, peak_flops, resolve_device, usage
 
 # Overrides on top of the baseline: one per claim of the paper (README: claims table).
 VARIANTS = {
@@ -244,8 +244,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    cli(main)

@@ -42,7 +42,7 @@ import warnings
 import torch
 
 from sample import load_model
-from train import UserError
+from train import UserError, cli
 
 TOLERANCE = 1e-4  # largest |logit difference| allowed, relative to max(1, largest |logit|); float32
 
@@ -294,8 +294,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    cli(main)

@@ -41,6 +41,7 @@ import math
 import os
 import statistics
 import sys
+from collections import Counter
 from types import SimpleNamespace
 
 import matplotlib
@@ -53,7 +54,7 @@ import torch  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from optim import lr_multiplier  # noqa: E402
 from sweep import load_ablation, load_records, plan  # noqa: E402
-from train import MODEL_KEYS, UserError  # noqa: E402
+from train import MODEL_KEYS, UserError, cli  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # Statistics
@@ -208,11 +209,28 @@ def param_count(config):
         return None
 
 
+def training_mode(rec):
+    """How a run was trained, beyond its config hash: (compiled, CPU threads, torch version)."""
+    return rec.get("compile"), rec.get("threads"), rec.get("torch")
+
+
+def mode_text(mode):
+    compiled, threads, version = mode
+    return f"{'compiled' if compiled else 'eager'}, {threads or '?'} thread(s) per run, torch {version}"
+
+
 def collect(spec, records):
     """{(setting, variant): {"seeds": {seed: record}, "lr": {mult: record}, "budgets": {seed: {iter_mult:
-    record}}, "params": n, "config": a 1x config}}, and the names of runs without a record."""
+    record}}, "params": n, "config": a 1x config}}, the names of runs without a record (or left out),
+    and the training mode the tables use.
+
+    Paired differences never mix training modes (training_mode): the ablation's most common
+    mode is used and a record made another way counts as missing, named with its mode."""
+    runs = plan(spec, "runs", records)
+    modes = Counter(training_mode(records[r["hash"]]) for r in runs if r["hash"] in records)
+    mode = modes.most_common(1)[0][0] if modes else None
     results, missing = {}, []
-    for run in plan(spec, "runs", records):
+    for run in runs:
         e = results.setdefault((run["setting"], run["variant"]),
                                {"seeds": {}, "lr": {}, "budgets": {}, "params": None, "config": None})
         if run.get("waiting"):
@@ -225,13 +243,16 @@ def collect(spec, records):
         if rec is None:
             missing.append(run["name"])
             continue
+        if training_mode(rec) != mode:
+            missing.append(f"{run['name']} ({mode_text(training_mode(rec))}: not the tables' mode)")
+            continue
         if run["main"]:
             e["seeds"][run["seed"]] = rec
         if run["seed"] == spec["seeds"][0] and run["iter_mult"] == 1.0 and run["lr_mult"] in spec["lr_multipliers"]:
             e["lr"][run["lr_mult"]] = rec
         if run["lr_mult"] == 1.0:
             e["budgets"].setdefault(run["seed"], {})[run["iter_mult"]] = rec
-    return results, missing
+    return results, missing, mode
 
 
 def paired(results, setting, variant, reference):
@@ -273,7 +294,12 @@ def tables(spec, results):
             pull, total = decay_pull(decayed[0])
             out += [f"Cumulative decay pull on a decayed scale with no gradient: exp(-sum_t lr_t * wd) = {pull:.3f} "
                     f"(sum = {total:.2f}; weight_decay={decayed[0]['weight_decay']:g}, "
-                    f"{decayed[0]['max_iters']} iterations; the effect needs it well below e^-0.5 = 0.607).", ""]
+                    f"{decayed[0]['max_iters']} iterations; the effect needs it well below e^-0.5 = 0.607)"
+                    + "".join(f"; an OR/ER magnitude at {m:g}x the LR (magnitude_lr_mult) is pulled {m:g}x as "
+                              f"hard: exp(-{m:g} sum) = {pull ** m:.3f}"
+                              for m in sorted({c.get("magnitude_lr_mult", 1) for c in decayed
+                                               if c["reparam"] != "plain" and c.get("magnitude_lr_mult", 1) != 1}))
+                    + ".", ""]
         out += ["| variant | extra params | val loss (mean +- std) | paired diff vs "
                 f"{base}, per seed | mean diff [95% CI] | claim: val loss | verdict |",
                 "|---|---|---|---|---|---|---|"]
@@ -537,7 +563,7 @@ def main(argv):
     schedules = {}
     for path in args.ablations:
         spec = load_ablation(path)
-        results, missing = collect(spec, records)
+        results, missing, mode = collect(spec, records)
         if not any(e["seeds"] for e in results.values()):
             print(f"{path}: no run records in {args.results}/ (run: python sweep.py {path}); skipped\n")
             continue
@@ -545,6 +571,10 @@ def main(argv):
             if e["config"] and setting not in schedules:
                 schedules[setting] = e["config"]
         md = tables(spec, results)
+        commits = sorted({(r.get("commit") or "unknown")[:12] for e in results.values()
+                          for r in [*e["seeds"].values(), *e["lr"].values(),
+                                    *(x for b in e["budgets"].values() for x in b.values())]})
+        md += f"\nRuns: {mode_text(mode)} (every row); code at commit {', '.join(commits)}.\n"
         if missing:
             md += f"\n{len(missing)} runs without a record, left out: " + ", ".join(missing)
         with open(os.path.join(args.out, f"{spec['name']}.md"), "w") as f:
@@ -561,8 +591,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    cli(main)

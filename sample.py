@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import torch
 
 from model import GPT, GPTConfig
-from train import MODEL_KEYS, UserError, load_checkpoint, make_codec, resolve_device
+from train import MODEL_KEYS, UserError, cli, load_checkpoint, make_codec, resolve_device
 
 
 def load_model(ckpt_path, device="cpu"):
@@ -71,8 +71,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    cli(main)

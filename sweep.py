@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 
-from train import DEFAULTS, UserError, fmt_duration, load_config, read_log, run_config_file
+from train import DEFAULTS, UserError, check_config, check_type, cli, fmt_duration, load_config, read_log, run_config_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
@@ -66,6 +66,25 @@ def load_ablation(path):
                         f"an ablation file sets {sorted(REQUIRED | OPTIONAL.keys())}")
     for key, default in OPTIONAL.items():
         spec.setdefault(key, default)
+    shapes = {"claim": (str, "a line of text"), "base": (str, "a config file path"),
+              "variants": (dict, "{name: {config overrides}}"), "settings": (dict, "{name: {config overrides}}"),
+              "seeds": ((list, tuple), "a list of ints, e.g. [1, 2, 3]"),
+              "expected": (dict, "{variant: 'lower' | 'higher'}"), "comparisons": ((list, tuple), "a list of triples"),
+              "lr_multipliers": ((list, tuple), "a list of numbers, e.g. [0.5, 2]"), "tune_lr": (bool, "True or False"),
+              "iter_multipliers": (dict, "{variant: [multipliers]}")}
+    for key, (kind, example) in shapes.items():
+        if not isinstance(spec[key], kind):
+            raise UserError(f"{path}: {key} = {spec[key]!r} is a {type(spec[key]).__name__}; write {example}")
+    for group in ("variants", "settings"):
+        bad = [name for name, o in spec[group].items() if not (isinstance(name, str) and isinstance(o, dict))]
+        if not spec[group] or bad:
+            raise UserError(f"{path}: {group} must map names to dicts of config overrides, e.g. "
+                            f"{{'baseline': {{}}}}; bad entries: {bad or 'none given'}")
+    seeds = spec["seeds"]
+    if not seeds or not all(type(x) is int for x in seeds) or len(set(seeds)) != len(seeds):
+        raise UserError(f"{path}: seeds = {seeds!r}: write a non-empty list of distinct ints, e.g. [1, 2, 3]")
+    if not all(isinstance(ms, (list, tuple)) for ms in spec["iter_multipliers"].values()):
+        raise UserError(f"{path}: iter_multipliers = {spec['iter_multipliers']!r}: write {{variant: [m, ...]}}")
     variants = spec["variants"]
     for variant, direction in spec["expected"].items():
         if variant not in variants or direction not in DIRECTIONS:
@@ -84,11 +103,24 @@ def load_ablation(path):
     if spec["tune_lr"] and (not spec["lr_multipliers"] or spec["iter_multipliers"]):
         raise UserError(f"{path}: tune_lr=True needs lr_multipliers to choose from, and no iter_multipliers")
     spec["base"] = os.path.join(HERE, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
+    if not os.path.isfile(spec["base"]):
+        raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")
     for group in ("variants", "settings"):
         for name, overrides in spec[group].items():
             for key in overrides:
                 if key not in DEFAULTS:
                     raise UserError(f"{path}: {group}[{name!r}] sets unknown config key {key!r}")
+    # Every run's config is checked now, so a bad value fails here (and in --dry_run), not hours in
+    for setting in spec["settings"]:
+        for variant in variants:
+            for lr_mult in [1.0, *spec["lr_multipliers"]]:
+                for iter_mult in [1.0, *spec["iter_multipliers"].get(variant, [])]:
+                    try:
+                        check_config(run_config(spec, setting, variant, seeds[0], lr_mult, iter_mult)[0])
+                    except UserError as e:
+                        raise UserError(f"{path}: variant {variant!r} in setting {setting!r}"
+                                        f"{f' at {lr_mult}x LR' if lr_mult != 1 else ''}"
+                                        f"{f' at {iter_mult}x iterations' if iter_mult != 1 else ''}: {e}") from None
     spec["name"] = os.path.splitext(os.path.basename(path))[0]
     return spec
 
@@ -96,7 +128,9 @@ def load_ablation(path):
 def run_config(spec, setting, variant, seed, lr_mult=1.0, iter_mult=1.0):
     """(full config without out_dir, its SHA-1 hex digest) of one run of an ablation."""
     overrides = {**spec["settings"][setting], **spec["variants"][variant], "seed": seed}
-    cfg, _ = load_config([spec["base"]] + [f"--{k}={v}" for k, v in overrides.items()])
+    cfg, _ = load_config([spec["base"]])
+    for key, value in overrides.items():  # Python values, typed as in a config file
+        cfg[key] = check_type(key, value, f"{key}={value!r}")
     for key in LR_KEYS:
         cfg[key] *= lr_mult
     if iter_mult != 1.0:
@@ -358,8 +392,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    cli(main)

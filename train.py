@@ -493,8 +493,17 @@ def check_training_config(cfg):
         check_schedule(cfg)
     except ValueError as e:
         raise UserError(str(e)) from None
-    if not cfg.out_dir.strip():
-        raise UserError(f"out_dir={cfg.out_dir!r} is empty: set --out_dir=DIR (the run's checkpoint and log go there)")
+
+
+def check_config(cfg_dict):
+    """UserError for any value out of range, training and model keys alike: what a run checks
+    before it reads data (sweep.py checks every run of an ablation this way before starting any).
+    vocab_size=0 ('from meta.pkl') is checked once the data is read."""
+    check_training_config(SimpleNamespace(**cfg_dict))
+    try:
+        GPTConfig(**{k: cfg_dict[k] for k in MODEL_KEYS} | {"vocab_size": cfg_dict["vocab_size"] or 1})
+    except ValueError as e:
+        raise UserError(f"model config: {e}") from None
 
 
 def check_out_dir(out_dir):
@@ -565,8 +574,10 @@ def train(cfg_dict, given=frozenset()):
         tokens = ckpt.get("tokens", ckpt["iter"] * c["batch_size"] * c["block_size"] * c["gradient_accumulation_steps"])
     elif cfg_dict["init_from"] != "scratch":
         raise UserError(f"init_from={cfg_dict['init_from']!r} is not 'scratch' or 'resume'")
+    check_config(cfg_dict)
+    if not cfg_dict["out_dir"].strip():
+        raise UserError(f"out_dir={cfg_dict['out_dir']!r} is empty: set --out_dir=DIR (the run's checkpoint and log go there)")
     cfg = SimpleNamespace(**cfg_dict)
-    check_training_config(cfg)
     requested = {"device": cfg.device, "dtype": cfg.dtype}  # saved as asked: each machine resolves "auto"
     resolve_device(cfg)
     rank, local_rank, world = setup_distributed(cfg)
@@ -805,6 +816,19 @@ def end_of_run_sample(model, meta, cfg, device, autocast, log):
             f"the run itself finished and is saved")
 
 
+def cli(main):
+    """Run a script's main(argv) as a command: a UserError becomes one 'error: ...' line on stderr
+    (exit 1); output piped into a reader that closes early (`| head`) ends quietly."""
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        sys.exit(1)
+
+
 def main(argv=None):
     """Command-line entry: errors become one line on stderr and exit status 1."""
     argv = sys.argv[1:] if argv is None else argv
@@ -823,4 +847,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    cli(main)

@@ -143,6 +143,25 @@ def test_plot_builds_the_table_and_interval_from_records_alone(tmp_path):
     assert f"+0.0200 [{0.02 - half:+.4f}, {0.02 + half:+.4f}]" in comp
 
 
+def test_a_record_made_in_another_training_mode_is_left_out_of_the_pairs(tmp_path):
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nexpected = {'unified': 'lower'}\n"
+        "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    for run in sweep.plan(spec, "runs"):
+        loss = 2.0 + (run["seed"] == 3 and run["variant"] == "unified") * 0.5  # seed 3's pair: +0.5
+        threads = 2 if run["seed"] == 3 and run["variant"] == "unified" else 1
+        sweep.write_record(results, sweep.make_record(run, fake_rows(run["config"], loss), spec["name"],
+                                                      threads=threads, commit="abc123"))
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
+    md = open(tmp_path / "out" / "tiny.md").read()
+    row = next(line for line in md.splitlines() if line.startswith("| unified |"))
+    assert "+0.0000, +0.0000 |" in row and "(n=2)" in row  # seed 3 left out, not averaged in
+    assert "unified_adamw_s3" in md and "2 thread(s) per run" in md and "not the tables' mode" in md
+    assert "Runs: compiled, 1 thread(s) per run" in md or "Runs: eager, 1 thread(s) per run" in md
+    assert "code at commit abc123" in md
+
+
 # -----------------------------------------------------------------------------
 # Statistics
 
@@ -189,6 +208,19 @@ def test_decay_pull_is_the_sum_of_the_schedule():
     assert total == pytest.approx(1000 * 1e-3 * 0.1) and pull == pytest.approx(math.exp(-0.1))
     # with a linear warmup of 10: (1 + 2 + ... + 10) / 10 = 5.5 iterations' worth, then 990 full ones
     assert plot.decay_pull({**cfg, "warmup_iters": 10})[1] == pytest.approx((5.5 + 990) * 1e-4)
+
+
+def test_decay_caption_gives_a_faster_magnitude_its_own_pull(tmp_path):
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'or_mag4': {'reparam': 'or', 'magnitude_lr_mult': 4.0}}\n"
+        "settings = {'adamw': {'optimizer': 'adamw', 'scale_wd': 'iwd', 'weight_decay': 0.5}}\nseeds = [1]\n"))
+    spec = sweep.load_ablation(path)
+    record_runs(spec, str(tmp_path / "results"), lambda run: 2.0)
+    assert plot.main([path, f"--results={tmp_path / 'results'}", f"--out={tmp_path / 'out'}"]) == 0
+    caption = next(line for line in open(tmp_path / "out" / "tiny.md") if "decay pull" in line)
+    pull, total = plot.decay_pull(sweep.plan(spec, "runs")[0]["config"])
+    # decoupled decay at 4x the LR: p <- p (1 - 4 lr_t wd) per step, exp(-4 S) over the run
+    assert f"= {pull:.3f} (sum = {total:.2f}" in caption and f"exp(-4 sum) = {math.exp(-4 * total):.3f}" in caption
 
 
 # -----------------------------------------------------------------------------
@@ -276,12 +308,34 @@ def test_ablation_files_in_configs_are_valid():
     ("comparisons = [('unified', 'nope', 'lower')]", "comparisons entry"),
     ("iter_multipliers = {'baseline': [0, 1]}", "positive numbers"),
     ("iter_multipliers = {'nope': [1, 2]}", "unknown variants"),
-    ("tune_lr = True", "needs lr_multipliers")])
+    ("tune_lr = True", "needs lr_multipliers"),
+    ("variants = ['baseline', 'unified']", r"variants = \['baseline', 'unified'\] is a list; write \{name"),
+    ("settings = {'a': 'adamw'}", r"settings must map names to dicts .* bad entries: \['a'\]"),
+    ("seeds = [1, 1]", "distinct ints"),
+    ("seeds = 3", "seeds = 3 is a int"),
+    ("base = 'nowhere.py'", "nowhere.py' not found"),
+    # a bad value fails when the file is read (and so in --dry_run), naming the variant and setting
+    ("variants = {'baseline': {}, 'bad': {'mlp_placement': 'sideways'}}",
+     "variant 'bad' in setting 'a': model config: mlp_placement='sideways' is not one of"),
+    ("variants = {'baseline': {}, 'bad': {'branch_scales': 'yes'}}", "variant 'bad' in setting 'a': .*branch_scales"),
+    ("settings = {'a': {'wsd_decay_frac': 2.0}}", "variant 'baseline' in setting 'a': wsd_decay_frac=2.0"),
+    ("lr_multipliers = [1.0, -0.0]", "positive numbers"),
+    ("settings = {'a': {'optimizer': 'sgd'}}", "variant 'baseline' in setting 'a': optimizer='sgd' is not one of"),
+])
 def test_malformed_ablation_entries_are_named(tmp_path, line, match):
     path = write_ablation(tmp_path, body=("variants = {'baseline': {}, 'unified': {'reparam': 'or'}}\n"
                                           "settings = {'a': {}}\nseeds = [1]\n" + line + "\n"))
     with pytest.raises(UserError, match=match):
         sweep.load_ablation(path)
+
+
+def test_a_listing_piped_into_a_reader_that_stops_early_ends_without_a_traceback(tmp_path):
+    ablation = write_ablation(tmp_path)
+    proc = subprocess.Popen([sys.executable, "sweep.py", ablation, "--dry_run", f"--results={tmp_path / 'r'}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # as `| head -0` does: every write to stdout now fails
+    stderr = proc.communicate()[1].decode()
+    assert proc.returncode == 1 and "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
 
 
 def test_plot_without_records_is_an_error_and_draws_nothing(tmp_path):
