@@ -1,7 +1,7 @@
 """Tables and figures of an ablation from its run records in results/ alone (no runs/ needed).
 
     python plot.py configs/ablations/c8_unified.py            # after sweep.py on the same file
-    python plot.py configs/ablations/*.py --out=assets
+    python plot.py configs/ablations/*.py --out=assets --readme=README.md
 
 For each ablation file, writes to --out:
     <name>.md             per setting: final val loss mean +- std over seeds, the paired
@@ -16,7 +16,12 @@ For each ablation file, writes to --out:
     <name>_fit.png        with token budgets: the reference's loss-vs-tokens fit per seed and
                           the variants' final losses on it
     lr_schedules.png      the learning rate vs iteration of each setting (from the configs)
-and prints the tables. Runs without a record are left out and named.
+    summary.md            every paired comparison of the files given, one row each, with its
+                          interval and verdict (--readme=README.md also writes it into the
+                          README's summary block, so the README cannot drift from results/)
+and prints the tables. Runs without a record, or made in another training mode
+(compiled or eager, CPU threads, torch version) than the ablation's other runs, are
+left out and named.
 
 Statistics (DESIGN section 9). Per seed s, d_s = val loss of the variant minus that
 of its reference, same seed (paired). Over n seeds: mean d, sample standard
@@ -281,9 +286,38 @@ def method_line(spec):
             "interval, not corrected for multiple comparisons: across k rows about k x 5% exclude 0 by chance.")
 
 
+def comparisons(spec, results):
+    """Every paired comparison of an ablation, in table order: each variant vs the baseline per
+    setting, then the file's extra comparisons. List of dicts(setting, variant, reference, seeds,
+    diffs, ci (mean_ci), expected, verdict)."""
+    base = list(spec["variants"])[0]
+    pairs = [(s, v, base, spec["expected"].get(v)) for s in spec["settings"] for v in spec["variants"] if v != base]
+    pairs += [(s, v, ref, exp) for s in spec["settings"] for v, ref, exp in spec["comparisons"]]
+    out = []
+    for setting, v, ref, expected in pairs:
+        seeds, diffs = paired(results, setting, v, ref)
+        ci = mean_ci(diffs)
+        out.append(dict(setting=setting, variant=v, reference=ref, seeds=seeds, diffs=diffs, ci=ci,
+                        expected=expected, verdict=verdict(ci, len(diffs), expected)))
+    return out
+
+
+def decay_caption(decayed):
+    """The cumulative decoupled-decay pull of a setting's decayed runs' configs, as a sentence."""
+    pull, total = decay_pull(decayed[0])
+    mults = sorted({c.get("magnitude_lr_mult", 1) for c in decayed
+                    if c["reparam"] != "plain" and c.get("magnitude_lr_mult", 1) != 1})
+    return (f"Cumulative decay pull on a decayed scale with no gradient: exp(-sum_t lr_t * wd) = {pull:.3f} "
+            f"(sum = {total:.2f}; weight_decay={decayed[0]['weight_decay']:g}, "
+            f"{decayed[0]['max_iters']} iterations; the effect needs it well below e^-0.5 = 0.607)"
+            + "".join(f"; an OR/ER magnitude at {m:g}x the LR (magnitude_lr_mult) is pulled {m:g}x as "
+                      f"hard: exp(-{m:g} sum) = {pull ** m:.3f}" for m in mults) + ".")
+
+
 def tables(spec, results):
     """Markdown: a results table per setting, the extra comparisons, the LR sweep, the compute multiplier."""
     variants, base = list(spec["variants"]), list(spec["variants"])[0]
+    rows = {(c["setting"], c["variant"], c["reference"]): c for c in comparisons(spec, results)}
     out = [f"**{spec['claim']}** (`{spec['name']}`; seeds {', '.join(map(str, spec['seeds']))})", "",
            method_line(spec), ""]
     for setting in spec["settings"]:
@@ -291,15 +325,7 @@ def tables(spec, results):
         decayed = [results[(setting, v)]["config"] for v in variants
                    if results[(setting, v)]["config"] and results[(setting, v)]["config"]["scale_wd"] != "none"]
         if decayed:
-            pull, total = decay_pull(decayed[0])
-            out += [f"Cumulative decay pull on a decayed scale with no gradient: exp(-sum_t lr_t * wd) = {pull:.3f} "
-                    f"(sum = {total:.2f}; weight_decay={decayed[0]['weight_decay']:g}, "
-                    f"{decayed[0]['max_iters']} iterations; the effect needs it well below e^-0.5 = 0.607)"
-                    + "".join(f"; an OR/ER magnitude at {m:g}x the LR (magnitude_lr_mult) is pulled {m:g}x as "
-                              f"hard: exp(-{m:g} sum) = {pull ** m:.3f}"
-                              for m in sorted({c.get("magnitude_lr_mult", 1) for c in decayed
-                                               if c["reparam"] != "plain" and c.get("magnitude_lr_mult", 1) != 1}))
-                    + ".", ""]
+            out += [decay_caption(decayed), ""]
         out += ["| variant | extra params | val loss (mean +- std) | paired diff vs "
                 f"{base}, per seed | mean diff [95% CI] | claim: val loss | verdict |",
                 "|---|---|---|---|---|---|---|"]
@@ -314,12 +340,10 @@ def tables(spec, results):
             if v == base:
                 out.append(f"| {v} | {extra} | {mean} +- {std} (n={len(vals)}) | - | - | - | - |")
                 continue
-            seeds, diffs = paired(results, setting, v, base)
-            ci = mean_ci(diffs)
-            expected = spec["expected"].get(v)
+            c = rows[(setting, v, base)]
             out.append(f"| {v} | {extra} | {mean} +- {std} (n={len(vals)}) | "
-                       f"{', '.join(f'{d:+.4f}' for d in diffs) or '-'} | {fmt_ci(ci)} | {expected or '-'} | "
-                       f"{verdict(ci, len(diffs), expected)} |")
+                       f"{', '.join(f'{d:+.4f}' for d in c['diffs']) or '-'} | {fmt_ci(c['ci'])} | "
+                       f"{c['expected'] or '-'} | {c['verdict']} |")
         out.append("")
     if spec["comparisons"]:
         out += ["Further paired comparisons (variant minus reference, same seed and setting):", "",
@@ -327,17 +351,57 @@ def tables(spec, results):
                 "| verdict |",
                 "|---|---|---|---|---|---|"]
         for setting in spec["settings"]:
-            for v, ref, expected in spec["comparisons"]:
-                seeds, diffs = paired(results, setting, v, ref)
-                ci = mean_ci(diffs)
-                out.append(f"| {setting} | {v} - {ref} | {', '.join(f'{d:+.4f}' for d in diffs) or '-'} | "
-                           f"{fmt_ci(ci)} | {expected or '-'} | {verdict(ci, len(diffs), expected)} |")
+            for v, ref, _ in spec["comparisons"]:
+                c = rows[(setting, v, ref)]
+                out.append(f"| {setting} | {v} - {ref} | {', '.join(f'{d:+.4f}' for d in c['diffs']) or '-'} | "
+                           f"{fmt_ci(c['ci'])} | {c['expected'] or '-'} | {c['verdict']} |")
         out.append("")
     if spec["lr_multipliers"]:
         out += lr_table(spec, results)
     if spec["iter_multipliers"]:
         out += multiplier_table(spec, results)
     return "\n".join(out)
+
+
+def summary(collected):
+    """Markdown: one table of every paired comparison of the given ablations, sorted by file name
+    (a comparison that several files share, same records, is one row naming them all), and how
+    many rows would exclude 0 by chance.
+
+    A file that claims nothing (no `expected`, e.g. an LR sweep) adds no rows; a row without a
+    claim in a file that has some is a control. collected: [(spec, results, mode)] from collect."""
+    rows = {}
+    for spec, results, _ in sorted(collected, key=lambda x: x[0]["name"]):
+        if not spec["expected"] and not any(e for *_, e in spec["comparisons"]):
+            continue  # a file that claims nothing (an LR sweep): its tables only
+        for c in comparisons(spec, results):
+            if c["diffs"]:
+                rows.setdefault((c["setting"], c["variant"], c["reference"], tuple(c["diffs"])), (c, []))[1].append(
+                    spec["name"])
+    out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | claim | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for c, names in rows.values():
+        out.append(f"| {', '.join(f'`{n}`' for n in names)} | {c['setting']} | {c['variant']} - {c['reference']} | "
+                   f"{len(c['diffs'])} | {fmt_ci(c['ci'])} | {c['expected'] or '(control)'} | {c['verdict']} |")
+    modes = sorted({mode_text(mode) for _, _, mode in collected if mode})
+    out += ["", f"{len(rows)} comparisons, each its own 95% Student-t interval over seeds (final val loss, "
+            f"nats/token; negative: the variant is lower). With no effect anywhere, about {len(rows) / 20:.1f} "
+            f"of them would exclude 0 by chance. Runs: {'; '.join(modes)}. Full tables: assets/<ablation>.md."]
+    return "\n".join(out)
+
+
+README_BEGIN = "<!-- summary: python plot.py configs/ablations/*.py --out=assets --readme=README.md -->"
+README_END = "<!-- end of summary -->"
+
+
+def replace_block(text, block, path):
+    """text with what lies between README_BEGIN and README_END replaced by block; UserError if the
+    markers are missing."""
+    i, j = text.find(README_BEGIN), text.find(README_END)
+    if i < 0 or j < i:
+        raise UserError(f"{path} has no summary block: put the lines {README_BEGIN!r} and {README_END!r} "
+                        f"where the table goes")
+    return text[:i + len(README_BEGIN)] + "\n" + block + "\n" + text[j:]
 
 
 def lr_table(spec, results):
@@ -557,16 +621,23 @@ def main(argv):
     p.add_argument("ablations", nargs="+")
     p.add_argument("--results", default="results", help="the run records (sweep.py writes them)")
     p.add_argument("--out", default="assets")
+    p.add_argument("--readme", default="", help="also write the summary table into this file's summary block")
     args = p.parse_args(argv)
     records = load_records(args.results)
+    if args.readme:  # checked before any drawing
+        if not os.path.isfile(args.readme):
+            raise UserError(f"--readme={args.readme}: no such file")
+        with open(args.readme) as f:
+            replace_block(f.read(), "", args.readme)
     os.makedirs(args.out, exist_ok=True)
-    schedules = {}
+    schedules, collected = {}, []
     for path in args.ablations:
         spec = load_ablation(path)
         results, missing, mode = collect(spec, records)
         if not any(e["seeds"] for e in results.values()):
             print(f"{path}: no run records in {args.results}/ (run: python sweep.py {path}); skipped\n")
             continue
+        collected.append((spec, results, mode))
         for (setting, _), e in results.items():
             if e["config"] and setting not in schedules:
                 schedules[setting] = e["config"]
@@ -587,6 +658,16 @@ def main(argv):
     if not schedules:
         raise UserError(f"no run records in {args.results}/ for any of these ablations")
     plot_lr(schedules, os.path.join(args.out, "lr_schedules.png"))
+    table = summary(collected)
+    with open(os.path.join(args.out, "summary.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    if args.readme:
+        with open(args.readme) as f:
+            text = replace_block(f.read(), table, args.readme)
+        with open(args.readme, "w") as f:
+            f.write(text)
+        print(f"\nupdated the summary in {args.readme}")
     return 0
 
 

@@ -162,6 +162,50 @@ def test_a_record_made_in_another_training_mode_is_left_out_of_the_pairs(tmp_pat
     assert "code at commit abc123" in md
 
 
+def test_summary_lists_each_comparison_once_with_every_file_that_shares_it(tmp_path):
+    body = ("variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nexpected = {'unified': 'lower'}\n"
+            "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2]\n")
+    paths = [write_ablation(tmp_path, body=body, name=n) for n in ("b_second", "a_first")]
+    results = str(tmp_path / "results")
+    record_runs(sweep.load_ablation(paths[0]), results, lambda run: 2.0 - 0.01 * (run["variant"] == "unified"))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{plot.README_BEGIN}\nold table\n{plot.README_END}\noutro\n")
+    assert plot.main([*paths, f"--results={results}", f"--out={tmp_path / 'out'}", f"--readme={readme}"]) == 0
+    table = open(tmp_path / "out" / "summary.md").read()
+    rows = [line for line in table.splitlines() if "unified - baseline" in line]
+    # one row, both files named (sorted), 2 seeds of -0.01: sd 0, so the interval is the point
+    assert rows == ["| `a_first`, `b_second` | adamw | unified - baseline | 2 | -0.0100 [-0.0100, -0.0100] "
+                    "| lower | reproduced (2 seeds) |"]
+    assert "1 comparisons" in table and "about 0.1 of them" in table
+    text = readme.read_text()
+    assert text.startswith(f"intro\n{plot.README_BEGIN}\n| ablation |") and text.endswith(f"{plot.README_END}\noutro\n")
+    assert "old table" not in text and rows[0] in text
+
+
+def test_readme_without_a_summary_block_is_refused_before_drawing(tmp_path):
+    path = write_ablation(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("no markers here\n")
+    with pytest.raises(UserError, match="has no summary block"):
+        plot.main([path, f"--results={tmp_path / 'r'}", f"--out={tmp_path / 'out'}", f"--readme={readme}"])
+    assert not (tmp_path / "out").exists() and readme.read_text() == "no markers here\n"
+
+
+def test_readme_summary_is_what_the_committed_records_give():
+    folder = os.path.join(ROOT, "configs", "ablations")
+    records = sweep.load_records(os.path.join(ROOT, "results"))
+    collected = []
+    for name in sorted(os.listdir(folder)):
+        spec = sweep.load_ablation(os.path.join(folder, name))
+        results, _, mode = plot.collect(spec, records)
+        if any(e["seeds"] for e in results.values()):
+            collected.append((spec, results, mode))
+    text = open(os.path.join(ROOT, "README.md")).read()
+    block = text[text.index(plot.README_BEGIN) + len(plot.README_BEGIN):text.index(plot.README_END)]
+    assert block.strip() == plot.summary(collected), \
+        "README's summary differs from results/: run python plot.py configs/ablations/*.py --out=assets --readme=README.md"
+
+
 # -----------------------------------------------------------------------------
 # Statistics
 
