@@ -32,9 +32,10 @@ Verdict: "reproduced" when the interval lies wholly on the side the ablation's
 otherwise (an interval touching 0 included); one seed: "unresolved (1 seed)".
 
 Compute multiplier (the paper's headline metric). Per seed, the reference's final
-loss at its token budgets D is fitted by L(D) = E + A D^-alpha (least squares in L;
-for a fixed E, log(L - E) is linear in log D and solved in closed form; E is found on
-a grid over [0, min L) refined by golden-section search). The multiplier of a variant
+loss at its token budgets D is fitted by L(D) = E + A D^-alpha: for a fixed E, A and
+alpha come from the linear least-squares fit of log(L - E) on log D (closed form); E
+is the value on a grid over [0, min L), refined by golden-section search, that
+minimizes the squared error in L of that fit (not a full least-squares fit in L). The multiplier of a variant
 is D_ref(L_variant) / D_variant: the tokens the reference needs to reach the variant's
 final loss over the tokens the variant used (> 1: the variant is more token-efficient);
 mean and 95% t interval over seeds. With 4 budgets the fit has one degree of freedom:
@@ -42,6 +43,7 @@ a multiplier outside the budgets' range is an extrapolation, and the table says 
 """
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -293,13 +295,27 @@ def comparisons(spec, results):
     base = list(spec["variants"])[0]
     pairs = [(s, v, base, spec["expected"].get(v)) for s in spec["settings"] for v in spec["variants"] if v != base]
     pairs += [(s, v, ref, exp) for s in spec["settings"] for v, ref, exp in spec["comparisons"]]
+    planned = spec["seeds"][:spec["planned_seeds"]] if spec["planned_seeds"] else spec["seeds"]
     out = []
     for setting, v, ref, expected in pairs:
         seeds, diffs = paired(results, setting, v, ref)
         ci = mean_ci(diffs)
-        out.append(dict(setting=setting, variant=v, reference=ref, seeds=seeds, diffs=diffs, ci=ci,
-                        expected=expected, verdict=verdict(ci, len(diffs), expected)))
+        c = dict(setting=setting, variant=v, reference=ref, seeds=seeds, diffs=diffs, ci=ci, expected=expected,
+                 verdict=verdict(ci, len(diffs), expected), key=(config_key(results, setting, v),
+                                                                  config_key(results, setting, ref)))
+        if any(s not in planned for s in seeds):  # seeds added after a look at the planned ones
+            first = [d for s, d in zip(seeds, diffs) if s in planned]
+            c["verdict"] += (f" (seeds {', '.join(str(s) for s in seeds if s not in planned)} added after a look: "
+                             f"nominal 95%; the {len(first)} planned: {fmt_ci(mean_ci(first))} "
+                             f"{verdict(mean_ci(first), len(first), expected)})")
+        out.append(c)
     return out
+
+
+def config_key(results, setting, variant):
+    """What a run is, seed aside: a comparison two files share has the same keys."""
+    cfg = results[(setting, variant)]["config"]
+    return None if cfg is None else json.dumps({k: v for k, v in cfg.items() if k != "seed"}, sort_keys=True)
 
 
 def decay_caption(decayed):
@@ -364,29 +380,36 @@ def tables(spec, results):
 
 
 def summary(collected):
-    """Markdown: one table of every paired comparison of the given ablations, sorted by file name
-    (a comparison that several files share, same records, is one row naming them all), and how
-    many rows would exclude 0 by chance.
+    """Markdown: one table of every paired comparison of the given ablations, sorted by file name,
+    and how many claimed rows would exclude 0 by chance.
 
-    A file that claims nothing (no `expected`, e.g. an LR sweep) adds no rows; a row without a
-    claim in a file that has some is a control. collected: [(spec, results, mode)] from collect."""
+    A comparison several files make (the same variant and reference configs, seed aside) is one
+    row with the largest seed set any of them has, naming them all: a subset of the same
+    records never shows as a second row. A file that claims nothing (no `expected`, e.g. an
+    LR sweep) adds no rows; a row without a claim in a file that has some is a control.
+    collected: [(spec, results, mode)] from collect."""
     rows = {}
     for spec, results, _ in sorted(collected, key=lambda x: x[0]["name"]):
         if not spec["expected"] and not any(e for *_, e in spec["comparisons"]):
             continue  # a file that claims nothing (an LR sweep): its tables only
         for c in comparisons(spec, results):
-            if c["diffs"]:
-                rows.setdefault((c["setting"], c["variant"], c["reference"], tuple(c["diffs"])), (c, []))[1].append(
-                    spec["name"])
+            if not c["diffs"]:
+                continue
+            best, names = rows.get(c["key"], (None, []))
+            if best is None or len(c["diffs"]) > len(best["diffs"]):
+                best = c
+            rows[c["key"]] = (best, names + [spec["name"]])
     out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | claim | verdict |",
            "|---|---|---|---|---|---|---|"]
     for c, names in rows.values():
         out.append(f"| {', '.join(f'`{n}`' for n in names)} | {c['setting']} | {c['variant']} - {c['reference']} | "
                    f"{len(c['diffs'])} | {fmt_ci(c['ci'])} | {c['expected'] or '(control)'} | {c['verdict']} |")
+    claimed = sum(1 for c, _ in rows.values() if c["expected"])
     modes = sorted({mode_text(mode) for _, _, mode in collected if mode})
-    out += ["", f"{len(rows)} comparisons, each its own 95% Student-t interval over seeds (final val loss, "
-            f"nats/token; negative: the variant is lower). With no effect anywhere, about {len(rows) / 20:.1f} "
-            f"of them would exclude 0 by chance. Runs: {'; '.join(modes)}. Full tables: assets/<ablation>.md."]
+    out += ["", f"{len(rows)} comparisons, {claimed} of them with a claim, each its own 95% Student-t interval "
+            f"over seeds (final val loss, nats/token; negative: the variant is lower). With no effect anywhere, "
+            f"about {claimed / 20:.1f} of the {claimed} would exclude 0 by chance. Runs: {'; '.join(modes)}. "
+            f"Full tables: assets/<ablation>.md."]
     return "\n".join(out)
 
 
@@ -417,7 +440,7 @@ def lr_table(spec, results):
         for v in variants:
             lr_recs = results[(setting, v)]["lr"]
             vals = {m: final_val(lr_recs[m]) for m in mults if m in lr_recs}
-            bests[v] = min(vals.items(), key=lambda kv: kv[1]) if vals else None
+            bests[v] = min(vals.items(), key=lambda kv: kv[1]) if len(vals) == len(mults) else None  # as chosen_lr
             best_txt = f"{bests[v][1]:.4f} (x{bests[v][0]:g})" if bests[v] else "-"
             gap = f"{bests[v][1] - bests[base][1]:+.4f}" if bests[v] and bests.get(base) and v != base else "-"
             out.append(f"| {v} | " + " | ".join(f"{vals[m]:.4f}" if m in vals else "-" for m in mults)

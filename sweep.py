@@ -20,6 +20,9 @@ An ablation file (plain Python, configs/ablations/) sets
                      seeds[0], per (setting, variant); they wait until that sweep is recorded;
                      seeds[0] chose the LR, so it stays out of the seed table (its best-of-3 is
                      biased low) and shows in the LR table only
+    planned_seeds    n: only seeds[:n] were planned before any result was seen; the later ones
+                     were added after a look (sequential testing), and plot.py marks each verdict
+                     that uses them as nominal, beside the verdict of the planned seeds alone
     iter_multipliers {variant: [m, ...]}: token budgets; the variant also runs at each m x
                      max_iters (warmup_iters and eval_interval scaled alike: a full schedule each),
                      for plot.py's compute multiplier
@@ -47,7 +50,8 @@ from train import DEFAULTS, UserError, check_config, check_type, cli, fmt_durati
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
-OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {}}
+OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
+            "planned_seeds": 0}
 DIRECTIONS = ("lower", "higher")
 LR_KEYS = ("learning_rate", "min_lr", "muon_lr")
 ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
@@ -71,7 +75,7 @@ def load_ablation(path):
               "seeds": ((list, tuple), "a list of ints, e.g. [1, 2, 3]"),
               "expected": (dict, "{variant: 'lower' | 'higher'}"), "comparisons": ((list, tuple), "a list of triples"),
               "lr_multipliers": ((list, tuple), "a list of numbers, e.g. [0.5, 2]"), "tune_lr": (bool, "True or False"),
-              "iter_multipliers": (dict, "{variant: [multipliers]}")}
+              "iter_multipliers": (dict, "{variant: [multipliers]}"), "planned_seeds": (int, "a count, e.g. 5")}
     for key, (kind, example) in shapes.items():
         if not isinstance(spec[key], kind):
             raise UserError(f"{path}: {key} = {spec[key]!r} is a {type(spec[key]).__name__}; write {example}")
@@ -83,6 +87,9 @@ def load_ablation(path):
     seeds = spec["seeds"]
     if not seeds or not all(type(x) is int for x in seeds) or len(set(seeds)) != len(seeds):
         raise UserError(f"{path}: seeds = {seeds!r}: write a non-empty list of distinct ints, e.g. [1, 2, 3]")
+    if not 0 <= spec["planned_seeds"] <= len(seeds) or spec["planned_seeds"] is True:
+        raise UserError(f"{path}: planned_seeds = {spec['planned_seeds']!r}: the number of seeds[] planned "
+                        f"before any result was seen, 0 < n <= {len(seeds)} (0 = all)")
     if not all(isinstance(ms, (list, tuple)) for ms in spec["iter_multipliers"].values()):
         raise UserError(f"{path}: iter_multipliers = {spec['iter_multipliers']!r}: write {{variant: [m, ...]}}")
     variants = spec["variants"]

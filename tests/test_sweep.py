@@ -162,24 +162,59 @@ def test_a_record_made_in_another_training_mode_is_left_out_of_the_pairs(tmp_pat
     assert "code at commit abc123" in md
 
 
-def test_summary_lists_each_comparison_once_with_every_file_that_shares_it(tmp_path):
+def test_summary_lists_each_comparison_once_with_its_largest_seed_set_and_every_file(tmp_path):
     body = ("variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nexpected = {'unified': 'lower'}\n"
-            "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2]\n")
-    paths = [write_ablation(tmp_path, body=body, name=n) for n in ("b_second", "a_first")]
+            "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = SEEDS\n")
+    paths = [write_ablation(tmp_path, body=body.replace("SEEDS", seeds), name=n)
+             for n, seeds in (("b_three", "[1, 2, 3]"), ("a_two", "[1, 2]"))]
     results = str(tmp_path / "results")
-    record_runs(sweep.load_ablation(paths[0]), results, lambda run: 2.0 - 0.01 * (run["variant"] == "unified"))
+    record_runs(sweep.load_ablation(paths[0]), results,
+                lambda run: 2.0 - (0.01 * run["seed"]) * (run["variant"] == "unified"))
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{plot.README_BEGIN}\nold table\n{plot.README_END}\noutro\n")
     assert plot.main([*paths, f"--results={results}", f"--out={tmp_path / 'out'}", f"--readme={readme}"]) == 0
     table = open(tmp_path / "out" / "summary.md").read()
     rows = [line for line in table.splitlines() if "unified - baseline" in line]
-    # one row, both files named (sorted), 2 seeds of -0.01: sd 0, so the interval is the point
-    assert rows == ["| `a_first`, `b_second` | adamw | unified - baseline | 2 | -0.0100 [-0.0100, -0.0100] "
-                    "| lower | reproduced (2 seeds) |"]
-    assert "1 comparisons" in table and "about 0.1 of them" in table
+    # seeds 1, 2 of a_two are a subset of b_three's records: one row, b_three's 3 seeds, both files named
+    # diffs -0.01, -0.02, -0.03: mean -0.02, sd 0.01, half-width t_{0.975,2} 0.01 / sqrt(3)
+    half = 4.302652729911275 * 0.01 / math.sqrt(3)
+    assert rows == [f"| `a_two`, `b_three` | adamw | unified - baseline | 3 | -0.0200 [{-0.02 - half:+.4f}, "
+                    f"{-0.02 + half:+.4f}] | lower | unresolved |"]
+    assert "1 comparisons, 1 of them with a claim" in table and "about 0.1 of the 1" in table
     text = readme.read_text()
     assert text.startswith(f"intro\n{plot.README_BEGIN}\n| ablation |") and text.endswith(f"{plot.README_END}\noutro\n")
     assert "old table" not in text and rows[0] in text
+
+
+def test_seeds_added_after_a_look_make_the_verdict_nominal_beside_the_planned_ones(tmp_path):
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nexpected = {'unified': 'lower'}\n"
+        "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3, 4]\nplanned_seeds = 3\n"))
+    spec = sweep.load_ablation(path)
+    diffs = {1: -0.01, 2: -0.02, 3: +0.01, 4: -0.03}
+    record_runs(spec, str(tmp_path / "results"), lambda run: 2.0 + diffs[run["seed"]] * (run["variant"] == "unified"))
+    results, _, _ = plot.collect(spec, sweep.load_records(str(tmp_path / "results")))
+    (c,) = plot.comparisons(spec, results)
+    planned = plot.mean_ci([-0.01, -0.02, 0.01])
+    assert c["seeds"] == [1, 2, 3, 4] and c["verdict"].startswith(plot.verdict(plot.mean_ci(list(diffs.values())), 4, "lower"))
+    assert f"(seeds 4 added after a look: nominal 95%; the 3 planned: {plot.fmt_ci(planned)} unresolved)" in c["verdict"]
+    for bad in ("planned_seeds = 5", "planned_seeds = -1", "planned_seeds = True"):
+        with open(path, "a") as f:
+            f.write(bad + "\n")
+        with pytest.raises(UserError, match="planned_seeds"):
+            sweep.load_ablation(path)
+
+
+def test_lr_table_names_no_best_until_every_multiplier_is_recorded(tmp_path):
+    spec = sweep.load_ablation(write_ablation(tmp_path))  # lr_multipliers [1.0, 2.0], one seed
+    results_dir = str(tmp_path / "results")
+    for run in sweep.plan(spec, "runs"):
+        if run["lr_mult"] == 1.0 or run["variant"] == "baseline":  # unified at 2x not recorded
+            sweep.write_record(results_dir, sweep.make_record(run, fake_rows(run["config"], 2.0 + run["lr_mult"]), "tiny"))
+    results, _, _ = plot.collect(spec, sweep.load_records(results_dir))
+    table = plot.lr_table(spec, results)
+    assert next(r for r in table if r.startswith("| baseline |")).endswith("| 3.0000 (x1) | - |")
+    assert next(r for r in table if r.startswith("| unified |")) == "| unified | 3.0000 | - | - | - |"
 
 
 def test_readme_without_a_summary_block_is_refused_before_drawing(tmp_path):

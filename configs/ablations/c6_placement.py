@@ -1,5 +1,7 @@
 # C6. DP is split by site (attention only, MLP only) so that the part that helps or
-# hurts is measured, not inferred.
+# hurts is measured, not inferred. DNP also adds a normalization over d_ff that is not a
+# scale vector; norm_only (that normalization alone, as in c8_dnp_control.py, same runs)
+# is its control: dnp - norm_only is the share of DNP's scale vectors.
 claim = "C6: scale vectors on both sides of linear maps (DP, DNP) help"
 base = "configs/ablation_base.py"
 variants = {
@@ -9,8 +11,10 @@ variants = {
     "dp_mlp": {"mlp_placement": "dual"},
     "dnp": {"attn_placement": "in", "mlp_placement": "dual_norm"},
     "dp_dnp": {"attn_placement": "dual", "mlp_placement": "dual_norm"},
+    "norm_only": {"mlp_placement": "in_norm"},
 }
 expected = {"dp": "lower", "dp_attn": "lower", "dp_mlp": "lower", "dnp": "lower", "dp_dnp": "lower"}
+comparisons = [("dnp", "norm_only", "lower"), ("dp_dnp", "norm_only", "lower")]
 settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
 seeds = [1, 2, 3]
 lr_multipliers = [0.5, 1.0, 2.0]  # a loss here may be an LR mismatch: compare each variant at its best LR

@@ -2,7 +2,7 @@
 # comparisons, more where an interval straddles 0 narrowly). Seeds 1-5 first; AdamW's
 # interval then reached just past 0 (-0.0080 [-0.0164, +0.0005]), so seeds 6-8 were added
 # for both settings. Adding seeds after a look is sequential testing: the 95% is nominal
-# (the README says so). The LR sweep is c8_unified_lr.py.
+# (planned_seeds: plot.py says so in each verdict). The LR sweep is c8_unified_lr.py.
 claim = "C8: the unified strategy (HG + DP attention + DNP MLP + OR + IWD) beats the baseline"
 base = "configs/ablation_base.py"
 variants = {
@@ -16,3 +16,4 @@ settings = {
     "muon_wsd": {"optimizer": "muon", "lr_schedule": "wsd"},
 }
 seeds = [1, 2, 3, 4, 5, 6, 7, 8]
+planned_seeds = 5  # plot.py marks verdicts that use seeds 6-8 as nominal, beside seeds 1-5's
