@@ -6,7 +6,9 @@
 #   norm_only - baseline   what the normalization alone does
 #   dnp - norm_only        the share of DNP's scale vectors (the claim: lower)
 #   unified - dnp          what HG + DP attention + OR + IWD add on top of DNP
-# The comparisons table reports the last two; the main table each vs baseline.
+#   unified - norm_only    every scale-vector change of unified over the normalization alone
+#                          (no claim: it answers "does the normalization buy as much?")
+# The comparisons table reports the last three; the main table each vs baseline.
 # Runs shared with c8_unified.py (baseline, unified) and c6_placement.py (dnp).
 claim = "C8 taken apart: DNP's normalization alone (norm_only), DNP and unified, each vs baseline"
 base = "configs/ablation_base.py"
@@ -18,7 +20,7 @@ variants = {
                 "reparam": "or", "scale_wd": "iwd"},
 }
 expected = {"dnp": "lower", "unified": "lower"}  # norm_only is a control: no claim of its own
-comparisons = [("dnp", "norm_only", "lower"), ("unified", "dnp", "lower")]
+comparisons = [("dnp", "norm_only", "lower"), ("unified", "dnp", "lower"), ("unified", "norm_only", None)]
 settings = {  # AdamW first: sweep.py runs the settings in this order
     "adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"},
     "muon_wsd": {"optimizer": "muon", "lr_schedule": "wsd"},
