@@ -40,6 +40,8 @@ is D_ref(L_variant) / D_variant: the tokens the reference needs to reach the var
 final loss over the tokens the variant used (> 1: the variant is more token-efficient);
 mean and 95% t interval over seeds. With 4 budgets the fit has one degree of freedom:
 a multiplier outside the budgets' range is an extrapolation, and the table says so.
+Beside it, the same ratio without a fit (interpolated_tokens: the reference's loss read
+linearly in log tokens between the two budgets that bracket the variant's loss).
 """
 
 import argparse
@@ -189,6 +191,16 @@ def fit_power_law(tokens, losses):
     if alpha <= 0:
         raise ValueError(f"the loss does not fall with tokens (alpha={alpha:.3g}): no multiplier")
     return e, amp, alpha
+
+
+def interpolated_tokens(points, loss):
+    """Tokens at which the reference reaches `loss`, read off its budgets without a fit: linear in
+    (log D, L) between the first two adjacent budgets whose losses bracket it; None when no pair
+    does (the loss lies outside the budgets' range). points: [(tokens, final loss)] by tokens."""
+    for (d0, l0), (d1, l1) in zip(points, points[1:]):
+        if min(l0, l1) <= loss <= max(l0, l1) and l0 != l1:
+            return math.exp(math.log(d0) + (loss - l0) / (l1 - l0) * (math.log(d1) - math.log(d0)))
+    return None
 
 
 def tokens_to_reach(fit, loss):
@@ -451,11 +463,13 @@ def lr_table(spec, results):
 
 def multipliers(spec, results, setting):
     """The reference (the first variant with token budgets): {seed: fit or error text}, and per other
-    variant {seed: (multiplier, tokens needed, variant's tokens)}; also the budgets' token range."""
+    variant {seed: (multiplier, tokens needed, variant's tokens, multiplier without a fit or None)};
+    also the budgets' token range. The fit-free multiplier reads the tokens off the budgets
+    (interpolated_tokens): a check that the fit's form does not make the number."""
     ref = next(v for v in spec["variants"] if v in spec["iter_multipliers"])
-    fits, span = {}, {}
+    fits, span, points = {}, {}, {}
     for seed, budgets in results[(setting, ref)]["budgets"].items():
-        pts = sorted((r["final"]["tokens"], final_val(r)) for r in budgets.values())
+        pts = points[seed] = sorted((r["final"]["tokens"], final_val(r)) for r in budgets.values())
         span[seed] = (pts[0][0], pts[-1][0])
         try:
             fits[seed] = fit_power_law(*zip(*pts)) if len(pts) >= 3 else f"{len(pts)} budgets recorded"
@@ -468,7 +482,9 @@ def multipliers(spec, results, setting):
         for seed, rec in results[(setting, v)]["seeds"].items():
             if isinstance(fits.get(seed), tuple):
                 need = tokens_to_reach(fits[seed], final_val(rec))
-                per_variant.setdefault(v, {})[seed] = (need / rec["final"]["tokens"], need, rec["final"]["tokens"])
+                read = interpolated_tokens(points[seed], final_val(rec))
+                per_variant.setdefault(v, {})[seed] = (need / rec["final"]["tokens"], need, rec["final"]["tokens"],
+                                                       None if read is None else read / rec["final"]["tokens"])
     return ref, fits, span, per_variant
 
 
@@ -483,7 +499,8 @@ def multiplier_table(spec, results):
             f = fits[seed]
             fit_txt = f"E = {f[0]:.4f}, A = {f[1]:.4g}, alpha = {f[2]:.3f}" if isinstance(f, tuple) else f"no fit ({f})"
             out.append(f"- seed {seed}: {fit_txt}")
-        out += ["", "| variant | per seed | mean [95% CI] | note |", "|---|---|---|---|"]
+        out += ["", "| variant | per seed | mean [95% CI] | note | without the fit: per seed | mean [95% CI] |",
+                "|---|---|---|---|---|---|"]
         for v, by_seed in per_variant.items():
             vals = [by_seed[s][0] for s in sorted(by_seed)]
             finite = [m for m in vals if math.isfinite(m)]
@@ -496,8 +513,15 @@ def multiplier_table(spec, results):
                 note.append(f"extrapolated beyond the budgets for seed(s) {', '.join(map(str, outside))}")
             ci = mean_ci(vals) if len(finite) == len(vals) else None
             mean_txt = "-" if ci is None else f"{ci[0]:.3f}" + (f" [{ci[1]:.3f}, {ci[2]:.3f}]" if ci[1] is not None else "")
-            out.append(f"| {v} | {', '.join(f'{m:.3f}' for m in vals)} | {mean_txt} | {'; '.join(note) or '-'} |")
-        out.append("")
+            read = [by_seed[s][3] for s in sorted(by_seed)]
+            read_ci = mean_ci(read) if None not in read else None  # a seed outside the budgets: no interval
+            read_txt = "-" if read_ci is None else f"{read_ci[0]:.3f}" + (
+                f" [{read_ci[1]:.3f}, {read_ci[2]:.3f}]" if read_ci[1] is not None else "")
+            out.append(f"| {v} | {', '.join(f'{m:.3f}' for m in vals)} | {mean_txt} | {'; '.join(note) or '-'} | "
+                       f"{', '.join('-' if m is None else f'{m:.3f}' for m in read)} | {read_txt} |")
+        out += ["", "Without the fit: the tokens read off the reference's own budgets, linear in (log tokens, "
+                "loss) between the two that bracket the variant's loss (no value outside them). Where the "
+                "two columns agree, the fit's form does not make the number.", ""]
     return out
 
 

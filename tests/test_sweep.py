@@ -306,6 +306,15 @@ def test_decay_caption_gives_a_faster_magnitude_its_own_pull(tmp_path):
 # Token budgets and the compute multiplier
 
 
+def test_fit_free_tokens_interpolate_in_log_tokens_between_bracketing_budgets():
+    pts = [(1e6, 2.0), (2e6, 1.8), (4e6, 1.7)]
+    # halfway in loss between two budgets is the geometric mean of their tokens
+    assert plot.interpolated_tokens(pts, 1.9) == pytest.approx(math.sqrt(1e6 * 2e6))
+    assert plot.interpolated_tokens(pts, 1.75) == pytest.approx(math.sqrt(2e6 * 4e6))
+    assert plot.interpolated_tokens(pts, 1.8) == pytest.approx(2e6)
+    assert plot.interpolated_tokens(pts, 1.6) is None and plot.interpolated_tokens(pts, 2.1) is None
+
+
 def test_power_law_fit_recovers_known_parameters_and_multiplier():
     d = np.array([0.5, 1.0, 1.5, 2.0]) * 2e6
     e, amp, alpha = plot.fit_power_law(d, 1.5 + 20 * d ** -0.3)
