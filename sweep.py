@@ -2,7 +2,7 @@
 
     python sweep.py configs/ablations/c8_unified.py              # run what has no record yet
     python sweep.py configs/ablations/c8_unified.py --parallel=2 # two runs at a time (CPU: 1 thread each)
-    python sweep.py configs/ablations/*.py --dry_run             # list the runs and their state
+    python sweep.py configs/ablations/*.py --dry_run --parallel=2  # the runs, their state, the open ones' time
     python plot.py configs/ablations/c8_unified.py               # then: tables and figures from results/
 
 An ablation file (plain Python, configs/ablations/) sets
@@ -42,6 +42,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -282,6 +283,34 @@ def load_records(results):
 # -----------------------------------------------------------------------------
 
 
+SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "gradient_accumulation_steps",
+              "compile", "device")
+
+
+def estimate_open(runs, states, records):
+    """(seconds, runs estimated, runs open): the open runs' iterations at the median wall time per
+    iteration of recorded runs of the same shape (SHAPE_KEYS). A run waiting for its LR sweep
+    counts with its variant's 1x config. Wall times are as recorded: the pace of the
+    parallelism and threads those runs had."""
+    pace = {}
+    for rec in records.values():
+        if rec.get("wall_s"):
+            shape = tuple(rec["config"].get(k) for k in SHAPE_KEYS)
+            pace.setdefault(shape, []).append(rec["wall_s"] / max(1, rec["config"]["max_iters"]))
+    like = {(r["ablation"], r["setting"], r["variant"]): r["config"] for r in runs if r.get("config")}
+    total, known, n_open = 0.0, 0, 0
+    for run, st in zip(runs, states):
+        if st not in ("new", "partial", "waiting"):
+            continue
+        n_open += 1
+        cfg = run.get("config") or like.get((run["ablation"], run["setting"], run["variant"]))
+        per_iter = pace.get(tuple(cfg.get(k) for k in SHAPE_KEYS)) if cfg else None
+        if per_iter:
+            total += statistics.median(per_iter) * cfg["max_iters"]
+            known += 1
+    return total, known, n_open
+
+
 def launch(run, threads, gpu):
     os.makedirs(run["out_dir"], exist_ok=True)
     resume = ["--init_from=resume"] if state(run) == "partial" else []
@@ -372,6 +401,12 @@ def main(argv):
     if args.dry_run:
         for r, s in zip(runs, states):
             print(f"  {s:8s} {r['name']}")
+        total, known, n_open = estimate_open(runs, states, records)
+        if n_open:
+            parallel = args.parallel or 1
+            print(f"open: {n_open} runs; {known} of them at the pace of recorded runs of the same shape: about "
+                  f"{fmt_duration(total / parallel)} at --parallel={parallel}"
+                  + (f" (the other {n_open - known} have no comparable record)" if known < n_open else ""))
         return 0
 
     import torch  # only to count GPUs

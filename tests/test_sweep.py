@@ -417,6 +417,20 @@ def test_malformed_ablation_entries_are_named(tmp_path, line, match):
         sweep.load_ablation(path)
 
 
+def test_dry_run_estimates_the_open_runs_from_recorded_wall_times_of_the_same_shape(tmp_path, capsys):
+    path = write_ablation(tmp_path)  # baseline, unified x lr 1, 2; seed 1; 4 iterations each
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    runs = sweep.plan(spec, "runs")
+    first = next(r for r in runs if r["variant"] == "baseline" and r["lr_mult"] == 1.0)
+    sweep.write_record(results, sweep.make_record(first, fake_rows(first["config"], 2.0), "tiny", wall_s=40.0))
+    other = {**first, "name": "wide", "hash": "x" * 40, "config": {**first["config"], "n_embd": 64}}  # not counted
+    sweep.write_record(results, sweep.make_record(other, fake_rows(other["config"], 2.0), "tiny", wall_s=4000.0))
+    assert sweep.main([path, "--dry_run", f"--results={results}", "--parallel=3"]) == 0
+    # 3 open runs x 4 iterations x (40 s / 4 iterations), 3 at a time: 40 s
+    assert "open: 3 runs; 3 of them at the pace of recorded runs of the same shape: about 40s at --parallel=3" \
+        in capsys.readouterr().out
+
+
 def test_a_listing_piped_into_a_reader_that_stops_early_ends_without_a_traceback(tmp_path):
     ablation = write_ablation(tmp_path)
     proc = subprocess.Popen([sys.executable, "sweep.py", ablation, "--dry_run", f"--results={tmp_path / 'r'}"],
