@@ -45,6 +45,7 @@ linearly in log tokens between the two budgets that bracket the variant's loss).
 """
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -62,7 +63,7 @@ import torch  # noqa: E402
 
 from model import GPT, GPTConfig  # noqa: E402
 from optim import lr_multiplier  # noqa: E402
-from sweep import load_ablation, load_records, plan  # noqa: E402
+from sweep import HERE, load_ablation, load_records, plan  # noqa: E402
 from train import MODEL_KEYS, UserError, cli  # noqa: E402
 
 # -----------------------------------------------------------------------------
@@ -229,8 +230,19 @@ def param_count(config):
 
 
 def training_mode(rec):
-    """How a run was trained, beyond its config hash: (compiled, CPU threads, torch version)."""
+    """How a run was trained, beyond its config hash: (compiled, CPU threads, torch version); None
+    where the record does not know (a run finished before records existed has no thread count)."""
     return rec.get("compile"), rec.get("threads"), rec.get("torch")
+
+
+def same_mode(mode, reference):
+    """Whether a record's mode matches the tables' mode; a field the record does not know matches."""
+    return all(a is None or a == b for a, b in zip(mode, reference))
+
+
+def short_commit(commit):
+    """'abc123def456' or 'abc123def456+dirty' (uncommitted changes when the run started); 'unknown'."""
+    return "unknown" if not commit else commit[:12] + ("+dirty" if commit.endswith("+dirty") else "")
 
 
 def mode_text(mode):
@@ -244,10 +256,12 @@ def collect(spec, records):
     and the training mode the tables use.
 
     Paired differences never mix training modes (training_mode): the ablation's most common
-    mode is used and a record made another way counts as missing, named with its mode."""
+    mode is used and a record made another way counts as missing, named with its mode (a
+    field a record does not know is not held against it)."""
     runs = plan(spec, "runs", records)
-    modes = Counter(training_mode(records[r["hash"]]) for r in runs if r["hash"] in records)
-    mode = modes.most_common(1)[0][0] if modes else None
+    modes = [training_mode(records[r["hash"]]) for r in runs if r["hash"] in records]
+    known = Counter(m for m in modes if None not in m) or Counter(modes)
+    mode = known.most_common(1)[0][0] if known else None
     results, missing = {}, []
     for run in runs:
         e = results.setdefault((run["setting"], run["variant"]),
@@ -262,7 +276,7 @@ def collect(spec, records):
         if rec is None:
             missing.append(run["name"])
             continue
-        if training_mode(rec) != mode:
+        if not same_mode(training_mode(rec), mode):
             missing.append(f"{run['name']} ({mode_text(training_mode(rec))}: not the tables' mode)")
             continue
         if run["main"]:
@@ -272,6 +286,20 @@ def collect(spec, records):
         if run["lr_mult"] == 1.0:
             e["budgets"].setdefault(run["seed"], {})[run["iter_mult"]] = rec
     return results, missing, mode
+
+
+def collect_all(paths, records):
+    """([(spec, results, missing, mode)] from collect for each ablation file that has any record,
+    in the order given; [paths of those that have none])."""
+    collected, skipped = [], []
+    for path in paths:
+        spec = load_ablation(path)
+        results, missing, mode = collect(spec, records)
+        if any(e["seeds"] for e in results.values()):
+            collected.append((spec, results, missing, mode))
+        else:
+            skipped.append(path)
+    return collected, skipped
 
 
 def paired(results, setting, variant, reference):
@@ -313,21 +341,22 @@ def comparisons(spec, results):
         seeds, diffs = paired(results, setting, v, ref)
         ci = mean_ci(diffs)
         c = dict(setting=setting, variant=v, reference=ref, seeds=seeds, diffs=diffs, ci=ci, expected=expected,
-                 verdict=verdict(ci, len(diffs), expected), key=(config_key(results, setting, v),
-                                                                  config_key(results, setting, ref)))
+                 verdict=verdict(ci, len(diffs), expected),
+                 key=seeds and (config_key(results[(setting, v)]["seeds"][seeds[0]]),
+                                config_key(results[(setting, ref)]["seeds"][seeds[0]])))
         if any(s not in planned for s in seeds):  # seeds added after a look at the planned ones
             first = [d for s, d in zip(seeds, diffs) if s in planned]
+            planned_verdict = f" {verdict(mean_ci(first), len(first), expected)}" if expected else ""
             c["verdict"] += (f" (seeds {', '.join(str(s) for s in seeds if s not in planned)} added after a look: "
-                             f"nominal 95%; the {len(first)} planned: {fmt_ci(mean_ci(first))} "
-                             f"{verdict(mean_ci(first), len(first), expected)})")
+                             f"nominal 95%; the {len(first)} planned: {fmt_ci(mean_ci(first))}{planned_verdict})")
         out.append(c)
     return out
 
 
-def config_key(results, setting, variant):
-    """What a run is, seed aside: a comparison two files share has the same keys."""
-    cfg = results[(setting, variant)]["config"]
-    return None if cfg is None else json.dumps({k: v for k, v in cfg.items() if k != "seed"}, sort_keys=True)
+def config_key(rec):
+    """What a recorded run is, seed aside (its LR as run, tuned or not): a comparison two files
+    share has the same keys."""
+    return json.dumps({k: v for k, v in rec["config"].items() if k != "seed"}, sort_keys=True)
 
 
 def decay_caption(decayed):
@@ -391,33 +420,47 @@ def tables(spec, results):
     return "\n".join(out)
 
 
+def rank(c):
+    """Which of two nested comparisons of the same runs the summary shows: more seeds, then a claim
+    over a control, then one whose verdict says seeds were added after a look."""
+    return len(c["seeds"]), bool(c["expected"]), "added after a look" in c["verdict"]
+
+
 def summary(collected):
     """Markdown: one table of every paired comparison of the given ablations, sorted by file name,
     and how many claimed rows would exclude 0 by chance.
 
-    A comparison several files make (the same variant and reference configs, seed aside) is one
-    row with the largest seed set any of them has, naming them all: a subset of the same
-    records never shows as a second row. A file that claims nothing (no `expected`, e.g. an
+    A comparison several files make (the same variant and reference configs as run, seed aside)
+    is one row naming them all, showing the largest of their seed sets when these nest (rank
+    breaks ties); seed sets that do not nest stay separate rows, so no file's result hides
+    another's. A file that claims nothing (no `expected`, e.g. an
     LR sweep) adds no rows; a row without a claim in a file that has some is a control.
-    collected: [(spec, results, mode)] from collect."""
-    rows = {}
-    for spec, results, _ in sorted(collected, key=lambda x: x[0]["name"]):
+    collected: as collect_all returns it."""
+    rows = []  # [comparison shown, names of the files that make it]
+    for spec, results, _, _ in sorted(collected, key=lambda x: x[0]["name"]):
         if not spec["expected"] and not any(e for *_, e in spec["comparisons"]):
             continue  # a file that claims nothing (an LR sweep): its tables only
         for c in comparisons(spec, results):
             if not c["diffs"]:
                 continue
-            best, names = rows.get(c["key"], (None, []))
-            if best is None or len(c["diffs"]) > len(best["diffs"]):
-                best = c
-            rows[c["key"]] = (best, names + [spec["name"]])
+            row = next((r for r in rows if r[0]["key"] == c["key"] and (set(c["seeds"]) <= set(r[0]["seeds"])
+                                                                      or set(c["seeds"]) >= set(r[0]["seeds"]))), None)
+            if row is None:  # new, or seed sets that do not nest: a row of its own
+                rows.append([c, [spec["name"]]])
+                continue
+            row[1].append(spec["name"])
+            if rank(c) > rank(row[0]):
+                if row[0]["expected"] and not c["expected"] and c["seeds"] != row[0]["seeds"]:
+                    c = {**c, "expected": row[0]["expected"],  # a control's larger seed set, the claim kept
+                         "verdict": verdict(c["ci"], len(c["diffs"]), row[0]["expected"])}
+                row[0] = c
     out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | claim | verdict |",
            "|---|---|---|---|---|---|---|"]
-    for c, names in rows.values():
+    for c, names in rows:
         out.append(f"| {', '.join(f'`{n}`' for n in names)} | {c['setting']} | {c['variant']} - {c['reference']} | "
                    f"{len(c['diffs'])} | {fmt_ci(c['ci'])} | {c['expected'] or '(control)'} | {c['verdict']} |")
-    claimed = sum(1 for c, _ in rows.values() if c["expected"])
-    modes = sorted({mode_text(mode) for _, _, mode in collected if mode})
+    claimed = sum(1 for c, _ in rows if c["expected"])
+    modes = sorted({mode_text(mode) for *_, mode in collected if mode})
     out += ["", f"{len(rows)} comparisons, {claimed} of them with a claim, each its own 95% Student-t interval "
             f"over seeds (final val loss, nats/token; negative: the variant is lower). With no effect anywhere, "
             f"about {claimed / 20:.1f} of the {claimed} would exclude 0 by chance. Runs: {'; '.join(modes)}. "
@@ -432,8 +475,9 @@ README_END = "<!-- end of summary -->"
 def replace_block(text, block, path):
     """text with what lies between README_BEGIN and README_END replaced by block; UserError if the
     markers are missing."""
-    i, j = text.find(README_BEGIN), text.find(README_END)
-    if i < 0 or j < i:
+    i = text.find(README_BEGIN)
+    j = text.find(README_END, i + 1) if i >= 0 else -1
+    if j < 0:
         raise UserError(f"{path} has no summary block: put the lines {README_BEGIN!r} and {README_END!r} "
                         f"where the table goes")
     return text[:i + len(README_BEGIN)] + "\n" + block + "\n" + text[j:]
@@ -676,20 +720,23 @@ def main(argv):
             raise UserError(f"--readme={args.readme}: no such file")
         with open(args.readme) as f:
             replace_block(f.read(), "", args.readme)
+        every = sorted(glob.glob(os.path.join(HERE, "configs", "ablations", "*.py")))
+        left = [f for f in every if os.path.realpath(f) not in {os.path.realpath(a) for a in args.ablations}]
+        if os.path.realpath(args.readme) == os.path.join(HERE, "README.md") and left:
+            raise UserError(f"--readme={args.readme}: its summary covers every ablation, and "
+                            f"{', '.join(os.path.relpath(f, HERE) for f in left)} were not given: "
+                            f"pass configs/ablations/*.py")
     os.makedirs(args.out, exist_ok=True)
-    schedules, collected = {}, []
-    for path in args.ablations:
-        spec = load_ablation(path)
-        results, missing, mode = collect(spec, records)
-        if not any(e["seeds"] for e in results.values()):
-            print(f"{path}: no run records in {args.results}/ (run: python sweep.py {path}); skipped\n")
-            continue
-        collected.append((spec, results, mode))
+    schedules = {}
+    collected, skipped = collect_all(args.ablations, records)
+    for path in skipped:
+        print(f"{path}: no run records in {args.results}/ (run: python sweep.py {path}); skipped\n")
+    for spec, results, missing, mode in collected:
         for (setting, _), e in results.items():
             if e["config"] and setting not in schedules:
                 schedules[setting] = e["config"]
         md = tables(spec, results)
-        commits = sorted({(r.get("commit") or "unknown")[:12] for e in results.values()
+        commits = sorted({short_commit(r.get("commit")) for e in results.values()
                           for r in [*e["seeds"].values(), *e["lr"].values(),
                                     *(x for b in e["budgets"].values() for x in b.values())]})
         md += f"\nRuns: {mode_text(mode)} (every row); code at commit {', '.join(commits)}.\n"

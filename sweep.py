@@ -79,7 +79,7 @@ def load_ablation(path):
               "iter_multipliers": (dict, "{variant: [multipliers]}"), "planned_seeds": (int, "a count, e.g. 5")}
     for key, (kind, example) in shapes.items():
         if not isinstance(spec[key], kind):
-            raise UserError(f"{path}: {key} = {spec[key]!r} is a {type(spec[key]).__name__}; write {example}")
+            raise UserError(f"{path}: {key} = {spec[key]!r} is of type {type(spec[key]).__name__}; write {example}")
     for group in ("variants", "settings"):
         bad = [name for name, o in spec[group].items() if not (isinstance(name, str) and isinstance(o, dict))]
         if not spec[group] or bad:
@@ -88,9 +88,9 @@ def load_ablation(path):
     seeds = spec["seeds"]
     if not seeds or not all(type(x) is int for x in seeds) or len(set(seeds)) != len(seeds):
         raise UserError(f"{path}: seeds = {seeds!r}: write a non-empty list of distinct ints, e.g. [1, 2, 3]")
-    if not 0 <= spec["planned_seeds"] <= len(seeds) or spec["planned_seeds"] is True:
-        raise UserError(f"{path}: planned_seeds = {spec['planned_seeds']!r}: the number of seeds[] planned "
-                        f"before any result was seen, 0 < n <= {len(seeds)} (0 = all)")
+    if type(spec["planned_seeds"]) is not int or not 0 <= spec["planned_seeds"] <= len(seeds):
+        raise UserError(f"{path}: planned_seeds = {spec['planned_seeds']!r}: the number of seeds planned "
+                        f"before any result was seen, an int from 1 to {len(seeds)} (0, the default: all of them)")
     if not all(isinstance(ms, (list, tuple)) for ms in spec["iter_multipliers"].values()):
         raise UserError(f"{path}: iter_multipliers = {spec['iter_multipliers']!r}: write {{variant: [m, ...]}}")
     variants = spec["variants"]
@@ -186,7 +186,8 @@ def plan(spec, out_root, records=None):
                                  config=cfg, args=args, out_dir=out_dir))
             if spec["tune_lr"] and chosen is None:
                 runs += [dict(name=f"{variant}_{setting}_s{s}_lrx(best)", hash=None, variant=variant,
-                              setting=setting, seed=s, lr_mult=None, iter_mult=1.0, main=True, waiting=True)
+                              setting=setting, seed=s, lr_mult=None, iter_mult=1.0, main=True, waiting=True,
+                              config=run_config(spec, setting, variant, s)[0])  # at 1x: for estimates only
                          for s in seeds[1:]]
     return runs
 
@@ -290,23 +291,22 @@ SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "gradie
 def estimate_open(runs, states, records):
     """(seconds, runs estimated, runs open): the open runs' iterations at the median wall time per
     iteration of recorded runs of the same shape (SHAPE_KEYS). A run waiting for its LR sweep
-    counts with its variant's 1x config. Wall times are as recorded: the pace of the
-    parallelism and threads those runs had."""
+    counts with its 1x config, a partial run as a whole one. Wall times are as recorded: the
+    pace of the parallelism and threads those runs had (a resumed run's covers its last part
+    only, which makes the pace look faster)."""
     pace = {}
     for rec in records.values():
         if rec.get("wall_s"):
             shape = tuple(rec["config"].get(k) for k in SHAPE_KEYS)
             pace.setdefault(shape, []).append(rec["wall_s"] / max(1, rec["config"]["max_iters"]))
-    like = {(r["ablation"], r["setting"], r["variant"]): r["config"] for r in runs if r.get("config")}
     total, known, n_open = 0.0, 0, 0
     for run, st in zip(runs, states):
         if st not in ("new", "partial", "waiting"):
             continue
         n_open += 1
-        cfg = run.get("config") or like.get((run["ablation"], run["setting"], run["variant"]))
-        per_iter = pace.get(tuple(cfg.get(k) for k in SHAPE_KEYS)) if cfg else None
+        per_iter = pace.get(tuple(run["config"].get(k) for k in SHAPE_KEYS))
         if per_iter:
-            total += statistics.median(per_iter) * cfg["max_iters"]
+            total += statistics.median(per_iter) * run["config"]["max_iters"]
             known += 1
     return total, known, n_open
 

@@ -820,13 +820,17 @@ def cli(main):
     """Run a script's main(argv) as a command: a UserError becomes one 'error: ...' line on stderr
     (exit 1); output piped into a reader that closes early (`| head`) ends quietly."""
     try:
-        sys.exit(main(sys.argv[1:]))
+        try:
+            code = main(sys.argv[1:])
+        finally:  # a piped stdout is block-buffered: its last write happens here, inside the handler
+            sys.stdout.flush()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         sys.exit(1)
+    sys.exit(code)
 
 
 def main(argv=None):

@@ -198,7 +198,7 @@ def test_seeds_added_after_a_look_make_the_verdict_nominal_beside_the_planned_on
     planned = plot.mean_ci([-0.01, -0.02, 0.01])
     assert c["seeds"] == [1, 2, 3, 4] and c["verdict"].startswith(plot.verdict(plot.mean_ci(list(diffs.values())), 4, "lower"))
     assert f"(seeds 4 added after a look: nominal 95%; the 3 planned: {plot.fmt_ci(planned)} unresolved)" in c["verdict"]
-    for bad in ("planned_seeds = 5", "planned_seeds = -1", "planned_seeds = True"):
+    for bad in ("planned_seeds = 5", "planned_seeds = -1", "planned_seeds = True", "planned_seeds = False"):
         with open(path, "a") as f:
             f.write(bad + "\n")
         with pytest.raises(UserError, match="planned_seeds"):
@@ -228,17 +228,46 @@ def test_readme_without_a_summary_block_is_refused_before_drawing(tmp_path):
 
 def test_readme_summary_is_what_the_committed_records_give():
     folder = os.path.join(ROOT, "configs", "ablations")
-    records = sweep.load_records(os.path.join(ROOT, "results"))
-    collected = []
-    for name in sorted(os.listdir(folder)):
-        spec = sweep.load_ablation(os.path.join(folder, name))
-        results, _, mode = plot.collect(spec, records)
-        if any(e["seeds"] for e in results.values()):
-            collected.append((spec, results, mode))
+    paths = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))
+    collected, _ = plot.collect_all(paths, sweep.load_records(os.path.join(ROOT, "results")))
     text = open(os.path.join(ROOT, "README.md")).read()
     block = text[text.index(plot.README_BEGIN) + len(plot.README_BEGIN):text.index(plot.README_END)]
     assert block.strip() == plot.summary(collected), \
         "README's summary differs from results/: run python plot.py configs/ablations/*.py --out=assets --readme=README.md"
+
+
+def test_the_readmes_summary_is_written_only_from_every_ablation(tmp_path):
+    ablation = os.path.join(ROOT, "configs", "ablations", "c5_hg.py")
+    with pytest.raises(UserError, match=r"covers every ablation, and configs/ablations/c1_no_scales.py.* were not given"):
+        plot.main([ablation, f"--out={tmp_path / 'out'}", f"--readme={os.path.join(ROOT, 'README.md')}"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_nested_seed_sets_of_the_same_runs_are_one_row_and_others_stay_apart(tmp_path):
+    body = ("variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nEXPECTED\n"
+            "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = SEEDS\n")
+    files = {"a_claim": ("expected = {'unified': 'lower'}", "[1, 2, 3]"),
+             "b_control": ("expected = {'baseline': 'lower'}", "[1, 2, 3, 4]"),  # unified - baseline: no claim
+             "c_apart": ("expected = {'unified': 'lower'}", "[5, 6]")}
+    paths = {n: write_ablation(tmp_path, body=body.replace("EXPECTED", e).replace("SEEDS", s), name=n)
+             for n, (e, s) in files.items()}
+    results = str(tmp_path / "results")
+    for path in paths.values():
+        record_runs(sweep.load_ablation(path), results, lambda run: 2.0 - 0.01 * run["seed"] * (run["variant"] == "unified"))
+    collected, _ = plot.collect_all(list(paths.values()), sweep.load_records(results))
+    rows = [line for line in plot.summary(collected).splitlines() if "unified - baseline" in line]
+    # seeds 1-3 nest in 1-4: one row with 4 seeds, a_claim's claim kept; seeds 5-6 do not nest: their own row
+    four = plot.mean_ci([-0.01, -0.02, -0.03, -0.04])
+    assert rows[0] == (f"| `a_claim`, `b_control` | adamw | unified - baseline | 4 | {plot.fmt_ci(four)} | lower | "
+                       f"{plot.verdict(four, 4, 'lower')} |")
+    assert rows[1].startswith("| `c_apart` | adamw | unified - baseline | 2 |") and len(rows) == 2
+
+
+def test_commit_names_keep_the_dirty_mark_and_unknown_fields_do_not_split_the_mode():
+    assert plot.short_commit("0123456789abcdef0123+dirty") == "0123456789ab+dirty"
+    assert plot.short_commit("0123456789abcdef0123") == "0123456789ab" and plot.short_commit(None) == "unknown"
+    assert plot.same_mode((True, None, "2.13.0"), (True, 1, "2.13.0"))
+    assert not plot.same_mode((True, 2, "2.13.0"), (True, 1, "2.13.0"))
 
 
 # -----------------------------------------------------------------------------
@@ -397,10 +426,10 @@ def test_ablation_files_in_configs_are_valid():
     ("iter_multipliers = {'baseline': [0, 1]}", "positive numbers"),
     ("iter_multipliers = {'nope': [1, 2]}", "unknown variants"),
     ("tune_lr = True", "needs lr_multipliers"),
-    ("variants = ['baseline', 'unified']", r"variants = \['baseline', 'unified'\] is a list; write \{name"),
+    ("variants = ['baseline', 'unified']", r"variants = \['baseline', 'unified'\] is of type list; write \{name"),
     ("settings = {'a': 'adamw'}", r"settings must map names to dicts .* bad entries: \['a'\]"),
     ("seeds = [1, 1]", "distinct ints"),
-    ("seeds = 3", "seeds = 3 is a int"),
+    ("seeds = 3", "seeds = 3 is of type int"),
     ("base = 'nowhere.py'", "nowhere.py' not found"),
     # a bad value fails when the file is read (and so in --dry_run), naming the variant and setting
     ("variants = {'baseline': {}, 'bad': {'mlp_placement': 'sideways'}}",
@@ -433,8 +462,9 @@ def test_dry_run_estimates_the_open_runs_from_recorded_wall_times_of_the_same_sh
 
 def test_a_listing_piped_into_a_reader_that_stops_early_ends_without_a_traceback(tmp_path):
     ablation = write_ablation(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # block-buffered, as a pipe is
     proc = subprocess.Popen([sys.executable, "sweep.py", ablation, "--dry_run", f"--results={tmp_path / 'r'}"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     proc.stdout.close()  # as `| head -0` does: every write to stdout now fails
     stderr = proc.communicate()[1].decode()
     assert proc.returncode == 1 and "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
