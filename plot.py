@@ -347,7 +347,8 @@ def comparisons(spec, results):
         if any(s not in planned for s in seeds):  # seeds added after a look at the planned ones
             first = [d for s, d in zip(seeds, diffs) if s in planned]
             planned_verdict = f" {verdict(mean_ci(first), len(first), expected)}" if expected else ""
-            c["verdict"] += (f" (seeds {', '.join(str(s) for s in seeds if s not in planned)} added after a look: "
+            added = [str(s) for s in seeds if s not in planned]
+            c["verdict"] += (f" (seed{'s' * (len(added) > 1)} {', '.join(added)} added after a look: "
                              f"nominal 95%; the {len(first)} planned: {fmt_ci(mean_ci(first))}{planned_verdict})")
         out.append(c)
     return out

@@ -197,7 +197,7 @@ def test_seeds_added_after_a_look_make_the_verdict_nominal_beside_the_planned_on
     (c,) = plot.comparisons(spec, results)
     planned = plot.mean_ci([-0.01, -0.02, 0.01])
     assert c["seeds"] == [1, 2, 3, 4] and c["verdict"].startswith(plot.verdict(plot.mean_ci(list(diffs.values())), 4, "lower"))
-    assert f"(seeds 4 added after a look: nominal 95%; the 3 planned: {plot.fmt_ci(planned)} unresolved)" in c["verdict"]
+    assert f"(seed 4 added after a look: nominal 95%; the 3 planned: {plot.fmt_ci(planned)} unresolved)" in c["verdict"]
     for bad in ("planned_seeds = 5", "planned_seeds = -1", "planned_seeds = True", "planned_seeds = False"):
         with open(path, "a") as f:
             f.write(bad + "\n")
