@@ -148,11 +148,12 @@ def verdict(ci, n, expected):
     return "unresolved" + few
 
 
-def fmt_ci(ci):
+def fmt_ci(ci, spec="+.4f"):
+    """'mean [low, high]' of a mean_ci result in format spec; '-' for none."""
     if ci is None:
         return "-"
     mean, lo, hi = ci
-    return f"{mean:+.4f}" + (f" [{lo:+.4f}, {hi:+.4f}]" if lo is not None else "")
+    return f"{mean:{spec}}" + (f" [{lo:{spec}}, {hi:{spec}}]" if lo is not None else "")
 
 
 # -----------------------------------------------------------------------------
@@ -346,10 +347,11 @@ def comparisons(spec, results):
                                 config_key(results[(setting, ref)]["seeds"][seeds[0]])))
         if any(s not in planned for s in seeds):  # seeds added after a look at the planned ones
             first = [d for s, d in zip(seeds, diffs) if s in planned]
-            planned_verdict = f" {verdict(mean_ci(first), len(first), expected)}" if expected else ""
+            first_ci = mean_ci(first)
+            planned_verdict = f" {verdict(first_ci, len(first), expected)}" if expected else ""
             added = [str(s) for s in seeds if s not in planned]
             c["verdict"] += (f" (seed{'s' * (len(added) > 1)} {', '.join(added)} added after a look: "
-                             f"nominal 95%; the {len(first)} planned: {fmt_ci(mean_ci(first))}{planned_verdict})")
+                             f"nominal 95%; the {len(first)} planned: {fmt_ci(first_ci)}{planned_verdict})")
         out.append(c)
     return out
 
@@ -557,11 +559,10 @@ def multiplier_table(spec, results):
             if outside:
                 note.append(f"extrapolated beyond the budgets for seed(s) {', '.join(map(str, outside))}")
             ci = mean_ci(vals) if len(finite) == len(vals) else None
-            mean_txt = "-" if ci is None else f"{ci[0]:.3f}" + (f" [{ci[1]:.3f}, {ci[2]:.3f}]" if ci[1] is not None else "")
+            mean_txt = fmt_ci(ci, ".3f")
             read = [by_seed[s][3] for s in sorted(by_seed)]
             read_ci = mean_ci(read) if None not in read else None  # a seed outside the budgets: no interval
-            read_txt = "-" if read_ci is None else f"{read_ci[0]:.3f}" + (
-                f" [{read_ci[1]:.3f}, {read_ci[2]:.3f}]" if read_ci[1] is not None else "")
+            read_txt = fmt_ci(read_ci, ".3f")
             out.append(f"| {v} | {', '.join(f'{m:.3f}' for m in vals)} | {mean_txt} | {'; '.join(note) or '-'} | "
                        f"{', '.join('-' if m is None else f'{m:.3f}' for m in read)} | {read_txt} |")
         out += ["", "Without the fit: the tokens read off the reference's own budgets, linear in (log tokens, "
