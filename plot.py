@@ -15,6 +15,8 @@ For each ablation file, writes to --out:
                           per site of the lowest seed of the last variant
     <name>_fit.png        with token budgets: the reference's loss-vs-tokens fit per seed and
                           the variants' final losses on it
+    <name>_width.png      when the settings vary the width: each variant's paired difference
+                          to the baseline against n_embd (per seed, mean and 95% interval)
     lr_schedules.png      the learning rate vs iteration of each setting (from the configs)
     summary.md            every paired comparison of the files given, one row each, with its
                           interval and verdict (--readme=README.md also writes it into the
@@ -571,6 +573,23 @@ def multiplier_table(spec, results):
     return out
 
 
+def width_trend(spec, results):
+    """Each variant's paired difference to the baseline against the model width, for an
+    ablation whose settings vary n_embd (c8_width): [(variant, [(n_embd, params, comparison)])]
+    with params the baseline's count and comparison a dict of comparisons(), widths ascending.
+    [] when the settings share one width or a setting has no config yet."""
+    base = list(spec["variants"])[0]
+    widths = {s: (results[(s, base)]["config"] or {}).get("n_embd") for s in spec["settings"]}
+    if None in widths.values() or len(set(widths.values())) < 2:
+        return []
+    by_variant = {}
+    for c in comparisons(spec, results):
+        if c["reference"] == base:
+            by_variant.setdefault(c["variant"], []).append(
+                (widths[c["setting"]], results[(c["setting"], base)]["params"], c))
+    return [(v, sorted(points, key=lambda p: p[0])) for v, points in by_variant.items()]
+
+
 # -----------------------------------------------------------------------------
 # Figures
 
@@ -692,6 +711,33 @@ def plot_fit(spec, results, path):
     plt.close(fig)
 
 
+def plot_width(trend, spec, path):
+    """The paired difference to the baseline (per seed, and its mean with a 95% t interval)
+    against the width, one series per variant, from width_trend."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (v, points) in enumerate(trend):
+        color = f"C{i + 1}"  # C0 is the baseline's colour in the curves
+        shown = [(w, c) for w, _, c in points if c["diffs"]]
+        for w, c in shown:
+            ax.plot([w] * len(c["diffs"]), c["diffs"], ".", color=color, alpha=0.4)
+        with_ci = [(w, c["ci"]) for w, c in shown if len(c["diffs"]) > 1]
+        ax.errorbar([w for w, _ in with_ci], [ci[0] for _, ci in with_ci],
+                    yerr=[[ci[0] - ci[1] for _, ci in with_ci], [ci[2] - ci[0] for _, ci in with_ci]],
+                    fmt="o-", color=color, capsize=4,
+                    label=f"{v} - {list(spec['variants'])[0]} (mean, 95% t interval; dots: seeds)")
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([w for w, _, _ in trend[0][1]], [f"{w}\n({p / 1e6:.2f}M)" for w, p, _ in trend[0][1]])
+    ax.set_xlabel("width n_embd (baseline's parameters)")
+    ax.set_ylabel("final val loss difference (nats/token)")
+    ax.set_title(f"{spec['name']}: the gain vs width (negative: the variant is lower)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_lr(configs, path):
     """The AdamW LR vs iteration of each {setting: config}, from optim.lr_multiplier."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -751,6 +797,9 @@ def main(argv):
         plot_scales(spec, results, os.path.join(args.out, f"{spec['name']}_scales.png"))
         if spec["iter_multipliers"]:
             plot_fit(spec, results, os.path.join(args.out, f"{spec['name']}_fit.png"))
+        trend = width_trend(spec, results)
+        if trend:
+            plot_width(trend, spec, os.path.join(args.out, f"{spec['name']}_width.png"))
     if not schedules:
         raise UserError(f"no run records in {args.results}/ for any of these ablations")
     plot_lr(schedules, os.path.join(args.out, "lr_schedules.png"))

@@ -409,6 +409,35 @@ def test_tune_lr_runs_the_other_seeds_at_each_variants_best_lr(tmp_path):
     assert sum(sweep.state(r, records) == "new" for r in runs) == 4
 
 
+def test_width_trend_pairs_each_width_and_draws_only_when_the_width_varies(tmp_path):
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nexpected = {'unified': 'lower'}\n"
+        "settings = {'w64': {'n_embd': 64}, 'w32': {}}\nseeds = [1, 2, 3]\nlr_multipliers = [1.0]\n"))
+    spec = sweep.load_ablation(path)
+    results = str(tmp_path / "results")
+    # unified minus baseline at seed s and width w: -0.01 w/32 + 0.002 s
+    record_runs(spec, results, lambda run: 2.0 + (run["variant"] == "unified") * (
+        -0.01 * run["config"]["n_embd"] / 32 + 0.002 * run["seed"]))
+    collected, _ = plot.collect_all([path], sweep.load_records(results))
+    trend = plot.width_trend(spec, collected[0][1])
+    assert [(v, [w for w, _, _ in points]) for v, points in trend] == [("unified", [32, 64])]
+    half = 4.302652729911275 * 0.002 / math.sqrt(3)  # t_{0.975, 2} * sd([2, 4, 6] thousandths) / sqrt(3)
+    for (w, params, c), k in zip(trend[0][1], (1, 2)):
+        assert c["diffs"] == pytest.approx([-0.01 * k + 0.002 * s for s in (1, 2, 3)])
+        assert c["ci"] == pytest.approx((-0.01 * k + 0.004, -0.01 * k + 0.004 - half, -0.01 * k + 0.004 + half))
+        baseline_run = next(r for r in sweep.plan(spec, "runs") if r["variant"] == "baseline"
+                            and r["config"]["n_embd"] == w)
+        assert params == plot.param_count(baseline_run["config"])
+    assert trend[0][1][0][1] < trend[0][1][1][1]
+    out = tmp_path / "out"
+    plot.main([path, f"--results={results}", f"--out={out}"])
+    assert (out / "tiny_width.png").is_file()
+    one_width = write_ablation(tmp_path, name="one")  # the default body: one setting
+    record_runs(sweep.load_ablation(one_width), results, lambda run: 2.0)
+    plot.main([one_width, f"--results={results}", f"--out={out}"])
+    assert not (out / "one_width.png").exists()
+
+
 # -----------------------------------------------------------------------------
 # Ablation files
 
