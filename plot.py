@@ -502,11 +502,12 @@ def lr_table(spec, results):
             lr_recs = results[(setting, v)]["lr"]
             vals = {m: final_val(lr_recs[m]) for m in mults if m in lr_recs}
             bests[v] = min(vals.items(), key=lambda kv: kv[1]) if len(vals) == len(mults) else None  # as chosen_lr
-            best_txt = f"{bests[v][1]:.4f} (x{bests[v][0]:g})" if bests[v] else "-"
+            edge = ", edge" if bests[v] and bests[v][0] in (mults[0], mults[-1]) else ""
+            best_txt = f"{bests[v][1]:.4f} (x{bests[v][0]:g}{edge})" if bests[v] else "-"
             gap = f"{bests[v][1] - bests[base][1]:+.4f}" if bests[v] and bests.get(base) and v != base else "-"
             out.append(f"| {v} | " + " | ".join(f"{vals[m]:.4f}" if m in vals else "-" for m in mults)
                        + f" | {best_txt} | {gap} |")
-        out.append("")
+        out += ["", "edge: the best is the sweep's smallest or largest multiplier; the optimum may lie beyond it.", ""]
     return out
 
 

@@ -213,8 +213,21 @@ def test_lr_table_names_no_best_until_every_multiplier_is_recorded(tmp_path):
             sweep.write_record(results_dir, sweep.make_record(run, fake_rows(run["config"], 2.0 + run["lr_mult"]), "tiny"))
     results, _, _ = plot.collect(spec, sweep.load_records(results_dir))
     table = plot.lr_table(spec, results)
-    assert next(r for r in table if r.startswith("| baseline |")).endswith("| 3.0000 (x1) | - |")
+    assert next(r for r in table if r.startswith("| baseline |")).endswith("| 3.0000 (x1, edge) | - |")
     assert next(r for r in table if r.startswith("| unified |")) == "| unified | 3.0000 | - | - | - |"
+
+
+def test_lr_table_marks_a_best_at_the_sweeps_edge(tmp_path):
+    spec = sweep.load_ablation(write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nsettings = {'adamw': {'optimizer': 'adamw'}}\n"
+        "seeds = [1]\nlr_multipliers = [0.5, 1.0, 2.0]\n")))
+    best = {"baseline": 1.0, "unified": 2.0}
+    results_dir = str(tmp_path / "results")
+    record_runs(spec, results_dir, lambda run: 2.0 - 0.1 * (run["lr_mult"] == best[run["variant"]]))
+    results, _, _ = plot.collect(spec, sweep.load_records(results_dir))
+    table = plot.lr_table(spec, results)
+    assert next(r for r in table if r.startswith("| baseline |")).endswith("| 1.9000 (x1) | - |")
+    assert next(r for r in table if r.startswith("| unified |")).endswith("| 1.9000 (x2, edge) | +0.0000 |")
 
 
 def test_readme_without_a_summary_block_is_refused_before_drawing(tmp_path):
