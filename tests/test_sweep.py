@@ -120,7 +120,7 @@ def test_sweep_runs_records_resumes_and_plot_needs_only_records(tmp_path, capsys
     assert "unresolved (1 seed)" in unified_row
     assert all(math.isfinite(float(x)) for x in re.findall(r"[-+]?\d+\.\d+", unified_row))
     lr_row = next(line for line in md.splitlines() if line.startswith("| unified |") and "(x" in line)
-    assert re.search(r"\d\.\d{4} \(x[12]\)", lr_row)
+    assert re.search(r"\d\.\d{4} \(x[12], edge\)", lr_row)  # two multipliers: every best is an edge
     assert "without a record" not in md
 
 
