@@ -33,9 +33,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import GPT, GPTConfig
+from model import GPT, peak_flops
 from optim import build_optimizers
-from train import MODEL_KEYS, UserError, cli, load_config, peak_flops, resolve_device, usage
+from configurator import UserError, cli, load_config, model_config, resolve_device, usage
 
 # Overrides on top of the baseline: one per claim of the paper (README: claims table).
 VARIANTS = {
@@ -105,14 +105,14 @@ class GPT2Reference(nn.Module):
 def build(cfg, variant):
     """(model, the model to step (compiled if cfg.compile), optimizers) for one variant of cfg."""
     if variant == REFERENCE:
-        model = GPT2Reference(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS})).to(cfg.device)
+        model = GPT2Reference(model_config(cfg)).to(cfg.device)
         opts = [torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
                                   fused=True)]
         return model, torch.compile(model) if cfg.compile else model, opts
     c = SimpleNamespace(**{**vars(cfg), **BASELINE, **VARIANTS[variant]})
     if variant.startswith("unified"):
         c.scale_wd = "iwd"
-    model_cfg = GPTConfig(**{k: getattr(c, k) for k in MODEL_KEYS})
+    model_cfg = model_config(c)
     if "n_experts" in VARIANTS[variant] and cfg.expert_d_ff == 0:
         model_cfg = replace(model_cfg, expert_d_ff=model_cfg.d_ff // model_cfg.top_k)
     model = GPT(model_cfg, seed=c.seed).to(cfg.device)
@@ -166,7 +166,7 @@ def main(argv):
         raise UserError(f"--steps={steps} must be >= 1 and --warmup={warmup} >= 0")
     cfg_dict, _ = load_config(rest)
     cfg = SimpleNamespace(**cfg_dict)
-    resolve_device(cfg)
+    cfg.device, cfg.dtype = resolve_device(cfg.device, cfg.dtype)
     if cfg.vocab_size == 0:
         cfg.vocab_size = 50257 if cfg.n_embd >= 512 else 80
     device = torch.device(cfg.device)

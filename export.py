@@ -35,14 +35,13 @@ import copy
 import json
 import os
 import shutil
-import sys
 import tempfile
 import warnings
 
 import torch
 
-from sample import load_model
-from train import UserError, cli
+from checkpoint import load_model
+from configurator import UserError, cli
 
 TOLERANCE = 1e-4  # largest |logit difference| allowed, relative to max(1, largest |logit|); float32
 

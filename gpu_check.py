@@ -209,7 +209,7 @@ def main(argv):
 
     import torch  # after argparse: --help is instant
 
-    from train import read_log
+    from checkpoint import read_log
 
     cuda_available = torch.cuda.is_available()
     if args.device == "cuda" and not cuda_available:

@@ -24,47 +24,50 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from norms import RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_scale_, make_scale
+from configurator import DEFAULTS
+from norms import SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_scale_, make_scale
 
 SCALES = ("vector", "none")
-REPARAMS = ("plain", "or", "er")
+REPARAMS = SCALE_CLASSES.keys()  # a live view: a class added to norms.SCALE_CLASSES is a valid reparam
 ATTN_PLACEMENTS = ("in", "dual")
 MLP_PLACEMENTS = ("in", "dual", "dual_norm", "in_norm")
 
 
 @dataclass
 class GPTConfig:
-    """Every model switch. Defaults: GPT-2 small (124M) with the baseline's scale vectors.
+    """Every model switch. Defaults: configurator.DEFAULTS, the one table (the default run:
+    the unified strategy at the CPU miniature's size); model_config() builds one from a run config.
 
-    Raises ValueError (from __post_init__) naming the bad value and the fix.
+    Raises ValueError (from __post_init__) naming the bad value and the fix; vocab_size=0
+    ("from meta.pkl" in a run config) must be resolved first.
     """
 
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    d_ff: int = 0  # SwiGLU width; 0 = 8/3 n_embd rounded up to a multiple of 64
-    block_size: int = 1024
-    vocab_size: int = 50257  # padded up to a multiple of 64 inside the model
-    tie_embeddings: bool = True
-    dropout: float = 0.0
-    rope_theta: float = 10000.0
+    n_layer: int = DEFAULTS["n_layer"]
+    n_head: int = DEFAULTS["n_head"]
+    n_embd: int = DEFAULTS["n_embd"]
+    d_ff: int = DEFAULTS["d_ff"]  # SwiGLU width; 0 = 8/3 n_embd rounded up to a multiple of 64
+    block_size: int = DEFAULTS["block_size"]
+    vocab_size: int = DEFAULTS["vocab_size"]  # padded up to a multiple of 64 inside the model
+    tie_embeddings: bool = DEFAULTS["tie_embeddings"]
+    dropout: float = DEFAULTS["dropout"]
+    rope_theta: float = DEFAULTS["rope_theta"]
     # scale vectors (README: The variants)
-    scale: str = "vector"  # "vector" | "none"
-    reparam: str = "plain"  # "plain" | "or" | "er"
-    branch_scales: bool = False  # HG: separate gamma for q, k, v and gate, up
-    attn_placement: str = "in"  # "in" | "dual" (DP)
-    mlp_placement: str = "in"  # "in" | "dual" (DP) | "dual_norm" (DNP) | "in_norm" (DNP's normalization alone)
-    qk_norm: bool = False
-    output_norms: bool = False  # Gemma-style sandwich norms before the residual add
-    norm_eps: float = 1e-6
+    scale: str = DEFAULTS["scale"]  # "vector" | "none"
+    reparam: str = DEFAULTS["reparam"]  # a key of norms.SCALE_CLASSES: "plain" | "or" | "er"
+    branch_scales: bool = DEFAULTS["branch_scales"]  # HG: separate gamma for q, k, v and gate, up
+    attn_placement: str = DEFAULTS["attn_placement"]  # "in" | "dual" (DP)
+    mlp_placement: str = DEFAULTS["mlp_placement"]  # "in" | "dual" (DP) | "dual_norm" (DNP) | "in_norm"
+    qk_norm: bool = DEFAULTS["qk_norm"]
+    output_norms: bool = DEFAULTS["output_norms"]  # Gemma-style sandwich norms before the residual add
+    norm_eps: float = DEFAULTS["norm_eps"]
     # mixture of experts (README: Mixture of experts)
-    n_experts: int = 0  # 0 = dense
-    top_k: int = 2
-    moe_every: int = 1  # 1 = every block is MoE, 2 = blocks 1, 3, 5, ... (0-based)
-    expert_d_ff: int = 0  # 0 = d_ff
-    shared_expert: bool = False  # one always-on expert of width expert_d_ff
-    aux_loss_coef: float = 0.01  # load-balancing loss weight
-    z_loss_coef: float = 0.0  # router z-loss weight
+    n_experts: int = DEFAULTS["n_experts"]  # 0 = dense
+    top_k: int = DEFAULTS["top_k"]
+    moe_every: int = DEFAULTS["moe_every"]  # 1 = every block is MoE, 2 = blocks 1, 3, 5, ... (0-based)
+    expert_d_ff: int = DEFAULTS["expert_d_ff"]  # 0 = d_ff
+    shared_expert: bool = DEFAULTS["shared_expert"]  # one always-on expert of width expert_d_ff
+    aux_loss_coef: float = DEFAULTS["aux_loss_coef"]  # load-balancing loss weight
+    z_loss_coef: float = DEFAULTS["z_loss_coef"]  # router z-loss weight
 
     def __post_init__(self):
         def check(ok, msg):
@@ -82,7 +85,7 @@ class GPTConfig:
         check(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)")
         for key, allowed in (("scale", SCALES), ("reparam", REPARAMS),
                              ("attn_placement", ATTN_PLACEMENTS), ("mlp_placement", MLP_PLACEMENTS)):
-            check(getattr(self, key) in allowed, f"{key}={getattr(self, key)!r} is not one of {allowed}")
+            check(getattr(self, key) in allowed, f"{key}={getattr(self, key)!r} is not one of {tuple(allowed)}")
         if self.scale == "none":
             extras = {"reparam": self.reparam != "plain", "branch_scales": self.branch_scales,
                       "attn_placement": self.attn_placement != "in",
@@ -203,12 +206,13 @@ class MLP(nn.Module):
     Shapes: (B, T, n_embd) -> (B, T, n_embd); d_ff hidden.
 
     Magnitude-free scales (see norms.make_scale): under DNP (and "in_norm")
-    the gate and up input scales; with output_normalized (output norms on a dense block) also
-    those on the up branch and on down, which the output is linear in. In an
-    MoE block one expert's scales set its share of the sum, so they matter.
+    the gate and up input scales; with magnitude_free=True (the MLP's output
+    magnitude is invisible: output norms on a dense block) also those on the
+    up branch and on down, which the output is linear in. In an MoE block one
+    expert's scales set its share of the sum, so they matter.
     """
 
-    def __init__(self, cfg, d_ff, output_normalized=False):
+    def __init__(self, cfg, d_ff, magnitude_free=False):
         super().__init__()
         d, eps = cfg.n_embd, cfg.norm_eps
         hg, place = cfg.branch_scales, cfg.mlp_placement
@@ -216,20 +220,20 @@ class MLP(nn.Module):
         out_norm = place in ("dual_norm", "in_norm")  # a normalization over d_ff on gate and up
         dual = place in ("dual", "dual_norm")
 
-        def branch(out_role, linear_to_output):
-            free = linear_to_output and output_normalized
+        def branch(out_role, magnitude_free):
             return ScaledLinear(
                 d, d_ff,
-                in_scale=make_scale(cfg, d, "input", out_norm or free) if hg else None,
-                out_scale=make_scale(cfg, d_ff, out_role, free) if dual else None,
+                in_scale=make_scale(cfg, d, "input", out_norm or magnitude_free) if hg else None,
+                out_scale=make_scale(cfg, d_ff, out_role, magnitude_free) if dual else None,
                 out_norm=out_norm, eps=eps)
 
-        self.gate = branch("output" if self.dnp else "input", linear_to_output=False)  # SiLU follows
-        self.up = branch("input", linear_to_output=True)
+        # SiLU follows the gate branch, so its magnitude shows even when the MLP's does not
+        self.gate = branch("output" if self.dnp else "input", magnitude_free=False)
+        self.up = branch("input", magnitude_free)
         self.down = ScaledLinear(
             d_ff, d,
-            in_scale=make_scale(cfg, d_ff, "input", output_normalized) if dual else None,
-            out_scale=make_scale(cfg, d, "input", output_normalized) if dual else None)
+            in_scale=make_scale(cfg, d_ff, "input", magnitude_free) if dual else None,
+            out_scale=make_scale(cfg, d, "input", magnitude_free) if dual else None)
 
     def forward(self, x):
         gate, up = branch_linears(x, (self.gate, self.up))
@@ -246,8 +250,9 @@ class MLP(nn.Module):
 class Router(ScaledLinear):
     """The MoE router: logits = W_r (gamma_router * x_hat), d -> n_experts.
 
-    `optim_group` puts its weight in optim.py's "router" group (AdamW, never
-    Muon; its own scales keep their role groups). Under HG it carries its own input scale gamma_router (input
+    `optim_group` (declared by ScaledLinear, overridden here) puts its weight
+    in optim.py's "router" group (AdamW, never Muon; its own scales keep their
+    role groups). Under HG it carries its own input scale gamma_router (input
     role); otherwise it shares the pre-MLP norm's scale with the experts.
     """
 
@@ -340,13 +345,14 @@ class Block(nn.Module):
         self.moe = cfg.is_moe(layer)
         # A shared pre-norm scale is magnitude-free when every branch reading it is: q and k
         # under QK-norm and v under output norms; gate and up under DNP or in_norm (unless a router reads it).
-        attn_free = cfg.qk_norm and cfg.output_norms
-        mlp_free = cfg.mlp_placement in ("dual_norm", "in_norm") and not self.moe
+        attn_magnitude_free = cfg.qk_norm and cfg.output_norms
+        mlp_magnitude_free = cfg.mlp_placement in ("dual_norm", "in_norm") and not self.moe
         # With HG the pre-norms are bare: the branches carry the scales.
-        self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", attn_free))
+        self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", attn_magnitude_free))
         self.attn = Attention(cfg)
-        self.mlp_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", mlp_free))
-        self.mlp = MoE(cfg) if self.moe else MLP(cfg, cfg.d_ff, output_normalized=cfg.output_norms)
+        self.mlp_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", mlp_magnitude_free))
+        # under output norms a dense MLP's output magnitude is invisible; an MoE expert's sets its share
+        self.mlp = MoE(cfg) if self.moe else MLP(cfg, cfg.d_ff, magnitude_free=cfg.output_norms)
         if cfg.output_norms:
             self.attn_out_norm = RMSNorm(d, eps, make_scale(cfg, d, "output"))
             self.mlp_out_norm = RMSNorm(d, eps, make_scale(cfg, d, "output"))
@@ -386,11 +392,12 @@ class GPT(nn.Module):
         d, V = cfg.n_embd, cfg.padded_vocab_size
         self.wte = nn.Embedding(V, d)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
-        # Tied, the final-norm scale cannot fold (the head is the embedding): output-role
-        # while training (DESIGN section 2); fold_scales() unties and makes it input-role.
-        self.norm_f = RMSNorm(d, cfg.norm_eps, make_scale(cfg, d, "output" if cfg.tie_embeddings else "input"))
+        self.norm_f = RMSNorm(d, cfg.norm_eps, make_scale(cfg, d, "input"))
         if self.norm_f.scale is not None and cfg.tie_embeddings:
-            self.norm_f.scale.input_role_untied = True  # scale_wd="iwd_final" decays it as input-role
+            # Tied, the head is the embedding: folding gamma into it would rescale the input
+            # embeddings too, so while tied gamma is a scale the model cannot get another way
+            # (output-role). fold_scales() unties the head, and then it folds.
+            self.norm_f.scale.tie_("output")
         self.lm_head = nn.Linear(d, V, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
@@ -479,7 +486,7 @@ class GPT(nn.Module):
                           "scale can fold into it", stacklevel=3)
             self.lm_head.weight = nn.Parameter(self.wte.weight.detach().clone())
             self.config = replace(self.config, tie_embeddings=False)
-            self.norm_f.scale.role = "input"  # untied, it folds into the head's columns
+            self.norm_f.scale.untie_()
         for block in self.blocks:
             block.fold_()
         fold_scale_(self.norm_f.scale, columns_of=[self.lm_head.weight])
@@ -545,3 +552,23 @@ class GPT(nn.Module):
             idx = torch.cat([idx, torch.multinomial(F.softmax(logits, dim=-1), 1)], dim=1)
         return idx
 
+
+
+# -----------------------------------------------------------------------------
+# MFU: model FLOPs (GPT.flops_per_token) over the device's peak
+
+# Dense bf16 tensor-core peaks (FLOP/s, vendor datasheets); matched against the
+# CUDA device name, most specific entry first. MFU is omitted for other devices.
+PEAK_BF16_FLOPS = [
+    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("GH200", 989e12), ("H200", 989e12),
+    ("H100", 989e12), ("B200", 2250e12), ("A100", 312e12), ("L40S", 362e12),
+    ("L40", 181e12), ("L4", 121e12), ("RTX 4090", 165e12),
+]
+
+
+def peak_flops(device):
+    """Dense bf16 peak FLOP/s of a CUDA torch.device from PEAK_BF16_FLOPS, else None (CPU, MPS, unknown GPU)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)

@@ -16,17 +16,25 @@ holds, in the order of the paper:
 
 Branch-specific scales (HG, C5), QK-norm and Gemma-style output norms are
 *which* of these pieces model.py puts at each site; `make_scale` is the one
-place that turns the config into a scale vector.
+place that turns the config into a scale vector, and `SCALE_CLASSES` the one
+table of parameterizations (config value `reparam` -> class).
 
-Every scale vector carries a `role`:
-  "input"  it folds exactly into an adjacent linear map (pre-norm scales, both
-           sides of a linear map under DP, DNP's up-branch outer scale, the
-           final-norm scale when the head is untied);
-  "output" it sets a scale the model cannot get another way (QK-norm, output
-           norms, DNP's gate-branch outer scale, which SiLU follows, the
-           final-norm scale while the head is tied to the embedding).
-optim.py reads `role` to give input-role scales weight decay and output-role
-scales none (the paper's IWD, C4).
+Every scale vector declares what optim.py reads about it:
+  role            "input": it folds exactly into an adjacent linear map
+                  (pre-norm scales, both sides of a linear map under DP,
+                  DNP's up-branch outer scale, the final-norm scale when the
+                  head is untied); "output": it sets a scale the model cannot
+                  get another way (QK-norm, output norms, DNP's gate-branch
+                  outer scale, which SiLU follows, the final-norm scale while
+                  the head is tied). IWD (C4): decay on input-role scales only.
+  untied_role     the role once the LM head is untied: `role`, except for the
+                  final-norm scale while tied (tie_, untie_).
+                  scale_wd="iwd_final" decays by it.
+  magnitude_name  (class) the parameter carrying the overall magnitude (OR,
+                  ER), which gets its own learning rate; None when gamma has
+                  no separate magnitude (PlainScale).
+A ScaledLinear declares `optim_group`, its weight's group ("matrix";
+model.Router overrides it with "router").
 """
 
 import math
@@ -100,29 +108,57 @@ def normalize(x, eps):
 # from forward(); gamma == 1 at init; reset_() sets it back to 1 (for folding).
 
 
+def _check_role(role):
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    return role
+
+
 class ScaleVector(nn.Module):
     """Base class: a learnable per-channel scale gamma of shape (d,) with a role.
 
-    Args: dim d; role "input" or "output" (see the module docstring).
-    `magnitude_name` names the parameter that carries the overall magnitude
-    (OR, ER), which optim.py gives its own learning rate; None for a plain vector.
-    Raises ValueError for an unknown role.
+    Args: dim d; role "input" (folds into an adjacent linear map, paper
+    Theorem 2.2) or "output" (see the module docstring).
+    Declares:
+      role, untied_role  instance fields: the role now, and the role once the
+          LM head is untied (the role it was built with; tie_() changes only
+          `role`, for while the head is tied).
+      magnitude_name     class field: the name of the parameter that carries
+          the overall magnitude (OR, ER), None when gamma has no separate
+          magnitude; has_magnitude() is derived from it.
+    Subclasses: forward() -> gamma (d,), == 1 at init; reset_() sets gamma
+    back to 1 (folding). Raises ValueError for an unknown role.
     """
 
     magnitude_name = None
 
     def __init__(self, dim, role):
         super().__init__()
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-        self.dim, self.role = dim, role
+        self.dim = dim
+        self.role = self.untied_role = _check_role(role)
+
+    @classmethod
+    def has_magnitude(cls):
+        """Whether a separate parameter carries gamma's magnitude (it would get no gradient at a
+        magnitude-free site, so make_scale puts a PlainScale there)."""
+        return cls.magnitude_name is not None
+
+    def tie_(self, role):
+        """Take `role` while the LM head is tied to the embedding; untie_() restores the role the
+        scale was built with (the final-norm scale: built "input", "output" while tied)."""
+        self.role = _check_role(role)
+
+    def untie_(self):
+        """Take `untied_role` (GPT.fold_scales, once it has untied the LM head)."""
+        self.role = self.untied_role
 
     def reset_(self):
         """Set the parameters so that gamma == 1 again (in place)."""
         raise NotImplementedError
 
     def extra_repr(self):
-        return f"dim={self.dim}, role={self.role}"
+        untied = f", untied_role={self.untied_role}" if self.untied_role != self.role else ""
+        return f"dim={self.dim}, role={self.role}{untied}"
 
 
 class PlainScale(ScaleVector):
@@ -198,12 +234,15 @@ class ERScale(ScaleVector):
         self.log_magnitude.zero_()
 
 
+SCALE_CLASSES = {"plain": PlainScale, "or": ORScale, "er": ERScale}  # cfg.reparam -> class
+
+
 def make_scale(cfg, dim, role, magnitude_free=False):
     """The scale vector a site gets under `cfg`, or None when `cfg.scale == "none"`.
 
     Args:
-        cfg: anything with `scale` ("vector" | "none") and `reparam`
-            ("plain" | "or" | "er"), e.g. model.GPTConfig.
+        cfg: anything with `scale` ("vector" | "none") and `reparam` (a key of
+            SCALE_CLASSES), e.g. model.GPTConfig.
         dim: width d of the scale.
         role: "input" or "output".
         magnitude_free: True when everything between this scale and the next
@@ -211,16 +250,21 @@ def make_scale(cfg, dim, role, magnitude_free=False):
             attention's mixing of v, the up branch's product with
             silu(gate)): DNP's inner scales, the q/k scales under QK-norm, the
             v, o, up and down scales under output norms. Its overall
-            magnitude is then invisible to the loss (up to eps), so it stays
-            a PlainScale under OR/ER: the magnitude parameter would get no
-            gradient.
-    Returns: PlainScale, ORScale, ERScale or None.
+            magnitude is then invisible to the loss (up to eps), so a class
+            with a separate magnitude parameter (OR, ER: has_magnitude())
+            gives way to a PlainScale there: that parameter would get no
+            gradient. A class without one is built as it is.
+    Returns: an instance of SCALE_CLASSES[cfg.reparam] or PlainScale, or None.
+    Raises ValueError for a reparam not in SCALE_CLASSES.
     """
     if cfg.scale == "none":
         return None
-    if cfg.reparam == "plain" or magnitude_free:
-        return PlainScale(dim, role)
-    return {"or": ORScale, "er": ERScale}[cfg.reparam](dim, role)
+    if cfg.reparam not in SCALE_CLASSES:
+        raise ValueError(f"reparam={cfg.reparam!r} is not one of {tuple(SCALE_CLASSES)}")
+    cls = SCALE_CLASSES[cfg.reparam]
+    if magnitude_free and cls.has_magnitude():
+        cls = PlainScale
+    return cls(dim, role)
 
 
 def scaled(x, scale):
@@ -275,10 +319,16 @@ class ScaledLinear(nn.Module):
     through branch_linears, which takes the cheaper one for the micro-batch
     at hand; tests/test_norms.py checks that both agree.
 
+    `optim_group`: optim.py's group for the weight, "matrix" (Muon under
+    optimizer="muon"); a subclass may declare another (model.Router). The
+    scales keep their own role groups.
+
     Args: d_in, d_out; in_scale, out_scale: ScaleVector or None;
     out_norm: normalize W's output over d_out (eps required then).
     Shapes: x (..., d_in) -> (..., d_out).
     """
+
+    optim_group = "matrix"
 
     def __init__(self, d_in, d_out, in_scale=None, out_scale=None, out_norm=False, eps=None):
         super().__init__()

@@ -4,28 +4,27 @@ The rule that matters for the paper (claim C4, "IWD"): weight decay on
 input-role scale vectors, none on output-role ones. Roles come from the scale
 vectors themselves (norms.ScaleVector.role), never from parameter names.
 
-Groups:
-    matrix            2-D hidden matrices (attention, MLP)  weight_decay     Muon under optimizer="muon"
-    embedding         token embedding (tied: also the head)  0
-    lm_head           untied LM head                         weight_decay
-    scale_input       input-role scale vectors               by scale_wd
-    scale_output      output-role scale vectors              by scale_wd
-    magnitude_input   OR/ER magnitude of an input-role scale  by scale_wd   lr x magnitude_lr_mult
-    magnitude_output  the same, output-role                  by scale_wd   lr x magnitude_lr_mult
-    router            MoE routers                            weight_decay     AdamW always
+Groups, and the declared field that puts a parameter there:
+    matrix            ScaledLinear weights, optim_group "matrix"  weight_decay  Muon under optimizer="muon"
+    embedding         model.wte (tied: also the head)             0
+    lm_head           model.lm_head, when untied                  weight_decay
+    scale_input       ScaleVector params, role "input"            by scale_wd
+    scale_output      ScaleVector params, role "output"           by scale_wd
+    magnitude_input   its magnitude_name param, role "input"      by scale_wd   lr x magnitude_lr_mult
+    magnitude_output  the same, role "output"                     by scale_wd   lr x magnitude_lr_mult
+    router            optim_group "router" (model.Router)         weight_decay  AdamW always
 `scale_wd`: "iwd" = (weight_decay, 0), the paper's; "all" = (weight_decay,
 weight_decay); "none" = (0, 0), the usual nanoGPT/Llama practice; "iwd_final" =
-"iwd" that also decays the final-norm scale while the head is tied (it is
-output-role then; the test of that rule, configs/ablations/c4_tied_final_norm.py).
-Groups come from module attributes, not from model classes or names: a
-ScaleVector's `role` and `magnitude_name` (norms.py), a module's
-`optim_group` (model.Router: "router").
+"iwd" by each scale's `untied_role`, which also decays the final-norm scale
+while the head is tied (output-role then; the test of that rule,
+configs/ablations/c4_tied_final_norm.py).
+Only these declared fields are read (norms.py documents them), never model
+classes or names; a module that owns parameters and fits no group is an error.
 """
 
 import math
 
 import torch
-import torch.nn as nn
 
 from norms import ScaledLinear, ScaleVector
 
@@ -42,9 +41,10 @@ def param_groups(model, cfg):
         learning_rate; paper Theorem 3.2 reads OR as a larger LR on it).
     Returns: list of dicts {name, params, weight_decay, lr, optimizer}, empty
         groups left out; every parameter in exactly one group (tied weights once).
-    Raises ValueError for an unknown scale_wd / optimizer; AssertionError if a
-        parameter is in no group or in two (a new module type was added
-        without a group).
+    Raises ValueError for an unknown scale_wd / optimizer, for a module that
+        owns parameters and fits no group (a new module type: make it a
+        ScaleVector or a ScaledLinear, or give optim.py a rule for it), and
+        for an optim_group that is no group here.
     """
     if cfg.scale_wd not in SCALE_WD:
         raise ValueError(f"scale_wd={cfg.scale_wd!r} is not one of {SCALE_WD}")
@@ -62,28 +62,28 @@ def param_groups(model, cfg):
                 seen.add(id(p))
                 buckets[bucket].append(p)
 
-    for module in model.modules():
+    for name, module in model.named_modules():
         own = list(module.parameters(recurse=False))
         if isinstance(module, ScaleVector):
-            role = module.role
-            if cfg.scale_wd == "iwd_final" and getattr(module, "input_role_untied", False):
-                role = "input"  # the tied final-norm scale, decayed as if it could fold
-            if module.magnitude_name is not None:
-                put("magnitude_" + role, [getattr(module, module.magnitude_name)])
+            role = module.untied_role if cfg.scale_wd == "iwd_final" else module.role
+            if module.has_magnitude():
+                put("magnitude_" + role, [module.get_parameter(module.magnitude_name)])
             put("scale_" + role, module.parameters())
-        elif getattr(module, "optim_group", None) is not None:
-            if module.optim_group not in buckets:
-                raise ValueError(f"{type(module).__name__}.optim_group={module.optim_group!r} is not one of "
-                                 f"{list(buckets)}")
-            put(module.optim_group, own)
-        elif isinstance(module, nn.Embedding):
+        elif module is model.wte:
             put("embedding", own)
         elif module is model.lm_head:
             put("lm_head", own)
         elif isinstance(module, ScaledLinear):
-            put("matrix", own)
-        else:
-            assert not own, f"{type(module).__name__} owns parameters but has no optimizer group"
+            if module.optim_group not in buckets:
+                raise ValueError(f"{type(module).__name__}.optim_group={module.optim_group!r} is not one of "
+                                 f"{list(buckets)}")
+            put(module.optim_group, own)
+        elif own:
+            raise ValueError(
+                f"module {name!r} ({type(module).__name__}) owns parameters "
+                f"{[n for n, _ in module.named_parameters(recurse=False)]} but fits no optimizer group: "
+                f"make it a norms.ScaleVector (role) or norms.ScaledLinear (optim_group), or add a rule "
+                f"to optim.param_groups")
 
     all_params = {id(p) for p in model.parameters()}
     grouped = [id(p) for b in buckets.values() for p in b]

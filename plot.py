@@ -1,9 +1,9 @@
 """Tables and figures of an ablation from its run records in results/ alone (no runs/ needed).
 
     python plot.py configs/ablations/c8_unified.py            # after sweep.py on the same file
-    python plot.py configs/ablations/*.py --out=assets --readme=README.md
+    python plot.py configs/ablations/*.py --out=assets --readme=results/README.md   # the committed tables
 
-For each ablation file, writes to --out:
+For each ablation file, writes to --out (default out-plots/; the committed tables are assets/):
     <name>.md             per setting: final val loss mean +- std over seeds, the paired
                           difference to the baseline per seed, its mean with a 95% interval
                           and the verdict; the file's extra comparisons; the LR sweep; and,
@@ -19,13 +19,13 @@ For each ablation file, writes to --out:
                           to the baseline against n_embd (per seed, mean and 95% interval)
     lr_schedules.png      the learning rate vs iteration of each setting (from the configs)
     summary.md            every paired comparison of the files given, one row each, with its
-                          interval and verdict (--readme=README.md also writes it into the
-                          README's summary block, so the README cannot drift from results/)
+                          interval and verdict (--readme=results/README.md also writes it into
+                          that file's summary block, so it cannot drift from the records)
 and prints the tables. Runs without a record, or made in another training mode
 (compiled or eager, CPU threads, torch version) than the ablation's other runs, are
 left out and named.
 
-Statistics (DESIGN section 9). Per seed s, d_s = val loss of the variant minus that
+Statistics (results/README.md says the same in prose). Per seed s, d_s = val loss of the variant minus that
 of its reference, same seed (paired). Over n seeds: mean d, sample standard
 deviation s_d, and the 95% interval mean +- t_{0.975, n-1} s_d / sqrt(n) (Student t;
 its quantile computed from the exact t distribution for integer df, see t_quantile).
@@ -52,7 +52,6 @@ import json
 import math
 import os
 import statistics
-import sys
 from collections import Counter
 from types import SimpleNamespace
 
@@ -63,10 +62,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from model import GPT, GPTConfig  # noqa: E402
+from model import GPT  # noqa: E402
 from optim import lr_multiplier  # noqa: E402
-from sweep import HERE, load_ablation, load_records, plan  # noqa: E402
-from train import MODEL_KEYS, UserError, cli  # noqa: E402
+from ablation import HERE, load_ablation, load_records, plan  # noqa: E402
+from configurator import UserError, cli, model_config  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # Statistics
@@ -128,13 +127,13 @@ def mean_ci(xs, level=0.95):
 
 
 def verdict(ci, n, expected):
-    """The claim's verdict from a (mean, low, high) interval over n seeds (DESIGN section 9).
+    """The claim's verdict from a (mean, low, high) interval over n seeds.
 
     'reproduced' when the interval lies wholly (strictly) on the expected side of 0
     ('lower': below), 'contradicted' when wholly on the other side, else 'unresolved';
     'unresolved (1 seed)' for n == 1; with 2 seeds the word carries "(2 seeds)": a
     df = 1 interval is exact under normality but rests on one spread estimate, and
-    DESIGN section 9 asks for 3 seeds at least; '-' without an expectation or runs.
+    the project asks for 3 seeds at least; '-' without an expectation or runs.
     """
     if not expected or not n:
         return "-"
@@ -227,8 +226,8 @@ def param_count(config):
     cfg["vocab_size"] = cfg["vocab_size"] or 80  # only the difference between variants matters
     try:
         with torch.device("meta"):
-            return GPT(GPTConfig(**{k: cfg[k] for k in MODEL_KEYS})).num_params()
-    except ValueError:
+            return GPT(model_config(cfg)).num_params()
+    except UserError:
         return None
 
 
@@ -326,7 +325,7 @@ def decay_pull(cfg):
 def method_line(spec):
     return ("Each row: final val loss (nats/token); the paired difference to the reference (same seed, "
             "variant minus reference) per seed, and its mean with a 95% Student-t interval over seeds "
-            "(df = seeds - 1). Verdict (DESIGN section 9): reproduced / contradicted when the interval lies "
+            "(df = seeds - 1). Verdict: reproduced / contradicted when the interval lies "
             "wholly on the claimed / the other side of 0, unresolved otherwise. Each row is its own 95% "
             "interval, not corrected for multiple comparisons: across k rows about k x 5% exclude 0 by chance.")
 
@@ -473,7 +472,7 @@ def summary(collected):
     return "\n".join(out)
 
 
-README_BEGIN = "<!-- summary: python plot.py configs/ablations/*.py --out=assets --readme=README.md -->"
+README_BEGIN = "<!-- summary: python plot.py configs/ablations/*.py --out=assets --readme=results/README.md -->"
 README_END = "<!-- end of summary -->"
 
 
@@ -760,7 +759,7 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ablations", nargs="+")
     p.add_argument("--results", default="results", help="the run records (sweep.py writes them)")
-    p.add_argument("--out", default="assets")
+    p.add_argument("--out", default="out-plots", help="folder for tables and figures (assets/ is the committed one)")
     p.add_argument("--readme", default="", help="also write the summary table into this file's summary block")
     args = p.parse_args(argv)
     records = load_records(args.results)
@@ -771,7 +770,7 @@ def main(argv):
             replace_block(f.read(), "", args.readme)
         every = sorted(glob.glob(os.path.join(HERE, "configs", "ablations", "*.py")))
         left = [f for f in every if os.path.realpath(f) not in {os.path.realpath(a) for a in args.ablations}]
-        if os.path.realpath(args.readme) == os.path.join(HERE, "README.md") and left:
+        if os.path.realpath(args.readme) == os.path.join(HERE, "results", "README.md") and left:
             raise UserError(f"--readme={args.readme}: its summary covers every ablation, and "
                             f"{', '.join(os.path.relpath(f, HERE) for f in left)} were not given: "
                             f"pass configs/ablations/*.py")

@@ -10,26 +10,12 @@ multiplies every input-role scale vector into its linear map before sampling
 """
 
 import argparse
-import sys
-from types import SimpleNamespace
 
 import torch
 
-from model import GPT, GPTConfig
-from train import MODEL_KEYS, UserError, cli, load_checkpoint, make_codec, resolve_device
-
-
-def load_model(ckpt_path, device="cpu"):
-    """(model in eval mode, checkpoint dict) from a train.py checkpoint; UserError if unreadable."""
-    ckpt = load_checkpoint(ckpt_path)
-    model = GPT(GPTConfig(**{k: ckpt["config"][k] for k in MODEL_KEYS}))
-    state = {}
-    for key, value in ckpt["model"].items():
-        for prefix in ("module.", "_orig_mod."):
-            key = key[len(prefix):] if key.startswith(prefix) else key
-        state[key] = value
-    model.load_state_dict(state)
-    return model.to(device).eval(), ckpt
+from checkpoint import load_model
+from configurator import UserError, cli, resolve_device
+from dataset import make_codec
 
 
 def main(argv):
@@ -49,9 +35,7 @@ def main(argv):
         if not ok:
             raise UserError(f"--{name}={getattr(args, name)}: need --max_new_tokens >= 1, --num_samples >= 1, "
                             f"--top_k >= 0 (0: all) and --temperature > 0")
-    dev = SimpleNamespace(device=args.device, dtype="auto")
-    resolve_device(dev)  # UserError for a device this machine lacks
-    args.device = dev.device
+    args.device, _ = resolve_device(args.device)  # UserError for a device this machine lacks
     model, ckpt = load_model(f"{args.out_dir}/ckpt.pt", args.device)
     if args.fold:
         model.fold_scales()

@@ -9,3 +9,7 @@ sys.path.insert(0, ROOT)
 _cache = os.path.join(os.path.dirname(ROOT), "shared", "tiktoken_cache")
 if "TIKTOKEN_CACHE_DIR" not in os.environ and os.path.isdir(_cache):
     os.environ["TIKTOKEN_CACHE_DIR"] = _cache
+
+# The Llama/Gemma baseline's scale vectors. Tests that build a model.GPTConfig start from
+# these: its defaults are the default run's (the unified strategy), one table with configurator.
+BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_placement="in", mlp_placement="in")

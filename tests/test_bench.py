@@ -6,7 +6,7 @@ import re
 import pytest
 
 import bench
-from train import UserError
+from configurator import UserError
 
 
 def test_bench_prints_a_ratio_per_variant(capsys, tmp_path):
@@ -39,7 +39,7 @@ def test_gpt2_reference_has_nanogpts_parameter_count_and_a_per_flop_column(capsy
     L, d, T, V = 2, 32, 16, 64
     cfg = SimpleNamespace(**{**bench.load_config([f"--n_layer={L}", "--n_head=2", f"--n_embd={d}",
                                                   f"--block_size={T}", f"--vocab_size={V}"])[0]})
-    model = bench.GPT2Reference(bench.GPTConfig(**{k: getattr(cfg, k) for k in bench.MODEL_KEYS}))
+    model = bench.GPT2Reference(bench.model_config(cfg))
     assert model.num_params() == L * (12 * d * d + 13 * d) + V * d + T * d + 2 * d
     assert model.flops_per_token() == 6 * (model.num_params() - T * d) + 12 * L * d * T
     bench.main([f"--n_layer={L}", "--n_head=2", f"--n_embd={d}", f"--block_size={T}", "--batch_size=2",

@@ -12,7 +12,9 @@ import torch
 from conftest import ROOT
 from model import GPT, GPTConfig
 from test_train import make_dataset, read_log, tiny_args
-from train import get_batch, load_config, load_data, MODEL_KEYS
+from configurator import load_config, model_config
+from dataset import load_data
+from train import get_batch
 from types import SimpleNamespace
 
 K = 4  # optimizer steps
@@ -62,7 +64,7 @@ def test_logged_loss_is_the_mean_over_ranks_and_micro_steps(runs):
     cfg, _ = load_config(tiny_args(runs.ds, runs.out[2], *runs.common))
     cfg = SimpleNamespace(**cfg)
     cfg.vocab_size = 40
-    model = GPT(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS}), seed=cfg.seed)
+    model = GPT(model_config(cfg), seed=cfg.seed)
     data = load_data(cfg, prepare_here=False)
     with torch.no_grad():
         micro = [model(*get_batch(data, "train", 0, j, cfg, torch.device("cpu")))[1].item() for j in range(4)]

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import sample
+from conftest import BASELINE
 from model import GPT, GPTConfig, Router
 from optim import CPUMuon, build_optimizers, param_groups
 from test_norms import randomize_scales
@@ -45,7 +46,7 @@ def device(request):
 
 
 def tiny_cfg(**kw):
-    return GPTConfig(**{**dict(n_layer=2, n_head=2, n_embd=64, block_size=32, vocab_size=96), **kw})
+    return GPTConfig(**{**dict(n_layer=2, n_head=2, n_embd=64, block_size=32, vocab_size=96, **BASELINE), **kw})
 
 
 def tiny_model(cfg, device, seed=0):

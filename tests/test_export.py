@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import export
-from conftest import ROOT
+from conftest import BASELINE, ROOT
 from model import GPT, GPTConfig
 from test_norms import randomize_scales
 from test_train import make_dataset, run, tiny_args
-from train import UserError
+from configurator import UserError
 
 
 def needs_transformers():
@@ -24,7 +24,7 @@ def needs_transformers():
 def tiny_model(**kw):
     """A 2-layer width-32 model with random non-unit scales and weights large enough that a
     misplaced gamma moves the logits far beyond float32 rounding."""
-    base = dict(n_layer=2, n_head=2, n_embd=32, d_ff=48, block_size=32, vocab_size=50)
+    base = dict(n_layer=2, n_head=2, n_embd=32, d_ff=48, block_size=32, vocab_size=50, **BASELINE)
     model = GPT(GPTConfig(**{**base, **kw}), seed=0).eval()
     gen = torch.Generator().manual_seed(3)
     randomize_scales(model, gen)

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 from gpu_check import read_bench, stage_commands, write_markov_dataset
-from train import load_config
+from configurator import load_config
 
 
 def test_markov_entropy_rate_matches_the_sampled_transitions(tmp_path):

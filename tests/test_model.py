@@ -5,7 +5,16 @@ import math
 import pytest
 import torch
 
+from conftest import BASELINE
 from model import GPT, GPTConfig, baseline_of
+
+GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257)
+
+
+def config(**kw):
+    """A model config from the baseline's scale vectors (GPTConfig's defaults are the unified run's)."""
+    return GPTConfig(**{**BASELINE, **kw})
+
 
 UNIFIED = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or")
 
@@ -14,7 +23,7 @@ UNIFIED = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_no
 def test_loss_at_init_is_about_ln_vocab(variant):
     """At init the logits are nearly uniform: loss ~ ln(V) + 0.5 * 0.02^2 * d."""
     V = 500
-    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=64, vocab_size=V, **variant)
+    cfg = config(n_layer=2, n_head=4, n_embd=256, block_size=64, vocab_size=V, **variant)
     gen = torch.Generator().manual_seed(0)
     idx = torch.randint(0, V, (8, 64), generator=gen)
     targets = torch.randint(0, V, (8, 64), generator=gen)
@@ -25,7 +34,7 @@ def test_loss_at_init_is_about_ln_vocab(variant):
 
 @pytest.mark.parametrize("variant", [dict(), UNIFIED], ids=["baseline", "unified"])
 def test_tiny_model_overfits_one_batch(variant):
-    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=30, **variant)
+    cfg = config(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=30, **variant)
     model = GPT(cfg, seed=0)
     gen = torch.Generator().manual_seed(1)
     x = torch.randint(0, 30, (4, 16), generator=gen)
@@ -42,7 +51,7 @@ def test_tiny_model_overfits_one_batch(variant):
 
 
 def test_vocab_is_padded_and_logits_are_cut():
-    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=65))
+    model = GPT(config(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=65))
     assert model.wte.weight.shape[0] == 128
     logits = model(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtype=torch.long))[0]
     assert logits.shape == (1, 8, 65)
@@ -51,7 +60,7 @@ def test_vocab_is_padded_and_logits_are_cut():
 def test_unified_extra_parameters_at_124m_match_the_site_count():
     """Per block HG +3d, DP attention +5d, DNP +2 d_ff + d_ff + d, OR +1 per
     scale it reparameterizes; the total is < 2e-3 of the model."""
-    cfg = GPTConfig(**UNIFIED)
+    cfg = config(**GPT2_SMALL, **UNIFIED)
     with torch.device("meta"):
         unified, base = GPT(cfg), GPT(baseline_of(cfg))
     d, f, L = cfg.n_embd, cfg.d_ff, cfg.n_layer
@@ -65,7 +74,7 @@ def test_unified_extra_parameters_at_124m_match_the_site_count():
 
 
 def test_flops_per_token_counts_head_once_and_not_the_embedding():
-    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, tie_embeddings=False)
+    cfg = config(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, tie_embeddings=False)
     model = GPT(cfg)
     n_active = model.num_params() - 64 * 32
     assert model.flops_per_token() == 6 * n_active + 12 * 2 * 32 * 16
@@ -80,11 +89,11 @@ def test_flops_per_token_counts_head_once_and_not_the_embedding():
 ])
 def test_bad_model_config_names_the_value(bad, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        GPTConfig(**bad)
+        config(**{"vocab_size": 50, **bad})
 
 
 def test_sequence_longer_than_block_size_is_an_error():
-    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=10))
+    model = GPT(config(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=10))
     with pytest.raises(ValueError, match="exceeds block_size=8"):
         model(torch.zeros(1, 9, dtype=torch.long))
 
@@ -92,9 +101,9 @@ def test_sequence_longer_than_block_size_is_an_error():
 def test_paired_init_shares_weights_across_variants():
     """Variants of one seed start from identical matrices and embeddings."""
     small = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=50)
-    a = dict(GPT(GPTConfig(**small), seed=3).named_parameters())
-    b = dict(GPT(GPTConfig(**small, **UNIFIED), seed=3).named_parameters())
-    c = dict(GPT(GPTConfig(**small), seed=4).named_parameters())
+    a = dict(GPT(config(**small), seed=3).named_parameters())
+    b = dict(GPT(config(**small, **UNIFIED), seed=3).named_parameters())
+    c = dict(GPT(config(**small), seed=4).named_parameters())
     shared = [n for n in a if n in b and n.endswith(".weight") and a[n].dim() == 2]
     assert len(shared) == 2 * 7 + 1
     for n in shared:
@@ -103,6 +112,6 @@ def test_paired_init_shares_weights_across_variants():
 
 
 def test_generate_extends_the_sequence_within_vocab():
-    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=65))
+    model = GPT(config(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=65))
     out = model.generate(torch.zeros(1, 3, dtype=torch.long), 12, top_k=5)
     assert out.shape == (1, 15) and int(out.max()) < 65

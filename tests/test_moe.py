@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import BASELINE
 from model import GPT, MLP, MoE, GPTConfig, Router
 from optim import build_optimizers, param_groups
 from test_norms import randomize_scales
@@ -18,7 +19,8 @@ D = 16
 
 
 def moe_cfg(**kw):
-    base = dict(n_layer=2, n_head=2, n_embd=D, d_ff=32, block_size=8, vocab_size=30, n_experts=4, top_k=2)
+    base = dict(n_layer=2, n_head=2, n_embd=D, d_ff=32, block_size=8, vocab_size=30, n_experts=4, top_k=2,
+                **BASELINE)
     return GPTConfig(**{**base, **kw})
 
 

@@ -4,19 +4,23 @@ its init, its role, and folding (claim C2)."""
 import itertools
 import math
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import model as model_mod
+from conftest import BASELINE
 from model import GPT, GPTConfig
-from norms import ERScale, ORScale, PlainScale, RMSNorm, ScaledLinear, _RMSNormClosedForm, branch_linears, make_scale, rms_norm
+from norms import (SCALE_CLASSES, ERScale, ORScale, PlainScale, RMSNorm, ScaledLinear, _RMSNormClosedForm,
+                   branch_linears, make_scale, rms_norm)
 
 EPS = 1e-6
 
 
 def tiny(**kw):
-    base = dict(n_layer=2, n_head=2, n_embd=32, d_ff=48, block_size=16, vocab_size=50)
+    base = dict(n_layer=2, n_head=2, n_embd=32, d_ff=48, block_size=16, vocab_size=50, **BASELINE)
     return GPTConfig(**{**base, **kw})
 
 
@@ -307,6 +311,23 @@ def test_reparam_applies_exactly_where_the_magnitude_matters(variant):
             param.div_(2.0)
             assert change < 1e-4 or change > 1e-2, (name, change)  # invariant, or clearly not
             assert isinstance(sv, PlainScale) == (change < 1e-4), (name, change)
+
+
+def test_scale_classes_declare_magnitude_and_untied_role():
+    """has_magnitude() comes from magnitude_name; the one table is the config's reparam list;
+    tie_/untie_ change role and keep untied_role."""
+    assert {k: cls.has_magnitude() for k, cls in SCALE_CLASSES.items()} == {"plain": False, "or": True, "er": True}
+    assert tuple(model_mod.REPARAMS) == tuple(SCALE_CLASSES)
+    sv = ORScale(8, "input")
+    assert sv.role == sv.untied_role == "input"
+    sv.tie_("output")
+    assert (sv.role, sv.untied_role) == ("output", "input") and "untied_role=input" in repr(sv)
+    sv.untie_()
+    assert sv.role == "input"
+    with pytest.raises(ValueError, match="role must be one of"):
+        sv.tie_("both")
+    with pytest.raises(ValueError, match="reparam='xr' is not one of"):
+        make_scale(SimpleNamespace(scale="vector", reparam="xr"), 8, "input")
 
 
 def test_make_scale_none():

@@ -9,9 +9,11 @@ import pytest
 import torch
 
 import model as model_mod
+import norms
 import optim
+from conftest import BASELINE
 from model import GPT, GPTConfig, Router
-from norms import ScaleVector
+from norms import PlainScale, ScaledLinear, ScaleVector
 from optim import CPUMuon, build_optimizers, check_schedule, lr_multiplier, param_groups
 
 ALL_ON = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
@@ -25,7 +27,7 @@ def opt_cfg(**kw):
 
 
 def tiny(**kw):
-    return GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=50, **kw))
+    return GPT(GPTConfig(**{**dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=50, **BASELINE), **kw}))
 
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -62,6 +64,32 @@ def test_optim_reads_groups_from_module_attributes_not_model_classes():
     source = open(optim.__file__).read()
     assert not re.search(r"^\s*(import model|from model import)", source, re.M)
     assert Router.optim_group == "router"
+
+
+def test_optim_reads_declared_fields_without_fallbacks():
+    """No getattr/hasattr with a default: a field optim.py reads is declared on the class."""
+    source = open(optim.__file__).read()
+    assert not re.search(r"\b(getattr|hasattr)\(", source)
+    assert ScaledLinear.optim_group == "matrix" and Router.optim_group == "router"
+
+
+class OddGroupLinear(ScaledLinear):
+    optim_group = "odd"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (lambda: torch.nn.Linear(4, 4), r"module 'blocks.0.extra' \(Linear\) owns parameters \['weight', 'bias'\] "
+                                    r"but fits no optimizer group"),
+    (lambda: torch.nn.Embedding(16, 32), r"module 'blocks.0.extra' \(Embedding\) owns parameters \['weight'\]"),
+    (lambda: OddGroupLinear(4, 4), r"OddGroupLinear.optim_group='odd' is not one of"),
+], ids=["linear", "second_embedding", "unknown_group"])
+def test_a_module_with_parameters_and_no_declared_group_fails_loudly(extra, message):
+    """Only model.wte is the embedding and model.lm_head the head (by identity); anything else
+    that owns parameters must be a ScaleVector or a ScaledLinear with a known optim_group."""
+    model = tiny()
+    model.blocks[0].extra = extra()
+    with pytest.raises(ValueError, match=message):
+        param_groups(model, opt_cfg())
 
 
 @pytest.mark.parametrize("reparam, name", [("or", "magnitude"), ("er", "log_magnitude")])
@@ -278,6 +306,45 @@ def test_a_new_scale_vector_subclass_lands_in_its_roles_group_without_optimizer_
         before = model(x)[0]
         model.fold_scales()  # folding goes through forward() and reset_(): the logits stay
         assert torch.allclose(model(x)[0], before, atol=1e-5)
+
+
+@pytest.mark.parametrize("switches", [
+    dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm"),
+    dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", qk_norm=True, output_norms=True),
+], ids=["unified", "unified_qk_out"])
+def test_a_scale_class_without_a_magnitude_is_built_at_every_site_once_in_the_table(monkeypatch, switches):
+    """The fork guide's one edit, norms.SCALE_CLASSES["softplus"] = SoftplusScale: a class with
+    no separate magnitude parameter is built at every scale site, the magnitude-free ones too
+    (where OR, whose magnitude would get no gradient there, still gives way to PlainScale)."""
+    monkeypatch.setitem(norms.SCALE_CLASSES, "softplus", SoftplusScale)
+    model = tiny(reparam="softplus", **switches)
+    names = [n for n, _ in model.scale_vectors()]
+    assert sum(isinstance(sv, PlainScale) for _, sv in model.scale_vectors()) == 0
+    assert all(isinstance(sv, SoftplusScale) for _, sv in model.scale_vectors())
+    with_or = tiny(reparam="or", **switches)
+    assert [n for n, _ in with_or.scale_vectors()] == names  # the same sites
+    assert sum(isinstance(sv, PlainScale) for _, sv in with_or.scale_vectors()) >= 2 * 2  # 2 per block or more
+    x = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    model(x, x)[1].backward()
+    assert all(sv.raw.grad is not None and sv.raw.grad.abs().sum() > 0 for _, sv in model.scale_vectors())
+
+
+def test_iwd_final_reads_the_declared_untied_role_and_fold_leaves_it_the_role():
+    """The tied final-norm scale declares role "output" and untied_role "input"; every other
+    scale's untied_role is its role. iwd_final groups by untied_role; fold_scales unties the
+    head through untie_(), so the final-norm scale is input-role after it."""
+    model = tiny(reparam="or")
+    sv = model.norm_f.scale
+    assert (sv.role, sv.untied_role) == ("output", "input")
+    assert all(other.untied_role == other.role for _, other in model.scale_vectors() if other is not sv)
+    groups = {g["name"]: {id(p) for p in g["params"]} for g in param_groups(model, opt_cfg(scale_wd="iwd_final"))}
+    assert id(sv.direction) in groups["scale_input"] and id(sv.magnitude) in groups["magnitude_input"]
+    with pytest.warns(UserWarning, match="untying"):
+        model.fold_scales()
+    assert sv.role == sv.untied_role == "input"
+    by_recipe = [[(g["name"], g["weight_decay"], [id(p) for p in g["params"]]) for g in
+                  param_groups(model, opt_cfg(scale_wd=r))] for r in ("iwd", "iwd_final")]
+    assert by_recipe[0] == by_recipe[1]  # untied, the two recipes agree
 
 
 def test_iwd_final_decays_the_tied_final_norm_scale_and_nothing_else_more():

@@ -15,7 +15,10 @@ import sample
 import train as train_mod
 from conftest import ROOT
 from model import GPT
-from train import DEFAULTS, UserError, load_config, train
+from checkpoint import load_checkpoint
+from configurator import DEFAULTS, UserError, load_config
+from dataset import load_data
+from train import train
 
 
 def make_dataset(folder, n_train=4000, n_val=1000, vocab=40, seed=0):
@@ -70,14 +73,24 @@ def test_unknown_key_on_the_command_line_names_the_closest_keys():
         load_config(["--learing_rate=1e-3"])
 
 
-def test_help_lists_every_key_with_a_default_that_parses_back(tmp_path):
+def test_help_lists_every_key_with_its_meaning_and_a_default_that_parses_back(tmp_path):
     r = cli("--help", f"--out_dir={tmp_path}")
     assert r.returncode == 0, r.stderr
-    lines = [ln.strip() for ln in r.stdout.splitlines() if ln.startswith("  --")]
-    assert [ln[2:].split("=", 1)[0] for ln in lines] == list(DEFAULTS)
-    cfg, _ = load_config(lines)  # each printed default is valid input and gives the default back
+    rows = [ln.split(None, 1) for ln in r.stdout.splitlines() if ln.startswith("    --")]
+    args = [row[0] for row in rows]
+    assert [a[2:].split("=", 1)[0] for a in args] == list(DEFAULTS)
+    assert all(len(row) == 2 and row[1].strip() for row in rows)  # every key says what it means
+    cfg, _ = load_config(args)  # each printed default is valid input and gives the default back
     assert cfg == DEFAULTS
     assert not os.listdir(tmp_path)  # --help trains nothing
+
+
+def test_help_answers_without_importing_torch():
+    probe = ("import runpy, sys\nsys.argv = ['train.py', '--help']\ntry:\n"
+             "    runpy.run_path('train.py', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+             "print('torch loaded:', 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.stdout.strip().endswith("torch loaded: False"), r.stdout[-300:] + r.stderr
 
 
 def test_unknown_key_in_a_config_file_names_the_file_and_the_closest_keys(tmp_path):
@@ -305,7 +318,7 @@ def test_default_dataset_is_prepared_when_missing(tmp_path):
     shutil.copy(os.path.join(ROOT, "data", "shakespeare_char", "prepare.py"), data / "shakespeare_char")
     cfg, _ = load_config([f"--dataset={data / 'shakespeare_char'}"])
     from types import SimpleNamespace
-    loaded = train_mod.load_data(SimpleNamespace(**cfg))
+    loaded = load_data(SimpleNamespace(**cfg))
     assert os.path.getsize(loaded["train"]) // 2 > 4_000_000 and loaded["meta"]["vocab_size"] < 100
 
 
@@ -358,7 +371,7 @@ def test_numpy_values_in_meta_pkl_give_a_checkpoint_its_own_readers_load(tmp_pat
     with open(os.path.join(ds, "meta.pkl"), "wb") as f:
         pickle.dump(meta, f)
     run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
-    ckpt = train_mod.load_checkpoint(str(tmp_path / "o" / "ckpt.pt"))  # the weights-only loader
+    ckpt = load_checkpoint(str(tmp_path / "o" / "ckpt.pt"))  # the weights-only loader
     assert type(ckpt["config"]["vocab_size"]) is int and type(ckpt["meta"]["stoi"]["a"]) is int
     run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=3"])
     capsys.readouterr()
@@ -377,7 +390,7 @@ def test_checkpoint_keeps_the_requested_device_and_each_machine_resolves_it(tmp_
     assert (config["device"], config["dtype"]) == ("auto", "auto")
     seen = []
     real = train_mod.resolve_device
-    monkeypatch.setattr(train_mod, "resolve_device", lambda cfg: (seen.append((cfg.device, cfg.dtype)), real(cfg)))
+    monkeypatch.setattr(train_mod, "resolve_device", lambda device, dtype: (seen.append((device, dtype)), real(device, dtype))[1])
     run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=3"])
     assert seen == [("auto", "auto")]  # resolved again on this machine
     run(tiny_args(ds, tmp_path / "p", "--max_iters=2", "--device=cpu", "--dtype=float32"))
@@ -449,13 +462,13 @@ def test_offline_bpe_and_missing_packages_name_what_to_set_or_install(tmp_path, 
     from types import SimpleNamespace
     cfg, _ = load_config([f"--dataset={data / 'shakespeare'}"])
     with pytest.raises(UserError, match=r"prepare.py failed: cannot load tiktoken's r50k_base .*TIKTOKEN_CACHE_DIR"):
-        train_mod.load_data(SimpleNamespace(**cfg))
+        load_data(SimpleNamespace(**cfg))
 
     (data / "fineweb").mkdir()
     shutil.copy(os.path.join(ROOT, "data", "fineweb", "prepare.py"), data / "fineweb")
     cfg, _ = load_config([f"--dataset={data / 'fineweb'}"])
     with pytest.raises(UserError, match=r"not found .*: pip install datasets && python .*fineweb/prepare.py"):
-        train_mod.load_data(SimpleNamespace(**cfg))
+        load_data(SimpleNamespace(**cfg))
     try:
         import datasets  # noqa: F401
     except ImportError:

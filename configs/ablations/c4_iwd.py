@@ -4,7 +4,7 @@
 # Gemma-style (QK-norm + output norms) so that output-role scales exist. Tied, the
 # final-norm scale is output-role (it cannot fold); untied, input-role: the second
 # setting moves it to the decayed side.
-# Room to act (DESIGN section 9): the base run (500 iterations, weight_decay 0.1) pulls
+# Room to act (results/README.md, the decay pull): the base run (500 iterations, weight_decay 0.1) pulls
 # a scale by only exp(-sum_t lr_t wd) = exp(-0.08). Here 1,000 iterations at
 # weight_decay 1.0: exp(-1.65) = 0.19, well below e^-0.5 (plot.py prints the figure
 # in the caption). The stronger decay acts on the matrices too, alike in all three

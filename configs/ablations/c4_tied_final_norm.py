@@ -1,4 +1,4 @@
-# The role rule for the tied final-norm scale (DESIGN section 2): with tied embeddings it
+# The role rule for the tied final-norm scale (norms.py, roles): with tied embeddings it
 # cannot fold into the head without changing the embedding, so it is output-role and
 # IWD leaves it undecayed. unified_final decays it anyway (scale_wd="iwd_final", the
 # behaviour before the rule); C4 says decay on an output-role scale hurts: "higher".

@@ -1,4 +1,4 @@
-# C8 headline: unified vs baseline (DESIGN section 9: at least 5 seeds for the headline
+# C8 headline: unified vs baseline (results/README.md: at least 5 seeds for the headline
 # comparisons, more where an interval straddles 0 narrowly). Seeds 1-5 first; AdamW's
 # interval then reached just past 0 (-0.0080 [-0.0164, +0.0005]), so seeds 6-8 were added
 # for both settings. Adding seeds after a look is sequential testing: the 95% is nominal

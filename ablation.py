@@ -1,0 +1,272 @@
+"""An ablation: its file format, its runs (paired, named by config hash) and their records.
+
+An ablation file (plain Python, configs/ablations/) sets
+    claim            a line saying what is tested (names starting with _ are helpers)
+    base             a train.py config file every run starts from
+    variants         {name: {config overrides}}; the first is the baseline the others are compared to
+    expected         {variant: "lower" or "higher"}: the claim's direction for its val loss vs the baseline
+    settings         {name: {config overrides}}: optimizer/schedule settings, each a separate comparison
+    seeds            every (variant, setting) runs with each seed
+  optional:
+    comparisons      [(variant, reference, "lower" | "higher" | None)]: more paired differences
+                     than variant vs baseline (e.g. unified vs dnp)
+    lr_multipliers   LR sweep at seeds[0]: learning_rate, min_lr and muon_lr scaled together
+    tune_lr          True: seeds[1:] run at the multiplier with the lowest final val loss at
+                     seeds[0], per (setting, variant); they wait until that sweep is recorded;
+                     seeds[0] chose the LR, so it stays out of the seed table (its best-of-3 is
+                     biased low) and shows in the LR table only
+    planned_seeds    n: only seeds[:n] were planned before any result was seen; the later ones
+                     were added after a look (sequential testing), and plot.py marks each verdict
+                     that uses them as nominal, beside the verdict of the planned seeds alone
+    iter_multipliers {variant: [m, ...]}: token budgets; the variant also runs at each m x
+                     max_iters (warmup_iters and eval_interval scaled alike: a full schedule each),
+                     for plot.py's compute multiplier
+Runs are paired: one seed gives every variant the same initial matrices and the
+same batches (model.GPT.init_weights, train.get_batch), and validation is on
+the same fixed batches for all. A run is named <variant>_<setting>_s<seed>
+[_lrx<m>][_itx<m>]_<hash>, the hash taken over its full config (out_dir aside),
+and is trained in <out_root>/<name>. When it finishes, a record of a few KB
+(results/<name>.json: config, hash, val-loss curve, final scale statistics,
+wall time, torch version) is written from its log.jsonl. A run whose config
+hash has a record is skipped, whatever its name: a run two ablation files share
+(the baseline) runs once, and seeds accumulate across machines by committing
+results/. An interrupted run resumes from its checkpoint.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+
+from checkpoint import read_log
+from configurator import DEFAULTS, UserError, check_config, check_type, load_config, run_config_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
+OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
+            "planned_seeds": 0}
+DIRECTIONS = ("lower", "higher")
+LR_KEYS = ("learning_rate", "min_lr", "muon_lr")
+ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
+RECORD_FORMAT = 1
+
+def load_ablation(path):
+    """The ablation file as a dict; UserError naming a missing, unknown or malformed entry."""
+    if not os.path.isfile(path):
+        raise UserError(f"ablation file {path!r} not found")
+    spec = {k: v for k, v in run_config_file(path).items() if not k.startswith("_")}
+    unknown = spec.keys() - REQUIRED - OPTIONAL.keys()
+    missing = REQUIRED - spec.keys()
+    if unknown or missing:
+        raise UserError(f"{path}: unknown entries {sorted(unknown)}, missing {sorted(missing)}; "
+                        f"an ablation file sets {sorted(REQUIRED | OPTIONAL.keys())}")
+    for key, default in OPTIONAL.items():
+        spec.setdefault(key, default)
+    shapes = {"claim": (str, "a line of text"), "base": (str, "a config file path"),
+              "variants": (dict, "{name: {config overrides}}"), "settings": (dict, "{name: {config overrides}}"),
+              "seeds": ((list, tuple), "a list of ints, e.g. [1, 2, 3]"),
+              "expected": (dict, "{variant: 'lower' | 'higher'}"), "comparisons": ((list, tuple), "a list of triples"),
+              "lr_multipliers": ((list, tuple), "a list of numbers, e.g. [0.5, 2]"), "tune_lr": (bool, "True or False"),
+              "iter_multipliers": (dict, "{variant: [multipliers]}"), "planned_seeds": (int, "a count, e.g. 5")}
+    for key, (kind, example) in shapes.items():
+        if not isinstance(spec[key], kind):
+            raise UserError(f"{path}: {key} = {spec[key]!r} is of type {type(spec[key]).__name__}; write {example}")
+    for group in ("variants", "settings"):
+        bad = [name for name, o in spec[group].items() if not (isinstance(name, str) and isinstance(o, dict))]
+        if not spec[group] or bad:
+            raise UserError(f"{path}: {group} must map names to dicts of config overrides, e.g. "
+                            f"{{'baseline': {{}}}}; bad entries: {bad or 'none given'}")
+    seeds = spec["seeds"]
+    if not seeds or not all(type(x) is int for x in seeds) or len(set(seeds)) != len(seeds):
+        raise UserError(f"{path}: seeds = {seeds!r}: write a non-empty list of distinct ints, e.g. [1, 2, 3]")
+    if type(spec["planned_seeds"]) is not int or not 0 <= spec["planned_seeds"] <= len(seeds):
+        raise UserError(f"{path}: planned_seeds = {spec['planned_seeds']!r}: the number of seeds planned "
+                        f"before any result was seen, an int from 1 to {len(seeds)} (0, the default: all of them)")
+    if not all(isinstance(ms, (list, tuple)) for ms in spec["iter_multipliers"].values()):
+        raise UserError(f"{path}: iter_multipliers = {spec['iter_multipliers']!r}: write {{variant: [m, ...]}}")
+    variants = spec["variants"]
+    for variant, direction in spec["expected"].items():
+        if variant not in variants or direction not in DIRECTIONS:
+            raise UserError(f"{path}: expected[{variant!r}] = {direction!r}: name a variant and 'lower' or 'higher'")
+    for item in spec["comparisons"]:
+        if not (isinstance(item, (tuple, list)) and len(item) == 3 and item[0] in variants
+                and item[1] in variants and item[0] != item[1] and item[2] in (*DIRECTIONS, None)):
+            raise UserError(f"{path}: comparisons entry {item!r}: write (variant, reference, 'lower' | "
+                            f"'higher' | None) with two different variants of {list(variants)}")
+    mults = list(spec["lr_multipliers"]) + [m for ms in spec["iter_multipliers"].values() for m in ms]
+    if not all(isinstance(m, (int, float)) and m > 0 for m in mults):
+        raise UserError(f"{path}: lr_multipliers and iter_multipliers must be positive numbers, got {mults}")
+    if set(spec["iter_multipliers"]) - set(variants):
+        raise UserError(f"{path}: iter_multipliers names unknown variants "
+                        f"{sorted(set(spec['iter_multipliers']) - set(variants))}")
+    if spec["tune_lr"] and (not spec["lr_multipliers"] or spec["iter_multipliers"]):
+        raise UserError(f"{path}: tune_lr=True needs lr_multipliers to choose from, and no iter_multipliers")
+    spec["base"] = os.path.join(HERE, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
+    if not os.path.isfile(spec["base"]):
+        raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")
+    for group in ("variants", "settings"):
+        for name, overrides in spec[group].items():
+            for key in overrides:
+                if key not in DEFAULTS:
+                    raise UserError(f"{path}: {group}[{name!r}] sets unknown config key {key!r}")
+    # Every run's config is checked now, so a bad value fails here (and in --dry_run), not hours in
+    for setting in spec["settings"]:
+        for variant in variants:
+            for lr_mult in [1.0, *spec["lr_multipliers"]]:
+                for iter_mult in [1.0, *spec["iter_multipliers"].get(variant, [])]:
+                    try:
+                        check_config(run_config(spec, setting, variant, seeds[0], lr_mult, iter_mult)[0])
+                    except UserError as e:
+                        raise UserError(f"{path}: variant {variant!r} in setting {setting!r}"
+                                        f"{f' at {lr_mult}x LR' if lr_mult != 1 else ''}"
+                                        f"{f' at {iter_mult}x iterations' if iter_mult != 1 else ''}: {e}") from None
+    spec["name"] = os.path.splitext(os.path.basename(path))[0]
+    return spec
+
+
+def run_config(spec, setting, variant, seed, lr_mult=1.0, iter_mult=1.0):
+    """(full config without out_dir, its SHA-1 hex digest) of one run of an ablation."""
+    overrides = {**spec["settings"][setting], **spec["variants"][variant], "seed": seed}
+    cfg, _ = load_config([spec["base"]])
+    for key, value in overrides.items():  # Python values, typed as in a config file
+        cfg[key] = check_type(key, value, f"{key}={value!r}")
+    for key in LR_KEYS:
+        cfg[key] *= lr_mult
+    if iter_mult != 1.0:
+        for key in ITER_KEYS:
+            cfg[key] = round(cfg[key] * iter_mult)
+    cfg.pop("out_dir")
+    return cfg, hashlib.sha1(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
+
+
+def chosen_lr(spec, setting, variant, records):
+    """The LR multiplier of seeds[0] with the lowest final val loss, or None until all are recorded."""
+    finals = {}
+    for m in spec["lr_multipliers"]:
+        rec = (records or {}).get(run_config(spec, setting, variant, spec["seeds"][0], m)[1])
+        if rec is None:
+            return None
+        finals[m] = rec["final"]["val_loss"]
+    return min(finals, key=finals.get)
+
+
+def plan(spec, out_root, records=None):
+    """Every run of an ablation: list of dicts(name, hash, variant, setting, seed, lr_mult,
+    iter_mult, main, config, args, out_dir). `main` marks the runs of the seed table (the
+    chosen LR, 1x tokens). Under tune_lr, before the LR sweep is recorded, seeds[1:] are
+    placeholders with waiting=True. records: {hash: record} (load_records)."""
+    runs = []
+    seeds = spec["seeds"]
+    for setting in spec["settings"]:
+        for variant in spec["variants"]:
+            chosen = chosen_lr(spec, setting, variant, records) if spec["tune_lr"] else 1.0
+            jobs = [] if spec["tune_lr"] else [(s, 1.0, 1.0) for s in seeds]
+            jobs += [(seeds[0], m, 1.0) for m in spec["lr_multipliers"]]
+            if spec["tune_lr"] and chosen is not None:
+                jobs += [(s, chosen, 1.0) for s in seeds[1:]]
+            jobs += [(s, 1.0, m) for m in spec["iter_multipliers"].get(variant, []) if m != 1.0 for s in seeds]
+            for seed, lr_mult, iter_mult in dict.fromkeys(jobs):
+                cfg, digest = run_config(spec, setting, variant, seed, lr_mult, iter_mult)
+                name = (f"{variant}_{setting}_s{seed}{f'_lrx{lr_mult:g}' if lr_mult != 1.0 else ''}"
+                        f"{f'_itx{iter_mult:g}' if iter_mult != 1.0 else ''}_{digest[:8]}")
+                out_dir = os.path.join(out_root, name)
+                args = [f"--{k}={v}" for k, v in cfg.items() if v != DEFAULTS[k]] + [f"--out_dir={out_dir}"]
+                main = iter_mult == 1.0 and lr_mult == chosen and not (spec["tune_lr"] and seed == seeds[0])
+                runs.append(dict(name=name, hash=digest, variant=variant, setting=setting, seed=seed,
+                                 lr_mult=lr_mult, iter_mult=iter_mult, main=main,
+                                 config=cfg, args=args, out_dir=out_dir))
+            if spec["tune_lr"] and chosen is None:
+                runs += [dict(name=f"{variant}_{setting}_s{s}_lrx(best)", hash=None, variant=variant,
+                              setting=setting, seed=s, lr_mult=None, iter_mult=1.0, main=True, waiting=True,
+                              config=run_config(spec, setting, variant, s)[0])  # at 1x: for estimates only
+                         for s in seeds[1:]]
+    return runs
+
+
+def state(run, records=None):
+    """'waiting' (its LR is not chosen yet), 'recorded' (a record in results/), 'done' (final
+    eval logged, no record yet), 'partial' (a checkpoint to resume) or 'new'."""
+    if run.get("waiting"):
+        return "waiting"
+    if records is not None and run["hash"] in records:
+        return "recorded"
+    log = os.path.join(run["out_dir"], "log.jsonl")
+    if os.path.exists(log) and any(r["kind"] == "eval" and r["iter"] == run["config"]["max_iters"]
+                                   for r in read_log(log)):
+        return "done"
+    return "partial" if os.path.exists(os.path.join(run["out_dir"], "ckpt.pt")) else "new"
+
+
+# -----------------------------------------------------------------------------
+# Records: results/<name>.json, one per finished run
+
+
+def code_version():
+    """The git commit of this checkout, '+dirty' when tracked .py files differ from it; None outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "*.py"], cwd=HERE).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None):
+    """A run's record (a JSON-able dict of a few KB) from its log rows.
+
+    Holds the config and its hash, the labels it was planned under, the val loss
+    of every eval (iter, tokens), the final eval's scale statistics (mean, std,
+    min, max of each effective gamma, 5 significant digits), the last train
+    loss, wall time (seconds of the last process: a resumed run's last part),
+    CPU threads, torch version, compile flag and code version.
+    Raises UserError when the log has no final eval.
+    """
+    import torch
+
+    evals = [r for r in rows if r["kind"] == "eval"]
+    if not evals or evals[-1]["iter"] != run["config"]["max_iters"]:
+        raise UserError(f"{run['out_dir']}: log.jsonl has no eval at max_iters={run['config']['max_iters']}")
+    train = [r for r in rows if r["kind"] == "train"]
+    final = evals[-1]
+    return {
+        "format": RECORD_FORMAT, "name": run["name"], "config_hash": run["hash"], "ablation": ablation,
+        **{k: run[k] for k in ("variant", "setting", "seed", "lr_mult", "iter_mult")},
+        "final": {"iter": final["iter"], "tokens": final["tokens"], "val_loss": final["val_loss"],
+                  "train_loss": train[-1]["loss"] if train else None},
+        "evals": [{"iter": r["iter"], "tokens": r["tokens"], "val_loss": r["val_loss"]} for r in evals],
+        "scales": {site: {k: float(f"{v:.5g}") for k, v in s.items()} for site, s in final.get("scales", {}).items()},
+        "wall_s": None if wall_s is None else round(wall_s, 1), "threads": threads,
+        "torch": torch.__version__, "compile": run["config"]["compile"], "commit": commit,
+        "config": run["config"],
+    }
+
+
+def write_record(results, record):
+    """Write results/<name>.json atomically; returns its path."""
+    os.makedirs(results, exist_ok=True)
+    path = os.path.join(results, record["name"] + ".json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def load_records(results):
+    """{config hash: record} of every results/*.json; {} when the folder is absent.
+    Raises UserError naming a file that is not a record."""
+    records = {}
+    if not os.path.isdir(results):
+        return records
+    for name in sorted(os.listdir(results)):
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(results, name)
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+            records[rec["config_hash"]] = rec
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise UserError(f"{path} is not a run record ({type(e).__name__}: {e}): remove it or restore "
+                            f"it from git") from None
+    return records

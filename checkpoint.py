@@ -1,0 +1,155 @@
+"""Checkpoints and the run log: atomic save, checked load, resume, and a model back for sampling/export.
+
+A run's out_dir holds
+    ckpt.pt    {"model": state dict (uncompiled, unwrapped), "optimizers": [state dicts],
+                "config": the run's full config, "iter", "tokens", "val_loss", "meta": meta.pkl's dict}
+               written at every eval and at the end, atomically (a crash never leaves half a file)
+    log.jsonl  one JSON object per train step and per eval ("kind": "train" | "eval", "iter", "tokens",
+               then "loss" and "lr", or "val_loss" and per-site scale statistics)
+Resume (`--init_from=resume`) continues exactly: the model shape and every key the
+user does not set again come from the checkpoint; rows logged after it are dropped.
+"""
+
+import json
+import os
+import tempfile
+
+import torch
+
+from configurator import DEFAULTS, MODEL_KEYS, UserError, model_config
+
+
+def save_checkpoint(path, state):
+    """torch.save to path + '.tmp', fsync, then rename: a crash never leaves a half-written ckpt."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path):
+    """The checkpoint dict (tensors on the CPU); UserError if it is missing, unreadable or incomplete."""
+    if not os.path.exists(path):
+        raise UserError(f"no checkpoint at {path}: point --out_dir at a run that train.py wrote")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises several types for a damaged zip/pickle
+        raise UserError(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}); "
+                        f"it is damaged or not a scalevec checkpoint: restore it from a copy, or "
+                        f"train again into a new --out_dir") from None
+    missing = {"model", "optimizers", "config", "iter"} - set(ckpt if isinstance(ckpt, dict) else ())
+    if missing:
+        raise UserError(f"checkpoint {path} lacks {sorted(missing)}: not a scalevec checkpoint")
+    return ckpt
+
+
+def check_out_dir(out_dir):
+    """Make out_dir and write a probe file in it; UserError naming the folder if that fails."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
+                        f"choose a writable --out_dir") from None
+
+
+# -----------------------------------------------------------------------------
+# Resume
+
+
+def resume_config(cfg, given):
+    """(config, checkpoint, tokens seen) for `--init_from=resume` from cfg["out_dir"]/ckpt.pt.
+
+    The model's shape keys come from the checkpoint (UserError if the user set one
+    to another value; d_ff and vocab_size of 0 mean "as before"); the keys the user
+    gave win over the checkpoint's others (e.g. a larger --max_iters).
+    Raises UserError for a missing/damaged checkpoint or one past max_iters.
+    """
+    ckpt = load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    for key in MODEL_KEYS & given:
+        if cfg[key] != ckpt["config"][key] and not (key in ("d_ff", "vocab_size") and cfg[key] == 0):
+            raise UserError(f"--init_from=resume: {key}={cfg[key]!r} differs from the checkpoint's "
+                            f"{ckpt['config'][key]!r}; the model shape comes from the checkpoint")
+    merged = {**DEFAULTS, **ckpt["config"], **{k: cfg[k] for k in given - MODEL_KEYS}, "init_from": "resume"}
+    if ckpt["iter"] > merged["max_iters"]:
+        raise UserError(f"--init_from=resume: the checkpoint is at iteration {ckpt['iter']}, past "
+                        f"max_iters={merged['max_iters']}: pass a larger --max_iters to continue")
+    c = ckpt["config"]  # a checkpoint without the count: its run kept one batch size
+    tokens = ckpt.get("tokens", ckpt["iter"] * c["batch_size"] * c["block_size"] * c["gradient_accumulation_steps"])
+    return merged, ckpt, tokens
+
+
+def restore(ckpt, model, optimizers):
+    """Load the checkpoint's weights and optimizer moments into model and optimizers, in place.
+
+    The optimizers keep this run's hyperparameters (lr, weight decay, betas):
+    a resumed run may change them (--learning_rate=...); only the moments and
+    step counts come from the checkpoint. Returns (iteration, val loss).
+    Raises UserError when the checkpoint has another number of optimizers.
+    """
+    model.load_state_dict(ckpt["model"])
+    if len(ckpt["optimizers"]) != len(optimizers):
+        raise UserError(f"checkpoint has {len(ckpt['optimizers'])} optimizer states, this config "
+                        f"builds {len(optimizers)}: resume with the checkpoint's optimizer")
+    for opt, state in zip(optimizers, ckpt["optimizers"]):
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        opt.load_state_dict(state)  # restores the moments, and the checkpoint's hyperparameters:
+        for group, h in zip(opt.param_groups, hyper):  # this run's config wins
+            group.update(h)
+    return ckpt["iter"], ckpt.get("val_loss", float("nan"))
+
+
+def load_model(ckpt_path, device="cpu"):
+    """(model.GPT in eval mode on device, checkpoint dict) for sampling and export.
+
+    Works for checkpoints saved with or without compile/DDP (their "_orig_mod." /
+    "module." prefixes are stripped). Raises UserError if the file is unreadable.
+    """
+    from model import GPT
+
+    ckpt = load_checkpoint(ckpt_path)
+    model = GPT(model_config(ckpt["config"]))
+    state = {}
+    for key, value in ckpt["model"].items():
+        for prefix in ("module.", "_orig_mod."):
+            key = key[len(prefix):] if key.startswith(prefix) else key
+        state[key] = value
+    model.load_state_dict(state)
+    return model.to(device).eval(), ckpt
+
+
+# -----------------------------------------------------------------------------
+# The log
+
+
+def read_log(path):
+    """The rows of a log.jsonl; a last line torn by a crash mid-write is skipped."""
+    rows = []
+    with open(path) as f:
+        lines = f.read().splitlines()
+    for n, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if n < len(lines) - 1:
+                raise
+    return rows
+
+
+def trim_log(path, last_iter):
+    """Drop log rows past last_iter (rows of a run that went on after its checkpoint)."""
+    if not os.path.exists(path):
+        return
+    rows = [r for r in read_log(path) if r["iter"] <= last_iter]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(path + ".tmp", path)
+
+
+def append_log(path, row):
+    """Append one row (a JSON-able dict) to log.jsonl."""
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
