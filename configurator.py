@@ -11,8 +11,9 @@ accepted for a float key: `--learning_rate=1`); values may contain `=`.
 This module imports no torch at load time, so `--help` answers at once.
 
 Also here, because every command shares them: `UserError` (bad input, shown
-as one line) and `cli` (the entry point that shows it), the checks of a
-config's values, device resolution, and the one way to build a model config.
+as one line), `cli` (the entry point that shows it) and `compile_errors` (a
+torch.compile failure as one line), the checks of a config's values, device
+resolution, and the one way to build a model config (`model_config`).
 """
 
 import ast
@@ -20,6 +21,7 @@ import difflib
 import os
 import sys
 import traceback
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 # -----------------------------------------------------------------------------
@@ -302,3 +304,19 @@ def fmt_duration(seconds):
     """'45s', '12m05s' or '3h20m'."""
     s = int(seconds)
     return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+@contextmanager
+def compile_errors(enabled):
+    """Turn a torch.compile failure (no C++ compiler, an inductor bug) into one line with the fix."""
+    try:
+        yield
+    except Exception as e:
+        if not enabled:
+            raise
+        import torch._dynamo.exc  # only here: a compile error means torch is loaded
+        if isinstance(e, torch._dynamo.exc.TorchDynamoException) or \
+                type(e).__module__.startswith(("torch._inductor", "torch._dynamo")):
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise UserError(f"torch.compile failed ({type(e).__name__}: {first}): run with --compile=False") from None
+        raise

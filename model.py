@@ -472,6 +472,16 @@ class GPT(nn.Module):
         return [(n, m) for n, m in self.named_modules() if isinstance(m, ScaleVector)]
 
     @torch.no_grad()
+    def scale_stats(self):
+        """{site: {mean, std, min, max}} of every effective gamma, as floats (for the log's eval rows)."""
+        stats = {}
+        for name, sv in self.scale_vectors():
+            g = sv().float()
+            stats[name] = {"mean": g.mean().item(), "std": g.std().item() if g.numel() > 1 else 0.0,
+                           "min": g.min().item(), "max": g.max().item()}
+        return stats
+
+    @torch.no_grad()
     def fold_scales(self):
         """Fold every input-role scale into its adjacent linear map, in place (claim C2).
 

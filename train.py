@@ -22,7 +22,7 @@ import math
 import os
 import sys
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):  # answer at once, before torch loads
@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from checkpoint import append_log, check_out_dir, read_log, restore, resume_config, save_checkpoint, trim_log
-from configurator import UserError, check_config, cli, fmt_duration, load_config, model_config, resolve_device, usage
+from configurator import (UserError, check_config, cli, compile_errors, fmt_duration, load_config, model_config,
+                          resolve_device, usage)
 from dataset import dataset_dir, load_data, make_codec
 from model import GPT, peak_flops
 from optim import build_optimizers, format_groups, lr_multiplier, set_lr
@@ -286,7 +287,7 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True):
     val, load = evaluate(run, fwd)
     if not math.isfinite(val):
         raise FloatingPointError(diverged(run, "val", val, it))
-    row = {"kind": "eval", "iter": it, "tokens": tokens, "val_loss": val, "scales": scale_stats(raw_model)}
+    row = {"kind": "eval", "iter": it, "tokens": tokens, "val_loss": val, "scales": raw_model.scale_stats()}
     if load is not None:  # per MoE layer: share of routed tokens per expert, and max / mean share
         row["expert_load"] = load
         row["max_load"] = [max(layer) * run.cfg.n_experts for layer in load]
@@ -301,17 +302,6 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True):
     return val
 
 
-def scale_stats(model):
-    """{site: {mean, std, min, max}} of every effective gamma (for eval log rows)."""
-    stats = {}
-    with torch.no_grad():
-        for name, sv in model.scale_vectors():
-            g = sv().float()
-            stats[name] = {"mean": g.mean().item(), "std": g.std().item() if g.numel() > 1 else 0.0,
-                           "min": g.min().item(), "max": g.max().item()}
-    return stats
-
-
 def write_log(run, row):
     if run.master:
         append_log(run.log_path, row)
@@ -322,22 +312,6 @@ def diverged(run, which, value, it):
     kept = f"the last good checkpoint {run.ckpt_path} is kept" if os.path.exists(run.ckpt_path) else \
         "no checkpoint was written yet"
     return f"{which} loss is {value} at iter {it}: the run diverged; {kept} (try a lower learning_rate)"
-
-
-@contextmanager
-def compile_errors(enabled):
-    """Turn a torch.compile failure (no C++ compiler, an inductor bug) into one line with the fix."""
-    try:
-        yield
-    except Exception as e:
-        if not enabled:
-            raise
-        import torch._dynamo.exc
-        if isinstance(e, torch._dynamo.exc.TorchDynamoException) or \
-                type(e).__module__.startswith(("torch._inductor", "torch._dynamo")):
-            first = (str(e).strip().splitlines() or [""])[0][:200]
-            raise UserError(f"torch.compile failed ({type(e).__name__}: {first}): run with --compile=False") from None
-        raise
 
 
 class Progress:
