@@ -16,7 +16,7 @@ import tempfile
 
 import torch
 
-from configurator import DEFAULTS, MODEL_KEYS, UserError, model_config
+from configurator import MODEL_KEYS, UserError, complete, model_config
 
 
 def save_checkpoint(path, state):
@@ -69,11 +69,12 @@ def resume_config(cfg, given):
     Raises UserError for a missing/damaged checkpoint or one past max_iters.
     """
     ckpt = load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    saved = complete(ckpt["config"])  # a key added since it was written takes the value it meant then
     for key in MODEL_KEYS & given:
-        if cfg[key] != ckpt["config"][key] and not (key in ("d_ff", "vocab_size") and cfg[key] == 0):
+        if cfg[key] != saved[key] and not (key in ("d_ff", "vocab_size") and cfg[key] == 0):
             raise UserError(f"--init_from=resume: {key}={cfg[key]!r} differs from the checkpoint's "
-                            f"{ckpt['config'][key]!r}; the model shape comes from the checkpoint")
-    merged = {**DEFAULTS, **ckpt["config"], **{k: cfg[k] for k in given - MODEL_KEYS}, "init_from": "resume"}
+                            f"{saved[key]!r}; the model shape comes from the checkpoint")
+    merged = {**saved, **{k: cfg[k] for k in given - MODEL_KEYS}, "init_from": "resume"}
     if ckpt["iter"] > merged["max_iters"]:
         raise UserError(f"--init_from=resume: the checkpoint is at iteration {ckpt['iter']}, past "
                         f"max_iters={merged['max_iters']}: pass a larger --max_iters to continue")

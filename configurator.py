@@ -53,13 +53,15 @@ SECTIONS = {
         "dropout": (0.0, "in [0, 1)"),
         "rope_theta": (10000.0, "RoPE base"),
     },
-    "scale vectors": {  # the unified strategy (HG + DP attention + DNP MLP + OR + IWD)
+    "scale vectors": {  # the paper's unified strategy: HG + DNP + OR + IWD
         "scale": ("vector", '"vector" (learnable scale vectors) | "none" (normalizations only)'),
         "reparam": ("or", '"plain" | "or" | "er" (magnitude-direction); any key of norms.SCALE_CLASSES'),
         "branch_scales": (True, "HG: separate scales for q, k, v and gate, up"),
-        "attn_placement": ("dual", '"in" | "dual" (DP: scales on both sides of the linear maps)'),
+        "attn_placement": ("in", '"in" | "dual" (DP: scales on both sides of the linear maps)'),
         "mlp_placement": ("dual_norm", '"in" | "dual" (DP) | "dual_norm" (DNP) | "in_norm" (DNP\'s '
                                        'normalization without its scales)'),
+        "dual_sites": ("prenorm", '"prenorm": DP/DNP scales on the maps that read the normalized input '
+                                  '(q, k, v; gate, up) | "all": also around W_o and W_down (the earlier reading)'),
         "qk_norm": (False, "RMSNorm on q and k per head, with output-role scales"),
         "output_norms": (False, "Gemma-style RMSNorm on each branch's output before the residual add"),
         "norm_eps": (1e-6, "added to the mean square in every RMSNorm"),
@@ -102,6 +104,9 @@ SECTIONS = {
     },
 }
 DEFAULTS = {key: default for keys in SECTIONS.values() for key, (default, _) in keys.items()}
+# Keys added after runs were recorded, with the value those runs trained at: a config
+# (record, checkpoint) without the key means this value, and a run hash leaves it out.
+LEGACY = {"dual_sites": "all"}
 MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
     {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
 
@@ -263,14 +268,20 @@ def check_training_config(cfg):
         raise UserError(str(e)) from None
 
 
-def model_config(cfg):
-    """The model.GPTConfig of a run config (a dict or namespace with every key); UserError if invalid.
+def complete(cfg):
+    """A stored config (a record's or a checkpoint's, a dict) with every key: a key added after it
+    was written takes the value it meant then (LEGACY), else its default."""
+    return {**DEFAULTS, **LEGACY, **cfg}
 
-    vocab_size=0 ('from meta.pkl') is checked as 1 until the data is read.
+
+def model_config(cfg):
+    """The model.GPTConfig of a run config (a dict, completed as `complete` does, or a namespace
+    with every key); UserError if invalid. vocab_size=0 ('from meta.pkl') is checked as 1 until
+    the data is read.
     """
     from model import GPTConfig
 
-    get = cfg.get if isinstance(cfg, dict) else lambda k: getattr(cfg, k)
+    get = complete(cfg).get if isinstance(cfg, dict) else lambda k: getattr(cfg, k)
     try:
         return GPTConfig(**{k: get(k) for k in MODEL_KEYS} | {"vocab_size": get("vocab_size") or 1})
     except ValueError as e:

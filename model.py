@@ -31,6 +31,7 @@ SCALES = ("vector", "none")
 REPARAMS = SCALE_CLASSES.keys()  # a live view: a class added to norms.SCALE_CLASSES is a valid reparam
 ATTN_PLACEMENTS = ("in", "dual")
 MLP_PLACEMENTS = ("in", "dual", "dual_norm", "in_norm")
+DUAL_SITES = ("prenorm", "all")
 
 
 @dataclass
@@ -57,6 +58,7 @@ class GPTConfig:
     branch_scales: bool = DEFAULTS["branch_scales"]  # HG: separate gamma for q, k, v and gate, up
     attn_placement: str = DEFAULTS["attn_placement"]  # "in" | "dual" (DP)
     mlp_placement: str = DEFAULTS["mlp_placement"]  # "in" | "dual" (DP) | "dual_norm" (DNP) | "in_norm"
+    dual_sites: str = DEFAULTS["dual_sites"]  # "prenorm": DP/DNP on q, k, v; gate, up | "all": also W_o, W_down
     qk_norm: bool = DEFAULTS["qk_norm"]
     output_norms: bool = DEFAULTS["output_norms"]  # Gemma-style sandwich norms before the residual add
     norm_eps: float = DEFAULTS["norm_eps"]
@@ -84,7 +86,8 @@ class GPTConfig:
               f"head size n_embd/n_head={self.n_embd // self.n_head} must be even for RoPE")
         check(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)")
         for key, allowed in (("scale", SCALES), ("reparam", REPARAMS),
-                             ("attn_placement", ATTN_PLACEMENTS), ("mlp_placement", MLP_PLACEMENTS)):
+                             ("attn_placement", ATTN_PLACEMENTS), ("mlp_placement", MLP_PLACEMENTS),
+                             ("dual_sites", DUAL_SITES)):
             check(getattr(self, key) in allowed, f"{key}={getattr(self, key)!r} is not one of {tuple(allowed)}")
         if self.scale == "none":
             extras = {"reparam": self.reparam != "plain", "branch_scales": self.branch_scales,
@@ -144,7 +147,8 @@ class Attention(nn.Module):
 
     Order inside: W_q -> u_q (DP) -> QK-norm -> RoPE.
     HG puts gamma_q, gamma_k, gamma_v on the inputs of W_q, W_k, W_v; DP adds
-    u on their outputs and v, u on both sides of W_o. QK-norm: q = g_q *
+    u on their outputs (the Pre-Norm maps, which read the normalized input),
+    and with dual_sites="all" also v, u on both sides of W_o. QK-norm: q = g_q *
     normalize(q) per head, g_q of shape (head_dim,) shared across heads
     (output role). Shapes: (B, T, n_embd) -> (B, T, n_embd).
 
@@ -158,6 +162,7 @@ class Attention(nn.Module):
         d, self.n_head = cfg.n_embd, cfg.n_head
         hd, eps = d // cfg.n_head, cfg.norm_eps
         hg, dp = cfg.branch_scales, cfg.attn_placement == "dual"
+        dp_o = dp and cfg.dual_sites == "all"  # the earlier reading: scales around W_o too
 
         def branch(magnitude_free):
             return ScaledLinear(
@@ -168,8 +173,8 @@ class Attention(nn.Module):
         self.q, self.k, self.v = branch(cfg.qk_norm), branch(cfg.qk_norm), branch(cfg.output_norms)
         self.o = ScaledLinear(
             d, d,
-            in_scale=make_scale(cfg, d, "input", cfg.output_norms) if dp else None,
-            out_scale=make_scale(cfg, d, "input", cfg.output_norms) if dp else None)
+            in_scale=make_scale(cfg, d, "input", cfg.output_norms) if dp_o else None,
+            out_scale=make_scale(cfg, d, "input", cfg.output_norms) if dp_o else None)
         self.q_norm = RMSNorm(hd, eps, make_scale(cfg, hd, "output")) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, eps, make_scale(cfg, hd, "output")) if cfg.qk_norm else None
         self.dropout = cfg.dropout
@@ -196,13 +201,15 @@ class MLP(nn.Module):
 
     Placements:
       "in"        scales only before gate/up (on the pre-norm, or per branch under HG)
-      "dual"      DP: u on the outputs of gate, up, down and v on down's input
-      "dual_norm" DNP: gate and up become u * normalize(W (v * x_hat)) over d_ff;
-                  down as under DP. u_up is input-role (it folds into down's
+      "dual"      DP: u on the outputs of gate and up (the Pre-Norm maps)
+      "dual_norm" DNP: gate and up become u * normalize(W (v * x_hat)) over d_ff
+                  (paper: gamma_a * Norm(W (gamma_b * x))). u_up is input-role (it folds into down's
                   columns through the elementwise product), u_gate output-role
                   (SiLU follows it).
       "in_norm"   the control for DNP: gate and up become normalize(W x_hat)
                   (DNP's normalization without its scales); scales as "in".
+    With dual_sites="all" (the earlier reading) "dual" and "dual_norm" also put
+    v and u on both sides of down.
     Shapes: (B, T, n_embd) -> (B, T, n_embd); d_ff hidden.
 
     Magnitude-free scales (see norms.make_scale): under DNP (and "in_norm")
@@ -219,6 +226,7 @@ class MLP(nn.Module):
         self.dnp = place == "dual_norm"
         out_norm = place in ("dual_norm", "in_norm")  # a normalization over d_ff on gate and up
         dual = place in ("dual", "dual_norm")
+        dual_down = dual and cfg.dual_sites == "all"
 
         def branch(out_role, magnitude_free):
             return ScaledLinear(
@@ -232,8 +240,8 @@ class MLP(nn.Module):
         self.up = branch("input", magnitude_free)
         self.down = ScaledLinear(
             d_ff, d,
-            in_scale=make_scale(cfg, d_ff, "input", magnitude_free) if dual else None,
-            out_scale=make_scale(cfg, d, "input", magnitude_free) if dual else None)
+            in_scale=make_scale(cfg, d_ff, "input", magnitude_free) if dual_down else None,
+            out_scale=make_scale(cfg, d, "input", magnitude_free) if dual_down else None)
 
     def forward(self, x):
         gate, up = branch_linears(x, (self.gate, self.up))

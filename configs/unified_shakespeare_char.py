@@ -5,7 +5,7 @@ out_dir = "out-shakespeare-char"
 dataset = "shakespeare_char"
 
 branch_scales = True
-attn_placement = "dual"
+attn_placement = "in"  # the paper's unified: HG + DNP + OR + IWD (no DP on attention)
 mlp_placement = "dual_norm"
 reparam = "or"
 scale_wd = "iwd"

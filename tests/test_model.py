@@ -16,7 +16,9 @@ def config(**kw):
     return GPTConfig(**{**BASELINE, **kw})
 
 
-UNIFIED = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or")
+UNIFIED = dict(branch_scales=True, attn_placement="in", mlp_placement="dual_norm", reparam="or")  # the paper's
+UNIFIED_DP_ALL = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", dual_sites="all",
+                      reparam="or")  # the project's earlier definition
 
 
 @pytest.mark.parametrize("variant", [dict(), UNIFIED, dict(scale="none")], ids=["baseline", "unified", "none"])
@@ -58,19 +60,41 @@ def test_vocab_is_padded_and_logits_are_cut():
 
 
 def test_unified_extra_parameters_at_124m_match_the_site_count():
-    """Per block HG +3d, DP attention +5d, DNP +2 d_ff + d_ff + d, OR +1 per
-    scale it reparameterizes; the total is < 2e-3 of the model."""
+    """The paper's unified (HG + DNP on gate/up + OR): per block HG +3d, DNP's outer scales
+    +2 d_ff, OR +1 per scale it reparameterizes; about 6e-4 of the model."""
     cfg = config(**GPT2_SMALL, **UNIFIED)
     with torch.device("meta"):
         unified, base = GPT(cfg), GPT(baseline_of(cfg))
     d, f, L = cfg.n_embd, cfg.d_ff, cfg.n_layer
-    # OR scales per block: q/k/v in and out, o in and out, gate/up out, down in and out = 12
-    # (gate/up in-scales are followed by DNP's normalization and stay plain); plus the final norm
-    expected = L * (3 * d + 5 * d + 3 * f + d + 12) + 1
+    # OR scales per block: q/k/v in, gate/up out = 5 (gate/up in-scales are followed by DNP's
+    # normalization and stay plain); plus the final norm
+    expected = L * (3 * d + 2 * f + 5) + 1
     extra = unified.num_params() - base.num_params()
-    assert extra == expected
-    assert extra / unified.num_params() < 2e-3
+    assert extra == expected == 76_861
+    assert 5e-4 < extra / unified.num_params() < 7e-4
     assert f"{extra:+,}" in unified.param_report()
+
+
+def test_the_earlier_unified_extra_parameters_at_124m_match_the_site_count():
+    """The earlier definition (DP on attention, dual_sites="all"): per block HG +3d, DP attention
+    +5d (u on q, k, v; v and u around W_o), DNP +2 d_ff + (d_ff + d around W_down), OR +12."""
+    cfg = config(**GPT2_SMALL, **UNIFIED_DP_ALL)
+    with torch.device("meta"):
+        unified, base = GPT(cfg), GPT(baseline_of(cfg))
+    d, f, L = cfg.n_embd, cfg.d_ff, cfg.n_layer
+    # OR scales per block: q/k/v in and out, o in and out, gate/up out, down in and out = 12
+    expected = L * (3 * d + 5 * d + 3 * f + d + 12) + 1
+    assert unified.num_params() - base.num_params() == expected == 156_817
+
+
+@pytest.mark.parametrize("sites", ["prenorm", "all"])
+def test_dual_sites_put_the_extra_scales_on_the_prenorm_maps_or_also_around_wo_and_wdown(sites):
+    model = GPT(config(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=50, attn_placement="dual",
+                       mlp_placement="dual", dual_sites=sites))
+    attn, mlp = model.blocks[0].attn, model.blocks[0].mlp
+    assert all(lin.out_scale is not None for lin in (attn.q, attn.k, attn.v, mlp.gate, mlp.up))
+    around = [attn.o.in_scale, attn.o.out_scale, mlp.down.in_scale, mlp.down.out_scale]
+    assert all((s is not None) == (sites == "all") for s in around)
 
 
 def test_flops_per_token_counts_head_once_and_not_the_embedding():

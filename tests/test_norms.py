@@ -253,7 +253,7 @@ def expected_role(name, tied=True):
 
 
 def test_roles_of_unified_model():
-    cfg = tiny(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
+    cfg = tiny(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", dual_sites="all", reparam="or",
                qk_norm=True, output_norms=True)
     model = GPT(cfg)
     names = [n for n, _ in model.scale_vectors()]
@@ -282,11 +282,15 @@ def test_dual_placement_mlp_gate_scale_is_input_role():
     assert model.blocks[0].mlp.gate.out_scale.role == "input"
 
 
-MAGNITUDE_CONFIGS = [
+MAGNITUDE_CONFIGS = [  # every site (dual_sites="all"), and the paper's unified with and without QK-/output norms
+    dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", qk_norm=True, output_norms=True,
+         dual_sites="all"),
+    dict(attn_placement="dual", mlp_placement="dual", qk_norm=True, output_norms=True, dual_sites="all"),
+    dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", dual_sites="all"),
+    dict(branch_scales=True, mlp_placement="dual", output_norms=True, n_experts=3, top_k=2, shared_expert=True,
+         dual_sites="all"),
+    dict(branch_scales=True, mlp_placement="dual_norm"),
     dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", qk_norm=True, output_norms=True),
-    dict(attn_placement="dual", mlp_placement="dual", qk_norm=True, output_norms=True),
-    dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm"),
-    dict(branch_scales=True, mlp_placement="dual", output_norms=True, n_experts=3, top_k=2, shared_expert=True),
 ]
 
 

@@ -15,12 +15,13 @@ base = "configs/ablation_base.py"
 variants = {
     "baseline": {},
     "norm_only": {"mlp_placement": "in_norm"},
-    "dnp": {"attn_placement": "in", "mlp_placement": "dual_norm"},
-    "unified": {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm",
-                "reparam": "or", "scale_wd": "iwd"},
+    "dnp_all": {"attn_placement": "in", "mlp_placement": "dual_norm", "dual_sites": "all"},
+    "unified_dp_all": {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm",
+                       "dual_sites": "all", "reparam": "or", "scale_wd": "iwd"},
 }
-expected = {"dnp": "lower", "unified": "lower"}  # norm_only is a control: no claim of its own
-comparisons = [("dnp", "norm_only", "lower"), ("unified", "dnp", "lower"), ("unified", "norm_only", None)]
+expected = {"dnp_all": "lower", "unified_dp_all": "lower"}  # norm_only is a control: no claim of its own
+comparisons = [("dnp_all", "norm_only", "lower"), ("unified_dp_all", "dnp_all", "lower"),
+               ("unified_dp_all", "norm_only", None)]
 settings = {  # AdamW first: sweep.py runs the settings in this order
     "adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"},
     "muon_wsd": {"optimizer": "muon", "lr_schedule": "wsd"},

@@ -11,11 +11,11 @@ claim = "C8, compute multiplier: tokens the baseline needs to match unified's (n
 base = "configs/ablation_base.py"
 variants = {
     "baseline": {},
-    "unified": {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm",
-                "reparam": "or", "scale_wd": "iwd"},
+    "unified_dp_all": {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm",
+                       "dual_sites": "all", "reparam": "or", "scale_wd": "iwd"},
     "norm_only": {"mlp_placement": "in_norm"},
 }
-expected = {"unified": "lower"}
+expected = {"unified_dp_all": "lower"}
 settings = {"adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"}}
 seeds = [1, 2, 3, 4, 5]
 iter_multipliers = {"baseline": [0.5, 1.0, 1.5, 2.0]}

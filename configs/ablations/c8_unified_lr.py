@@ -4,8 +4,8 @@ claim = "C8, LR sweep: unified vs baseline at learning rates x0.5, x1, x2 (seed 
 base = "configs/ablation_base.py"
 variants = {
     "baseline": {},
-    "unified": {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm",
-                "reparam": "or", "scale_wd": "iwd"},
+    "unified_dp_all": {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm",
+                       "dual_sites": "all", "reparam": "or", "scale_wd": "iwd"},
 }
 settings = {
     "adamw_cosine": {"optimizer": "adamw", "lr_schedule": "cosine"},

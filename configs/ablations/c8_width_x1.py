@@ -7,10 +7,10 @@ claim = "C8 vs width at one LR: the unified strategy's gain over the baseline at
 base = "configs/ablation_base.py"
 variants = {
     "baseline": {},
-    "unified": {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm",
-                "reparam": "or", "scale_wd": "iwd"},
+    "unified_dp_all": {"branch_scales": True, "attn_placement": "dual", "mlp_placement": "dual_norm",
+                       "dual_sites": "all", "reparam": "or", "scale_wd": "iwd"},
 }
-expected = {"unified": "lower"}
+expected = {"unified_dp_all": "lower"}
 _adamw = {"optimizer": "adamw", "lr_schedule": "cosine"}
 settings = {
     "adamw_cosine_d64": {**_adamw, "n_embd": 64, "n_head": 2},
