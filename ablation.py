@@ -15,6 +15,12 @@ An ablation file (plain Python, configs/ablations/) sets
                      seeds[0], per (setting, variant); they wait until that sweep is recorded;
                      seeds[0] chose the LR, so it stays out of the seed table (its best-of-3 is
                      biased low) and shows in the LR table only
+    tuning_seeds     with tune_lr: seeds of their own for the LR sweep, never in a table; the
+                     LR is chosen by the mean final val loss over them, every seed of `seeds`
+                     runs at it, and a best at the grid's smallest or largest multiplier is
+                     not chosen (the table runs wait: extend lr_multipliers)
+    tune_setting     with tuning_seeds: the setting whose sweep chooses the LR of every setting
+                     (e.g. one token budget for all); default: each setting its own
     planned_seeds    n: only seeds[:n] were planned before any result was seen; the later ones
                      were added after a look (sequential testing), and plot.py marks each verdict
                      that uses them as nominal, beside the verdict of the planned seeds alone
@@ -44,7 +50,7 @@ from configurator import DEFAULTS, LEGACY, UserError, check_config, check_type, 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
 OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
-            "planned_seeds": 0}
+            "planned_seeds": 0, "tuning_seeds": [], "tune_setting": ""}
 DIRECTIONS = ("lower", "higher")
 LR_KEYS = ("learning_rate", "min_lr", "muon_lr")
 ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
@@ -67,7 +73,9 @@ def load_ablation(path):
               "seeds": ((list, tuple), "a list of ints, e.g. [1, 2, 3]"),
               "expected": (dict, "{variant: 'lower' | 'higher'}"), "comparisons": ((list, tuple), "a list of triples"),
               "lr_multipliers": ((list, tuple), "a list of numbers, e.g. [0.5, 2]"), "tune_lr": (bool, "True or False"),
-              "iter_multipliers": (dict, "{variant: [multipliers]}"), "planned_seeds": (int, "a count, e.g. 5")}
+              "iter_multipliers": (dict, "{variant: [multipliers]}"), "planned_seeds": (int, "a count, e.g. 5"),
+              "tuning_seeds": ((list, tuple), "a list of ints, e.g. [101, 102]"),
+              "tune_setting": (str, "a setting's name")}
     for key, (kind, example) in shapes.items():
         if not isinstance(spec[key], kind):
             raise UserError(f"{path}: {key} = {spec[key]!r} is of type {type(spec[key]).__name__}; write {example}")
@@ -101,6 +109,14 @@ def load_ablation(path):
                         f"{sorted(set(spec['iter_multipliers']) - set(variants))}")
     if spec["tune_lr"] and (not spec["lr_multipliers"] or spec["iter_multipliers"]):
         raise UserError(f"{path}: tune_lr=True needs lr_multipliers to choose from, and no iter_multipliers")
+    tuners = spec["tuning_seeds"]
+    if tuners and (not spec["tune_lr"] or not all(type(x) is int for x in tuners)
+                   or len(set(tuners)) != len(tuners) or set(tuners) & set(seeds)):
+        raise UserError(f"{path}: tuning_seeds = {tuners!r}: with tune_lr = True, a list of distinct ints "
+                        f"none of which is in seeds")
+    if spec["tune_setting"] and (not tuners or spec["tune_setting"] not in spec["settings"]):
+        raise UserError(f"{path}: tune_setting = {spec['tune_setting']!r}: name one of {list(spec['settings'])}, "
+                        f"with tuning_seeds")
     spec["base"] = os.path.join(HERE, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
     if not os.path.isfile(spec["base"]):
         raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")
@@ -152,15 +168,32 @@ def config_hash(cfg):
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
-def chosen_lr(spec, setting, variant, records):
-    """The LR multiplier of seeds[0] with the lowest final val loss, or None until all are recorded."""
+def tuning_seeds(spec):
+    """The seeds of the LR sweep: tuning_seeds, else seeds[0] (which then stays out of the table)."""
+    return list(spec["tuning_seeds"]) or spec["seeds"][:1]
+
+
+def lr_choice(spec, setting, variant, records):
+    """(multiplier, why): the LR multiplier with the lowest mean final val loss over the tuning
+    seeds, in tune_setting's sweep if one is named, else this setting's; (None, "sweep") until
+    every sweep run is recorded; with tuning_seeds, (None, "edge") when the best is the grid's
+    smallest or largest multiplier (the optimum may lie beyond: extend lr_multipliers)."""
+    sweep_setting = spec["tune_setting"] or setting
     finals = {}
     for m in spec["lr_multipliers"]:
-        rec = (records or {}).get(run_config(spec, setting, variant, spec["seeds"][0], m)[1])
-        if rec is None:
-            return None
-        finals[m] = rec["final"]["val_loss"]
-    return min(finals, key=finals.get)
+        recs = [(records or {}).get(run_config(spec, sweep_setting, variant, s, m)[1]) for s in tuning_seeds(spec)]
+        if None in recs:
+            return None, "sweep"
+        finals[m] = sum(r["final"]["val_loss"] for r in recs) / len(recs)
+    best = min(finals, key=finals.get)
+    if spec["tuning_seeds"] and best in (min(finals), max(finals)):
+        return None, "edge"
+    return best, ""
+
+
+def chosen_lr(spec, setting, variant, records):
+    """The chosen LR multiplier (see lr_choice), or None while there is none."""
+    return lr_choice(spec, setting, variant, records)[0]
 
 
 def plan(spec, out_root, records=None):
@@ -170,13 +203,15 @@ def plan(spec, out_root, records=None):
     placeholders with waiting=True. records: {hash: record} (load_records)."""
     runs = []
     seeds = spec["seeds"]
+    table_seeds = seeds if spec["tuning_seeds"] or not spec["tune_lr"] else seeds[1:]
     for setting in spec["settings"]:
         for variant in spec["variants"]:
-            chosen = chosen_lr(spec, setting, variant, records) if spec["tune_lr"] else 1.0
+            chosen, why = lr_choice(spec, setting, variant, records) if spec["tune_lr"] else (1.0, "")
             jobs = [] if spec["tune_lr"] else [(s, 1.0, 1.0) for s in seeds]
-            jobs += [(seeds[0], m, 1.0) for m in spec["lr_multipliers"]]
+            if spec["tune_setting"] in ("", setting):
+                jobs += [(s, m, 1.0) for s in tuning_seeds(spec) for m in spec["lr_multipliers"]]
             if spec["tune_lr"] and chosen is not None:
-                jobs += [(s, chosen, 1.0) for s in seeds[1:]]
+                jobs += [(s, chosen, 1.0) for s in table_seeds]
             jobs += [(s, 1.0, m) for m in spec["iter_multipliers"].get(variant, []) if m != 1.0 for s in seeds]
             for seed, lr_mult, iter_mult in dict.fromkeys(jobs):
                 cfg, digest = run_config(spec, setting, variant, seed, lr_mult, iter_mult)
@@ -184,15 +219,16 @@ def plan(spec, out_root, records=None):
                         f"{f'_itx{iter_mult:g}' if iter_mult != 1.0 else ''}_{digest[:8]}")
                 out_dir = os.path.join(out_root, name)
                 args = [f"--{k}={v}" for k, v in cfg.items() if v != DEFAULTS[k]] + [f"--out_dir={out_dir}"]
-                main = iter_mult == 1.0 and lr_mult == chosen and not (spec["tune_lr"] and seed == seeds[0])
+                main = iter_mult == 1.0 and lr_mult == chosen and seed in table_seeds
                 runs.append(dict(name=name, hash=digest, variant=variant, setting=setting, seed=seed,
                                  lr_mult=lr_mult, iter_mult=iter_mult, main=main,
                                  config=cfg, args=args, out_dir=out_dir))
             if spec["tune_lr"] and chosen is None:
-                runs += [dict(name=f"{variant}_{setting}_s{s}_lrx(best)", hash=None, variant=variant,
+                label = "best" if why == "sweep" else "edge: extend lr_multipliers"
+                runs += [dict(name=f"{variant}_{setting}_s{s}_lrx({label})", hash=None, variant=variant,
                               setting=setting, seed=s, lr_mult=None, iter_mult=1.0, main=True, waiting=True,
                               config=run_config(spec, setting, variant, s)[0])  # at 1x: for estimates only
-                         for s in seeds[1:]]
+                         for s in table_seeds]
     return runs
 
 
