@@ -63,3 +63,46 @@ def test_the_unified_configs_and_the_default_run_are_the_papers_hg_dnp_or_iwd(pa
     cfg, _ = load_config([os.path.join(ROOT, path)])
     assert {k: cfg[k] for k in PAPER_UNIFIED} == PAPER_UNIFIED
     assert {k: DEFAULTS[k] for k in PAPER_UNIFIED} == PAPER_UNIFIED
+
+
+def tuned_spec(tmp_path, mults="[0.5, 1.0, 2.0]"):
+    path = tmp_path / "tuned.py"
+    path.write_text(
+        "claim = 'x'\nbase = 'configs/ablation_base.py'\n"
+        "variants = {'baseline': {}, 'other': {'mlp_placement': 'in_norm'}}\n"
+        "settings = {'short': {'max_iters': 100}, 'long': {'max_iters': 200}}\n"
+        f"seeds = [1, 2, 3]\ntuning_seeds = [101, 102]\nlr_multipliers = {mults}\ntune_lr = True\n"
+        "tune_setting = 'short'\n")
+    return load_ablation(str(path))
+
+
+def sweep_records(spec, losses):
+    """Records for the LR sweep of every variant: losses[(seed, mult)] is the final val loss."""
+    from ablation import run_config
+    return {run_config(spec, "short", v, s, m)[1]: {"final": {"val_loss": loss}}
+            for v in spec["variants"] for (s, m), loss in losses.items()}
+
+
+def test_tuning_seeds_choose_the_lr_by_their_mean_for_every_setting_and_stay_out_of_tables(tmp_path):
+    spec = tuned_spec(tmp_path)
+    runs = plan(spec, "runs", {})
+    sweep = [r for r in runs if not r.get("waiting")]
+    assert {(r["setting"], r["seed"], r["lr_mult"]) for r in sweep} == \
+        {("short", s, m) for s in (101, 102) for m in (0.5, 1.0, 2.0)} and not any(r["main"] for r in sweep)
+    assert {(r["setting"], r["seed"]) for r in runs if r.get("waiting")} == {(t, s) for t in ("short", "long")
+                                                                            for s in (1, 2, 3)}
+    # seed 101 alone would pick x0.5; the mean over 101 and 102 picks x1 (interior)
+    records = sweep_records(spec, {(101, 0.5): 1.0, (101, 1.0): 1.1, (101, 2.0): 1.5,
+                                   (102, 0.5): 1.4, (102, 1.0): 1.1, (102, 2.0): 1.5})
+    main = [r for r in plan(spec, "runs", records) if r["main"]]
+    assert {(r["setting"], r["seed"], r["lr_mult"]) for r in main} == \
+        {(t, s, 1.0) for t in ("short", "long") for s in (1, 2, 3)}
+
+
+def test_a_best_lr_at_the_grids_edge_is_not_chosen_and_the_table_runs_wait(tmp_path):
+    spec = tuned_spec(tmp_path)
+    records = sweep_records(spec, {(s, m): {0.5: 1.5, 1.0: 1.2, 2.0: 1.1}[m] for s in (101, 102)
+                                   for m in (0.5, 1.0, 2.0)})
+    runs = plan(spec, "runs", records)
+    assert not any(r["main"] and not r.get("waiting") for r in runs)
+    assert all("edge" in r["name"] for r in runs if r.get("waiting"))
