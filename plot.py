@@ -4,10 +4,11 @@
     python plot.py configs/ablations/*.py --out=assets --readme=results/README.md   # the committed tables
 
 For each ablation file, writes to --out (default out-plots/; the committed tables are assets/):
-    <name>.md             per setting: final val loss mean +- std over seeds, the paired
-                          difference to the baseline per seed, its mean with a 95% interval
-                          and the verdict; the file's extra comparisons; the LR sweep; and,
-                          with token budgets, the compute multiplier
+    <name>.md             per setting: the regime (the baseline's parameters, tokens, tokens
+                          per parameter, passes over the training data), final val loss mean
+                          +- std over seeds, the paired difference to the baseline per seed,
+                          its mean with a 95% interval and the verdict; the file's extra
+                          comparisons; the LR sweep; and, with token budgets, the token multiplier
     <name>_curves.png     validation loss vs tokens per variant (mean over seeds, min-max band)
                           and the paired difference to the baseline (same seed) vs tokens, its
                           mean with a 95% t interval as a band
@@ -19,7 +20,8 @@ For each ablation file, writes to --out (default out-plots/; the committed table
                           to the baseline against n_embd (per seed, mean and 95% interval)
     lr_schedules.png      the learning rate vs iteration of each setting (from the configs)
     summary.md            every paired comparison of the files given, one row each, with its
-                          interval and verdict (--readme=results/README.md also writes it into
+                          interval, Benjamini-Hochberg adjusted p (claim rows) and verdict
+                          (--readme=results/README.md also writes it into
                           that file's summary block, so it cannot drift from the records)
 and prints the tables. Runs without a record, or made in another training mode
 (compiled or eager, CPU threads, torch version) than the ablation's other runs, are
@@ -32,18 +34,27 @@ its quantile computed from the exact t distribution for integer df, see t_quanti
 Verdict: "reproduced" when the interval lies wholly on the side the ablation's
 `expected` names, "contradicted" when wholly on the other side, "unresolved"
 otherwise (an interval touching 0 included); one seed: "unresolved (1 seed)".
+The summary adds, per claim row, the two-sided p of the paired t test (t = mean d /
+(s_d / sqrt(n)), df = n - 1; p < 0.05 exactly when the interval excludes 0) adjusted by
+Benjamini-Hochberg over all claim rows of the table (control rows stay out), and counts the
+rows that exclude 0 uncorrected and those with adjusted p <= 0.05; the verdicts stay the
+intervals'.
 
-Compute multiplier (the paper's headline metric). Per seed, the reference's final
+Token multiplier (the paper's headline metric is a compute multiplier; here it is a token
+multiplier at the reference's size and token budget, both stated). Per seed, the reference's final
 loss at its token budgets D is fitted by L(D) = E + A D^-alpha: for a fixed E, A and
 alpha come from the linear least-squares fit of log(L - E) on log D (closed form); E
 is the value on a grid over [0, min L), refined by golden-section search, that
 minimizes the squared error in L of that fit (not a full least-squares fit in L). The multiplier of a variant
-is D_ref(L_variant) / D_variant: the tokens the reference needs to reach the variant's
-final loss over the tokens the variant used (> 1: the variant is more token-efficient);
-mean and 95% t interval over seeds. With 4 budgets the fit has one degree of freedom:
-a multiplier outside the budgets' range is an extrapolation, and the table says so.
-Beside it, the same ratio without a fit (interpolated_tokens: the reference's loss read
-linearly in log tokens between the two budgets that bracket the variant's loss).
+is [D_ref(L_variant) / D_variant] / [D_ref(L_ref) / D_ref]: the tokens the reference needs to
+reach the variant's final loss over the tokens the variant used (> 1: the variant is more
+token-efficient), divided by the same ratio for the reference's own 1x run, same seed, so that
+the reference scores exactly 1 (the fit need not pass through its own 1x point); mean and 95% t
+interval over seeds. With 4 budgets the fit has one degree of freedom: a multiplier outside the
+budgets' range is an extrapolation, and the table says so. First, the same ratio without a fit
+(interpolated_tokens: the reference's loss read linearly in log tokens between the two budgets
+that bracket the loss), normalized the same way; beside both, the wall-clock ratio (the
+variant's recorded wall_s over the reference's 1x run's, same seed; rough: runs share machines).
 """
 
 import argparse
@@ -124,6 +135,38 @@ def mean_ci(xs, level=0.95):
         return mean, None, None
     half = t_quantile(0.5 + level / 2, n - 1) * statistics.stdev(xs) / math.sqrt(n)
     return mean, mean - half, mean + half
+
+
+def paired_t_p(diffs):
+    """Two-sided p value of the paired t test that the mean of diffs is 0; None for fewer than 2.
+
+    t = mean / (s_d / sqrt(n)) with df = n - 1, p = P(|T| >= |t|) = 1 - t_cdf_two_sided(t, df)
+    (absolute error about 1e-16: fine for the 3 digits shown). p < 0.05 exactly when the 95%
+    interval of mean_ci excludes 0. Zero spread: p = 0 for a nonzero mean, 1 for a zero one.
+    """
+    n = len(diffs)
+    if n < 2:
+        return None
+    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+    if sd == 0:
+        return 0.0 if mean else 1.0
+    return max(0.0, 1.0 - t_cdf_two_sided(mean / (sd / math.sqrt(n)), n - 1))
+
+
+def bh_adjust(ps):
+    """Benjamini-Hochberg adjusted p values of ps, in the order given.
+
+    Step-up: with p_(1) <= ... <= p_(m) sorted, p_adj(i) = min over j >= i of p_(j) m / j, capped
+    at 1; a hypothesis is rejected at false discovery rate q when p_adj <= q (q = 0.05: at most
+    5% of the rejections false in expectation, for independent or positively dependent tests).
+    """
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    adjusted, running = [0.0] * m, 1.0
+    for j, i in reversed(list(enumerate(order, start=1))):
+        running = min(running, ps[i] * m / j)
+        adjusted[i] = running
+    return adjusted
 
 
 def verdict(ci, n, expected):
@@ -231,6 +274,31 @@ def param_count(config):
         return None
 
 
+# Training tokens of a dataset's train split, for the passes over it a table states. Records do not
+# carry it and data/ may not be prepared in a clean clone, so it is a constant here:
+# shakespeare_char from data/shakespeare_char/prepare.py's output "train 4,531,100 chars" (one token
+# per character; train.bin holds 4,531,100 uint16 ids). Other datasets: no passes stated.
+TRAIN_TOKENS = {"shakespeare_char": 4_531_100}
+
+
+def run_tokens(cfg):
+    """Training tokens of a run: max_iters x batch_size x block_size x gradient_accumulation_steps."""
+    return cfg["max_iters"] * cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
+
+
+def regime(cfg, params, name):
+    """The line stating a setting's regime: the reference's parameters, its tokens, their ratio and,
+    for a dataset in TRAIN_TOKENS, the passes over its training split; '' without a config or count."""
+    if not cfg or not params:
+        return ""
+    tokens = run_tokens(cfg)
+    train = TRAIN_TOKENS.get(cfg.get("dataset"))
+    passes = (f", {tokens / train:.3g} passes over the training data ({cfg['dataset']}: {train:,} training "
+              f"tokens)") if train else ""
+    return (f"Regime: {params / 1e6:.3g}M parameters (`{name}`), {tokens / 1e6:.3g}M tokens, "
+            f"{tokens / params:.3g} tokens per parameter{passes}.")
+
+
 def training_mode(rec):
     """How a run was trained, beyond its config hash: (compiled, CPU threads, torch version); None
     where the record does not know (a run finished before records existed has no thread count)."""
@@ -327,7 +395,8 @@ def method_line(spec):
             "variant minus reference) per seed, and its mean with a 95% Student-t interval over seeds "
             "(df = seeds - 1). Verdict: reproduced / contradicted when the interval lies "
             "wholly on the claimed / the other side of 0, unresolved otherwise. Each row is its own 95% "
-            "interval, not corrected for multiple comparisons: across k rows about k x 5% exclude 0 by chance.")
+            "interval, not corrected for multiple comparisons: across k rows about k x 5% exclude 0 by chance "
+            "(the summary table adds Benjamini-Hochberg adjusted p values over every claim row).")
 
 
 def comparisons(spec, results):
@@ -383,6 +452,9 @@ def tables(spec, results):
            method_line(spec), ""]
     for setting in spec["settings"]:
         out += [f"Setting `{setting}`:", ""]
+        line = regime(results[(setting, base)]["config"], results[(setting, base)]["params"], base)
+        if line:
+            out += [line, ""]
         decayed = [results[(setting, v)]["config"] for v in variants
                    if results[(setting, v)]["config"] and results[(setting, v)]["config"]["scale_wd"] != "none"]
         if decayed:
@@ -430,9 +502,23 @@ def rank(c):
     return len(c["seeds"]), bool(c["expected"]), "added after a look" in c["verdict"]
 
 
+def excludes_zero(ci):
+    """Whether a mean_ci interval lies wholly on one side of 0 (one seed: no interval, False)."""
+    return ci is not None and ci[1] is not None and (ci[2] < 0 or ci[1] > 0)
+
+
+def claim_p_values(rows):
+    """{row index: Benjamini-Hochberg adjusted p} over the summary's claim rows with 2 seeds or more
+    (paired_t_p, then bh_adjust over all of them at once); control rows stay out of the family.
+    rows: [(comparison, names)] as summary builds them."""
+    claims = [i for i, (c, _) in enumerate(rows) if c["expected"] and len(c["diffs"]) > 1]
+    return dict(zip(claims, bh_adjust([paired_t_p(rows[i][0]["diffs"]) for i in claims])))
+
+
 def summary(collected):
     """Markdown: one table of every paired comparison of the given ablations, sorted by file name,
-    and how many claimed rows would exclude 0 by chance.
+    each claim row's Benjamini-Hochberg adjusted p (claim_p_values; a control row '-'), and a last
+    line: how many claim rows would exclude 0 by chance, how many do, how many survive the correction.
 
     A comparison several files make (the same variant and reference configs as run, seed aside)
     is one row naming them all, showing the largest of their seed sets when these nest (rank
@@ -458,17 +544,25 @@ def summary(collected):
                     c = {**c, "expected": row[0]["expected"],  # a control's larger seed set, the claim kept
                          "verdict": verdict(c["ci"], len(c["diffs"]), row[0]["expected"])}
                 row[0] = c
-    out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | claim | verdict |",
-           "|---|---|---|---|---|---|---|"]
-    for c, names in rows:
+    adjusted = claim_p_values(rows)
+    out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | p (BH) | claim | verdict |",
+           "|---|---|---|---|---|---|---|---|"]
+    for i, (c, names) in enumerate(rows):
+        p_txt = f"{adjusted[i]:#.3g}" if i in adjusted else "-"
         out.append(f"| {', '.join(f'`{n}`' for n in names)} | {c['setting']} | {c['variant']} - {c['reference']} | "
-                   f"{len(c['diffs'])} | {fmt_ci(c['ci'])} | {c['expected'] or '(control)'} | {c['verdict']} |")
+                   f"{len(c['diffs'])} | {fmt_ci(c['ci'])} | {p_txt} | {c['expected'] or '(control)'} | "
+                   f"{c['verdict']} |")
     claimed = sum(1 for c, _ in rows if c["expected"])
+    excluding = sum(1 for c, _ in rows if c["expected"] and excludes_zero(c["ci"]))
+    surviving = sum(1 for p in adjusted.values() if p <= 0.05)
+    family = f"the {len(adjusted)} claim rows" + (" with 2 seeds or more" if len(adjusted) < claimed else "")
     modes = sorted({mode_text(mode) for *_, mode in collected if mode})
     out += ["", f"{len(rows)} comparisons, {claimed} of them with a claim, each its own 95% Student-t interval "
             f"over seeds (final val loss, nats/token; negative: the variant is lower). With no effect anywhere, "
-            f"about {claimed / 20:.1f} of the {claimed} would exclude 0 by chance. Runs: {'; '.join(modes)}. "
-            f"Full tables: assets/<ablation>.md."]
+            f"about {claimed / 20:.1f} of the {claimed} would exclude 0 by chance; {excluding} of the {claimed} "
+            f"exclude 0 (uncorrected), and {surviving} survive the Benjamini-Hochberg correction over {family} "
+            f"at a false discovery rate of 0.05 (p (BH) <= 0.05: the two-sided paired t test's p, adjusted; "
+            f"the verdicts stay the intervals'). Runs: {'; '.join(modes)}. Full tables: assets/<ablation>.md."]
     return "\n".join(out)
 
 
@@ -510,11 +604,26 @@ def lr_table(spec, results):
     return out
 
 
+def token_ratios(fit, points, loss, tokens):
+    """(fitted, fit-free): the tokens the reference needs to reach `loss`, over `tokens`; fitted from its
+    fit (tokens_to_reach: inf at or below the fit's floor E), fit-free read off its budgets
+    (interpolated_tokens: None outside them). points: the reference's [(tokens, final loss)] by tokens."""
+    read = interpolated_tokens(points, loss)
+    return tokens_to_reach(fit, loss) / tokens, None if read is None else read / tokens
+
+
 def multipliers(spec, results, setting):
-    """The reference (the first variant with token budgets): {seed: fit or error text}, and per other
-    variant {seed: (multiplier, tokens needed, variant's tokens, multiplier without a fit or None)};
-    also the budgets' token range. The fit-free multiplier reads the tokens off the budgets
-    (interpolated_tokens): a check that the fit's form does not make the number."""
+    """The token multiplier of each variant against the reference (the first variant with token budgets).
+
+    Returns the reference; {seed: fit or error text}; the budgets' token range per seed; and per
+    variant, the reference included, {seed: dict(fitted, free, raw, need, wall)}:
+    raw = token_ratios of the variant's final loss and tokens, and fitted, free = raw divided by
+    the reference's own raw (its 1x run, same seed), so the reference scores exactly 1 by
+    construction (its fit need not pass through its own 1x point; the reference's raw is the
+    normalizer); free is None where either read lies outside the budgets; need = the fit's tokens
+    (unnormalized, for the extrapolation note); wall = the variant's recorded wall_s over the
+    reference's 1x run's, same seed (None where a record lacks it). A seed without a fit or
+    without the reference's 1x run has no multiplier."""
     ref = next(v for v in spec["variants"] if v in spec["iter_multipliers"])
     fits, span, points = {}, {}, {}
     for seed, budgets in results[(setting, ref)]["budgets"].items():
@@ -525,51 +634,78 @@ def multipliers(spec, results, setting):
         except ValueError as e:
             fits[seed] = str(e)
     per_variant = {}
-    for v in spec["variants"]:
-        if v == ref:
-            continue
+    ref_runs = results[(setting, ref)]["seeds"]
+    for v in [ref, *(v for v in spec["variants"] if v != ref)]:
         for seed, rec in results[(setting, v)]["seeds"].items():
-            if isinstance(fits.get(seed), tuple):
-                need = tokens_to_reach(fits[seed], final_val(rec))
-                read = interpolated_tokens(points[seed], final_val(rec))
-                per_variant.setdefault(v, {})[seed] = (need / rec["final"]["tokens"], need, rec["final"]["tokens"],
-                                                       None if read is None else read / rec["final"]["tokens"])
+            if not isinstance(fits.get(seed), tuple) or seed not in ref_runs:
+                continue
+            base_rec = ref_runs[seed]
+            norm = token_ratios(fits[seed], points[seed], final_val(base_rec), base_rec["final"]["tokens"])
+            raw = token_ratios(fits[seed], points[seed], final_val(rec), rec["final"]["tokens"])
+            free = None if None in (raw[1], norm[1]) else raw[1] / norm[1]
+            wall = rec["wall_s"] / base_rec["wall_s"] if rec.get("wall_s") and base_rec.get("wall_s") else None
+            per_variant.setdefault(v, {})[seed] = dict(fitted=raw[0] / norm[0], free=free, raw=raw,
+                                                       need=tokens_to_reach(fits[seed], final_val(rec)),
+                                                       wall=wall)
     return ref, fits, span, per_variant
 
 
 def multiplier_table(spec, results):
+    """Markdown: per setting, the token multiplier of each variant (multipliers): without the fit,
+    fitted, and the wall-clock ratio, per seed and as a mean with its 95% t interval."""
     out = []
     for setting in spec["settings"]:
         ref, fits, span, per_variant = multipliers(spec, results, setting)
-        out += [f"Compute multiplier, `{setting}`: tokens `{ref}` needs to reach the variant's final val loss "
-                f"(its fit L(D) = E + A D^-alpha per seed) over the variant's tokens; > 1: the variant is "
-                f"more token-efficient. Mean and 95% t interval over seeds.", ""]
+        cfg, params = results[(setting, ref)]["config"], results[(setting, ref)]["params"]
+        at = (f" at {params / 1e6:.3g}M parameters and {run_tokens(cfg) / params:.3g} tokens per parameter"
+              if cfg and params else "")
+        out += [f"Token multiplier{at}, `{setting}`: the tokens `{ref}` needs to reach the variant's final val "
+                f"loss over the variant's tokens, divided per seed by the same ratio for `{ref}`'s own 1x run "
+                f"(the normalizer; so `{ref}` scores exactly 1); > 1: the variant is more token-efficient. "
+                f"Without the fit: the tokens read off `{ref}`'s own budgets, linear in (log tokens, loss) "
+                f"between the two that bracket the loss (no value outside them); fitted: from its fit "
+                f"L(D) = E + A D^-alpha per seed. Where the two agree, the fit's form does not make the number. "
+                f"Mean and 95% t interval over seeds. Wall-clock ratio: the variant's recorded wall time over "
+                f"`{ref}`'s 1x run's, same seed (each run's last process, compilation included, beside whatever "
+                f"else ran on the machine: a rough cost ratio, not a timing).", ""]
+        own = per_variant.get(ref, {})
         for seed in sorted(fits):
             f = fits[seed]
             fit_txt = f"E = {f[0]:.4f}, A = {f[1]:.4g}, alpha = {f[2]:.3f}" if isinstance(f, tuple) else f"no fit ({f})"
+            if seed in own:
+                raw = own[seed]["raw"]
+                fit_txt += (f"; normalizer (`{ref}`'s own 1x run): fitted {raw[0]:.4f}, without the fit "
+                            + ("-" if raw[1] is None else f"{raw[1]:.4f}"))
+            elif isinstance(f, tuple):
+                fit_txt += f"; no 1x run of `{ref}` recorded: no multiplier"
             out.append(f"- seed {seed}: {fit_txt}")
-        out += ["", "| variant | per seed | mean [95% CI] | note | without the fit: per seed | mean [95% CI] |",
-                "|---|---|---|---|---|---|"]
+        out += ["", "| variant | without the fit: per seed | mean [95% CI] | fitted: per seed | mean [95% CI] | note "
+                "| wall-clock ratio: mean [95% CI] |",
+                "|---|---|---|---|---|---|---|"]
         for v, by_seed in per_variant.items():
-            vals = [by_seed[s][0] for s in sorted(by_seed)]
+            if v == ref:
+                continue
+            seeds = sorted(by_seed)
+            vals = [by_seed[s]["fitted"] for s in seeds]
             finite = [m for m in vals if math.isfinite(m)]
-            outside = [s for s in sorted(by_seed) if not span[s][0] <= by_seed[s][1] <= span[s][1]]
+            outside = [s for s in seeds if not span[s][0] <= by_seed[s]["need"] <= span[s][1]]
             note = []
             if len(finite) < len(vals):  # censored: dropping them would bias the mean down, so no interval
                 note.append(f"{len(vals) - len(finite)} seed(s) below the fit's floor E (multiplier unbounded): "
                             f"no mean or interval")
             if outside:
                 note.append(f"extrapolated beyond the budgets for seed(s) {', '.join(map(str, outside))}")
-            ci = mean_ci(vals) if len(finite) == len(vals) else None
-            mean_txt = fmt_ci(ci, ".3f")
-            read = [by_seed[s][3] for s in sorted(by_seed)]
-            read_ci = mean_ci(read) if None not in read else None  # a seed outside the budgets: no interval
-            read_txt = fmt_ci(read_ci, ".3f")
-            out.append(f"| {v} | {', '.join(f'{m:.3f}' for m in vals)} | {mean_txt} | {'; '.join(note) or '-'} | "
-                       f"{', '.join('-' if m is None else f'{m:.3f}' for m in read)} | {read_txt} |")
-        out += ["", "Without the fit: the tokens read off the reference's own budgets, linear in (log tokens, "
-                "loss) between the two that bracket the variant's loss (no value outside them). Where the "
-                "two columns agree, the fit's form does not make the number.", ""]
+            fitted_txt = fmt_ci(mean_ci(vals) if len(finite) == len(vals) else None, ".3f")
+            read = [by_seed[s]["free"] for s in seeds]
+            read_txt = fmt_ci(mean_ci(read) if None not in read else None, ".3f")  # a seed outside: no interval
+            walls = [by_seed[s]["wall"] for s in seeds if by_seed[s]["wall"] is not None]
+            wall_txt = fmt_ci(mean_ci(walls), ".2f")
+            if walls and len(walls) < len(seeds):  # a record without wall_s
+                wall_txt += f" (n={len(walls)})"
+            out.append(f"| {v} | {', '.join('-' if m is None else f'{m:.3f}' for m in read)} | {read_txt} | "
+                       f"{', '.join(f'{m:.3f}' for m in vals)} | {fitted_txt} | {'; '.join(note) or '-'} | "
+                       f"{wall_txt} |")
+        out.append("")
     return out
 
 

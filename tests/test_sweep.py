@@ -136,6 +136,9 @@ def test_plot_builds_the_table_and_interval_from_records_alone(tmp_path):
     assert plot.main([path, f"--results={tmp_path / 'results'}", f"--out={tmp_path / 'out'}"]) == 0
     md = open(tmp_path / "out" / "tiny.md").read()
     half = 4.303 * 0.01 / math.sqrt(3)  # t_{0.975,2} * sd / sqrt(n), sd of (-0.01, -0.02, -0.03) = 0.01
+    lines = md.splitlines()
+    cfg = next(r for r in sweep.plan(spec, "runs") if r["variant"] == "baseline")["config"]
+    assert lines[lines.index("Setting `adamw`:") + 2] == plot.regime(cfg, plot.param_count(cfg), "baseline")
     row = next(line for line in md.splitlines() if line.startswith("| unified |"))
     assert "-0.0100, -0.0200, -0.0300" in row and f"-0.0200 [{-0.02 - half:+.4f}, {-0.02 + half:+.4f}]" in row
     assert row.endswith("| lower | unresolved |")  # the interval reaches past 0
@@ -178,9 +181,13 @@ def test_summary_lists_each_comparison_once_with_its_largest_seed_set_and_every_
     # seeds 1, 2 of a_two are a subset of b_three's records: one row, b_three's 3 seeds, both files named
     # diffs -0.01, -0.02, -0.03: mean -0.02, sd 0.01, half-width t_{0.975,2} 0.01 / sqrt(3)
     half = 4.302652729911275 * 0.01 / math.sqrt(3)
+    # t = -0.02 / (0.01 / sqrt(3)) = -2 sqrt(3), df 2: p = 1 - |t| / sqrt(2 + t^2) = 1 - 2 sqrt(3) / sqrt(14);
+    # one claim row: Benjamini-Hochberg leaves it as it is
+    p = 1 - 2 * math.sqrt(3) / math.sqrt(14)
     assert rows == [f"| `a_two`, `b_three` | adamw | unified - baseline | 3 | -0.0200 [{-0.02 - half:+.4f}, "
-                    f"{-0.02 + half:+.4f}] | lower | unresolved |"]
+                    f"{-0.02 + half:+.4f}] | {p:#.3g} | lower | unresolved |"] and f"{p:#.3g}" == "0.0742"
     assert "1 comparisons, 1 of them with a claim" in table and "about 0.1 of the 1" in table
+    assert "0 of the 1 exclude 0 (uncorrected), and 0 survive the Benjamini-Hochberg correction" in table
     text = readme.read_text()
     assert text.startswith(f"intro\n{plot.README_BEGIN}\n| ablation |") and text.endswith(f"{plot.README_END}\noutro\n")
     assert "old table" not in text and rows[0] in text
@@ -271,9 +278,32 @@ def test_nested_seed_sets_of_the_same_runs_are_one_row_and_others_stay_apart(tmp
     rows = [line for line in plot.summary(collected).splitlines() if "unified - baseline" in line]
     # seeds 1-3 nest in 1-4: one row with 4 seeds, a_claim's claim kept; seeds 5-6 do not nest: their own row
     four = plot.mean_ci([-0.01, -0.02, -0.03, -0.04])
-    assert rows[0] == (f"| `a_claim`, `b_control` | adamw | unified - baseline | 4 | {plot.fmt_ci(four)} | lower | "
-                       f"{plot.verdict(four, 4, 'lower')} |")
+    p = plot.bh_adjust([plot.paired_t_p([-0.01, -0.02, -0.03, -0.04]), plot.paired_t_p([-0.05, -0.06])])[0]
+    assert rows[0] == (f"| `a_claim`, `b_control` | adamw | unified - baseline | 4 | {plot.fmt_ci(four)} | {p:#.3g} | "
+                       f"lower | {plot.verdict(four, 4, 'lower')} |")
     assert rows[1].startswith("| `c_apart` | adamw | unified - baseline | 2 |") and len(rows) == 2
+
+
+def test_summary_adjusts_p_over_the_claim_rows_only_and_counts_both(tmp_path):
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'a': {'reparam': 'or'}, 'b': {'reparam': 'er'}, 'c': {'branch_scales': True}}\n"
+        "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03], "c": [0.01, 0.02, 0.04]}
+    record_runs(spec, results, lambda run: 2.0 + diffs[run["variant"]][run["seed"] - 1])
+    collected, _ = plot.collect_all([path], sweep.load_records(results))
+    table = plot.summary(collected)
+    # a: mean -0.011, sd 0.001, |t| = 11 sqrt(3), t^2 = 363, df 2: p = 1 - sqrt(363) / sqrt(365) = 0.002743
+    # b: |t| = 2 sqrt(3): p = 1 - sqrt(12) / sqrt(14) = 0.0742. m = 2 claim rows (c is a control):
+    # p_adj(a) = min(2 p_a, p_b) = 2 p_a = 0.005487, p_adj(b) = p_b
+    p_a, p_b = 1 - math.sqrt(363 / 365), 1 - math.sqrt(12 / 14)
+    row = {v: next(line for line in table.splitlines() if f"| {v} - baseline |" in line) for v in "abc"}
+    assert f"| {2 * p_a:#.3g} | lower | reproduced |" in row["a"] and f"{2 * p_a:#.3g}" == "0.00549"
+    assert row["b"].endswith(f"| {p_b:#.3g} | lower | unresolved |")
+    assert row["c"].endswith("| - | (control) | - |")  # excludes 0, but outside the family
+    assert "3 comparisons, 2 of them with a claim" in table
+    assert "1 of the 2 exclude 0 (uncorrected), and 1 survive the Benjamini-Hochberg correction over the 2 claim rows" \
+        in table
 
 
 def test_commit_names_keep_the_dirty_mark_and_unknown_fields_do_not_split_the_mode():
@@ -304,6 +334,34 @@ def test_mean_ci_against_a_hand_computation():
     half = 4.302653 * math.sqrt(7e-4) / math.sqrt(3)
     assert mean == pytest.approx(0.03) and lo == pytest.approx(0.03 - half) and hi == pytest.approx(0.03 + half)
     assert plot.mean_ci([0.5]) == (0.5, None, None) and plot.mean_ci([]) is None
+
+
+def test_paired_t_p_against_a_hand_computation():
+    # d = [1, 2, 3]: mean 2, sd 1, t = 2 / (1 / sqrt(3)) = 2 sqrt(3), df 2; for df = 2
+    # P(|T| <= t) = t / sqrt(2 + t^2), so p = 1 - 2 sqrt(3) / sqrt(14) = 0.074180
+    assert plot.paired_t_p([1, 2, 3]) == pytest.approx(1 - 2 * math.sqrt(3) / math.sqrt(14), rel=1e-12)
+    assert plot.paired_t_p([-1, -2, -3]) == plot.paired_t_p([1, 2, 3])  # two-sided
+    # d = [1, 3]: mean 2, sd sqrt(2), t = 2 / (sqrt(2) / sqrt(2)) = 2, df 1 (Cauchy): p = 1 - 2 atan(2) / pi
+    assert plot.paired_t_p([1, 3]) == pytest.approx(1 - 2 * math.atan(2) / math.pi, rel=1e-12)
+    assert plot.paired_t_p([0.5]) is None and plot.paired_t_p([]) is None
+    assert plot.paired_t_p([0.1, 0.1]) == 0.0 and plot.paired_t_p([0.0, 0.0]) == 1.0
+
+
+@pytest.mark.parametrize("diffs", [[0.01, 0.02, 0.06], [-0.0023, -0.0047, -0.0132, -0.0172, -0.0025],
+                                   [-0.0103, -0.0185, -0.0214, -0.0190, -0.0020], [0.3, -0.1]])
+def test_p_below_005_exactly_when_the_95_interval_excludes_0(diffs):
+    assert (plot.paired_t_p(diffs) < 0.05) == plot.excludes_zero(plot.mean_ci(diffs))
+
+
+def test_benjamini_hochberg_against_hand_worked_examples():
+    # sorted 0.005, 0.01, 0.03, 0.04, 0.5 (m = 5): p m / rank = 0.025, 0.025, 0.05, 0.05, 0.5, already
+    # non-decreasing; given back in the input's order
+    assert plot.bh_adjust([0.01, 0.04, 0.03, 0.005, 0.5]) == pytest.approx([0.025, 0.05, 0.05, 0.025, 0.5])
+    # the step-up: sorted 0.01, 0.02, 0.021, 0.04 (m = 4): p m / rank = 0.04, 0.04, 0.028, 0.04; each
+    # is the minimum over its rank and above, so the first two drop to the third's 0.028
+    assert plot.bh_adjust([0.04, 0.01, 0.021, 0.02]) == pytest.approx([0.04, 0.028, 0.028, 0.028])
+    assert plot.bh_adjust([0.3]) == [0.3] and plot.bh_adjust([]) == []
+    assert plot.bh_adjust([0.9, 0.95, 0.99]) == pytest.approx([0.99, 0.99, 0.99])  # never above 1
 
 
 @pytest.mark.parametrize("lo, hi, expected, word", [
@@ -395,10 +453,77 @@ def test_iter_multipliers_scale_the_schedule_and_the_table_finds_the_multiplier(
     record_runs(spec, str(tmp_path / "results"), loss)
     assert plot.main([path, f"--results={tmp_path / 'results'}", f"--out={tmp_path / 'out'}"]) == 0
     md = open(tmp_path / "out" / "tiny.md").read()
-    assert "| unified | 1.250, 1.250, 1.250 | 1.250 [1.250, 1.250] | - |" in md
-    # a censored seed is not dropped (that would bias the mean down): no mean, no interval
-    assert "| norm_only | 1.250, 1.250, inf | - | 1 seed(s) below the fit's floor E" in md
+    # fitted: 1.25 (the reference lies on its fit: the normalizer is 1); no wall times recorded: '-'
+    assert "| 1.250, 1.250, 1.250 | 1.250 [1.250, 1.250] | - | - |" in md
+    # a censored seed is not dropped (that would bias the mean down): no mean, no interval; fit-free: outside
+    assert re.search(r"\| norm_only \| \d\.\d{3}, \d\.\d{3}, - \| - \| 1\.250, 1\.250, inf \| - \| "
+                     r"1 seed\(s\) below the fit's floor E", md)
     assert os.path.getsize(tmp_path / "out" / "tiny_fit.png") > 0
+
+
+def test_token_multiplier_is_normalized_so_the_reference_scores_exactly_one(tmp_path):
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': " + UNIFIED + ", 'same': {'reparam': 'or'}}\n"
+        "expected = {'unified': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"
+        "iter_multipliers = {'baseline': [0.5, 1.0, 1.5, 2.0]}\n"))
+    spec, results_dir = sweep.load_ablation(path), str(tmp_path / "results")
+
+    def law(iters):
+        return 1.2 + 30 * (iters * 4 * 16) ** -0.4
+
+    def base_1x(seed):  # the baseline's 1x run lies off its power law (seed 2: on it)
+        return law(4) + 0.02 * (seed - 2)
+
+    def loss(run):  # unified: the law at 1.25x the tokens; same: the baseline's 1x loss
+        if run["variant"] == "unified":
+            return law(4 * 1.25)
+        if run["variant"] == "same" or run["iter_mult"] == 1.0:
+            return base_1x(run["seed"])
+        return law(4 * run["iter_mult"])
+
+    for run in sweep.plan(spec, "runs"):  # wall times: baseline 100 s, unified (1.4 + 0.1 seed) x that
+        wall = 100.0 * ((1.4 + 0.1 * run["seed"]) if run["variant"] == "unified" else 1.0)
+        record = sweep.make_record(run, fake_rows(run["config"], loss(run)), "tiny", wall_s=wall)
+        sweep.write_record(results_dir, record)
+    results, _, _ = plot.collect(spec, sweep.load_records(results_dir))
+    ref, fits, _, per_variant = plot.multipliers(spec, results, "adamw")
+    assert ref == "baseline"
+    for seed in (1, 2, 3):
+        own = per_variant["baseline"][seed]
+        assert own["fitted"] == 1.0 and own["free"] == 1.0 and own["wall"] == 1.0  # exactly, by construction
+        assert per_variant["same"][seed]["fitted"] == 1.0 and per_variant["same"][seed]["free"] == 1.0
+        # by hand: the fit's tokens for the variant's loss over those for the reference's 1x loss (same tokens)
+        hand = plot.tokens_to_reach(fits[seed], law(5)) / plot.tokens_to_reach(fits[seed], base_1x(seed))
+        assert per_variant["unified"][seed]["fitted"] == pytest.approx(hand, rel=1e-12)
+        assert per_variant["unified"][seed]["wall"] == pytest.approx(1.4 + 0.1 * seed)
+    assert abs(per_variant["baseline"][1]["raw"][0] - 1) > 1e-3  # the fit misses the 1x point: a normalizer
+    assert per_variant["unified"][2]["fitted"] == pytest.approx(1.25, rel=2e-3)  # seed 2 lies on the law
+    md = "\n".join(plot.multiplier_table(spec, results))
+    cfg = results[("adamw", "baseline")]["config"]
+    n, t = plot.param_count(cfg), 4 * 4 * 16
+    assert f"Token multiplier at {n / 1e6:.3g}M parameters and {t / n:.3g} tokens per parameter, `adamw`" in md
+    half = 4.302652729911275 * 0.1 / math.sqrt(3)  # wall ratios 1.5, 1.6, 1.7: mean 1.6, sd 0.1
+    unified = next(line for line in md.splitlines() if line.startswith("| unified |"))
+    assert unified.endswith(f"| - | 1.60 [{1.6 - half:.2f}, {1.6 + half:.2f}] |")
+
+
+def test_the_regime_line_states_parameters_tokens_and_passes():
+    cfg = {"max_iters": 500, "batch_size": 16, "block_size": 256, "gradient_accumulation_steps": 1,
+           "dataset": "shakespeare_char"}
+    # 500 x 16 x 256 = 2,048,000 tokens; / 1e6 parameters = 2.048; / 4,531,100 training tokens = 0.452
+    assert plot.regime(cfg, 1_000_000, "baseline") == (
+        "Regime: 1M parameters (`baseline`), 2.05M tokens, 2.05 tokens per parameter, 0.452 passes over the "
+        "training data (shakespeare_char: 4,531,100 training tokens).")
+    assert plot.regime({**cfg, "dataset": "elsewhere"}, 500_000, "ref") == \
+        "Regime: 0.5M parameters (`ref`), 2.05M tokens, 4.1 tokens per parameter."
+    assert plot.regime(None, 1, "x") == "" and plot.regime(cfg, None, "x") == ""
+
+
+def test_train_tokens_match_the_prepared_split():
+    path = os.path.join(ROOT, "data", "shakespeare_char", "train.bin")
+    if not os.path.isfile(path):
+        pytest.skip("data/shakespeare_char/train.bin not prepared")
+    assert os.path.getsize(path) // 2 == plot.TRAIN_TOKENS["shakespeare_char"]  # uint16 ids
 
 
 def test_tune_lr_runs_the_other_seeds_at_each_variants_best_lr(tmp_path):
