@@ -42,15 +42,19 @@ VARIANTS = {
     "baseline": dict(),
     "none": dict(scale="none"),
     "hg": dict(branch_scales=True),
-    "dp": dict(attn_placement="dual", mlp_placement="dual"),
-    "dnp": dict(mlp_placement="dual_norm"),
+    "dp": dict(attn_placement="dual", mlp_placement="dual", dual_sites="prenorm"),
+    "dnp": dict(mlp_placement="dual_norm", dual_sites="prenorm"),
     "or": dict(reparam="or"),
     "er": dict(reparam="er"),
-    "unified": dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or"),
+    # the paper's unified (HG + DNP + OR; IWD is the optimizer's), and the project's earlier one
+    "unified": dict(branch_scales=True, attn_placement="in", mlp_placement="dual_norm", dual_sites="prenorm",
+                    reparam="or"),
+    "unified_dp_all": dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", dual_sites="all",
+                           reparam="or"),
     # top-2 of 8 experts, each d_ff / 2 wide: the active parameters of the dense MLP
     "moe": dict(n_experts=8, top_k=2),
-    "unified_moe": dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
-                        n_experts=8, top_k=2),
+    "unified_moe": dict(branch_scales=True, attn_placement="in", mlp_placement="dual_norm", dual_sites="prenorm",
+                        reparam="or", n_experts=8, top_k=2),
 }
 BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_placement="in",
                 mlp_placement="in", scale_wd="none")
