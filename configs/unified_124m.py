@@ -1,7 +1,9 @@
 # GPT-2 small (124M) on FineWeb with the paper's unified scale-vector strategy, on GPUs.
 #   python data/fineweb/prepare.py
 #   torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py
-# 524,288 tokens/iter (16 x 1024 x 32), 5000 iters = 2.6B tokens (~20 tokens/parameter).
+# 524,288 tokens/iter (16 x 1024 x 32), 5000 iters = 2.62B tokens; 123,664,189 parameters: 21.2 tokens
+# per parameter (Chinchilla-like ~20). The paper trains at ~100: --max_iters=23600 (12.4B tokens, more than
+# the sample-10BT subset holds: prepare --subset=sample-100BT --train_tokens=1.3e10).
 out_dir = "out-unified-124m"
 dataset = "fineweb"
 eval_interval = 250
