@@ -8,7 +8,10 @@ For each ablation file, writes to --out (default out-plots/; the committed table
                           per parameter, passes over the training data), final val loss mean
                           +- std over seeds, the paired difference to the baseline per seed,
                           its mean with a 95% interval and the verdict; the file's extra
-                          comparisons; the LR sweep; and, with token budgets, the token multiplier
+                          comparisons; when the settings differ in their token budget at one
+                          model size, the paired difference to the baseline per tokens per
+                          parameter; the LR sweep (with tuning_seeds: their mean per multiplier,
+                          the chosen one marked); and, with token budgets, the token multiplier
     <name>_curves.png     validation loss vs tokens per variant (mean over seeds, min-max band)
                           and the paired difference to the baseline (same seed) vs tokens, its
                           mean with a 95% t interval as a band
@@ -18,6 +21,9 @@ For each ablation file, writes to --out (default out-plots/; the committed table
                           the variants' final losses on it
     <name>_width.png      when the settings vary the width: each variant's paired difference
                           to the baseline against n_embd (per seed, mean and 95% interval)
+    <name>_tpp.png        when the settings differ in their token budget at one model size:
+                          each variant's paired difference to the baseline against tokens per
+                          parameter (per seed, mean and 95% interval)
     lr_schedules.png      the learning rate vs iteration of each setting (from the configs)
     summary.md            every paired comparison of the files given, one row each, with its
                           interval, Benjamini-Hochberg adjusted p (claim rows) and verdict
@@ -75,7 +81,7 @@ import torch  # noqa: E402
 
 from model import GPT  # noqa: E402
 from optim import lr_multiplier  # noqa: E402
-from ablation import HERE, load_ablation, load_records, plan  # noqa: E402
+from ablation import HERE, load_ablation, load_records, lr_choice, plan, tuning_seeds  # noqa: E402
 from configurator import UserError, cli, model_config  # noqa: E402
 
 # -----------------------------------------------------------------------------
@@ -322,8 +328,11 @@ def mode_text(mode):
 
 def collect(spec, records):
     """{(setting, variant): {"seeds": {seed: record}, "lr": {mult: record}, "budgets": {seed: {iter_mult:
-    record}}, "params": n, "config": a 1x config}}, the names of runs without a record (or left out),
-    and the training mode the tables use.
+    record}}, "tuning": {mult: {tuning seed: record}}, "params": n, "config": a 1x config (with
+    tuning_seeds: the tables' config, at the chosen LR, once it is chosen)}}, the names
+    of runs without a record (or left out), and the training mode the tables use. "lr" holds the
+    sweep at seeds[0]; with tuning_seeds it stays empty and "tuning" holds their sweep instead (in
+    tune_setting only, when one is named).
 
     Paired differences never mix training modes (training_mode): the ablation's most common
     mode is used and a record made another way counts as missing, named with its mode (a
@@ -335,11 +344,15 @@ def collect(spec, records):
     results, missing = {}, []
     for run in runs:
         e = results.setdefault((run["setting"], run["variant"]),
-                               {"seeds": {}, "lr": {}, "budgets": {}, "params": None, "config": None})
+                               {"seeds": {}, "lr": {}, "budgets": {}, "tuning": {}, "params": None,
+                                "config": None})
         if run.get("waiting"):
             missing.append(run["name"])
             continue
-        if run["iter_mult"] == 1.0 and (e["config"] is None or run["lr_mult"] == 1.0):
+        # the config of the tables' runs where they are planned (with tuning_seeds: at the chosen LR, which
+        # the decay pull depends on), else one at 1x LR
+        if run["iter_mult"] == 1.0 and (e["config"] is None or run["lr_mult"] == 1.0
+                                        or (spec["tuning_seeds"] and run["main"])):
             e["config"] = run["config"]
             e["params"] = param_count(run["config"])
         rec = records.get(run["hash"])
@@ -351,7 +364,10 @@ def collect(spec, records):
             continue
         if run["main"]:
             e["seeds"][run["seed"]] = rec
-        if run["seed"] == spec["seeds"][0] and run["iter_mult"] == 1.0 and run["lr_mult"] in spec["lr_multipliers"]:
+        if spec["tuning_seeds"]:
+            if run["seed"] in spec["tuning_seeds"] and run["iter_mult"] == 1.0:
+                e["tuning"].setdefault(run["lr_mult"], {})[run["seed"]] = rec
+        elif run["seed"] == spec["seeds"][0] and run["iter_mult"] == 1.0 and run["lr_mult"] in spec["lr_multipliers"]:
             e["lr"][run["lr_mult"]] = rec
         if run["lr_mult"] == 1.0:
             e["budgets"].setdefault(run["seed"], {})[run["iter_mult"]] = rec
@@ -359,13 +375,13 @@ def collect(spec, records):
 
 
 def collect_all(paths, records):
-    """([(spec, results, missing, mode)] from collect for each ablation file that has any record,
-    in the order given; [paths of those that have none])."""
+    """([(spec, results, missing, mode)] from collect for each ablation file that has any record of
+    its tables or of its tuning seeds' LR sweep, in the order given; [paths of those that have none])."""
     collected, skipped = [], []
     for path in paths:
         spec = load_ablation(path)
         results, missing, mode = collect(spec, records)
-        if any(e["seeds"] for e in results.values()):
+        if any(e["seeds"] or e["tuning"] for e in results.values()):
             collected.append((spec, results, missing, mode))
         else:
             skipped.append(path)
@@ -489,6 +505,9 @@ def tables(spec, results):
                 out.append(f"| {setting} | {v} - {ref} | {', '.join(f'{d:+.4f}' for d in c['diffs']) or '-'} | "
                            f"{fmt_ci(c['ci'])} | {c['expected'] or '-'} | {c['verdict']} |")
         out.append("")
+    trend = tpp_trend(spec, results)
+    if trend:
+        out += tpp_table(spec, trend)
     if spec["lr_multipliers"]:
         out += lr_table(spec, results)
     if spec["iter_multipliers"]:
@@ -582,6 +601,10 @@ def replace_block(text, block, path):
 
 
 def lr_table(spec, results):
+    """Markdown: per setting, the LR sweep of each variant at seeds[0] and its best; with tuning_seeds,
+    tuning_lr_table instead."""
+    if spec["tuning_seeds"]:
+        return tuning_lr_table(spec, results)
     mults, variants = sorted(spec["lr_multipliers"]), list(spec["variants"])
     base, out = variants[0], []
     tuned = " The other seeds run at each variant's best multiplier (tune_lr)." if spec["tune_lr"] else ""
@@ -601,6 +624,49 @@ def lr_table(spec, results):
             out.append(f"| {v} | " + " | ".join(f"{vals[m]:.4f}" if m in vals else "-" for m in mults)
                        + f" | {best_txt} | {gap} |")
         out += ["", "edge: the best is the sweep's smallest or largest multiplier; the optimum may lie beyond it.", ""]
+    return out
+
+
+def tuning_lr_table(spec, results):
+    """Markdown: the LR sweep on the tuning seeds, in tune_setting (or per setting when none is named):
+    per variant and multiplier the mean final val loss over the tuning seeds, then each seed's (a mean
+    only once every tuning seed is recorded); the multiplier ablation.lr_choice chooses, in bold and in
+    the `chosen` column, or "edge: extend lr_multipliers" when lr_choice finds the lowest mean at the
+    grid's edge; and the chosen mean minus the baseline's. The choice is lr_choice's over the records
+    shown (those of the tables' training mode)."""
+    mults, variants, tuners = sorted(spec["lr_multipliers"]), list(spec["variants"]), tuning_seeds(spec)
+    base, out = variants[0], []
+    for setting in [spec["tune_setting"]] if spec["tune_setting"] else list(spec["settings"]):
+        serves = (f"for every setting ({', '.join(f'`{s}`' for s in spec['settings'])})" if spec["tune_setting"]
+                  else "for this setting")
+        out += [f"LR sweep, `{setting}`, tuning seeds {', '.join(map(str, tuners))} (LR keys scaled by the "
+                f"multiplier; each cell: the mean final val loss over the tuning seeds, then per seed). Each "
+                f"variant runs at the multiplier of its lowest mean (in bold) {serves}, with every seed of the "
+                f"tables ({', '.join(map(str, spec['seeds']))}); the tuning seeds chose it, so they stay out of "
+                f"every table.", "",
+                "| variant | " + " | ".join(f"x{m:g}" for m in mults) + " | chosen | chosen vs baseline's |",
+                "|---|" + "---|" * (len(mults) + 2)]
+        means, best = {}, {}
+        for v in variants:
+            sweep = results[(setting, v)]["tuning"]
+            finals = {m: [final_val(sweep[m][s]) if s in sweep.get(m, {}) else None for s in tuners] for m in mults}
+            means[v] = {m: statistics.fmean(xs) for m, xs in finals.items() if None not in xs}
+            recorded = {r["config_hash"]: r for by_seed in sweep.values() for r in by_seed.values()}
+            chosen, why = lr_choice(spec, setting, v, recorded)
+            best[v] = means[v].get(chosen)
+            cells = []
+            for m in mults:
+                per_seed = ", ".join("-" if x is None else f"{x:.4f}" for x in finals[m])
+                cell = "-" if finals[m] == [None] * len(tuners) else \
+                    f"{means[v][m]:.4f} ({per_seed})" if m in means[v] else f"- ({per_seed})"
+                cells.append(f"**{cell}**" if m == chosen else cell)
+            chosen_txt = (f"x{chosen:g}: {means[v][chosen]:.4f}" if chosen is not None
+                          else "edge: extend lr_multipliers" if why == "edge" else "-")
+            gap = f"{best[v] - best[base]:+.4f}" if v != base and None not in (best[v], best[base]) else "-"
+            out.append(f"| {v} | " + " | ".join(cells) + f" | {chosen_txt} | {gap} |")
+        out += ["", "edge: the lowest mean is at the grid's smallest or largest multiplier, and the optimum may lie "
+                "beyond it: no multiplier is chosen and the variant's table runs wait (extend lr_multipliers); "
+                "-: the sweep is not fully recorded yet.", ""]
     return out
 
 
@@ -724,6 +790,41 @@ def width_trend(spec, results):
             by_variant.setdefault(c["variant"], []).append(
                 (widths[c["setting"]], results[(c["setting"], base)]["params"], c))
     return [(v, sorted(points, key=lambda p: p[0])) for v, points in by_variant.items()]
+
+
+def tpp_trend(spec, results):
+    """Each variant's paired difference to the baseline against tokens per parameter, for an ablation
+    whose settings differ in their token budget (run_tokens) at one model size (c8_regime):
+    [(variant, [(tokens per parameter, tokens, params, comparison)])] with tokens and params the
+    baseline's (param_count) and comparison a dict of comparisons(), budgets ascending. [] when the
+    settings share one budget, differ in the baseline's parameter count, or a setting has no config yet."""
+    base = list(spec["variants"])[0]
+    cfgs = {s: results[(s, base)]["config"] for s in spec["settings"]}
+    params = {s: results[(s, base)]["params"] for s in spec["settings"]}
+    if None in cfgs.values() or None in params.values() or len(set(params.values())) > 1:
+        return []
+    tokens = {s: run_tokens(cfg) for s, cfg in cfgs.items()}
+    if len(set(tokens.values())) < 2:
+        return []
+    by_variant = {}
+    for c in comparisons(spec, results):
+        s = c["setting"]
+        if c["reference"] == base:  # the first of a pair: the table's row, not an extra comparison's repeat
+            by_variant.setdefault(c["variant"], {}).setdefault(s, (tokens[s] / params[s], tokens[s], params[s], c))
+    return [(v, sorted(points.values(), key=lambda p: p[1])) for v, points in by_variant.items()]
+
+
+def tpp_table(spec, trend):
+    """Markdown: the tpp_trend's numbers, one row per variant and token budget."""
+    base, params = list(spec["variants"])[0], trend[0][1][0][2]
+    out = [f"The gap against tokens per parameter at {params / 1e6:.3g}M parameters (`{base}`'s): each variant's "
+           f"paired difference to `{base}` (variant minus {base}, same seed and setting; final val loss), its mean "
+           f"and 95% t interval over seeds per token budget ({spec['name']}_tpp.png).", "",
+           "| variant | tokens per parameter | tokens | seeds | mean diff [95% CI] |", "|---|---|---|---|---|"]
+    for v, points in trend:
+        out += [f"| {v} | {tpp:.3g} | {tokens / 1e6:.3g}M | {len(c['diffs'])} | {fmt_ci(c['ci'])} |"
+                for tpp, tokens, _, c in points]
+    return out + [""]
 
 
 # -----------------------------------------------------------------------------
@@ -874,6 +975,38 @@ def plot_width(trend, spec, path):
     plt.close(fig)
 
 
+def plot_tpp(trend, spec, path):
+    """The paired difference to the baseline (per seed, and its mean with a 95% t interval) against
+    tokens per parameter (log axis), one series per variant, from tpp_trend; the variants are offset
+    a little along x so that their intervals do not hide one another."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    k = len(trend)
+    for i, (v, points) in enumerate(trend):
+        color, shift = f"C{i + 1}", 2 ** (0.04 * (i - (k - 1) / 2))  # C0 is the baseline's colour in the curves
+        shown = [(tpp * shift, c) for tpp, _, _, c in points if c["diffs"]]
+        for x, c in shown:
+            ax.plot([x] * len(c["diffs"]), c["diffs"], ".", color=color, alpha=0.4)
+        with_ci = [(x, c["ci"]) for x, c in shown if len(c["diffs"]) > 1]
+        ax.errorbar([x for x, _ in with_ci], [ci[0] for _, ci in with_ci],
+                    yerr=[[ci[0] - ci[1] for _, ci in with_ci], [ci[2] - ci[0] for _, ci in with_ci]],
+                    fmt="o-", color=color, capsize=4,
+                    label=f"{v} - {list(spec['variants'])[0]} (mean, 95% t interval; dots: seeds)")
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.minorticks_off()
+    ax.set_xticks([p[0] for p in trend[0][1]],
+                  [f"{tpp:.3g}\n({tokens / 1e6:.3g}M)" for tpp, tokens, _, _ in trend[0][1]])
+    ax.set_xlabel(f"tokens per parameter (tokens; {trend[0][1][0][2] / 1e6:.3g}M parameters, "
+                  f"{list(spec['variants'])[0]}'s; series offset a little)")
+    ax.set_ylabel("final val loss difference (nats/token)")
+    ax.set_title(f"{spec['name']}: the gain vs tokens per parameter (negative: the variant is lower)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_lr(configs, path):
     """The AdamW LR vs iteration of each {setting: config}, from optim.lr_multiplier."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -922,20 +1055,25 @@ def main(argv):
         md = tables(spec, results)
         commits = sorted({short_commit(r.get("commit")) for e in results.values()
                           for r in [*e["seeds"].values(), *e["lr"].values(),
-                                    *(x for b in e["budgets"].values() for x in b.values())]})
+                                    *(x for b in e["budgets"].values() for x in b.values()),
+                                    *(x for t in e["tuning"].values() for x in t.values())]})
         md += f"\nRuns: {mode_text(mode)} (every row); code at commit {', '.join(commits)}.\n"
         if missing:
             md += f"\n{len(missing)} runs without a record, left out: " + ", ".join(missing)
         with open(os.path.join(args.out, f"{spec['name']}.md"), "w") as f:
             f.write(md + "\n")
         print(md + "\n")
-        plot_curves(spec, results, os.path.join(args.out, f"{spec['name']}_curves.png"))
+        if any(e["seeds"] for e in results.values()):  # else only the tuning seeds' sweep so far
+            plot_curves(spec, results, os.path.join(args.out, f"{spec['name']}_curves.png"))
         plot_scales(spec, results, os.path.join(args.out, f"{spec['name']}_scales.png"))
         if spec["iter_multipliers"]:
             plot_fit(spec, results, os.path.join(args.out, f"{spec['name']}_fit.png"))
         trend = width_trend(spec, results)
         if trend:
             plot_width(trend, spec, os.path.join(args.out, f"{spec['name']}_width.png"))
+        trend = tpp_trend(spec, results)
+        if trend:
+            plot_tpp(trend, spec, os.path.join(args.out, f"{spec['name']}_tpp.png"))
     if not schedules:
         raise UserError(f"no run records in {args.results}/ for any of these ablations")
     plot_lr(schedules, os.path.join(args.out, "lr_schedules.png"))

@@ -237,6 +237,64 @@ def test_lr_table_marks_a_best_at_the_sweeps_edge(tmp_path):
     assert next(r for r in table if r.startswith("| unified |")).endswith("| 1.9000 (x2, edge) | +0.0000 |")
 
 
+def record_with_choices(spec, results, loss_of):
+    """Record the LR sweep, then the runs its choices release (the waiting ones never), as sweep.py does."""
+    for _ in range(2):
+        records = sweep.load_records(results)
+        for run in sweep.plan(spec, "runs", records):
+            if not run.get("waiting") and run["hash"] not in records:
+                sweep.write_record(results, sweep.make_record(run, fake_rows(run["config"], loss_of(run)),
+                                                              spec["name"]))
+
+
+def test_lr_table_under_tuning_seeds_shows_their_means_the_choice_and_an_edge(tmp_path):
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'norm_only': {'mlp_placement': 'in_norm'}, 'unified': " + UNIFIED + "}\n"
+        "expected = {'unified': 'lower'}\n"
+        "settings = {'short': {}, 'long': {'max_iters': 8, 'warmup_iters': 4, 'eval_interval': 4}}\n"
+        "seeds = [1, 2, 3]\ntuning_seeds = [101, 102]\nlr_multipliers = [0.5, 1.0, 2.0, 4.0]\ntune_lr = True\n"
+        "tune_setting = 'long'\n"))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    # final val loss (seed 101, seed 102) per multiplier 0.5, 1, 2, 4
+    sweep_loss = {"baseline": [(2.10, 2.20), (2.06, 2.00), (2.03, 2.05), (2.30, 2.40)],  # means 2.15 2.03 2.04 2.35:
+                  "norm_only": [(2.20, 2.20), (2.10, 2.10), (1.98, 2.00), (2.05, 2.05)],  # x1 (seed 101 alone: x2); x2
+                  "unified": [(2.30, 2.30), (2.20, 2.20), (2.10, 2.10), (2.00, 2.10)]}  # lowest mean at x4: the edge
+
+    def loss(run):
+        if run["seed"] in (101, 102):
+            return sweep_loss[run["variant"]][[0.5, 1.0, 2.0, 4.0].index(run["lr_mult"])][run["seed"] - 101]
+        return 1.5 + 0.01 * run["seed"]  # the table seeds
+
+    record_with_choices(spec, results, loss)
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
+    md = open(tmp_path / "out" / "tiny.md").read()
+    lines = md.splitlines()
+    # one sweep, tune_setting's: its choice serves both settings; the tuning seeds stay out of the tables
+    assert "LR sweep, `long`, tuning seeds 101, 102" in md and "LR sweep, `short`" not in md
+    assert "for every setting (`short`, `long`)" in md and "so they stay out of every table" in md
+    assert [line for line in lines if line.startswith("| baseline |") and "+-" in line] == \
+        ["| baseline | +0 (+0.00%) | 1.5200 +- 0.0100 (n=3) | - | - | - | - |"] * 2
+    assert "| baseline | 2.1500 (2.1000, 2.2000) | **2.0300 (2.0600, 2.0000)** | 2.0400 (2.0300, 2.0500) | " \
+           "2.3500 (2.3000, 2.4000) | x1: 2.0300 | - |" in lines
+    assert "| norm_only | 2.2000 (2.2000, 2.2000) | 2.1000 (2.1000, 2.1000) | **1.9900 (1.9800, 2.0000)** | " \
+           "2.0500 (2.0500, 2.0500) | x2: 1.9900 | -0.0400 |" in lines
+    assert "| unified | 2.3000 (2.3000, 2.3000) | 2.2000 (2.2000, 2.2000) | 2.1000 (2.1000, 2.1000) | " \
+           "2.0500 (2.0000, 2.1000) | edge: extend lr_multipliers | - |" in lines
+    assert "unified_short_s1_lrx(edge: extend lr_multipliers)" in md  # its table runs wait, named as missing
+    # the config a setting's tables state (regime, decay pull) is that of its runs, at the chosen LR
+    full = plot.collect(spec, sweep.load_records(results))[0]
+    lr = {k: e["config"]["learning_rate"] for k, e in full.items() if k[1] != "unified"}
+    assert lr[("long", "norm_only")] == lr[("short", "norm_only")] == 2 * lr[("long", "baseline")] \
+        == 2 * lr[("short", "baseline")]
+    # a tuning run not recorded: that multiplier has no mean, and nothing is chosen
+    records = sweep.load_records(results)
+    del records[next(r["hash"] for r in sweep.plan(spec, "runs", records)
+                     if (r["setting"], r["variant"], r["seed"], r["lr_mult"]) == ("long", "norm_only", 102, 2.0))]
+    table = plot.lr_table(spec, plot.collect(spec, records)[0])
+    assert "| norm_only | 2.2000 (2.2000, 2.2000) | 2.1000 (2.1000, 2.1000) | - (1.9800, -) | " \
+           "2.0500 (2.0500, 2.0500) | - | - |" in table
+
+
 def test_readme_without_a_summary_block_is_refused_before_drawing(tmp_path):
     path = write_ablation(tmp_path)
     readme = tmp_path / "README.md"
@@ -570,10 +628,55 @@ def test_width_trend_pairs_each_width_and_draws_only_when_the_width_varies(tmp_p
     out = tmp_path / "out"
     plot.main([path, f"--results={results}", f"--out={out}"])
     assert (out / "tiny_width.png").is_file()
+    assert not (out / "tiny_tpp.png").exists()  # one budget at two widths: no trend in tokens per parameter
+    assert "tokens per parameter at" not in (out / "tiny.md").read_text()
     one_width = write_ablation(tmp_path, name="one")  # the default body: one setting
     record_runs(sweep.load_ablation(one_width), results, lambda run: 2.0)
     plot.main([one_width, f"--results={results}", f"--out={out}"])
     assert not (out / "one_width.png").exists()
+
+
+def test_tpp_trend_pairs_each_budget_and_draws_only_when_budgets_vary(tmp_path):
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nexpected = {'unified': 'lower'}\n"
+        "comparisons = [('baseline', 'unified', 'higher')]\n"  # not a difference to the baseline: no series
+        "settings = {'long': {'max_iters': 8, 'warmup_iters': 4, 'eval_interval': 4}, 'short': {}}\n"
+        "seeds = [1, 2, 3]\n"))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    # the baseline differs by seed (so an unpaired spread would be wider); unified minus baseline at seed s
+    # and k x 4 iterations: -0.01 k + 0.002 s
+    record_runs(spec, results, lambda run: 2.0 + 0.05 * run["seed"] - 0.01 * run["config"]["max_iters"] + (
+        run["variant"] == "unified") * (-0.01 * run["config"]["max_iters"] / 4 + 0.002 * run["seed"]))
+    collected, _ = plot.collect_all([path], sweep.load_records(results))
+    trend = plot.tpp_trend(spec, collected[0][1])
+    cfg = next(r for r in sweep.plan(spec, "runs") if r["variant"] == "baseline")["config"]
+    n = plot.param_count(cfg)
+    # 4 and 8 iterations of 4 x 16 tokens, budgets ascending whatever the settings' order
+    assert [(v, [(tpp, tokens, params) for tpp, tokens, params, _ in points]) for v, points in trend] == \
+        [("unified", [(256 / n, 256, n), (512 / n, 512, n)])]
+    half = 4.302652729911275 * 0.002 / math.sqrt(3)  # t_{0.975, 2} * sd([2, 4, 6] thousandths) / sqrt(3)
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
+    md = (tmp_path / "out" / "tiny.md").read_text()
+    for (tpp, tokens, _, c), k, setting in zip(trend[0][1], (1, 2), ("short", "long")):
+        assert c["setting"] == setting and c["seeds"] == [1, 2, 3]
+        assert c["diffs"] == pytest.approx([-0.01 * k + 0.002 * s for s in (1, 2, 3)])
+        hand = (-0.01 * k + 0.004, -0.01 * k + 0.004 - half, -0.01 * k + 0.004 + half)
+        assert c["ci"] == pytest.approx(hand)
+        assert f"| unified | {tpp:.3g} | {tokens / 1e6:.3g}M | 3 | {plot.fmt_ci(hand)} |" in md.splitlines()
+    assert f"The gap against tokens per parameter at {n / 1e6:.3g}M parameters" in md
+    assert (tmp_path / "out" / "tiny_tpp.png").is_file() and not (tmp_path / "out" / "tiny_width.png").exists()
+    # one budget: no trend; budgets that vary with the width: not one model size, no trend either
+    one = write_ablation(tmp_path, name="one")
+    mixed = write_ablation(tmp_path, name="mixed", body=(
+        "variants = {'baseline': {}, 'unified': " + UNIFIED + "}\n"
+        "settings = {'w32': {}, 'w64': {'n_embd': 64, 'max_iters': 8, 'warmup_iters': 4, 'eval_interval': 4}}\n"
+        "seeds = [1, 2]\n"))
+    for p in (one, mixed):
+        record_runs(sweep.load_ablation(p), results, lambda run: 2.0 + 0.01 * run["seed"])
+        assert plot.main([p, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
+        collected, _ = plot.collect_all([p], sweep.load_records(results))
+        assert plot.tpp_trend(collected[0][0], collected[0][1]) == []
+    assert not (tmp_path / "out" / "one_tpp.png").exists() and not (tmp_path / "out" / "mixed_tpp.png").exists()
 
 
 # -----------------------------------------------------------------------------
