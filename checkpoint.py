@@ -3,15 +3,21 @@
 A run's out_dir holds
     ckpt.pt    {"model": state dict (uncompiled, unwrapped), "optimizers": [state dicts],
                 "config": the run's full config, "iter", "tokens", "val_loss", "meta": meta.pkl's dict}
-               written at every eval and at the end, atomically (a crash never leaves half a file)
+               written at every eval and at the end, atomically (a crash never leaves half a file);
+               also when a signal stops the run between evals, with "val_loss": None (no eval there)
     log.jsonl  one JSON object per train step and per eval ("kind": "train" | "eval", "iter", "tokens",
                then "loss" and "lr", or "val_loss" and per-site scale statistics)
+    .lock      the pid and host of the process training there (lock_out_dir): one owner per run
 Resume (`--init_from=resume`) continues exactly: the model shape and every key the
 user does not set again come from the checkpoint; rows logged after it are dropped.
 """
 
+import errno
+import fcntl
 import json
 import os
+import socket
+import sys
 import tempfile
 
 import torch
@@ -45,15 +51,47 @@ def load_checkpoint(path):
     return ckpt
 
 
-def check_out_dir(out_dir):
-    """Make out_dir and write a probe file in it; UserError naming the folder if that fails."""
+LOCK_NAME = ".lock"
+
+
+def lock_out_dir(out_dir):
+    """Make out_dir and own it: an exclusive flock on out_dir/.lock, which then holds this
+    process's pid and host. Returns the open lock file: closing it releases the lock, and so
+    does the end of the process, however it ends (the kernel drops the lock, even on SIGKILL).
+
+    Raises UserError, one line naming the holder's pid and host, when another process holds
+    the lock; the refused process writes nothing. Raises UserError when out_dir is not
+    writable. On a filesystem without flock (some network mounts) warns and goes on unlocked.
+    """
+    path = os.path.join(out_dir, LOCK_NAME)
     try:
         os.makedirs(out_dir, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out_dir):
-            pass
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # an existing file is opened, not changed
     except OSError as e:
         raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
                         f"choose a writable --out_dir") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            print(f"warning: cannot lock {path} ({e.strerror}; this filesystem lacks flock): nothing stops "
+                  f"a second process from training in out_dir={out_dir!r} at the same time", file=sys.stderr)
+        else:
+            pid, _, host = os.pread(fd, 300, 0).decode(errors="replace").strip().partition(" ")
+            os.close(fd)
+            raise UserError(f"out_dir={out_dir!r} is in use: process {pid or '?'} on {host or '?'} is training "
+                            f"there (it holds {path}); wait for it to end, stop it (kill -TERM {pid or '<pid>'} "
+                            f"saves and stops it), or choose another --out_dir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+    try:
+        with tempfile.TemporaryFile(dir=out_dir):  # the lock file may exist already: can we create files?
+            pass
+    except OSError as e:
+        os.close(fd)
+        raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
+                        f"choose a writable --out_dir") from None
+    return os.fdopen(fd, "w")
 
 
 # -----------------------------------------------------------------------------
@@ -88,7 +126,8 @@ def restore(ckpt, model, optimizers):
 
     The optimizers keep this run's hyperparameters (lr, weight decay, betas):
     a resumed run may change them (--learning_rate=...); only the moments and
-    step counts come from the checkpoint. Returns (iteration, val loss).
+    step counts come from the checkpoint. Returns (iteration, val loss); the val loss is None
+    for a checkpoint saved between evals (a run stopped by a signal).
     Raises UserError when the checkpoint has another number of optimizers.
     """
     model.load_state_dict(ckpt["model"])
@@ -100,7 +139,7 @@ def restore(ckpt, model, optimizers):
         opt.load_state_dict(state)  # restores the moments, and the checkpoint's hyperparameters:
         for group, h in zip(opt.param_groups, hyper):  # this run's config wins
             group.update(h)
-    return ckpt["iter"], ckpt.get("val_loss", float("nan"))
+    return ckpt["iter"], ckpt.get("val_loss", float("nan"))  # None: saved between evals
 
 
 def load_model(ckpt_path, device="cpu"):

@@ -11,15 +11,19 @@ accepted for a float key: `--learning_rate=1`); values may contain `=`.
 This module imports no torch at load time, so `--help` answers at once.
 
 Also here, because every command shares them: `UserError` (bad input, shown
-as one line), `cli` (the entry point that shows it) and `compile_errors` (a
-torch.compile failure as one line), the checks of a config's values, device
-resolution, and the one way to build a model config (`model_config`).
+as one line), `cli` (the entry point that shows it, and a Ctrl-C as one line),
+`compile_errors` (a torch.compile failure as one line), `StopSignals` (SIGTERM
+and SIGINT as a request to stop cleanly), the checks of a config's values,
+device resolution, and the one way to build a model config (`model_config`).
 """
 
 import ast
 import difflib
 import os
+import re
+import signal
 import sys
+import threading
 import traceback
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -31,7 +35,8 @@ from types import SimpleNamespace
 SECTIONS = {
     "I/O": {
         "out_dir": ("out-shakespeare-char", "folder for ckpt.pt and log.jsonl"),
-        "init_from": ("scratch", '"scratch" | "resume" (from out_dir/ckpt.pt)'),
+        "init_from": ("scratch", '"scratch" | "resume" (from out_dir/ckpt.pt) | "auto" (resume when out_dir holds '
+                                 'a checkpoint, else scratch: the one command for a job that may be preempted)'),
         "eval_interval": (100, "iterations between evals + checkpoints (0: only at the end)"),
         "eval_iters": (20, "validation batches per eval (a fixed set)"),
         "log_interval": (50, "iterations between progress lines"),
@@ -96,7 +101,7 @@ SECTIONS = {
         "wsd_decay_frac": (0.2, "WSD: share of max_iters spent decaying, in [0, 1]"),
     },
     "system": {
-        "device": ("auto", '"auto" | "cpu" | "cuda" | "cuda:N" | "mps"'),
+        "device": ("auto", '"auto" | "cpu" | "cuda" | "cuda:N" | "mps" (one this machine has)'),
         "dtype": ("auto", '"auto" (bfloat16 on CUDA, else float32) | "float32" | "bfloat16"'),
         "compile": (False, "torch.compile the model"),
         "seed": (1337, "initial weights and batches"),
@@ -116,7 +121,8 @@ class UserError(Exception):
 
 
 def cli(main):
-    """Run a command's main(argv): a UserError becomes one 'error: ...' line on stderr (exit 1);
+    """Run a command's main(argv): a UserError becomes one 'error: ...' line on stderr (exit 1), a
+    Ctrl-C (KeyboardInterrupt) one 'interrupted' line (exit 130, as a shell reports SIGINT);
     output piped into a reader that closes early (`| head`) ends quietly."""
     try:
         try:
@@ -126,6 +132,9 @@ def cli(main):
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         sys.exit(1)
@@ -258,7 +267,7 @@ def check_training_config(cfg):
     for key in ("beta1", "beta2", "muon_momentum"):
         if not 0 <= getattr(cfg, key) < 1:
             raise UserError(f"{key}={getattr(cfg, key)} must be in [0, 1) (Adam's betas, Muon's momentum; e.g. 0.9)")
-    for key, allowed in (("init_from", ("scratch", "resume")), ("optimizer", OPTIMIZERS),
+    for key, allowed in (("init_from", ("scratch", "resume", "auto")), ("optimizer", OPTIMIZERS),
                          ("scale_wd", SCALE_WD)):
         if getattr(cfg, key) not in allowed:
             raise UserError(f"{key}={getattr(cfg, key)!r} is not one of {', '.join(map(repr, allowed))}")
@@ -295,15 +304,32 @@ def check_config(cfg_dict):
     model_config(cfg_dict)
 
 
+DEVICE_FORMS = "'auto', 'cpu', 'cuda', 'cuda:N', 'mps'"
+
+
 def resolve_device(device, dtype="auto"):
     """(device, dtype) with "auto" resolved on this machine: CUDA, else MPS, else CPU; bfloat16 on
-    CUDA, else float32. UserError for a device this machine lacks or an unknown dtype."""
+    CUDA, else float32. UserError, one line, for any device this machine cannot use: a name not in
+    DEVICE_FORMS (as torch spells them: "CPU" and "" are errors), CUDA or MPS absent, cuda:N with
+    N >= the number of visible CUDA devices; and for an unknown dtype."""
     import torch
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device={device!r} but CUDA is not available: use --device=cpu")
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+        raise UserError(f"device={device!r} is not one of {DEVICE_FORMS}")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError(f"device={device!r} but CUDA is not available: use --device=cpu")
+        count, index = torch.cuda.device_count(), int(device.partition(":")[2] or 0)
+        if index >= count:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            raise UserError(f"device={device!r} but this machine has {count} CUDA device(s), cuda:0 to "
+                            f"cuda:{count - 1}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
+                            + ": use --device=cuda or one of those")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise UserError("device='mps' but MPS (Apple-silicon GPUs) is not available on this machine: "
+                        "use --device=cpu")
     if dtype == "auto":
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
     if dtype not in ("float32", "bfloat16"):
@@ -331,3 +357,43 @@ def compile_errors(enabled):
             first = (str(e).strip().splitlines() or [""])[0][:200]
             raise UserError(f"torch.compile failed ({type(e).__name__}: {first}): run with --compile=False") from None
         raise
+
+
+class StopSignals:
+    """A context in which SIGTERM and SIGINT ask the program to stop cleanly instead of killing it.
+
+    Clusters send SIGTERM some seconds before SIGKILL; Ctrl-C sends SIGINT. Inside the context
+    the first of them sets `received` (its name, e.g. "SIGTERM") and writes `note` (if any) to
+    stderr; the program polls `received` at a point where stopping is clean. A later SIGINT
+    raises KeyboardInterrupt when `repeat_quits` (a second Ctrl-C quits at once; cli shows it as
+    one line), else it is ignored like a later SIGTERM (schedulers may send several). A signal
+    that was ignored when the context began (SIGINT in a background job) stays ignored; outside
+    the main thread nothing is installed. The previous handlers come back on exit.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, note="", repeat_quits=True):
+        self.note, self.repeat_quits = note, repeat_quits
+        self.received, self.previous = None, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self.previous[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def handle(self, signum, frame):
+        name = signal.Signals(signum).name
+        if self.received is None:
+            self.received = name
+            if self.note:  # os.write: a print here could re-enter a print the signal interrupted
+                os.write(2, f"{name}: {self.note}\n".encode())
+        elif signum == signal.SIGINT and self.repeat_quits:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        self.previous = {}

@@ -6,10 +6,17 @@
     python plot.py configs/ablations/c8_unified.py               # then: tables and figures from results/
 
 The ablation file format, how runs are paired and named, and the records: ablation.py.
+
+SIGTERM or SIGINT (Ctrl-C) stops a sweep cleanly: it starts no more runs, passes a
+SIGTERM to each running train.py (which finishes its step, saves its checkpoint and
+exits), waits for them, and exits with 128 + the signal's number (143, 130). The
+same command later resumes the stopped runs. (A second Ctrl-C at a terminal reaches
+the runs too, and they quit at once, keeping their last checkpoints.)
 """
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -17,7 +24,7 @@ import time
 
 from ablation import load_ablation, load_records, make_record, plan, state, write_record, code_version
 from checkpoint import read_log
-from configurator import UserError, cli, fmt_duration
+from configurator import StopSignals, UserError, cli, fmt_duration
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -76,14 +83,22 @@ def all_runs(specs, out_root, records):
     return runs
 
 
-def run_queue(todo, parallel, threads, results, records, commit):
-    """Train the runs of todo, `parallel` at a time; record each as it finishes. Returns the failed ones."""
+def run_queue(todo, parallel, threads, results, records, commit, signals):
+    """Train the runs of todo, `parallel` at a time; record each as it finishes. Returns the failed ones.
+
+    Once `signals` (a configurator.StopSignals) has received a signal, starts no more runs,
+    sends SIGTERM to the running ones (they save and exit) and waits for them."""
     import torch  # only to count GPUs
 
     gpus = torch.cuda.device_count()
     free_gpus = list(range(gpus)) if gpus else []
-    active, failed, durations, started = [], [], [], 0
+    active, failed, durations, started, passed_on = [], [], [], 0, False
     while todo or active:
+        if signals.received and not passed_on:  # once: a second SIGTERM to train.py changes nothing
+            passed_on = True
+            todo.clear()
+            for _, proc, *_ in active:
+                proc.send_signal(signal.SIGTERM)
         while todo and len(active) < parallel:
             run = todo.pop(0)
             gpu = free_gpus.pop(0) if free_gpus else None
@@ -111,6 +126,9 @@ def run_queue(todo, parallel, threads, results, records, commit):
                                      time.time() - t_start, threads, commit)
                 records[run["hash"]] = record
                 print(f"recorded {write_record(results, record)}", flush=True)
+            elif signals.received:
+                print(f"stopped {run['name']} (exit {proc.returncode}): the sweep resumes it from its last "
+                      f"checkpoint", flush=True)
             else:
                 failed.append(run)
                 print(f"FAILED {run['out_dir']} (exit {proc.returncode}); see its train.log", flush=True)
@@ -161,15 +179,21 @@ def main(argv):
             records[r["hash"]] = record
             print(f"recorded {write_record(args.results, record)} (from an existing log)")
     t0, failed = time.time(), []
-    while True:  # again after a pass: an LR sweep that finished may unlock its seeds (tune_lr)
-        todo = [r for r in all_runs(specs, args.out_root, records) if state(r, records) in ("new", "partial")]
-        if not todo or failed:
-            break
-        # The seed table first (LR sweeps and budgets after), setting by setting, seed-major: a sweep
-        # stopped early leaves whole seeds, every variant of a seed paired.
-        setting_rank = {s: i for i, s in enumerate(dict.fromkeys(r["setting"] for r in todo))}
-        todo.sort(key=lambda r: (not r["main"], setting_rank[r["setting"]], r["seed"]))
-        failed = run_queue(todo, parallel, threads, args.results, records, commit)
+    note = "passing SIGTERM to the running runs: each saves its checkpoint and exits, then the sweep exits"
+    with StopSignals(note, repeat_quits=False) as signals:
+        while True:  # again after a pass: an LR sweep that finished may unlock its seeds (tune_lr)
+            todo = [r for r in all_runs(specs, args.out_root, records) if state(r, records) in ("new", "partial")]
+            if not todo or failed or signals.received:
+                break
+            # The seed table first (LR sweeps and budgets after), setting by setting, seed-major: a sweep
+            # stopped early leaves whole seeds, every variant of a seed paired.
+            setting_rank = {s: i for i, s in enumerate(dict.fromkeys(r["setting"] for r in todo))}
+            todo.sort(key=lambda r: (not r["main"], setting_rank[r["setting"]], r["seed"]))
+            failed = run_queue(todo, parallel, threads, args.results, records, commit, signals)
+    if signals.received:
+        print(f"stopped by {signals.received} after {fmt_duration(time.time() - t0)}; {len(failed)} failed; "
+              f"the same command continues the sweep", flush=True)
+        return 128 + signal.Signals[signals.received].value
     print(f"done in {fmt_duration(time.time() - t0)}; {len(failed)} failed")
     return 1 if failed else 0
 

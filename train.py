@@ -15,14 +15,27 @@ batch_size, block_size, gradient_accumulation_steps).
 Read top to bottom: train() sets up, builds, restores, runs the loop and
 finishes; the pieces it calls follow it. Outputs in out_dir: ckpt.pt (written
 atomically at every eval and at the end) and log.jsonl (see checkpoint.py).
+
+One process owns an out_dir while it trains (out_dir/.lock): a second train.py
+on it stops at once with an error naming the owner's pid. SIGTERM (a cluster's
+warning before SIGKILL) or SIGINT (Ctrl-C) finishes the current step, saves the
+checkpoint and exits with 128 + the signal's number (143, 130; what a shell
+reports for a process that signal killed) and a line saying how to continue:
+`--init_from=resume`, or `--init_from=auto` (resume if out_dir holds a
+checkpoint, else start), the one command for a job that may be preempted and
+requeued. The resumed run is the uninterrupted one, bit for bit. A second
+Ctrl-C quits at once (the last checkpoint is kept). Under torchrun, signal
+torchrun (it passes SIGTERM to every process) or any process: all ranks stop
+after the same step.
 """
 
 import datetime
 import math
 import os
+import signal
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from types import SimpleNamespace
 
 if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):  # answer at once, before torch loads
@@ -32,109 +45,129 @@ if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):  # answer at
 import numpy as np
 import torch
 
-from checkpoint import append_log, check_out_dir, read_log, restore, resume_config, save_checkpoint, trim_log
-from configurator import (UserError, check_config, cli, compile_errors, fmt_duration, load_config, model_config,
-                          resolve_device, usage)
+from checkpoint import append_log, lock_out_dir, read_log, restore, resume_config, save_checkpoint, trim_log
+from configurator import (StopSignals, UserError, check_config, cli, compile_errors, complete, fmt_duration,
+                          load_config, model_config, resolve_device, usage)
 from dataset import dataset_dir, load_data, make_codec
 from model import GPT, peak_flops
 from optim import build_optimizers, format_groups, lr_multiplier, set_lr
 
 PROGRESS_EVERY_S = 15  # a progress line at least this often, whatever log_interval says
+STOP_NOTE = "stopping after this step: the checkpoint is saved, then the run exits (a second Ctrl-C quits at once)"
 
 
 def train(cfg, given=frozenset()):
-    """Run one training run; returns dict(val_loss, train_loss, wall_s, model (uncompiled)).
+    """Run one training run; returns dict(val_loss, train_loss, wall_s, model (uncompiled), stopped).
 
     cfg: a full config dict (every key of configurator.DEFAULTS); given: the keys
     the user set explicitly (on resume, the others come from the checkpoint).
-    Raises UserError for bad input and FloatingPointError for a non-finite loss.
+    stopped: None, or the signal ("SIGTERM", "SIGINT") that stopped the run after a
+    step, its checkpoint saved (stop_here). Raises UserError for bad input (and
+    when another process trains in out_dir) and FloatingPointError for a non-finite loss.
     """
-    run = setup(cfg, given)  # the config (on resume, the checkpoint's), device, processes, data
-    cfg, device, ddp = run.cfg, run.device, run.ddp
-    raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
-    optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
-    start_iter, tokens, val_loss, row_missing = begin(run, raw_model, optimizers)  # restore, or a new log
-    model = torch.compile(raw_model) if cfg.compile else raw_model
-    fwd = model  # evals run without the DDP wrapper
-    if ddp:
-        model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[run.local_rank] if device.type == "cuda" else None)
-    run.n_moe = sum(block.moe for block in raw_model.blocks)
-    describe(run, raw_model, groups)
+    with ExitStack() as held:  # what setup takes (the out_dir's lock) is released however the run ends
+        run = setup(cfg, given, held)  # the config (on resume, the checkpoint's), device, processes, data
+        cfg, device, ddp = run.cfg, run.device, run.ddp
+        raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
+        optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
+        start_iter, tokens, val_loss, row_missing = begin(run, raw_model, optimizers)  # restore, or a new log
+        model = torch.compile(raw_model) if cfg.compile else raw_model
+        fwd = model  # evals run without the DDP wrapper
+        if ddp:
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[run.local_rank] if device.type == "cuda" else None)
+        run.n_moe = sum(block.moe for block in raw_model.blocks)
+        describe(run, raw_model, groups)
 
-    # The loop. Iteration `it` first evaluates and saves when one is due (so the
-    # final eval/save at it == max_iters takes the same path), then trains one step.
-    my_micro_steps = [j for j in range(cfg.gradient_accumulation_steps) if j % run.world == run.rank]
-    zero = torch.zeros((), device=device)
-    progress = Progress(run, raw_model, start_iter)
-    loss_val = float("nan")
-    with compile_errors(cfg.compile):
-        for it in range(start_iter, cfg.max_iters + 1):
-            last = it == cfg.max_iters
-            if it == start_iter:  # a new run's iteration 0, or a log row a kill left out on resume
-                due = (it == 0 and cfg.eval_interval > 0) or row_missing
-            else:
-                due = last or (cfg.eval_interval > 0 and it % cfg.eval_interval == 0)
-            if due:
-                val_loss = eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=it > start_iter)
-                progress.restart_window()  # eval time is not training time
-            if last:
-                break
-            set_lr(optimizers, lr_multiplier(it, cfg))
-            torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)  # dropout masks: same on resume
-            sums = torch.zeros(3, device=device)  # cross-entropy, lb_loss, z_loss over my micro-steps
-            for n, j in enumerate(my_micro_steps):
-                x, y = get_batch(run.data, "train", it, j, cfg, device)
-                sync = not ddp or n == len(my_micro_steps) - 1  # DDP all-reduces on the last micro-step
-                with nullcontext() if sync else model.no_sync(), run.autocast:
-                    _, loss, aux = model(x, y)
-                    objective = loss + raw_model.aux_objective(aux)
-                (objective / len(my_micro_steps)).backward()
-                sums += torch.stack([loss.detach().float(), aux.get("lb_loss", zero).detach(),
-                                     aux.get("z_loss", zero).detach()])
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-            for opt in optimizers:
-                opt.step()
-            for opt in optimizers:
-                opt.zero_grad(set_to_none=True)
-            loss_val, lb_loss, z_loss = all_reduce_mean(sums / len(my_micro_steps), run).tolist()
-            tokens += run.tokens_per_iter
-            if not math.isfinite(loss_val):
-                raise FloatingPointError(diverged(run, "train", loss_val, it + 1))
-            row = {"kind": "train", "iter": it + 1, "tokens": tokens,
-                   "lr": optimizers[0].param_groups[0]["lr"], "loss": loss_val}
-            if run.n_moe:
-                row |= {"lb_loss": lb_loss, "z_loss": z_loss}
-            write_log(run, row)
-            progress.step(row, aux)
-    return finish(run, raw_model, start_iter, val_loss, loss_val, progress)
+        # The loop. Iteration `it` first evaluates and saves when one is due (so the final
+        # eval/save at it == max_iters takes the same path), then stops if a SIGTERM/SIGINT
+        # came during the step before (every rank agrees), then trains one step.
+        my_micro_steps = [j for j in range(cfg.gradient_accumulation_steps) if j % run.world == run.rank]
+        zero = torch.zeros((), device=device)
+        progress = Progress(run, raw_model, start_iter)
+        loss_val, stopped = float("nan"), None
+        with StopSignals(STOP_NOTE if run.master else "") as signals, compile_errors(cfg.compile):
+            for it in range(start_iter, cfg.max_iters + 1):
+                last = it == cfg.max_iters
+                if it == start_iter:  # a new run's iteration 0, or a log row a kill left out on resume
+                    due = (it == 0 and cfg.eval_interval > 0) or row_missing
+                else:
+                    due = last or (cfg.eval_interval > 0 and it % cfg.eval_interval == 0)
+                if due:
+                    val_loss = eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=it > start_iter)
+                    progress.restart_window()  # eval time is not training time
+                if last:
+                    break
+                stopped = stop_signal(signals, run)  # a SIGTERM/SIGINT during the step before, on any rank
+                if stopped:
+                    stop_here(run, raw_model, optimizers, it, tokens, stopped, saved=due and it > start_iter)
+                    break
+                set_lr(optimizers, lr_multiplier(it, cfg))
+                torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)  # dropout masks: same on resume
+                sums = torch.zeros(3, device=device)  # cross-entropy, lb_loss, z_loss over my micro-steps
+                for n, j in enumerate(my_micro_steps):
+                    x, y = get_batch(run.data, "train", it, j, cfg, device)
+                    sync = not ddp or n == len(my_micro_steps) - 1  # DDP all-reduces on the last micro-step
+                    with nullcontext() if sync else model.no_sync(), run.autocast:
+                        _, loss, aux = model(x, y)
+                        objective = loss + raw_model.aux_objective(aux)
+                    (objective / len(my_micro_steps)).backward()
+                    sums += torch.stack([loss.detach().float(), aux.get("lb_loss", zero).detach(),
+                                         aux.get("z_loss", zero).detach()])
+                if cfg.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
+                for opt in optimizers:
+                    opt.step()
+                for opt in optimizers:
+                    opt.zero_grad(set_to_none=True)
+                loss_val, lb_loss, z_loss = all_reduce_mean(sums / len(my_micro_steps), run).tolist()
+                tokens += run.tokens_per_iter
+                if not math.isfinite(loss_val):
+                    raise FloatingPointError(diverged(run, "train", loss_val, it + 1))
+                row = {"kind": "train", "iter": it + 1, "tokens": tokens,
+                       "lr": optimizers[0].param_groups[0]["lr"], "loss": loss_val}
+                if run.n_moe:
+                    row |= {"lb_loss": lb_loss, "z_loss": z_loss}
+                write_log(run, row)
+                progress.step(row, aux)
+        return finish(run, raw_model, start_iter, val_loss, loss_val, progress, stopped)
 
 
 # -----------------------------------------------------------------------------
 # Set up, evaluate, save, report: the pieces train() calls, in its order
 
 
-def setup(cfg, given):
+def setup(cfg, given, held):
     """The run's state before any model exists: config, device, processes, out_dir, data.
 
-    Returns a namespace: cfg (a namespace of the full config; "auto" device and
-    dtype kept as asked, so each machine resolves them), ckpt (or None), tokens
+    Rank 0 owns out_dir (checkpoint.lock_out_dir) before it reads or writes anything
+    there: at once when the folder exists, else once the config is checked (a bad
+    config makes no folder); the lock goes into `held` (an ExitStack), which
+    releases it. init_from="auto" becomes "resume" when out_dir holds a checkpoint,
+    else "scratch". Returns a namespace: cfg (a namespace of the full config; "auto"
+    device and dtype kept as asked, so each machine resolves them), ckpt (or None),
+    resumed_from ((iteration, the checkpoint's completed config) or None), tokens
     (seen so far), device, autocast, rank/local_rank/world/ddp/master, data,
     model_cfg, tokens_per_iter, out_dir paths, log (prints on rank 0 only).
     """
+    if not cfg["out_dir"].strip():
+        raise UserError(f"out_dir={cfg['out_dir']!r} is empty: set --out_dir=DIR (the run's checkpoint and log go there)")
+    owner = int(os.environ.get("RANK", "0")) == 0  # rank 0, as setup_distributed reads it
+    owned = owner and os.path.isdir(cfg["out_dir"])  # it may hold a run: own it before reading the checkpoint
+    if owned:
+        held.enter_context(lock_out_dir(cfg["out_dir"]))
+    if cfg["init_from"] == "auto":
+        cfg = {**cfg, "init_from": "resume" if os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")) else "scratch"}
     ckpt, tokens = None, 0
     if cfg["init_from"] == "resume":
         cfg, ckpt, tokens = resume_config(cfg, given)
     check_config(cfg)
-    if not cfg["out_dir"].strip():
-        raise UserError(f"out_dir={cfg['out_dir']!r} is empty: set --out_dir=DIR (the run's checkpoint and log go there)")
     cfg = SimpleNamespace(**cfg)
     device_name, dtype = resolve_device(cfg.device, cfg.dtype)
     rank, local_rank, world = setup_distributed(cfg, device_name)
     ddp, master = torch.distributed.is_initialized(), rank == 0
-    if master:
-        check_out_dir(cfg.out_dir)
+    if owner and not owned:
+        held.enter_context(lock_out_dir(cfg.out_dir))
     device = torch.device(f"cuda:{local_rank}" if device_name == "cuda" and ddp else device_name)
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     if device.type == "cuda":
@@ -151,7 +184,8 @@ def setup(cfg, given):
     model_cfg = model_config(cfg)
     cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
     return SimpleNamespace(
-        cfg=cfg, ckpt=ckpt, tokens=tokens, device=device, dtype=dtype, ptdtype=ptdtype,
+        cfg=cfg, ckpt=ckpt, tokens=tokens, device=device,
+        resumed_from=(ckpt["iter"], complete(ckpt["config"])) if ckpt else None, dtype=dtype, ptdtype=ptdtype,
         autocast=torch.autocast(device.type, dtype=ptdtype) if ptdtype != torch.float32 else nullcontext(),
         rank=rank, local_rank=local_rank, world=world, ddp=ddp, master=master, data=data, model_cfg=model_cfg,
         tokens_per_iter=cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps,
@@ -186,25 +220,31 @@ def begin(run, raw_model, optimizers):
     Returns (start iteration, tokens seen, last val loss, row_missing): row_missing
     is True when a kill fell between the checkpoint and its eval row in the log,
     which the loop then completes (same model, same batches); every rank agrees.
+    A checkpoint a signal saved between evals (val_loss None) has no eval row to
+    complete, unless it is at max_iters (the run's final eval is then still due).
     Raises UserError when a scratch run would overwrite a run in out_dir.
     """
-    start_iter, val_loss = 0, float("nan")
+    start_iter, val_loss, evaluated = 0, float("nan"), True
     if run.ckpt is not None:
         start_iter, val_loss = restore(run.ckpt, raw_model, optimizers)
+        evaluated = val_loss is not None
+        val_loss = float("nan") if val_loss is None else val_loss
         run.ckpt = None  # the weights now live in the model; free the copy
         if run.master:
             trim_log(run.log_path, start_iter)
     else:
         if os.path.exists(run.ckpt_path):
             raise UserError(f"out_dir={run.cfg.out_dir!r} already holds a run ({run.ckpt_path}): continue it "
-                            f"with --init_from=resume, or train from scratch in another --out_dir (or delete it)")
+                            f"with --init_from=resume (or auto), or train from scratch in another --out_dir "
+                            f"(or delete it)")
         if run.master:
             open(run.log_path, "w").close()
     logged = read_log(run.log_path) if run.master and os.path.exists(run.log_path) else []
-    missing = torch.tensor(float(start_iter > 0 and not any(
+    missing = torch.tensor(float(start_iter > 0 and (evaluated or start_iter == run.cfg.max_iters) and not any(
         r["kind"] == "eval" and r["iter"] == start_iter for r in logged)), device=run.device)
     if run.ddp:
         torch.distributed.broadcast(missing, 0)  # rank 0 holds the log; every rank evaluates
+    run.start_iter = start_iter
     run.logged_train_loss = next((r["loss"] for r in reversed(logged) if r["kind"] == "train"), float("nan"))
     return start_iter, run.tokens, val_loss, bool(missing.item())
 
@@ -224,6 +264,13 @@ def describe(run, raw_model, groups):
     if cfg.lr_schedule != "constant" and cfg.max_iters <= cfg.warmup_iters + (cfg.lr_schedule != "wsd"):
         log(f"note: max_iters={cfg.max_iters} ends before the LR decays (warmup_iters={cfg.warmup_iters}): "
             f"fine for a smoke test, not for a result")
+    if run.resumed_from and run.resumed_from[1]["max_iters"] != cfg.max_iters and cfg.lr_schedule != "constant":
+        it, saved = run.resumed_from
+        log(f"note: max_iters={cfg.max_iters}, the checkpoint's run had {saved['max_iters']}: the LR schedule is a "
+            f"function of max_iters, so the {cfg.lr_schedule} decay is stretched from iteration {it} on (LR "
+            f"multiplier {lr_multiplier(it, cfg):.3g} there, {lr_multiplier(it, SimpleNamespace(**saved)):.3g} on "
+            f"the checkpoint's schedule): neither a continuation of that schedule nor the schedule of a "
+            f"{cfg.max_iters}-iteration run from scratch")
 
 
 def get_batch(data, split, index, micro_step, cfg, device):
@@ -292,19 +339,58 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True):
         row["expert_load"] = load
         row["max_load"] = [max(layer) * run.cfg.n_experts for layer in load]
     saved = ""
-    if run.master and it > 0 and save:
-        save_checkpoint(run.ckpt_path, {
-            "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
-            "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val, "meta": run.data["meta"]})
+    if it > 0 and save:
+        write_checkpoint(run, raw_model, optimizers, it, tokens, val)
         saved = f" | saved {run.ckpt_path}"
     write_log(run, row)
     run.log(f"eval iter {it}: val loss {val:.4f}{saved}")
     return val
 
 
+def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss):
+    """Write the checkpoint after `it` iterations (rank 0); val_loss None: saved between evals."""
+    if run.master:
+        save_checkpoint(run.ckpt_path, {
+            "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
+            "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"]})
+
+
 def write_log(run, row):
     if run.master:
         append_log(run.log_path, row)
+
+
+def stop_signal(signals, run):
+    """The signal ("SIGTERM", "SIGINT") that asks this run to stop, received by any rank, or None.
+
+    Called by every rank at the same point of every iteration: under DDP (world > 1)
+    the ranks all-reduce the largest signal number, so all stop after the same step.
+    """
+    number = signal.Signals[signals.received].value if signals.received else 0
+    if run.ddp and run.world > 1:
+        t = torch.tensor(number, device=run.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        number = int(t.item())
+    return signal.Signals(number).name if number else None
+
+
+def stop_here(run, raw_model, optimizers, it, tokens, stopped, saved):
+    """Stop after `it` iterations: save them (unless the eval at `it` just did) and say how to go on.
+
+    The checkpoint has "val_loss": None (no eval at this iteration; the log has
+    its train rows up to `it` and its evals up to the last one due), so a resumed
+    run continues exactly as if never stopped: same batches, LRs and dropout masks.
+    """
+    if it > run.start_iter and not saved:
+        write_checkpoint(run, raw_model, optimizers, it, tokens, None)
+    if it > run.start_iter:
+        what = f"stopped by {stopped} after iteration {it}/{run.cfg.max_iters}, saved in {run.ckpt_path}"
+    elif run.start_iter > 0:
+        what = f"stopped by {stopped} before the first step; {run.ckpt_path} (iteration {it}) is unchanged"
+    else:
+        what = f"stopped by {stopped} before the first step; nothing to save"
+    run.log(f"{what}: continue with `python train.py --init_from=resume --out_dir={run.cfg.out_dir}` "
+            f"(or --init_from=auto, which also starts a run that has no checkpoint)")
 
 
 def diverged(run, which, value, it):
@@ -354,18 +440,21 @@ class Progress:
         self.restart_window()
 
 
-def finish(run, raw_model, start_iter, val_loss, train_loss, progress):
-    """Print a sample and the final line; returns dict(val_loss, train_loss, wall_s, model)."""
+def finish(run, raw_model, start_iter, val_loss, train_loss, progress, stopped=None):
+    """Print a sample and the final line (not for a stopped run: stop_here said it);
+    returns dict(val_loss (the last eval's), train_loss, wall_s, model, stopped)."""
     cfg = run.cfg
     if start_iter > 0 and start_iter == cfg.max_iters:  # resumed a finished run: nothing trained
         run.log(f"done: the run in {cfg.out_dir} is finished ({start_iter} iterations = max_iters), final val "
                 f"loss {val_loss:.4f}; pass a larger --max_iters to continue it")
-        return {"val_loss": val_loss, "train_loss": run.logged_train_loss, "wall_s": 0.0, "model": raw_model}
+        return {"val_loss": val_loss, "train_loss": run.logged_train_loss, "wall_s": 0.0, "model": raw_model,
+                "stopped": None}
     wall = time.perf_counter() - progress.t_start
-    if run.master and cfg.sample_tokens > 0:
+    if run.master and cfg.sample_tokens > 0 and not stopped:
         end_of_run_sample(raw_model, run)
-    run.log(f"done: {cfg.max_iters - start_iter} iterations in {wall:.0f} s, final val loss {val_loss:.4f}")
-    return {"val_loss": val_loss, "train_loss": train_loss, "wall_s": wall, "model": raw_model}
+    if not stopped:
+        run.log(f"done: {cfg.max_iters - start_iter} iterations in {wall:.0f} s, final val loss {val_loss:.4f}")
+    return {"val_loss": val_loss, "train_loss": train_loss, "wall_s": wall, "model": raw_model, "stopped": stopped}
 
 
 def end_of_run_sample(model, run):
@@ -392,13 +481,16 @@ def end_of_run_sample(model, run):
 
 
 def main(argv):
-    """Command-line entry (under cli): bad input and a diverged run become one line on stderr, exit 1."""
+    """Command-line entry (under cli): bad input and a diverged run become one line on stderr, exit 1;
+    a run a signal stopped (saved, resumable) exits with 128 + the signal's number (SIGTERM 143, SIGINT 130)."""
     if "-h" in argv or "--help" in argv:
         print(usage(__doc__))
         return 0
     try:
         cfg, given = load_config(argv)
-        train(cfg, given)
+        stopped = train(cfg, given)["stopped"]
+        if stopped:
+            return 128 + signal.Signals[stopped].value
     except FloatingPointError as e:
         raise UserError(str(e)) from None
     finally:

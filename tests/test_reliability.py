@@ -1,0 +1,341 @@
+"""What goes wrong on shared machines: two processes on one run, preemption (SIGTERM, Ctrl-C)
+of train.py, of torchrun and of sweep.py, a device the machine lacks, a resume that stretches
+the LR schedule."""
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import configurator
+import train as train_mod
+from checkpoint import read_log as read_log_rows  # skips a last line torn mid-write
+from conftest import ROOT
+from configurator import UserError, resolve_device
+from test_train import cli, make_dataset, read_log, run, tiny_args
+
+# train.py's command line, with every batch read 30 ms slower (same batches, same numbers): a
+# tiny run then lasts long enough to be signalled mid-way. SIGINT is made the default first,
+# in case the tests run where it is ignored (a background job).
+SLOW_TRAIN = f"""
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.path.insert(0, {ROOT!r})
+import configurator, train
+real_get_batch = train.get_batch
+def slow_get_batch(*args):
+    time.sleep(0.03)
+    return real_get_batch(*args)
+train.get_batch = slow_get_batch
+configurator.cli(train.main)
+"""
+# Hold out_dir/.lock as a training process does (flock, then "pid host"), until killed.
+HOLD_LOCK = """
+import fcntl, os, socket, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, f"{os.getpid()} {socket.gethostname()}\\n".encode())
+print("locked", flush=True)
+time.sleep(600)
+"""
+PREEMPT = ["--max_iters=40", "--eval_interval=8", "--gradient_accumulation_steps=2", "--dropout=0.1"]
+
+
+def snapshot(folder):
+    """{relative path: (size, mtime_ns, sha1)} of every file under folder, and its folders."""
+    out = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            st = os.stat(path)
+            digest = hashlib.sha1(open(path, "rb").read()).hexdigest() if name in files else "dir"
+            out[os.path.relpath(path, folder)] = (st.st_size, st.st_mtime_ns, digest)
+    return out
+
+
+def pids_running(text):
+    """Pids of this user's live processes whose command line contains text (a test's unique path)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if text in cmdline and not zombie and int(pid) != os.getpid():
+            pids.append(int(pid))
+    return pids
+
+
+def wait_for_train_row(out_dir, at_least, proc, timeout=120):
+    """Block until out_dir/log.jsonl has a train row with iter >= at_least (proc must stay alive)."""
+    path = os.path.join(out_dir, "log.jsonl")
+    end = time.time() + timeout
+    while time.time() < end:
+        assert proc.poll() is None, f"exited early ({proc.returncode}): {proc.communicate()[1][-2000:]}"
+        if os.path.exists(path) and max((r["iter"] for r in read_log_rows(path) if r["kind"] == "train"),
+                                        default=0) >= at_least:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"no train row {at_least} in {path} after {timeout} s")
+
+
+def environ(pid):
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(v.decode(errors="replace").partition("=")[::2] for v in f.read().split(b"\0") if v)
+
+
+def final_weights(out_dir):
+    return torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=True)["model"]
+
+
+# -----------------------------------------------------------------------------
+# One owner per run
+
+
+def test_a_second_process_on_a_run_in_use_is_refused_at_once_and_writes_nothing(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    out = tmp_path / "o"
+    run(tiny_args(ds, out, "--max_iters=2", "--eval_interval=2"))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = snapshot(out)
+        proc = cli("--init_from=resume", f"--out_dir={out}", "--max_iters=4")
+        assert proc.returncode == 1, proc.stdout[-2000:]
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: out_dir={str(out)!r} is in use: process "
+                                                       f"{holder.pid} on "), proc.stderr
+        for args in (tiny_args(ds, out, "--max_iters=4"), ["--init_from=auto", f"--out_dir={out}", "--max_iters=4"]):
+            with pytest.raises(UserError, match=f"is in use: process {holder.pid} on .*kill -TERM {holder.pid}"):
+                run(args)
+        assert snapshot(out) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    run(["--init_from=resume", f"--out_dir={out}", "--max_iters=4"])  # a dead holder's lock is free
+    run(["--init_from=resume", f"--out_dir={out}", "--max_iters=6"])  # and a finished train() let it go
+    assert max(r["iter"] for r in read_log(out)) == 6
+
+
+# -----------------------------------------------------------------------------
+# Preemption: finish the step, save, exit; resume is the uninterrupted run
+
+
+def signal_at(iteration, signals=(signal.SIGTERM,)):
+    """A get_batch that sends this process the signals while reading iteration `iteration`'s first batch."""
+    real = train_mod.get_batch
+
+    def get_batch(data, split, index, micro_step, *rest):
+        if split == "train" and index == iteration and micro_step == 0:
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # default: it would kill pytest itself
+                raise AssertionError("train() does not handle SIGTERM")
+            for sig in signals:
+                os.kill(os.getpid(), sig)
+        return real(data, split, index, micro_step, *rest)
+    return get_batch
+
+
+@pytest.mark.parametrize("stop_in_step, saved_at, evaluated", [(4, 5, False), (3, 4, True)])
+def test_a_signal_stops_after_the_step_and_resume_is_the_uninterrupted_run(
+        tmp_path, monkeypatch, capsys, stop_in_step, saved_at, evaluated):
+    """SIGTERM during step k (0-based): the step finishes and is saved; at an eval iteration the
+    eval comes first (so the log never lacks a due eval), elsewhere the checkpoint has no val loss."""
+    ds = make_dataset(tmp_path / "ds")
+    common = ["--max_iters=8", "--eval_interval=4", "--gradient_accumulation_steps=2", "--dropout=0.1"]
+    run(tiny_args(ds, tmp_path / "a", *common))
+    monkeypatch.setattr(train_mod, "get_batch", signal_at(stop_in_step))
+    result = run(tiny_args(ds, tmp_path / "b", *common))
+    monkeypatch.undo()
+    assert result["stopped"] == "SIGTERM"
+    ckpt = torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)
+    assert ckpt["iter"] == saved_at and (ckpt["val_loss"] is not None) == evaluated
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith(f"stopped by SIGTERM after iteration {saved_at}/8, saved in ") and \
+        f"--init_from=resume --out_dir={tmp_path / 'b'}" in out[-1] and "--init_from=auto" in out[-1]
+    straight, stopped = read_log(tmp_path / "a"), read_log(tmp_path / "b")
+    assert stopped == [r for r in straight if r["iter"] <= saved_at]  # an eval row only where one was due
+    assert run(["--init_from=auto", f"--out_dir={tmp_path / 'b'}"])["stopped"] is None
+    assert read_log(tmp_path / "b") == straight  # no eval row at the stop, every due one
+    for name, tensor in final_weights(tmp_path / "a").items():
+        assert torch.equal(tensor, final_weights(tmp_path / "b")[name]), name
+
+
+def test_a_stop_checkpoint_resumed_at_its_own_iteration_gets_its_final_eval(tmp_path, monkeypatch, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    monkeypatch.setattr(train_mod, "get_batch", signal_at(4))
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=8", "--eval_interval=4"))
+    monkeypatch.undo()
+    result = run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=5"])
+    evals = [r["iter"] for r in read_log(tmp_path / "o") if r["kind"] == "eval"]
+    assert evals == [0, 4, 5] and result["val_loss"] == pytest.approx(read_log(tmp_path / "o")[-1]["val_loss"])
+    assert "is finished (5 iterations = max_iters)" in capsys.readouterr().out
+
+
+def test_a_second_ctrl_c_quits_at_once_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    ds = make_dataset(tmp_path / "ds")
+    monkeypatch.setattr(train_mod, "get_batch", signal_at(5, (signal.SIGINT, signal.SIGINT)))
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_args(ds, tmp_path / "o", "--max_iters=8", "--eval_interval=4"))
+    monkeypatch.undo()
+    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 4
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    run(["--init_from=auto", f"--out_dir={tmp_path / 'o'}"])  # the lock went with the exception
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("preempt")
+    ds = make_dataset(tmp / "ds")
+    proc = cli(*tiny_args(ds, tmp / "straight", *PREEMPT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return ds, tmp / "straight"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_train_py_signalled_at_a_random_step_resumes_with_auto_to_the_same_weights(tmp_path, uninterrupted, sig):
+    ds, straight = uninterrupted
+    k = random.randint(2, 24)
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_TRAIN, *map(str, tiny_args(ds, out, *PREEMPT))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        wait_for_train_row(out, k, proc)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, (k, stderr[-2000:])
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    at = torch.load(out / "ckpt.pt", weights_only=True)["iter"]
+    assert k <= at < 40, (k, at)
+    assert stdout.splitlines()[-1].startswith(f"stopped by {sig.name} after iteration {at}/40"), stdout[-500:]
+    assert [(r["kind"], r["iter"]) for r in read_log(out)] == \
+        [(r["kind"], r["iter"]) for r in read_log(straight) if r["iter"] <= at]
+    resumed = cli("--init_from=auto", f"--out_dir={out}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert read_log(out) == read_log(straight), k
+    reference = final_weights(straight)
+    for name, tensor in final_weights(out).items():
+        assert torch.equal(tensor, reference[name]), (k, at, name)
+
+
+def test_under_torchrun_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    out = tmp_path / "o"
+    script = tmp_path / "slow_train.py"
+    script.write_text(SLOW_TRAIN)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+           *map(str, tiny_args(ds, out, *PREEMPT, "--ddp_timeout_s=30"))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        wait_for_train_row(out, 3, proc)
+        rank1 = [pid for pid in pids_running(str(script)) if environ(pid).get("RANK") == "1"]
+        assert len(rank1) == 1, rank1
+        os.kill(rank1[0], signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        for pid in pids_running(str(script)):
+            os.kill(pid, signal.SIGKILL)
+    at = torch.load(out / "ckpt.pt", weights_only=True)["iter"]
+    assert 3 <= at < 40, stderr[-3000:]
+    assert f"stopped by SIGTERM after iteration {at}/40" in stdout, stdout[-2000:] + stderr[-2000:]
+    assert max(r["iter"] for r in read_log(out)) == at  # rank 0 (the log's writer) stopped there too
+
+
+# -----------------------------------------------------------------------------
+# sweep.py passes a stop on to its runs
+
+
+def test_a_sigterm_to_sweep_stops_its_runs_which_save_and_the_sweep_exits(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    base = tmp_path / "base.py"
+    base.write_text(f"dataset = {str(ds)!r}\nn_layer = 1\nn_head = 2\nn_embd = 32\nblock_size = 16\nbatch_size = 4\n"
+                    "max_iters = 100000\neval_interval = 50\neval_iters = 2\nsample_tokens = 0\nwarmup_iters = 2\n")
+    ablation = tmp_path / "long.py"
+    ablation.write_text(f"claim = 'a run long enough to be stopped'\nbase = {str(base)!r}\n"
+                        "variants = {'baseline': {}}\nsettings = {'adamw': {}}\nseeds = [1]\n")
+    out_root = tmp_path / "runs_reliability"
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "sweep.py"), str(ablation), f"--out_root={out_root}",
+                             f"--results={tmp_path / 'results'}", "--parallel=1", "--threads=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        end = time.time() + 120
+        while not any(os.path.exists(out_root / name / "log.jsonl") and any(
+                r["kind"] == "train" for r in read_log_rows(out_root / name / "log.jsonl"))
+                for name in (os.listdir(out_root) if os.path.isdir(out_root) else [])):
+            assert time.time() < end and proc.poll() is None, proc.communicate()[1][-2000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+        survivors = pids_running(str(out_root))
+    finally:
+        proc.kill()
+        for pid in pids_running(str(out_root)):  # this test's own train.py, left running
+            os.kill(pid, signal.SIGKILL)
+    assert survivors == [], "train.py outlived the sweep"
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    (name,) = os.listdir(out_root)
+    assert torch.load(out_root / name / "ckpt.pt", weights_only=True)["iter"] > 0  # the run saved on its way out
+    assert f"stopped {name} (exit 143)" in stdout and "stopped by SIGTERM" in stdout, stdout
+    assert "stopped by SIGTERM after iteration" in open(out_root / name / "train.log").read()
+
+
+# -----------------------------------------------------------------------------
+# Devices, init_from=auto, a stretched schedule
+
+
+@pytest.mark.parametrize("device", ["tpu", "CPU", "", "cuda:x", "gpu"])
+def test_a_device_name_torch_would_choke_on_is_one_line(device):
+    with pytest.raises(UserError, match=rf"^device={device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N', 'mps'$"):
+        resolve_device(device)
+
+
+def test_a_device_this_machine_lacks_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(UserError, match=r"^device='mps' but MPS .* is not available on this machine: use --device=cpu$"):
+        resolve_device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda:1") == ("cuda:1", "bfloat16")
+    with pytest.raises(UserError, match=r"^device='cuda:2' but this machine has 2 CUDA device\(s\), cuda:0 to cuda:1"):
+        resolve_device("cuda:2")
+    monkeypatch.undo()
+    with pytest.raises(UserError, match="^device='tpu' is not one of"):  # before a model or a folder exists
+        run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", "--device=tpu"))
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_init_from_auto_starts_a_new_run_or_resumes_one(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--init_from=auto", "--max_iters=2", "--eval_interval=2"))
+    run(tiny_args(ds, tmp_path / "o", "--init_from=auto", "--max_iters=4"))
+    assert [r["iter"] for r in read_log(tmp_path / "o") if r["kind"] == "train"] == [1, 2, 3, 4]
+    assert "auto" in configurator.SECTIONS["I/O"]["init_from"][1]
+    with pytest.raises(UserError, match="init_from='later' is not one of 'scratch', 'resume', 'auto'"):
+        run(tiny_args(ds, tmp_path / "p", "--init_from=later"))
+
+
+def test_resuming_with_another_max_iters_says_the_schedule_is_stretched(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--eval_interval=2"))
+    capsys.readouterr()
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=8"])
+    notes = [ln for ln in capsys.readouterr().out.splitlines() if "stretched" in ln]
+    assert notes == [notes[0]] and notes[0].startswith(
+        "note: max_iters=8, the checkpoint's run had 4: the LR schedule is a function of max_iters, so the "
+        "cosine decay is stretched from iteration 4 on (LR multiplier ")
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=8"])  # same max_iters: no note
+    assert "stretched" not in capsys.readouterr().out
