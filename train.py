@@ -53,6 +53,7 @@ from model import GPT, peak_flops
 from optim import build_optimizers, format_groups, lr_multiplier, set_lr
 
 PROGRESS_EVERY_S = 15  # a progress line at least this often, whatever log_interval says
+CPU_FLOPS = 2e11  # FLOP/s a free, fast CPU reaches on these models (the default run: ~1.4e11 on 2 cores)
 STOP_NOTE = "stopping after this step: the checkpoint is saved, then the run exits (a second Ctrl-C quits at once)"
 
 
@@ -258,6 +259,12 @@ def describe(run, raw_model, groups):
         f"{f' (DDP, {torch.distributed.get_backend()})' if run.ddp else ''}, "
         f"{run.tokens_per_iter:,} tokens/iter = {cfg.batch_size} batch x {cfg.block_size} block x "
         f"{cfg.gradient_accumulation_steps} accumulation; {raw_model.flops_per_token() / 1e6:.1f} MFLOP/token")
+    if run.device.type == "cpu" and cpu_seconds(run, raw_model) > 3600:
+        per_iter = raw_model.flops_per_token() * run.tokens_per_iter
+        log(f"warning: this config needs {per_iter * cfg.max_iters:.2g} FLOPs ({per_iter:.2g} per iteration): "
+            f"even at {CPU_FLOPS:.0e} FLOP/s a CPU takes about {fmt_duration(cpu_seconds(run, raw_model))} "
+            f"({per_iter / CPU_FLOPS:.1f} s per iteration). It is sized for a GPU: use --device=cuda there, or "
+            f"a smaller model / fewer --max_iters here")
     if cfg.compile and cfg.n_experts:
         log("warning: --compile=True with n_experts > 0: each batch routes a different number of tokens to "
             "each expert, so torch.compile recompiles often (minutes each); --compile=False is usually faster")
@@ -271,6 +278,11 @@ def describe(run, raw_model, groups):
             f"multiplier {lr_multiplier(it, cfg):.3g} there, {lr_multiplier(it, SimpleNamespace(**saved)):.3g} on "
             f"the checkpoint's schedule): neither a continuation of that schedule nor the schedule of a "
             f"{cfg.max_iters}-iteration run from scratch")
+
+
+def cpu_seconds(run, raw_model):
+    """The whole run's training FLOPs over CPU_FLOPS: a lower bound on its time on a CPU."""
+    return raw_model.flops_per_token() * run.tokens_per_iter * run.cfg.max_iters / CPU_FLOPS
 
 
 def get_batch(data, split, index, micro_step, cfg, device):
@@ -408,6 +420,7 @@ class Progress:
     def __init__(self, run, raw_model, start_iter):
         self.run, self.start_iter = run, start_iter
         self.flops_per_token = raw_model.flops_per_token()
+        self.expected_s = cpu_seconds(run, raw_model)  # the config's own CPU time, at a free CPU's pace
         self.peak = peak_flops(run.device) if run.ptdtype == torch.bfloat16 else None
         self.warned_slow = False
         self.t_start = self.t_line = time.perf_counter()
@@ -432,10 +445,13 @@ class Progress:
         self.run.log(f"iter {done}/{cfg.max_iters} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | "
                      f"{tok_s / 1e3:.1f}k tok/s | {ms:.0f} ms/iter{mfu}{moe} | ETA {fmt_duration(eta)}")
         if self.run.device.type == "cpu" and eta > 3600 and not self.warned_slow:
-            self.warned_slow = True
+            self.warned_slow = True  # the config is judged at start (describe); here only the machine
+            why = "this config is sized for a GPU (use --device=cuda there, or a smaller model / fewer " \
+                "--max_iters here)" if self.expected_s > 3600 else \
+                f"the config itself needs about {fmt_duration(self.expected_s)} on a free CPU, so this machine is " \
+                f"busy or slow (another training process on its cores? OMP_NUM_THREADS above its cores?)"
             self.run.log(f"warning: at the measured {ms:.0f} ms/iter the {cfg.max_iters - done} iterations left "
-                         f"take about {fmt_duration(eta)} on this CPU: this config is sized for a GPU (use "
-                         f"--device=cuda there, or a smaller model / fewer --max_iters here)")
+                         f"take about {fmt_duration(eta)} on this CPU: {why}")
         self.t_line = now
         self.restart_window()
 

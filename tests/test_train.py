@@ -523,4 +523,24 @@ def test_progress_lines_come_by_time_with_an_eta_and_a_slow_cpu_run_is_warned(tm
     lines = [ln for ln in out.splitlines() if ln.startswith("iter ")]
     assert [ln.split(" |")[0] for ln in lines] == ["iter 1/3", "iter 2/3", "iter 3/3"]
     assert all(" | ETA " in ln for ln in lines)
-    assert out.count("warning: at the measured") == 1 and "sized for a GPU" in out
+    # a tiny config on a slow machine: the machine is blamed, not the config
+    assert out.count("warning: at the measured") == 1 and "sized for a GPU" not in out and "busy or slow" in out
+
+
+def test_a_gpu_sized_config_on_a_cpu_is_warned_before_its_first_step(tmp_path, capsys):
+    """Judged from the config (FLOPs per iteration x iterations), so a config whose first step alone
+    takes minutes is warned before it, and a small one on a busy machine is not called GPU-sized."""
+    from types import SimpleNamespace
+    cfg, _ = load_config(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--vocab_size=40"])
+    model = GPT(train_mod.model_config(cfg))
+    flops_per_iter = model.flops_per_token() * 512
+    lines = []
+    for max_iters in (10, int(2 * 3600 * train_mod.CPU_FLOPS / flops_per_iter)):  # ~0 s, then ~2 hours
+        run = SimpleNamespace(cfg=SimpleNamespace(**{**cfg, "max_iters": max_iters}), log=lines.append,
+                              device=torch.device("cpu"), dtype="float32", world=1, ddp=False,
+                              tokens_per_iter=512, resumed_from=None)
+        lines.clear()
+        train_mod.describe(run, model, [])
+        warned = [ln for ln in lines if "sized for a GPU" in ln]
+        assert len(warned) == (max_iters > 10), lines
+    assert "2h0" in warned[0] or "1h59" in warned[0]  # the estimate: 2 hours at CPU_FLOPS
