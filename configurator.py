@@ -7,7 +7,12 @@
 A config is the defaults below, then config files (plain Python assignments,
 as nanoGPT's), then `--key=value` overrides. An unknown key is an error with
 a did-you-mean hint; a value must have its default's type (an int is
-accepted for a float key: `--learning_rate=1`); values may contain `=`.
+accepted for a float key: `--learning_rate=1`) and lie in its allowed values
+(ALLOWED: a range, every float finite, or choices; --help shows them); values
+may contain `=`. A key given twice on the command line is an error; one a config
+file sets may be set again on the command line, which wins. A run's check
+(check_config) also refuses a size whose weights and AdamW states cannot fit
+in memory, before anything is built.
 This module imports no torch at load time, so `--help` answers at once.
 
 Also here, because every command shares them: `UserError` (bad input, shown
@@ -19,6 +24,7 @@ device resolution, and the one way to build a model config (`model_config`).
 
 import ast
 import difflib
+import math
 import os
 import re
 import signal
@@ -116,6 +122,76 @@ MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts
     {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
 
 
+class Range:
+    """A number key's allowed values: low (and high) bounds, inclusive unless open; a float must
+    also be finite. `why` says what needs the bound."""
+
+    def __init__(self, low, high=None, low_open=False, high_open=False, why=""):
+        self.low, self.high, self.low_open, self.high_open, self.why = low, high, low_open, high_open, why
+
+    def describe(self):
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low}"
+        return f"in {'(' if self.low_open else '['}{self.low}, {self.high}{')' if self.high_open else ']'}"
+
+    def allows(self, value):
+        above = value > self.low if self.low_open else value >= self.low
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+
+class Choices:
+    """A string key's allowed values (`pattern`: a regex they match, when a choice such as 'cuda:N'
+    stands for many)."""
+
+    def __init__(self, *values, pattern=None):
+        self.values, self.pattern = values, pattern
+
+    def describe(self):
+        return f"one of {', '.join(map(repr, self.values))}"
+
+    def allows(self, value):
+        return re.fullmatch(self.pattern, value) is not None if self.pattern else value in self.values
+
+
+# Each key's allowed values beyond its default's type, in SECTIONS' order; None: any value of the
+# type (a path, a bool; reparam is any key of norms.SCALE_CLASSES, which a fork may extend, so
+# model.GPTConfig checks it). check_values applies this before anything is built; the model's and
+# optimizer's own checks stay behind it, and tests/test_config_values.py keeps the choices equal to
+# theirs. Bounds across keys (top_k <= n_experts, min_lr <= learning_rate, ...) are theirs alone.
+GE0, GE1, POSITIVE, FRACTION = Range(0), Range(1), Range(0, low_open=True), Range(0, 1, high_open=True)
+ALLOWED = {
+    # I/O
+    "out_dir": None, "init_from": Choices("scratch", "resume", "auto"), "eval_interval": GE0, "eval_iters": GE1,
+    "log_interval": GE1, "sample_tokens": GE0,
+    # data
+    "dataset": None, "batch_size": GE1, "gradient_accumulation_steps": GE1,
+    # model
+    "block_size": GE1, "n_layer": GE1, "n_head": GE1, "n_embd": GE1, "d_ff": GE0, "vocab_size": GE0,
+    "tie_embeddings": None, "dropout": FRACTION, "rope_theta": POSITIVE,
+    # scale vectors
+    "scale": Choices("vector", "none"), "reparam": None, "branch_scales": None,
+    "attn_placement": Choices("in", "dual"), "mlp_placement": Choices("in", "dual", "dual_norm", "in_norm"),
+    "dual_sites": Choices("prenorm", "all"), "qk_norm": None, "output_norms": None, "norm_eps": POSITIVE,
+    "scale_wd": Choices("iwd", "all", "none", "iwd_final"),
+    # mixture of experts
+    "n_experts": GE0, "top_k": GE1, "moe_every": GE1, "expert_d_ff": GE0, "shared_expert": None,
+    "aux_loss_coef": GE0, "z_loss_coef": GE0,
+    # optimizer
+    "optimizer": Choices("adamw", "muon"),
+    "learning_rate": Range(0, low_open=True, why="0 trains nothing, and min_lr is relative to it"),
+    "muon_lr": GE0, "muon_momentum": FRACTION, "magnitude_lr_mult": GE0, "weight_decay": GE0,
+    "beta1": FRACTION, "beta2": FRACTION, "grad_clip": GE0,
+    # schedule
+    "lr_schedule": Choices("cosine", "wsd", "linear", "constant"), "warmup_iters": GE0, "max_iters": GE0,
+    "min_lr": GE0, "wsd_decay_frac": Range(0, 1),
+    # system
+    "device": Choices("auto", "cpu", "cuda", "cuda:N", "mps", pattern=r"auto|cpu|mps|cuda(:\d+)?"),
+    "dtype": Choices("auto", "float32", "bfloat16"), "compile": None,
+    "seed": Range(0, 2**32 - 1, why="numpy's generators need it"), "ddp_timeout_s": GE1,
+}
+
+
 class UserError(Exception):
     """Bad input: printed as one clear line, exit status 1, nothing lost."""
 
@@ -148,8 +224,16 @@ def usage(doc):
         lines.append(f"\n  {section}")
         for key, (default, meaning) in keys.items():
             arg = f"--{key}={default!r}" if isinstance(default, str) else f"--{key}={default}"
-            lines.append(f"    {arg:<40} {meaning}")
+            lines.append(f"    {arg:<40} {meaning}{allowed_note(ALLOWED[key], meaning)}")
     return "\n".join(lines)
+
+
+def allowed_note(allowed, meaning):
+    """' [>= 1]': a key's allowed values for --help, unless its meaning already says them."""
+    if allowed is None or allowed.describe().removeprefix("in ") in meaning or \
+            isinstance(allowed, Choices) and all(f'"{v}"' in meaning for v in allowed.values):
+        return ""
+    return f" [{allowed.describe()}]"
 
 
 # -----------------------------------------------------------------------------
@@ -180,6 +264,8 @@ def parse_value(key, text):
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
+        if isinstance(default, float) and text.strip().lower() in ("nan", "inf", "-inf", "infinity", "-infinity"):
+            return float(text)  # a float, refused by check_values as not finite
         raise UserError(f"--{key}={text}: {key} must be {a_type(default)}") from None
     return check_type(key, value, f"--{key}={text}")
 
@@ -188,7 +274,11 @@ def check_type(key, value, where):
     """value converted to the type of DEFAULTS[key] (int -> float allowed), else UserError."""
     default = DEFAULTS[key]
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise UserError(f"{key}={str(value)[:8]}... ({len(str(value))} digits) is too large for a float: "
+                            f"set --{key} to a finite value (default {default!r})") from None
     if type(value) is not type(default):
         raise UserError(f"{where}: {key} must be {a_type(default)}, got {type(value).__name__} {value!r}")
     return value
@@ -207,9 +297,12 @@ def run_config_file(path):
         source = f.read()
     try:
         exec(compile(source, path, "exec"), namespace)
-    except Exception as e:  # a config file is Python: its error is bad input, not a crash
+    except (Exception, SystemExit, KeyboardInterrupt) as e:  # a config file is Python: its error is bad input
         lines = [fr.lineno for fr in traceback.extract_tb(e.__traceback__) if fr.filename == path]
         line = e.lineno if isinstance(e, SyntaxError) else (lines[-1] if lines else "?")
+        if isinstance(e, SystemExit):  # sys.exit() would end the command silently
+            raise UserError(f"config file {path}, line {line}: calls sys.exit({e.code!r}): a config file only "
+                            f"assigns values; remove the call") from None
         raise UserError(f"config file {path}, line {line}: {type(e).__name__}: {e}") from None
     return namespace
 
@@ -220,9 +313,11 @@ def load_config(argv):
     Args: argv without the program name, e.g. ["configs/x.py", "--max_iters=10"].
     Returns: (config dict with every key of DEFAULTS, set of keys given explicitly).
     Raises UserError naming the bad key or value (unknown key, wrong type,
-    missing config file, malformed argument).
+    missing config file, malformed argument, a key given twice on the command
+    line (a key a config file sets may be set again on the command line, which
+    wins), a value ALLOWED refuses).
     """
-    cfg, given = dict(DEFAULTS), set()
+    cfg, given, on_line = dict(DEFAULTS), set(), {}
     for arg in argv:
         if arg.startswith("--"):
             if "=" not in arg:
@@ -230,6 +325,10 @@ def load_config(argv):
             key, text = arg[2:].split("=", 1)
             if key not in DEFAULTS:
                 raise unknown_key(key, f"argument {arg!r}")
+            if key in on_line:
+                raise UserError(f"argument {arg!r}: {key} is given twice on the command line ({on_line[key]!r} "
+                                f"and {arg!r}): give it once")
+            on_line[key] = arg
             cfg[key] = parse_value(key, text)
             given.add(key)
         else:
@@ -243,6 +342,7 @@ def load_config(argv):
                     raise unknown_key(key, arg)
                 cfg[key] = check_type(key, value, arg)
                 given.add(key)
+    check_values(cfg)
     return cfg, given
 
 
@@ -250,31 +350,92 @@ def load_config(argv):
 # Checking values, and what is built from them
 
 
-def check_training_config(cfg):
-    """UserError for training keys out of range (model keys are checked by model.GPTConfig)."""
-    from optim import OPTIMIZERS, SCALE_WD, check_schedule  # imports torch: not needed for --help
+def check_values(cfg):
+    """UserError, one line, for the first value ALLOWED refuses: a float that is nan or inf, a
+    number out of its range, a string not among its choices. Model keys' errors start with
+    'model config: ', as model.GPTConfig's do. A key cfg lacks (an ablation run's out_dir) is skipped."""
+    for key, allowed in ALLOWED.items():
+        if key not in cfg:
+            continue
+        value = cfg[key]
+        finite = not isinstance(value, float) or math.isfinite(value)
+        if allowed is None or finite and allowed.allows(value):
+            continue
+        fix = f"set --{key} to {'one of them' if isinstance(allowed, Choices) else 'such a value'} " \
+              f"(default {DEFAULTS[key]!r})"
+        where, why = "model config: " if key in MODEL_KEYS else "", getattr(allowed, "why", "")
+        why = f" ({why})" if why else ""
+        if isinstance(allowed, Choices):
+            raise UserError(f"{where}{key}={value!r} is not one of {', '.join(map(repr, allowed.values))}: {fix}")
+        if not finite:
+            raise UserError(f"{where}{key}={value!r} is not a finite number: {key} must be "
+                            f"{allowed.describe()}{why}; {fix}")
+        raise UserError(f"{where}{key}={value!r} must be {allowed.describe()}{why}: {fix}")
 
-    for key, low in (("batch_size", 1), ("gradient_accumulation_steps", 1), ("eval_iters", 1),
-                     ("log_interval", 1), ("max_iters", 0), ("warmup_iters", 0), ("eval_interval", 0),
-                     ("sample_tokens", 0), ("learning_rate", 0), ("min_lr", 0), ("muon_lr", 0),
-                     ("weight_decay", 0), ("magnitude_lr_mult", 0), ("grad_clip", 0), ("ddp_timeout_s", 1)):
-        if getattr(cfg, key) < low:
-            raise UserError(f"{key}={getattr(cfg, key)} must be >= {low}")
-    if cfg.learning_rate == 0:
-        raise UserError("learning_rate=0 trains nothing (and min_lr is relative to it): set a positive value")
-    if not 0 <= cfg.wsd_decay_frac <= 1:
-        raise UserError(f"wsd_decay_frac={cfg.wsd_decay_frac} must be in [0, 1]")
-    for key in ("beta1", "beta2", "muon_momentum"):
-        if not 0 <= getattr(cfg, key) < 1:
-            raise UserError(f"{key}={getattr(cfg, key)} must be in [0, 1) (Adam's betas, Muon's momentum; e.g. 0.9)")
-    for key, allowed in (("init_from", ("scratch", "resume", "auto")), ("optimizer", OPTIMIZERS),
-                         ("scale_wd", SCALE_WD)):
-        if getattr(cfg, key) not in allowed:
-            raise UserError(f"{key}={getattr(cfg, key)!r} is not one of {', '.join(map(repr, allowed))}")
+
+def check_training_config(cfg):
+    """UserError for training keys that conflict with each other (the schedule's); each key's own
+    range is ALLOWED's (check_values), the model keys' combinations model.GPTConfig's."""
+    from optim import check_schedule  # imports torch: not needed for --help
+
     try:
         check_schedule(cfg)
     except ValueError as e:
         raise UserError(str(e)) from None
+
+
+GB = 1e9
+
+
+def estimate_size(cfg):
+    """(parameters, activation bytes of one float32 micro-batch) of a run config (a dict), roughly:
+    per block 4 n_embd^2 (attention) + 3 n_embd d_ff (SwiGLU; per expert in MoE blocks, plus the
+    router and any shared expert), the token embedding and an untied LM head. Builds nothing."""
+    n, n_layer, vocab = cfg["n_embd"], cfg["n_layer"], 64 * math.ceil(cfg["vocab_size"] / 64)
+    d_ff = cfg["d_ff"] or 64 * math.ceil(8 * n / 3 / 64)
+    expert = cfg["expert_d_ff"] or d_ff
+    moe_layers = n_layer // cfg["moe_every"] if cfg["n_experts"] else 0
+    moe_mlp = cfg["n_experts"] * (3 * n * expert + n) + (3 * n * expert if cfg["shared_expert"] else 0)
+    params = n_layer * 4 * n * n + (n_layer - moe_layers) * 3 * n * d_ff + moe_layers * moe_mlp \
+        + vocab * n * (1 if cfg["tie_embeddings"] else 2)
+    ffn = cfg["top_k"] * expert if cfg["n_experts"] else d_ff
+    tokens = cfg["batch_size"] * cfg["block_size"]
+    activations = 4 * tokens * (n_layer * (8 * n + 3 * ffn) + 2 * vocab)
+    return params, activations
+
+
+def memory_limit(device):
+    """(bytes, what) of the memory a run on `device` keeps its weights in: the CUDA device's when
+    torch is loaded and CUDA is in use (cheap to ask), else this machine's RAM; None when unknown."""
+    torch = sys.modules.get("torch")
+    if torch is not None and (device.startswith("cuda") or device == "auto"):
+        try:
+            if torch.cuda.is_available():
+                index = int(device.partition(":")[2] or os.environ.get("LOCAL_RANK", 0))
+                props = torch.cuda.get_device_properties(index)
+                return props.total_memory, f"CUDA device {index} ({props.name})"
+            if device != "auto":
+                return None  # resolve_device says CUDA is missing
+        except Exception:  # a bad index or driver: resolve_device names it
+            return None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's RAM"
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_memory(cfg):
+    """UserError, one line with the estimate, when the float32 weights, gradients and AdamW
+    states (~16 bytes a parameter) cannot fit in the memory the run trains in."""
+    params, activations = estimate_size(cfg)
+    limit = memory_limit(cfg["device"])
+    if limit is None or 16 * params <= limit[0]:
+        return
+    gb = lambda b: f"{b / GB:.3g}" if b < 10**300 else "inf"  # noqa: E731
+    size = ", ".join(f"{k}={cfg[k]}" for k in ("n_layer", "n_embd", "vocab_size", "n_experts") if cfg[k])
+    raise UserError(f"{size}: about {gb(params)} billion parameters need about {gb(16 * params)} GB for float32 "
+                    f"weights, gradients and AdamW states (+ about {gb(activations)} GB of activations a micro-batch),"
+                    f" more than the {gb(limit[0])} GB of {limit[1]}: lower --n_embd, --n_layer or --n_experts")
 
 
 def complete(cfg):
@@ -298,10 +459,13 @@ def model_config(cfg):
 
 
 def check_config(cfg_dict):
-    """UserError for any value out of range, training and model keys alike: what a run checks
-    before it reads data (sweep.py checks every run of an ablation this way before starting any)."""
+    """UserError for any value out of range, training and model keys alike, and for a size whose
+    weights cannot fit in memory: what a run checks before it reads data or builds anything
+    (sweep.py checks every run of an ablation this way before starting any)."""
+    check_values(cfg_dict)
     check_training_config(SimpleNamespace(**cfg_dict))
     model_config(cfg_dict)
+    check_memory(cfg_dict)
 
 
 DEVICE_FORMS = "'auto', 'cpu', 'cuda', 'cuda:N', 'mps'"

@@ -99,7 +99,8 @@ def test_sweep_runs_records_resumes_and_plot_needs_only_records(tmp_path, capsys
     runs = sweep.plan(sweep.load_ablation(ablation), out_root)
     assert len(runs) == 4 and {r["lr_mult"] for r in runs} == {1.0, 2.0}
     first = runs[0]  # an interrupted run: its first half, with a checkpoint at iteration 2
-    subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *first["args"], "--max_iters=2"],
+    subprocess.run([sys.executable, os.path.join(ROOT, "train.py"),
+                    *[a for a in first["args"] if not a.startswith("--max_iters=")], "--max_iters=2"],
                    check=True, capture_output=True, cwd=ROOT)
     assert sweep.state(first) == "partial"
 

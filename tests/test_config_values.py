@@ -1,0 +1,134 @@
+"""configurator.ALLOWED: every key's allowed values, checked before anything is built; the memory
+refusal; config files that exit; keys repeated on the command line."""
+
+import glob
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import configurator
+from ablation import load_ablation
+from conftest import ROOT
+from configurator import (ALLOWED, DEFAULTS, DEVICE_FORMS, Choices, UserError, check_config, estimate_size,
+                          load_config, model_config, usage)
+
+
+def load_and_check(argv):
+    cfg, _ = load_config(argv)
+    check_config(cfg)
+    return cfg
+
+
+def config_file(tmp_path, text):
+    path = tmp_path / "bad_config.py"
+    path.write_text(text)
+    return str(path)
+
+
+# (command-line arguments, or a config file's text; what the one-line error must name)
+BAD = [
+    (["--seed=-1"], ["seed=-1", "[0, 4294967295]", "set --seed"]),
+    (["--seed=4294967296"], ["seed=4294967296", "[0, 4294967295]", "set --seed"]),
+    (["--rope_theta=1e999"], ["rope_theta=inf", "not a finite number", "set --rope_theta"]),
+    (["--grad_clip=nan"], ["grad_clip=nan", "not a finite number", "set --grad_clip"]),
+    (["--beta1=inf"], ["beta1=inf", "[0, 1)", "set --beta1"]),
+    (["--norm_eps=-inf"], ["norm_eps=-inf", "> 0", "set --norm_eps"]),
+    (["--dropout=1.0"], ["dropout=1.0", "[0, 1)", "set --dropout"]),
+    (["--learning_rate=1" + "0" * 400], ["learning_rate=10000000...", "too large for a float", "set --learning_rate"]),
+    ("learning_rate = float('nan')\n", ["learning_rate=nan", "> 0", "set --learning_rate"]),
+    ("min_lr = float('nan')\n", ["min_lr=nan", ">= 0", "set --min_lr"]),
+    ("weight_decay = float('inf')\n", ["weight_decay=inf", ">= 0", "set --weight_decay"]),
+    ("aux_loss_coef = float('nan')\n", ["aux_loss_coef=nan", ">= 0", "set --aux_loss_coef"]),
+    ("muon_momentum = float('nan')\n", ["muon_momentum=nan", "[0, 1)", "set --muon_momentum"]),
+    (["--n_embd=1000000000"], ["n_embd=1000000000", "billion parameters", "GB", "lower --n_embd"]),
+    ("import sys\nsys.exit(3)\n", ["bad_config.py, line 2", "sys.exit(3)", "remove the call"]),
+    ("raise KeyboardInterrupt\n", ["bad_config.py, line 1", "KeyboardInterrupt"]),
+    (["--seed=1", "--seed=2"], ["seed is given twice", "'--seed=1' and '--seed=2'", "give it once"]),
+]
+
+
+@pytest.mark.parametrize("source, names", BAD, ids=[" ".join(n[:1]) for _, n in BAD])
+def test_a_bad_value_is_one_line_naming_the_key_the_value_and_the_fix(tmp_path, monkeypatch, source, names):
+    import model
+
+    def build(*args, **kwargs):
+        raise AssertionError("a model was built before the config was checked")
+
+    monkeypatch.setattr(model.GPT, "__init__", build)
+    argv = source if isinstance(source, list) else [config_file(tmp_path, source)]
+    with pytest.raises(UserError) as e:
+        load_and_check(argv)
+    message = str(e.value)
+    assert "\n" not in message
+    for name in names:
+        assert name in message, (name, message)
+
+
+def test_a_key_set_in_a_config_file_may_be_set_again_on_the_command_line(tmp_path):
+    cfg, given = load_config([config_file(tmp_path, "seed = 5\n"), "--seed=7"])
+    assert cfg["seed"] == 7 and "seed" in given
+
+
+def test_every_key_declares_its_allowed_values_and_every_default_passes():
+    assert list(ALLOWED) == list(DEFAULTS)  # one declaration a key, in SECTIONS' order
+    for key, allowed in ALLOWED.items():
+        if allowed is not None:
+            assert allowed.allows(DEFAULTS[key]), key
+    check_config(dict(DEFAULTS))
+
+
+def test_the_declared_choices_are_the_modules_own():
+    from model import ATTN_PLACEMENTS, DUAL_SITES, MLP_PLACEMENTS, SCALES
+    from optim import LR_SCHEDULES, OPTIMIZERS, SCALE_WD
+
+    for key, values in (("scale", SCALES), ("attn_placement", ATTN_PLACEMENTS), ("mlp_placement", MLP_PLACEMENTS),
+                        ("dual_sites", DUAL_SITES), ("optimizer", OPTIMIZERS), ("scale_wd", SCALE_WD),
+                        ("lr_schedule", LR_SCHEDULES)):
+        assert isinstance(ALLOWED[key], Choices) and ALLOWED[key].values == tuple(values), key
+    assert ", ".join(map(repr, ALLOWED["device"].values)) == DEVICE_FORMS
+    assert all(ALLOWED["device"].allows(d) for d in ("auto", "cpu", "cuda", "cuda:3", "mps"))
+    assert not any(ALLOWED["device"].allows(d) for d in ("CPU", "", "cuda:x", "tpu"))
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "*.py"))), ids=os.path.basename)
+def test_every_committed_config_file_passes(path):
+    load_and_check([path])
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "ablations", "*.py"))),
+                         ids=os.path.basename)
+def test_every_ablation_run_config_passes(path):
+    load_ablation(path)  # checks every run's config
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(vocab_size=65),
+    dict(vocab_size=65, n_layer=3, n_embd=96, n_head=4, tie_embeddings=False, d_ff=200),
+    dict(vocab_size=65, n_experts=4, top_k=2, moe_every=2, shared_expert=True, expert_d_ff=64),
+])
+def test_the_parameter_estimate_is_close_to_the_built_model(overrides):
+    from model import GPT
+
+    cfg = {**DEFAULTS, **overrides}
+    built = sum(p.numel() for p in GPT(model_config(cfg)).parameters())
+    estimate, activations = estimate_size(cfg)
+    assert 0.9 * built <= estimate <= 1.1 * built and activations > 0
+
+
+def test_on_cuda_the_device_memory_is_the_limit(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: SimpleNamespace(total_memory=10**9, name="a small GPU"))
+    cfg = {**DEFAULTS, "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257}  # ~124M params: ~2 GB
+    for device in ("auto", "cuda", "cuda:0"):
+        with pytest.raises(UserError, match=r"n_embd=768, .* more than the 1 GB of CUDA device 0 \(a small GPU\)"):
+            check_config({**cfg, "device": device})
+    check_config({**cfg, "device": "cpu"})  # this machine's RAM holds it
+
+
+def test_help_shows_the_allowed_values_without_torch():
+    text = usage("doc")
+    assert "--seed=1337" in text and "[in [0, 4294967295]]" in text and "[> 0]" in text
+    assert configurator.allowed_note(ALLOWED["beta1"], "AdamW, in [0, 1)") == ""  # the meaning says it already
