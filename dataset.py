@@ -1,9 +1,14 @@
 """Token files: finding, preparing and checking a dataset, and its codec (chars or GPT-2 BPE).
 
 A dataset is a folder (data/<name>/ or any path) holding train.bin and val.bin,
-flat uint16 token ids (numpy's tofile), and optionally meta.pkl: a dict with
-vocab_size, and for a char-level vocabulary stoi/itos (as nanoGPT's
-shakespeare_char). The batches themselves are drawn in train.get_batch.
+flat token ids (numpy's tofile), and optionally meta.pkl: a dict with
+vocab_size, "dtype" ("uint16" or "uint32": how the .bin files are written),
+and for a char-level vocabulary stoi/itos (as nanoGPT's shakespeare_char).
+meta.pkl's "dtype" is the one place a token file's dtype is recorded; the
+prepare scripts write it. Data without it (older preparations, or no
+meta.pkl) is read as uint16; a dataset without meta.pkl that holds uint32 ids
+records it with a meta.pkl of {"dtype": "uint32"}. The batches themselves are
+drawn in train.get_batch.
 """
 
 import os
@@ -17,6 +22,9 @@ import torch
 from configurator import UserError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+DTYPES = ("uint16", "uint32")  # the token file dtypes meta.pkl's "dtype" may record
+DEFAULT_DTYPE = "uint16"       # what a dataset recording none holds (nanoGPT's layout)
+SAMPLE_TOKENS = 1 << 20        # load_data checks the first and the last this many ids of each file
 
 
 def dataset_dir(dataset):
@@ -57,11 +65,15 @@ def load_data(cfg, prepare_here=True):
     prepare_here: this process may run the prepare script (under DDP: local rank 0;
     every rank then meets at a barrier, whether or not anything was prepared).
 
-    Returns dict(train=path, val=path, meta=dict of plain Python values or None);
+    Returns dict(train=path, val=path, meta=dict of plain Python values or None,
+    dtype="uint16" or "uint32": meta.pkl's "dtype", uint16 when none is recorded);
     get_batch maps the file per batch (a map kept open for the whole run grows
     the resident set to the file's size).
-    Raises UserError for a missing, empty or odd-sized file, one shorter than
-    block_size + 1 tokens, an unreadable meta.pkl, or a failed prepare script.
+    Raises UserError for a missing or empty file, a size that is not a whole
+    number of ids of the dtype, one shorter than block_size + 1 tokens, a
+    sampled id >= vocab_size (when known), a file that looks like uint32 ids
+    read as uint16, an unreadable meta.pkl, a recorded dtype other than
+    uint16/uint32, or a failed prepare script.
     """
     folder = dataset_dir(cfg.dataset)
     paths = {split: os.path.join(folder, f"{split}.bin") for split in ("train", "val")}
@@ -77,22 +89,13 @@ def load_data(cfg, prepare_here=True):
         print(proc.stdout, end="", flush=True)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
-    data = {}
-    for split, path in paths.items():
+    for path in paths.values():
         if not os.path.isfile(path):
             hint = prepare_hint(prepare) if os.path.exists(prepare) else \
                 "write uint16 token ids to train.bin and val.bin there (see data/*/prepare.py)"
             raise UserError(f"data file {path} not found for dataset={cfg.dataset!r}: {hint}")
-        size = os.path.getsize(path)
-        if size == 0 or size % 2:
-            raise UserError(f"{path} holds {size} bytes, {'none' if size == 0 else 'an odd number'}: it must be "
-                            f"uint16 token ids (np.array(ids, dtype=np.uint16).tofile(path)); write it again")
-        if size // 2 < cfg.block_size + 1:
-            raise UserError(f"{path} holds {size // 2} tokens, fewer than block_size + 1 = "
-                            f"{cfg.block_size + 1}: use a smaller --block_size or more data")
-        data[split] = path
     meta_path = os.path.join(folder, "meta.pkl")
-    data["meta"] = None
+    meta = None
     if os.path.exists(meta_path):
         try:
             with open(meta_path, "rb") as f:
@@ -102,8 +105,64 @@ def load_data(cfg, prepare_here=True):
                             f"with pickle.dump(dict(vocab_size=...), f), or delete it and set --vocab_size") from None
         if not isinstance(meta, dict):
             raise UserError(f"{meta_path} holds a {type(meta).__name__}, not a dict such as {{'vocab_size': 50257}}")
-        data["meta"] = plain(meta, meta_path)
+        meta = plain(meta, meta_path)
+    recorded = (meta or {}).get("dtype")
+    if recorded is not None and recorded not in DTYPES:
+        raise UserError(f"{meta_path} records dtype={recorded!r}: token files must be 'uint16' or 'uint32'; set "
+                        f"meta.pkl's 'dtype' to the dtype train.bin and val.bin were written with")
+    dtype = recorded or DEFAULT_DTYPE
+    vocab = getattr(cfg, "vocab_size", 0) or (meta or {}).get("vocab_size")
+    data = {}
+    for split, path in paths.items():
+        check_token_file(path, dtype, recorded is not None, vocab if type(vocab) is int else None,
+                         cfg.block_size, meta_path)
+        data[split] = path
+    data["meta"] = meta
+    data["dtype"] = dtype
     return data
+
+
+def check_token_file(path, dtype, recorded, vocab, block_size, meta_path):
+    """UserError (one line, naming path and the fix) when path's size or sampled ids do not fit dtype and vocab.
+
+    Reads only the first and last SAMPLE_TOKENS ids: cheap for a file of any
+    size. Read as uint16 (recorded or not), a file of uint32 ids shows every
+    second value 0 (little-endian high halves; <= (vocab_size - 1) >> 16 for
+    a vocabulary past 65536): that is named as such, with the record to write.
+    """
+    item = np.dtype(dtype).itemsize
+    size = os.path.getsize(path)
+    if size == 0 or size % item:
+        what = "none" if size == 0 else ("an odd number" if item == 2 else f"not a multiple of {item}")
+        raise UserError(f"{path} holds {size} bytes, {what}: it must be {dtype} token ids "
+                        f"(np.array(ids, dtype=np.{dtype}).tofile(path)); write it again, or record in "
+                        f"{meta_path} the dtype it was written with")
+    n = size // item
+    if n < block_size + 1:
+        raise UserError(f"{path} holds {n} tokens, fewer than block_size + 1 = "
+                        f"{block_size + 1}: use a smaller --block_size or more data")
+    arr = np.memmap(path, dtype=dtype, mode="r")
+    head = np.array(arr[:SAMPLE_TOKENS])
+    tail = np.array(arr[max(SAMPLE_TOKENS, n - SAMPLE_TOKENS) // 2 * 2:])  # even start: uint32 halves stay paired
+    del arr
+    top = max(int(head.max()), int(tail.max()) if len(tail) else 0)
+    if dtype == "uint16" and size % 4 == 0:
+        # uint32 ids below vocab_size, read as uint16: every odd value is a high half <= (vocab_size - 1) >> 16
+        halves = [a for a in (head, tail) if len(a) >= 2] or [np.zeros(2, np.uint16)]
+        high = max(int(a[1::2].max()) for a in halves)
+        bound = (vocab - 1) >> 16 if vocab else 0
+        if high <= bound and max(int(a[0::2].max()) for a in halves) > high:
+            why = "every second uint16 value is 0" if high == 0 else \
+                f"every second uint16 value is <= {bound}, as the high halves of ids below vocab_size={vocab} are"
+            fix = f"{meta_path} records dtype 'uint16': set it to 'uint32'" if recorded else \
+                f"record it: add 'dtype': 'uint32' to the dict in {meta_path} (create it as " + \
+                "{'dtype': 'uint32'} if absent)"
+            raise UserError(f"{path} looks like uint32 token ids ({why}) but is read as uint16: {fix}, "
+                            f"or write the file as uint16")
+    if vocab is not None and top >= vocab:
+        raise UserError(f"{path} holds token id {top} >= vocab_size={vocab} (read as {dtype}): set --vocab_size "
+                        f"(or meta.pkl's vocab_size) to the tokenizer's size, or record in meta.pkl's 'dtype' "
+                        f"the dtype the file was written with")
 
 
 def make_codec(meta, vocab_size):

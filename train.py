@@ -293,7 +293,8 @@ def get_batch(data, split, index, micro_step, cfg, device):
     the same data. Validation batch k is seeded by k alone: every run, every
     seed and every variant is evaluated on the same fixed batches.
     """
-    arr = np.memmap(data[split], dtype=np.uint16, mode="r")  # per batch, as nanoGPT: bounded memory
+    # per batch, as nanoGPT: bounded memory; the dtype is meta.pkl's record (dataset.load_data)
+    arr = np.memmap(data[split], dtype=data.get("dtype", "uint16"), mode="r")
     entropy = [cfg.seed, index, micro_step, 1] if split == "train" else [index, 2]
     rng = np.random.default_rng(entropy)
     ix = rng.integers(0, len(arr) - cfg.block_size, size=cfg.batch_size)

@@ -59,7 +59,7 @@ def test_bpe_prepare_round_trips_a_few_paragraphs(tmp_path):
     train = "ROMEO:\nBut, soft! what light through yonder window breaks?\n\nJULIET:\nO Romeo, Romeo!\n"
     val = "HAMLET:\nTo be, or not to be, that is the question:\n"
     meta, n_train, n_val = load_prepare("shakespeare").prepare(train, val, str(tmp_path))
-    assert meta == {"vocab_size": 50257, "encoding": "r50k_base"}
+    assert meta == {"vocab_size": 50257, "encoding": "r50k_base", "dtype": "uint16"}
     ids = np.fromfile(tmp_path / "train.bin", dtype=np.uint16)
     assert len(ids) == n_train and enc.decode(ids.tolist()) == train
     assert enc.decode(np.fromfile(tmp_path / "val.bin", dtype=np.uint16).tolist()) == val

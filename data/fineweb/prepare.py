@@ -1,4 +1,4 @@
-"""FineWeb-Edu in GPT-2 BPE for the 124M configs: train.bin, val.bin (uint16) and meta.pkl.
+"""FineWeb-Edu in GPT-2 BPE for the 124M configs: train.bin, val.bin (uint16) and meta.pkl (recording "dtype").
 
     pip install datasets
     python data/fineweb/prepare.py                      # 2.7B train tokens, ~5.5 GB on disk
@@ -73,7 +73,7 @@ def main():
         os.replace(f.name, f.name[:-len(".tmp")])
         print(f"{split}.bin: {written:,} tokens (the subset has no more)")
     with open(os.path.join(out, "meta.pkl"), "wb") as fm:
-        pickle.dump({"vocab_size": 50257, "encoding": ENCODING}, fm)
+        pickle.dump({"vocab_size": 50257, "encoding": ENCODING, "dtype": "uint16"}, fm)  # as encode() writes
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Shakespeare in GPT-2 BPE: train.bin, val.bin (uint16 token ids) and meta.pkl.
+"""Shakespeare in GPT-2 BPE: train.bin, val.bin (uint16 token ids) and meta.pkl (recording "dtype": "uint16").
 
     python data/shakespeare/prepare.py
 
@@ -36,7 +36,7 @@ def prepare(train_text, val_text, out_dir):
     Raises SystemExit naming TIKTOKEN_CACHE_DIR when the vocabulary cannot be loaded.
     """
     enc = encoding()
-    meta = {"vocab_size": enc.n_vocab, "encoding": ENCODING}
+    meta = {"vocab_size": enc.n_vocab, "encoding": ENCODING, "dtype": "uint16"}  # dtype: how dataset.py reads the bins
     write_atomic(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
     counts = {}
     for split, text in (("val", val_text), ("train", train_text)):  # train.bin last: it marks "ready"

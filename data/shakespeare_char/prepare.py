@@ -1,4 +1,4 @@
-"""Character-level Shakespeare: train.bin, val.bin (uint16 ids) and meta.pkl (the char vocab).
+"""Character-level Shakespeare: train.bin, val.bin (uint16 ids) and meta.pkl (the char vocab, "dtype": "uint16").
 
     python data/shakespeare_char/prepare.py
 
@@ -20,12 +20,13 @@ def prepare(train_text, val_text, out_dir):
     """Write the char-level dataset for the given texts into out_dir; returns meta."""
     chars = sorted(set(train_text) | set(val_text))
     stoi = {c: i for i, c in enumerate(chars)}
-    meta = {"vocab_size": len(chars), "itos": chars, "stoi": stoi}
+    dtype = "uint16" if len(chars) <= 1 << 16 else "uint32"  # recorded: dataset.load_data reads the bins so
+    meta = {"vocab_size": len(chars), "itos": chars, "stoi": stoi, "dtype": dtype}
     # meta first, bins last (each written to a temporary file, then renamed): a reader that
     # finds train.bin finds complete files, even with two runs preparing at once
     write_atomic(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
     for split, text in (("val", val_text), ("train", train_text)):
-        ids = np.array([stoi[c] for c in text], dtype=np.uint16)
+        ids = np.array([stoi[c] for c in text], dtype=dtype)
         write_atomic(os.path.join(out_dir, f"{split}.bin"), ids.tofile)
     return meta
 

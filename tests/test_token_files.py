@@ -1,0 +1,139 @@
+"""Token files say what they hold: meta.pkl's "dtype" (uint16 or uint32), checked by dataset.load_data."""
+
+import importlib.util
+import json
+import os
+import pickle
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT
+from configurator import UserError, load_config
+from dataset import load_data
+from train import get_batch, train
+
+VOCAB = 40
+CPU = torch.device("cpu")
+
+
+def write_dataset(folder, dtype="uint16", meta=None, n_train=4000, n_val=1000, seed=0):
+    """Random ids below VOCAB written as `dtype`; meta.pkl = meta (None: no meta.pkl). Returns the folder."""
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", n_train), ("val", n_val)):
+        rng.integers(0, VOCAB, n).astype(dtype).tofile(os.path.join(folder, f"{split}.bin"))
+    if meta is not None:
+        with open(os.path.join(folder, "meta.pkl"), "wb") as f:
+            pickle.dump(meta, f)
+    return str(folder)
+
+
+def char_meta(**extra):
+    itos = [chr(ord("a") + i % 26) if i < 26 else chr(ord("A") + i - 26) for i in range(VOCAB)]
+    return {"vocab_size": VOCAB, "itos": itos, "stoi": {c: i for i, c in enumerate(itos)}, **extra}
+
+
+def cfg_for(folder, vocab_size=0):
+    return SimpleNamespace(dataset=folder, block_size=16, batch_size=4, seed=1, vocab_size=vocab_size)
+
+
+def batches(data, cfg):
+    """A few train and val batches, as int64 arrays."""
+    cfg = SimpleNamespace(**{**vars(cfg), "vocab_size": VOCAB})
+    out = [get_batch(data, "train", i, j, cfg, CPU) for i in range(3) for j in range(2)]
+    out += [get_batch(data, "val", k, 0, cfg, CPU) for k in range(2)]
+    return [(x.numpy(), y.numpy()) for x, y in out]
+
+
+def old_batches(folder, cfg):
+    """The batches as get_batch drew them before dtypes were recorded: always uint16."""
+    out = []
+    for split, index, micro in [("train", i, j) for i in range(3) for j in range(2)] + [("val", k, 0) for k in range(2)]:
+        arr = np.memmap(os.path.join(folder, f"{split}.bin"), dtype=np.uint16, mode="r")
+        rng = np.random.default_rng([cfg.seed, index, micro, 1] if split == "train" else [index, 2])
+        ix = rng.integers(0, len(arr) - cfg.block_size, size=cfg.batch_size)
+        window = np.stack([arr[i:i + cfg.block_size + 1] for i in ix]).astype(np.int64)
+        out.append((window[:, :-1], window[:, 1:]))
+    return out
+
+
+def refused(folder, message, vocab_size=0):
+    with pytest.raises(UserError, match=message) as e:
+        load_data(cfg_for(folder, vocab_size))
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def train_losses(folder, out_dir):
+    args = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--eval_iters=2",
+            "--log_interval=1", "--sample_tokens=0", "--warmup_iters=2", "--max_iters=3", "--eval_interval=3",
+            f"--dataset={folder}", f"--out_dir={out_dir}"]
+    cfg, given = load_config(args)
+    train(cfg, given)
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return [(r["kind"], r["iter"], r.get("loss", r.get("val_loss"))) for r in rows if r["kind"] in ("train", "eval")]
+
+
+def test_uint32_with_recorded_dtype_trains_on_the_same_batches_as_uint16(tmp_path):
+    ds16 = write_dataset(tmp_path / "u16", "uint16", char_meta(dtype="uint16"))
+    ds32 = write_dataset(tmp_path / "u32", "uint32", char_meta(dtype="uint32"))
+    d16, d32 = load_data(cfg_for(ds16)), load_data(cfg_for(ds32))
+    assert (d16["dtype"], d32["dtype"]) == ("uint16", "uint32")
+    for (x16, y16), (x32, y32) in zip(batches(d16, cfg_for(ds16)), batches(d32, cfg_for(ds32))):
+        assert np.array_equal(x16, x32) and np.array_equal(y16, y32)
+    assert train_losses(ds32, tmp_path / "o32") == train_losses(ds16, tmp_path / "o16")
+
+
+def test_uint32_without_a_record_is_refused_naming_the_file(tmp_path):
+    with_meta = write_dataset(tmp_path / "meta", "uint32", char_meta())
+    message = refused(with_meta, r"train\.bin looks like uint32 token ids \(every second uint16 value is 0\)")
+    assert os.path.join(with_meta, "meta.pkl") in message and "'dtype': 'uint32'" in message
+    no_meta = write_dataset(tmp_path / "bare", "uint32")
+    refused(no_meta, r"bare/train\.bin looks like uint32 .*create it as \{'dtype': 'uint32'\}", vocab_size=VOCAB)
+    # a vocabulary past 65536: the high halves are 0 or 1
+    big = write_dataset(tmp_path / "big", "uint32", {"vocab_size": 100_000})
+    np.random.default_rng(1).integers(0, 100_000, 3000).astype(np.uint32).tofile(os.path.join(big, "train.bin"))
+    refused(big, r"big/train\.bin looks like uint32 token ids \(every second uint16 value is <= 1, ")
+    # recorded as uint16, written as uint32: the record is what is wrong
+    wrong = write_dataset(tmp_path / "wrong", "uint32", char_meta(dtype="uint16"))
+    refused(wrong, r"train\.bin looks like uint32 .*records dtype 'uint16': set it to 'uint32'")
+
+
+def test_a_bad_dtype_record_or_size_is_a_one_line_error(tmp_path):
+    refused(write_dataset(tmp_path / "int8", "uint16", char_meta(dtype="int8")),
+            r"meta\.pkl records dtype='int8': token files must be 'uint16' or 'uint32'")
+    odd = write_dataset(tmp_path / "odd", "uint32", char_meta(dtype="uint32"))
+    with open(os.path.join(odd, "val.bin"), "ab") as f:
+        f.write(b"\0\0")
+    refused(odd, r"odd/val\.bin holds 4002 bytes, not a multiple of 4: it must be uint32 token ids")
+    # uint16 ids under a uint32 record: the pairs make ids far past the vocabulary
+    halves = write_dataset(tmp_path / "halves", "uint16", char_meta(dtype="uint32"))
+    refused(halves, r"halves/train\.bin holds token id \d+ >= vocab_size=40 \(read as uint32\)")
+
+
+def test_old_uint16_data_without_a_record_loads_as_before(tmp_path):
+    for name, meta in (("meta", char_meta()), ("bare", None)):
+        folder = write_dataset(tmp_path / name, "uint16", meta)
+        data = load_data(cfg_for(folder, vocab_size=VOCAB))
+        assert data["dtype"] == "uint16" and data["meta"] == meta
+        for (x, y), (x_old, y_old) in zip(batches(data, cfg_for(folder)), old_batches(folder, cfg_for(folder))):
+            assert np.array_equal(x, x_old) and np.array_equal(y, y_old)
+
+
+def test_shakespeare_char_prepare_records_uint16(tmp_path):
+    spec = importlib.util.spec_from_file_location("prepare_char", os.path.join(ROOT, "data", "shakespeare_char",
+                                                                              "prepare.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "To be, or not to be, that is the question:\n" * 4
+    module.prepare(text, "Whether 'tis nobler in the mind to suffer\n", str(tmp_path))
+    with open(tmp_path / "meta.pkl", "rb") as f:
+        assert pickle.load(f)["dtype"] == "uint16"
+    data = load_data(SimpleNamespace(dataset=str(tmp_path), block_size=8, vocab_size=0))
+    assert data["dtype"] == "uint16"
+    ids = np.fromfile(tmp_path / "train.bin", dtype=data["dtype"])
+    assert "".join(data["meta"]["itos"][i] for i in ids) == text
