@@ -8,72 +8,72 @@ Streams the "sample-10BT" subset of HuggingFaceFW/fineweb-edu from the
 Hugging Face Hub (needs the network), encodes each document with tiktoken's
 r50k_base (= GPT-2 BPE) followed by <|endoftext|> (50256), and writes the
 first --val_tokens tokens to val.bin and the next --train_tokens to
-train.bin. Documents are never split between the two files.
+train.bin. Documents are never split between the two files (each file ends
+with the document that reaches its count). The files are written under .tmp
+names and renamed into place only at the end, meta.pkl last, as
+data/corpus/prepare.py does: an interrupted run leaves --out as it was.
 """
 
 import argparse
 import os
-import pickle
-from multiprocessing import Pool
+import sys
+from contextlib import closing
 
-import numpy as np
-import tiktoken
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bpe_docs import Progress, TokenFiles, encoding, tokenize  # noqa: E402
 
-ENCODING = "r50k_base"
-
-
-def encoding():
-    """tiktoken's r50k_base; SystemExit with the fix when its vocabulary file cannot be had."""
-    try:
-        return tiktoken.get_encoding(ENCODING)
-    except Exception as e:  # offline: requests' ConnectionError, or an HTTP error
-        raise SystemExit(f"cannot load tiktoken's {ENCODING} vocabulary ({type(e).__name__}): it is downloaded "
-                         f"on first use; offline, set TIKTOKEN_CACHE_DIR to a folder that holds it") from None
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def encode(doc):
-    enc = tiktoken.get_encoding(ENCODING)
-    return np.array(enc.encode_ordinary(doc["text"]) + [enc.eot_token], dtype=np.uint16)
+def prepare(docs, out_dir, val_tokens, train_tokens, workers, source="the subset"):
+    """Encode docs (dicts with a "text") in order into out_dir: val.bin until it holds >= val_tokens, then
+    train.bin until it holds >= train_tokens (or docs run out). Returns the token counts per split.
+
+    SystemExit when docs run out before train.bin holds any token.
+    """
+    targets = [("val", val_tokens), ("train", train_tokens)]
+    progress = Progress()
+    texts = (doc["text"] for doc in docs)
+    with TokenFiles(out_dir) as out, closing(tokenize(texts, workers)) as encoded:
+        split, limit = targets.pop(0)
+        for ids in encoded:
+            out.write(split, ids)
+            progress.add(len(ids), progress.tokens / (val_tokens + train_tokens))
+            if out.counts[split] >= limit:
+                print(f"{split}.bin: {out.counts[split]:,} tokens", flush=True)
+                if not targets:
+                    break
+                split, limit = targets.pop(0)
+        else:  # the subset ran out before the limit
+            if not out.counts["train"]:
+                raise SystemExit(f"{source} ran out after {progress.tokens:,} tokens, before train.bin got any: "
+                                 f"lower --val_tokens")
+            print(f"{split}.bin: {out.counts[split]:,} tokens (the subset has no more)")
+        out.commit()
+    print(f"benchmark: {progress.tokens:,} tokens in {progress.seconds():.1f} s = "
+          f"{progress.rate():,.0f} tokens/s with {workers} workers")
+    return out.counts
 
 
-def main():
+def main(argv=None, load_dataset=None):
+    """The command line; load_dataset: datasets.load_dataset unless given (a stand-in, in tests)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train_tokens", type=float, default=2.7e9)
     p.add_argument("--val_tokens", type=float, default=1e7)
     p.add_argument("--subset", default="sample-10BT")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
-    args = p.parse_args()
-    try:
-        from datasets import load_dataset
-    except ImportError:
-        raise SystemExit("data/fineweb/prepare.py needs the package 'datasets': pip install datasets") from None
+    p.add_argument("--out", default=HERE, help="the dataset folder (default: this script's)")
+    args = p.parse_args(argv)
+    if load_dataset is None:
+        try:
+            from datasets import load_dataset
+        except ImportError:
+            raise SystemExit("data/fineweb/prepare.py needs the package 'datasets': pip install datasets") from None
     encoding()  # fail fast, before streaming
 
-    out = os.path.dirname(os.path.abspath(__file__))
     docs = load_dataset("HuggingFaceFW/fineweb-edu", name=args.subset, split="train", streaming=True)
-    targets = [("val", int(args.val_tokens)), ("train", int(args.train_tokens))]
-    split, limit = targets.pop(0)
-    f, written = open(os.path.join(out, f"{split}.bin.tmp"), "wb"), 0
-    with Pool(args.workers) as pool:
-        for ids in pool.imap(encode, docs, chunksize=64):
-            ids.tofile(f)
-            written += len(ids)
-            if written >= limit:
-                f.close()
-                os.replace(f.name, f.name[:-len(".tmp")])
-                print(f"{split}.bin: {written:,} tokens")
-                if not targets:
-                    break
-                split, limit = targets.pop(0)
-                f, written = open(os.path.join(out, f"{split}.bin.tmp"), "wb"), 0
-            elif written % 10_000_000 < len(ids):
-                print(f"{split}: {written / 1e6:,.0f}M / {limit / 1e6:,.0f}M tokens", flush=True)
-    if not f.closed:  # the subset ran out before the limit
-        f.close()
-        os.replace(f.name, f.name[:-len(".tmp")])
-        print(f"{split}.bin: {written:,} tokens (the subset has no more)")
-    with open(os.path.join(out, "meta.pkl"), "wb") as fm:
-        pickle.dump({"vocab_size": 50257, "encoding": ENCODING, "dtype": "uint16"}, fm)  # as encode() writes
+    return prepare(docs, args.out, int(args.val_tokens), int(args.train_tokens), args.workers,
+                   source=f"the {args.subset} subset")
 
 
 if __name__ == "__main__":
