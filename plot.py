@@ -948,21 +948,27 @@ def plot_fit(spec, results, path):
     plt.close(fig)
 
 
-def plot_width(trend, spec, path):
-    """The paired difference to the baseline (per seed, and its mean with a 95% t interval)
-    against the width, one series per variant, from width_trend."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for i, (v, points) in enumerate(trend):
+def draw_gaps(ax, spec, series):
+    """Per variant, its paired differences to the baseline at each x (dots: seeds) and their mean
+    with a 95% t interval; series: [(variant, [(x, comparison dict with "diffs" and "ci")])]."""
+    for i, (v, points) in enumerate(series):
         color = f"C{i + 1}"  # C0 is the baseline's colour in the curves
-        shown = [(w, c) for w, _, c in points if c["diffs"]]
-        for w, c in shown:
-            ax.plot([w] * len(c["diffs"]), c["diffs"], ".", color=color, alpha=0.4)
-        with_ci = [(w, c["ci"]) for w, c in shown if len(c["diffs"]) > 1]
-        ax.errorbar([w for w, _ in with_ci], [ci[0] for _, ci in with_ci],
+        shown = [(x, c) for x, c in points if c["diffs"]]
+        for x, c in shown:
+            ax.plot([x] * len(c["diffs"]), c["diffs"], ".", color=color, alpha=0.4)
+        with_ci = [(x, c["ci"]) for x, c in shown if len(c["diffs"]) > 1]
+        ax.errorbar([x for x, _ in with_ci], [ci[0] for _, ci in with_ci],
                     yerr=[[ci[0] - ci[1] for _, ci in with_ci], [ci[2] - ci[0] for _, ci in with_ci]],
                     fmt="o-", color=color, capsize=4,
                     label=f"{v} - {list(spec['variants'])[0]} (mean, 95% t interval; dots: seeds)")
     ax.axhline(0.0, color="black", lw=0.8)
+
+
+def plot_width(trend, spec, path):
+    """The paired difference to the baseline (per seed, and its mean with a 95% t interval)
+    against the width, one series per variant, from width_trend."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    draw_gaps(ax, spec, [(v, [(w, c) for w, _, c in points]) for v, points in trend])
     ax.set_xscale("log", base=2)
     ax.set_xticks([w for w, _, _ in trend[0][1]], [f"{w}\n({p / 1e6:.2f}M)" for w, p, _ in trend[0][1]])
     ax.set_xlabel("width n_embd (baseline's parameters)")
@@ -981,17 +987,9 @@ def plot_tpp(trend, spec, path):
     a little along x so that their intervals do not hide one another."""
     fig, ax = plt.subplots(figsize=(6, 4))
     k = len(trend)
-    for i, (v, points) in enumerate(trend):
-        color, shift = f"C{i + 1}", 2 ** (0.04 * (i - (k - 1) / 2))  # C0 is the baseline's colour in the curves
-        shown = [(tpp * shift, c) for tpp, _, _, c in points if c["diffs"]]
-        for x, c in shown:
-            ax.plot([x] * len(c["diffs"]), c["diffs"], ".", color=color, alpha=0.4)
-        with_ci = [(x, c["ci"]) for x, c in shown if len(c["diffs"]) > 1]
-        ax.errorbar([x for x, _ in with_ci], [ci[0] for _, ci in with_ci],
-                    yerr=[[ci[0] - ci[1] for _, ci in with_ci], [ci[2] - ci[0] for _, ci in with_ci]],
-                    fmt="o-", color=color, capsize=4,
-                    label=f"{v} - {list(spec['variants'])[0]} (mean, 95% t interval; dots: seeds)")
-    ax.axhline(0.0, color="black", lw=0.8)
+    shifts = [2 ** (0.04 * (i - (k - 1) / 2)) for i in range(k)]
+    draw_gaps(ax, spec, [(v, [(tpp * shift, c) for tpp, _, _, c in points])
+                         for (v, points), shift in zip(trend, shifts)])
     ax.set_xscale("log")
     ax.minorticks_off()
     ax.set_xticks([p[0] for p in trend[0][1]],
