@@ -12,7 +12,9 @@ accepted for a float key: `--learning_rate=1`) and lie in its allowed values
 may contain `=`. A key given twice on the command line is an error; one a config
 file sets may be set again on the command line, which wins. A run's check
 (check_config) also refuses a size whose weights and AdamW states cannot fit
-in memory, before anything is built.
+in memory, before anything is built. A key given explicitly that changes nothing
+under the rest of the config (--muon_lr with optimizer="adamw": inert_keys says
+when) gets a note at the start of the run, not an error.
 This module imports no torch at load time, so `--help` answers at once.
 
 Also here, because every command shares them: `UserError` (bad input, shown
@@ -456,6 +458,64 @@ def model_config(cfg):
         return GPTConfig(**{k: get(k) for k in MODEL_KEYS} | {"vocab_size": get("vocab_size") or 1})
     except ValueError as e:
         raise UserError(f"model config: {e}") from None
+
+
+MOE_KEYS = ("top_k", "moe_every", "expert_d_ff", "shared_expert", "aux_loss_coef", "z_loss_coef")
+
+
+def inert_keys(cfg):
+    """[(key, reason)]: the keys whose value changes nothing about the run under the rest of cfg
+    (a dict with every key), each once, with why: the one place that says when a switch is off.
+
+    Only where certain: every value of the key trains the same run (for scale_wd="iwd_final"
+    without tied embeddings, the same run as "iwd"). train.py notes those the user gave
+    explicitly (inert_notes); a default, or a combination the model refuses, never gets here.
+    """
+    c = cfg
+    dual = c["attn_placement"] == "dual" or c["mlp_placement"] in ("dual", "dual_norm")
+    no_moe_block = c["n_experts"] > 0 and c["moe_every"] > c["n_layer"]
+    rules = [  # (keys, inert when, why); the first rule that holds for a key gives its reason
+        (("muon_lr", "muon_momentum"), c["optimizer"] != "muon",
+         f"optimizer is {c['optimizer']!r} (it sets Muon, which only optimizer='muon' uses)"),
+        (("wsd_decay_frac",), c["lr_schedule"] != "wsd",
+         f"lr_schedule is {c['lr_schedule']!r} (it sets the decay of 'wsd' only)"),
+        (("min_lr",), c["lr_schedule"] == "constant",
+         "lr_schedule is 'constant' (the LR never decays to it)"),
+        (MOE_KEYS, c["n_experts"] == 0, "n_experts is 0 (a dense model: no expert, no router)"),
+        (("n_experts", "top_k", "expert_d_ff", "shared_expert", "aux_loss_coef", "z_loss_coef"), no_moe_block,
+         f"moe_every={c['moe_every']} is above n_layer={c['n_layer']}, so no block is a mixture of experts"),
+        (("dual_sites",), not dual,
+         f"attn_placement is {c['attn_placement']!r} and mlp_placement {c['mlp_placement']!r} (it says where "
+         f"the dual placements DP and DNP put scales, and neither is on)"),
+        (("magnitude_lr_mult", "scale_wd"), c["scale"] == "none", "scale is 'none' (no scale vectors)"),
+        (("magnitude_lr_mult",), not has_magnitude(c["reparam"]),
+         f"reparam is {c['reparam']!r} (no separate magnitude parameter: only 'or' and 'er' have one)"),
+        (("scale_wd",), c["weight_decay"] == 0, "weight_decay is 0 (every scale_wd decays scales by 0)"),
+        (("scale_wd",), c["scale_wd"] == "iwd_final" and not c["tie_embeddings"],
+         "tie_embeddings is False (the final-norm scale is then input-role, which 'iwd' decays already: "
+         "the run is the one of scale_wd='iwd')"),
+    ]
+    inert = {}
+    for keys, when, why in rules:
+        if when:
+            for key in keys:
+                inert.setdefault(key, why)
+    return list(inert.items())
+
+
+def has_magnitude(reparam):
+    """Whether reparam's scale class has a separate magnitude parameter (False for an unknown
+    reparam, which model.GPTConfig refuses)."""
+    from norms import SCALE_CLASSES  # imports torch: not needed for --help
+
+    return reparam in SCALE_CLASSES and SCALE_CLASSES[reparam].has_magnitude()
+
+
+def inert_notes(cfg, given):
+    """One 'note: --key=value has no effect: why; it is ignored' line per key the user gave
+    (`given`, as load_config returns it) that inert_keys says changes nothing."""
+    return [f"note: --{key}={cfg[key]} has no effect: {why}; it is ignored"
+            for key, why in inert_keys(cfg) if key in given]
 
 
 def check_config(cfg_dict):

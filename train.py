@@ -47,7 +47,7 @@ import torch
 
 from checkpoint import append_log, lock_out_dir, read_log, restore, resume_config, save_checkpoint, trim_log
 from configurator import (StopSignals, UserError, check_config, cli, compile_errors, complete, fmt_duration,
-                          load_config, model_config, resolve_device, usage)
+                          inert_notes, load_config, model_config, resolve_device, usage)
 from dataset import dataset_dir, load_data, make_codec
 from model import GPT, peak_flops
 from optim import build_optimizers, format_groups, lr_multiplier, set_lr
@@ -78,7 +78,7 @@ def train(cfg, given=frozenset()):
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[run.local_rank] if device.type == "cuda" else None)
         run.n_moe = sum(block.moe for block in raw_model.blocks)
-        describe(run, raw_model, groups)
+        describe(run, raw_model, groups, given)
 
         # The loop. Iteration `it` first evaluates and saves when one is due (so the final
         # eval/save at it == max_iters takes the same path), then stops if a SIGTERM/SIGINT
@@ -250,8 +250,9 @@ def begin(run, raw_model, optimizers):
     return start_iter, run.tokens, val_loss, bool(missing.item())
 
 
-def describe(run, raw_model, groups):
-    """Print the parameter report, the optimizer groups, the device and the batch; warn on odd setups."""
+def describe(run, raw_model, groups, given=frozenset()):
+    """Print the parameter report, the optimizer groups, the device and the batch; warn on odd setups,
+    and note each key the user gave (`given`) that changes nothing here (configurator.inert_keys)."""
     cfg, log = run.cfg, run.log
     log(raw_model.param_report())
     log(format_groups(groups))
@@ -259,6 +260,8 @@ def describe(run, raw_model, groups):
         f"{f' (DDP, {torch.distributed.get_backend()})' if run.ddp else ''}, "
         f"{run.tokens_per_iter:,} tokens/iter = {cfg.batch_size} batch x {cfg.block_size} block x "
         f"{cfg.gradient_accumulation_steps} accumulation; {raw_model.flops_per_token() / 1e6:.1f} MFLOP/token")
+    for note in inert_notes(vars(cfg), given):
+        log(note)
     if run.device.type == "cpu" and cpu_seconds(run, raw_model) > 3600:
         per_iter = raw_model.flops_per_token() * run.tokens_per_iter
         log(f"warning: this config needs {per_iter * cfg.max_iters:.2g} FLOPs ({per_iter:.2g} per iteration): "

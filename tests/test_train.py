@@ -468,6 +468,7 @@ def test_offline_bpe_and_missing_packages_name_what_to_set_or_install(tmp_path, 
 
     (data / "fineweb").mkdir()
     shutil.copy(os.path.join(ROOT, "data", "fineweb", "prepare.py"), data / "fineweb")
+    shutil.copy(os.path.join(ROOT, "data", "bpe_docs.py"), data)  # the code it shares with data/corpus
     cfg, _ = load_config([f"--dataset={data / 'fineweb'}"])
     with pytest.raises(UserError, match=r"not found .*: pip install datasets && python .*fineweb/prepare.py"):
         load_data(SimpleNamespace(**cfg))
