@@ -260,6 +260,68 @@ def code_version():
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
+RERUN = "delete the run's folder and run it again"
+
+
+def excerpt(values, k):
+    """values around index k as a short list text: '[0, 20, 20, 40, ...]'."""
+    lo, hi = max(0, k - 3), min(len(values), k + 4)
+    return "[" + ", ".join(["..."] * (lo > 0) + [str(v) for v in values[lo:hi]] + ["..."] * (hi < len(values))) + "]"
+
+
+def sequence_problem(what, iters, contiguous):
+    """Where a log's train or eval iterations first break their order: 1, 2, 3, ... (contiguous), else
+    strictly increasing. A line naming the place, or None."""
+    for k, it in enumerate(iters):
+        if it == k + 1 if contiguous else k == 0 or it > iters[k - 1]:
+            continue
+        if it in iters[:k]:
+            why = f"iteration {it} twice"
+        elif k and it < iters[k - 1]:
+            why = f"iteration {it} after {iters[k - 1]}"
+        else:
+            why = f"no {what} row at iteration {k + 1}"
+        return f"{what} rows at iterations {excerpt(iters, k)}: {why}"
+    return None
+
+
+def check_log(run, rows):
+    """Raise UserError naming out_dir and the first inconsistency unless rows are the log of one
+    finished run, as train.py writes it: train rows at iterations 1..max_iters, once each and in
+    order (a resumed run's log is trimmed to its checkpoint, so it stays contiguous); eval rows at
+    strictly increasing iterations, each at 0, a multiple of eval_interval or max_iters, the last
+    at max_iters (a checkpoint a signal saved between evals writes no eval row); tokens of every
+    row iterations x tokens per iteration, never decreasing down the file."""
+    cfg, where = run["config"], os.path.join(run["out_dir"], "log.jsonl")
+    max_iters, interval = cfg["max_iters"], cfg["eval_interval"]
+    per_iter = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
+    train = [r["iter"] for r in rows if r["kind"] == "train"]
+    evals = [r["iter"] for r in rows if r["kind"] == "eval"]
+    problem = sequence_problem("train", train, True) or sequence_problem("eval", evals, False)
+    if problem:
+        raise UserError(f"{where}: {problem}; two processes trained here, or a log from another run? {RERUN}")
+    if train and train[-1] > max_iters:
+        raise UserError(f"{where}: train rows go on to iteration {train[-1]}, past max_iters={max_iters}; {RERUN}")
+    off = [it for it in evals if not (it == 0 or it == max_iters or interval > 0 and it % interval == 0)
+           or not 0 <= it <= max_iters]
+    if off:
+        raise UserError(f"{where}: an eval row at iteration {off[0]} (evals {excerpt(evals, evals.index(off[0]))}), "
+                        f"which is neither 0, a multiple of eval_interval={interval} nor max_iters={max_iters}: "
+                        f"not a log of this run's config; {RERUN}")
+    if not evals or evals[-1] != max_iters:
+        raise UserError(f"{where} has no eval at max_iters={max_iters}")
+    if len(train) != max_iters:
+        raise UserError(f"{where}: train rows stop at iteration {train[-1] if train else 0}, max_iters={max_iters}: "
+                        f"no train row at iteration {len(train) + 1}; {RERUN}")
+    last = 0
+    for n, r in enumerate(rows, 1):
+        if r["tokens"] != r["iter"] * per_iter or r["tokens"] < last:
+            raise UserError(f"{where}: line {n} ({r['kind']}, iteration {r['iter']}) has tokens={r['tokens']}"
+                            f"{f' after {last}' if r['tokens'] < last else ''}, not iteration x "
+                            f"{per_iter} tokens per iteration = {r['iter'] * per_iter}; {RERUN}")
+        last = r["tokens"]
+
+
 def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None):
     """A run's record (a JSON-able dict of a few KB) from its log rows.
 
@@ -268,13 +330,12 @@ def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None):
     min, max of each effective gamma, 5 significant digits), the last train
     loss, wall time (seconds of the last process: a resumed run's last part),
     CPU threads, torch version, compile flag and code version.
-    Raises UserError when the log has no final eval.
+    Raises UserError when the log has no final eval or is not the log of one run (check_log).
     """
     import torch
 
+    check_log(run, rows)
     evals = [r for r in rows if r["kind"] == "eval"]
-    if not evals or evals[-1]["iter"] != run["config"]["max_iters"]:
-        raise UserError(f"{run['out_dir']}: log.jsonl has no eval at max_iters={run['config']['max_iters']}")
     train = [r for r in rows if r["kind"] == "train"]
     final = evals[-1]
     return {
@@ -301,9 +362,28 @@ def write_record(results, record):
     return path
 
 
+def record_problem(rec):
+    """Why a record's evals are not those of one finished run (a line), or None: their iterations and
+    tokens must increase strictly, and the last eval and "final" must be at its config's max_iters."""
+    evals, max_iters = rec["evals"], rec["config"]["max_iters"]
+    if not evals:
+        return "it has no evals"
+    for key in ("iter", "tokens"):
+        values = [e[key] for e in evals]
+        for k in range(1, len(values)):
+            if values[k] <= values[k - 1]:
+                return (f"its evals' {'iterations' if key == 'iter' else 'tokens'} {excerpt(values, k)} do not "
+                        f"increase ({values[k]} after {values[k - 1]}; two processes trained its run at once?)")
+    if evals[-1]["iter"] != max_iters or rec["final"]["iter"] != max_iters:
+        return (f"its last eval is at iteration {evals[-1]['iter']} and its final at "
+                f"{rec['final']['iter']}, its config's max_iters={max_iters}")
+    return None
+
+
 def load_records(results):
     """{config hash: record} of every results/*.json; {} when the folder is absent.
-    Raises UserError naming a file that is not a record."""
+    Raises UserError naming a file that is not a record, or a record that is not of one
+    finished run (record_problem)."""
     records = {}
     if not os.path.isdir(results):
         return records
@@ -314,8 +394,13 @@ def load_records(results):
         try:
             with open(path) as f:
                 rec = json.load(f)
+            problem = record_problem(rec)
             records[rec["config_hash"]] = rec
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+        except (json.JSONDecodeError, KeyError, TypeError, IndexError) as e:
             raise UserError(f"{path} is not a run record ({type(e).__name__}: {e}): remove it or restore "
                             f"it from git") from None
+        if problem:
+            raise UserError(f"{path}: {problem}: not the record of one finished run, so its numbers cannot be "
+                            f"used; remove it (git rm it if committed) and run its run again (delete the run's "
+                            f"folder under the sweep's --out_root, then run sweep.py)")
     return records

@@ -122,8 +122,13 @@ def run_queue(todo, parallel, threads, results, records, commit, signals):
                 free_gpus.append(gpu)
             if proc.returncode == 0 and state(run) == "done":
                 durations.append(time.time() - t_start)
-                record = make_record(run, read_log(os.path.join(run["out_dir"], "log.jsonl")), run["ablation"],
-                                     time.time() - t_start, threads, commit)
+                try:  # a log another process wrote into too is refused: the run fails, the sweep goes on
+                    record = make_record(run, read_log(os.path.join(run["out_dir"], "log.jsonl")), run["ablation"],
+                                         time.time() - t_start, threads, commit)
+                except UserError as e:
+                    failed.append(run)
+                    print(f"FAILED {run['name']}: {e}", flush=True)
+                    continue
                 records[run["hash"]] = record
                 print(f"recorded {write_record(results, record)}", flush=True)
             elif signals.received:

@@ -41,7 +41,8 @@ def fake_rows(cfg, val_loss):
     per_iter = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
     n = cfg["max_iters"]
     return [{"kind": "eval", "iter": 0, "tokens": 0, "val_loss": 4.0, "scales": {}},
-            {"kind": "train", "iter": n, "tokens": n * per_iter, "lr": 1e-3, "loss": val_loss + 0.01},
+            *({"kind": "train", "iter": i, "tokens": i * per_iter, "lr": 1e-3, "loss": val_loss + 0.01}
+              for i in range(1, n + 1)),
             {"kind": "eval", "iter": n, "tokens": n * per_iter, "val_loss": val_loss,
              "scales": {"norm_f.scale": {"mean": 1.0123456789, "std": 0.1, "min": 0.5, "max": 1.5}}}]
 
