@@ -964,6 +964,17 @@ def draw_gaps(ax, spec, series):
     ax.axhline(0.0, color="black", lw=0.8)
 
 
+def save_gaps(fig, ax, spec, against, path):
+    """Label, title and save a figure drawn by draw_gaps (the gain against `against`)."""
+    ax.set_ylabel("final val loss difference (nats/token)")
+    ax.set_title(f"{spec['name']}: the gain vs {against} (negative: the variant is lower)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_width(trend, spec, path):
     """The paired difference to the baseline (per seed, and its mean with a 95% t interval)
     against the width, one series per variant, from width_trend."""
@@ -972,13 +983,7 @@ def plot_width(trend, spec, path):
     ax.set_xscale("log", base=2)
     ax.set_xticks([w for w, _, _ in trend[0][1]], [f"{w}\n({p / 1e6:.2f}M)" for w, p, _ in trend[0][1]])
     ax.set_xlabel("width n_embd (baseline's parameters)")
-    ax.set_ylabel("final val loss difference (nats/token)")
-    ax.set_title(f"{spec['name']}: the gain vs width (negative: the variant is lower)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_gaps(fig, ax, spec, "width", path)
 
 
 def plot_tpp(trend, spec, path):
@@ -996,13 +1001,7 @@ def plot_tpp(trend, spec, path):
                   [f"{tpp:.3g}\n({tokens / 1e6:.3g}M)" for tpp, tokens, _, _ in trend[0][1]])
     ax.set_xlabel(f"tokens per parameter (tokens; {trend[0][1][0][2] / 1e6:.3g}M parameters, "
                   f"{list(spec['variants'])[0]}'s; series offset a little)")
-    ax.set_ylabel("final val loss difference (nats/token)")
-    ax.set_title(f"{spec['name']}: the gain vs tokens per parameter (negative: the variant is lower)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_gaps(fig, ax, spec, "tokens per parameter", path)
 
 
 def plot_lr(configs, path):
