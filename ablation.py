@@ -44,7 +44,7 @@ import json
 import os
 import subprocess
 
-from checkpoint import read_log
+from checkpoint import atomic_write, read_log
 from configurator import DEFAULTS, LEGACY, UserError, check_config, check_type, load_config, run_config_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -355,10 +355,9 @@ def write_record(results, record):
     """Write results/<name>.json atomically; returns its path."""
     os.makedirs(results, exist_ok=True)
     path = os.path.join(results, record["name"] + ".json")
-    with open(path + ".tmp", "w") as f:
+    with atomic_write(path) as f:
         json.dump(record, f, indent=1)
         f.write("\n")
-    os.replace(path + ".tmp", path)
     return path
 
 

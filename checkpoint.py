@@ -19,20 +19,37 @@ import os
 import socket
 import sys
 import tempfile
+from contextlib import contextmanager
 
 import torch
 
 from configurator import MODEL_KEYS, UserError, complete, model_config
 
 
-def save_checkpoint(path, state):
-    """torch.save to path + '.tmp', fsync, then rename: a crash never leaves a half-written ckpt."""
+@contextmanager
+def atomic_write(path, mode="w"):
+    """Open path + '.tmp' for writing; on a clean exit fsync it and rename it over path, so a reader
+    sees the old file or the new one, never a part. On any error (a full disk, Ctrl-C) the .tmp is
+    removed, path is untouched, and an OSError is raised again with path as its filename."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(e, OSError) and e.errno is not None and e.filename is None:  # os.write names no file
+            raise OSError(e.errno, e.strerror, path) from None
+        raise
+
+
+def save_checkpoint(path, state):
+    """torch.save, atomically (atomic_write): a crash or a full disk never leaves a half-written ckpt."""
+    with atomic_write(path, "wb") as f:
         torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def load_checkpoint(path):
@@ -184,12 +201,26 @@ def trim_log(path, last_iter):
     if not os.path.exists(path):
         return
     rows = [r for r in read_log(path) if r["iter"] <= last_iter]
-    with open(path + ".tmp", "w") as f:
+    with atomic_write(path) as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    os.replace(path + ".tmp", path)
 
 
 def append_log(path, row):
-    """Append one row (a JSON-able dict) to log.jsonl."""
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    """Append one row (a JSON-able dict) to log.jsonl in one write. If the write fails or is short
+    (a full disk), the file is cut back to its last whole row and an OSError naming path is raised:
+    the log never holds a torn row."""
+    line = (json.dumps(row) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            if os.write(fd, line) != len(line):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as e:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass  # not a regular file (a device): there is nothing to cut back
+            raise OSError(e.errno, e.strerror, path) from None
+    finally:
+        os.close(fd)

@@ -26,6 +26,7 @@ device resolution, and the one way to build a model config (`model_config`).
 
 import ast
 import difflib
+import errno
 import math
 import os
 import re
@@ -200,8 +201,9 @@ class UserError(Exception):
 
 def cli(main):
     """Run a command's main(argv): a UserError becomes one 'error: ...' line on stderr (exit 1), a
-    Ctrl-C (KeyboardInterrupt) one 'interrupted' line (exit 130, as a shell reports SIGINT);
-    output piped into a reader that closes early (`| head`) ends quietly."""
+    Ctrl-C (KeyboardInterrupt) one 'interrupted' line (exit 130, as a shell reports SIGINT); a full
+    disk (or quota) one line naming the file (exit 1); output piped into a reader that closes early
+    (`| head`) ends quietly."""
     try:
         try:
             code = main(sys.argv[1:])
@@ -215,6 +217,14 @@ def cli(main):
         sys.exit(128 + signal.SIGINT)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        sys.exit(1)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"error: {e.strerror} writing {e.filename or 'a file'}: nothing is torn (a log keeps its last whole "
+              "row, a checkpoint or record its last whole version); free space on that disk, then run the same "
+              "command again (a training run: add --init_from=auto to continue from its checkpoint)",
+              file=sys.stderr)
         sys.exit(1)
     sys.exit(code)
 

@@ -27,7 +27,8 @@ def main(argv):
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top_k", type=int, default=200, help="sample from the k most likely tokens; 0: all")
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--device", default="cpu", help='"cpu", "cuda", "cuda:N", "mps" or "auto"')
+    p.add_argument("--device", default="auto",
+                   help='"auto" (CUDA, else MPS, else CPU, as train.py), "cpu", "cuda", "cuda:N" or "mps"')
     p.add_argument("--fold", action="store_true", help="fold input-role scales into the weights first")
     args = p.parse_args(argv)
     for name, ok in (("max_new_tokens", args.max_new_tokens >= 1), ("num_samples", args.num_samples >= 1),

@@ -206,6 +206,18 @@ def test_train_then_sample_on_device(device, tmp_path, capsys):
     assert first.startswith("abc") and len(first) == 23
 
 
+def test_sample_py_picks_its_device_as_train_py_does(tmp_path, monkeypatch, capsys):
+    """No --device: sample.py resolves train.py's default ("auto": the GPU where there is one)."""
+    from configurator import DEFAULTS
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=1", "--eval_interval=1"))
+    capsys.readouterr()
+    asked = []
+    monkeypatch.setattr(sample, "resolve_device", lambda device, dtype="auto": (asked.append(device), ("cpu", dtype))[1])
+    sample.main([f"--out_dir={tmp_path / 'o'}", "--start=abc", "--max_new_tokens=2"])
+    assert asked == [DEFAULTS["device"]] and capsys.readouterr().out.startswith("abc")
+
+
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 def test_checkpoint_moves_between_devices(device, tmp_path, optimizer):
     """2 iterations on device, 2 more resumed on the CPU, 2 more back on device: the same losses

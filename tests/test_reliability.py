@@ -2,6 +2,7 @@
 of train.py, of torchrun and of sweep.py, a device the machine lacks, a resume that stretches
 the LR schedule."""
 
+import errno
 import hashlib
 import os
 import random
@@ -339,3 +340,84 @@ def test_resuming_with_another_max_iters_says_the_schedule_is_stretched(tmp_path
         "cosine decay is stretched from iteration 4 on (LR multiplier ")
     run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=8"])  # same max_iters: no note
     assert "stretched" not in capsys.readouterr().out
+
+
+# -----------------------------------------------------------------------------
+# A full disk: one line, nothing torn, the same command continues
+
+
+def test_append_log_cut_short_by_a_full_disk_leaves_only_whole_rows(tmp_path, monkeypatch):
+    """A short write (the disk filled mid-row) is cut back: the file is its earlier rows, byte for byte."""
+    import checkpoint
+    path = str(tmp_path / "log.jsonl")
+    checkpoint.append_log(path, {"kind": "train", "iter": 1, "loss": 3.5})
+    before = open(path, "rb").read()
+    real_write = os.write
+
+    def half_write(fd, data):
+        return real_write(fd, data[: len(data) // 2])
+
+    monkeypatch.setattr(checkpoint.os, "write", half_write)
+    with pytest.raises(OSError) as info:
+        checkpoint.append_log(path, {"kind": "train", "iter": 2, "loss": 3.25})
+    monkeypatch.undo()
+    assert info.value.errno == errno.ENOSPC and info.value.filename == path
+    assert open(path, "rb").read() == before
+    checkpoint.append_log(path, {"kind": "train", "iter": 2, "loss": 3.25})  # space freed: the log goes on
+    assert [r["iter"] for r in read_log_rows(path)] == [1, 2]
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch):
+    import checkpoint
+    path = str(tmp_path / "ckpt.pt")
+    checkpoint.save_checkpoint(path, {"iter": 4})
+
+    def full_disk(obj, f):
+        f.write(b"PK\x03\x04 half a zip")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    with pytest.raises(OSError) as info:
+        checkpoint.save_checkpoint(path, {"iter": 8})
+    monkeypatch.undo()
+    assert info.value.filename == path and sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
+    assert torch.load(path, weights_only=True) == {"iter": 4}
+
+
+def test_disk_full_mid_run_is_one_line_and_auto_finishes_the_uninterrupted_run(tmp_path, monkeypatch):
+    """The disk fills at iteration 6 of 8 (log.jsonl's writes fail): train.py says so in one line
+    naming the file, the log holds whole rows and the checkpoint of iteration 4; after space is freed
+    `--init_from=auto` ends with the weights of a run that never stopped."""
+    ds = make_dataset(tmp_path / "ds")
+    common = ["--max_iters=8", "--eval_interval=4"]
+    run(tiny_args(ds, tmp_path / "a", *common))
+    log = tmp_path / "b" / "log.jsonl"
+    real_append = train_mod.append_log
+
+    def fills_at_6(path, row):
+        real_append("/dev/full" if row["iter"] >= 6 else path, row)
+
+    monkeypatch.setattr(train_mod, "append_log", fills_at_6)
+    monkeypatch.setattr(sys, "argv", ["train.py", *tiny_args(ds, tmp_path / "b", *common)])
+    with pytest.raises(SystemExit) as info:
+        configurator.cli(train_mod.main)
+    monkeypatch.undo()
+    assert info.value.code == 1
+    assert [r["iter"] for r in read_log_rows(log)] == [0, 1, 2, 3, 4, 4, 5]
+    assert torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)["iter"] == 4
+    run(["--init_from=auto", f"--out_dir={tmp_path / 'b'}"])
+    assert read_log(tmp_path / "b") == read_log(tmp_path / "a")
+    for name, tensor in final_weights(tmp_path / "a").items():
+        assert torch.equal(tensor, final_weights(tmp_path / "b")[name]), name
+
+
+def test_cli_reports_a_full_disk_in_one_line(tmp_path, capsys):
+    def main(argv):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "log.jsonl"))
+
+    with pytest.raises(SystemExit) as info:
+        configurator.cli(main)
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and err.count("\n") == 1
+    assert err.startswith(f"error: No space left on device writing {tmp_path / 'log.jsonl'}: nothing is torn")
+    assert "--init_from=auto" in err
