@@ -204,9 +204,14 @@ def setup_distributed(cfg, device_name):
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    if cfg.gradient_accumulation_steps % world:
-        raise UserError(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} does not divide "
-                        f"by WORLD_SIZE={world}: set it to a multiple of {world} (it is the global count)")
+    accum = cfg.gradient_accumulation_steps
+    if accum % world:
+        k = world // math.gcd(accum, world)  # the fewest extra micro-steps that divide among the processes
+        same = f"--gradient_accumulation_steps={accum * k} --batch_size={cfg.batch_size // k} keeps the " \
+            f"{cfg.batch_size * accum} sequences per iteration" if cfg.batch_size % k == 0 else \
+            f"--gradient_accumulation_steps={accum * k} (then {cfg.batch_size * accum * k} sequences per iteration)"
+        raise UserError(f"gradient_accumulation_steps={accum} does not divide by WORLD_SIZE={world} (it is the "
+                        f"global count of micro-steps, shared among the processes): {same}")
     if "WORLD_SIZE" in os.environ:
         backend = "nccl" if device_name.startswith("cuda") else "gloo"
         if backend == "nccl":

@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT
 from model import GPT, GPTConfig
 from test_train import make_dataset, read_log, tiny_args
-from configurator import load_config, model_config
+from configurator import UserError, load_config, model_config
 from dataset import load_data
 from train import get_batch
 from types import SimpleNamespace
@@ -93,3 +93,22 @@ def test_bad_split_is_a_clear_error_on_every_rank(tmp_path):
     assert proc.returncode != 0
     message = "gradient_accumulation_steps=3 does not divide by WORLD_SIZE=2"
     assert proc.stderr.count(message) == 2, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("accum,batch,world", [(1, 32, 2), (2, 12, 3), (4, 8, 8), (3, 5, 2)])
+def test_the_split_error_gives_settings_that_divide_and_keep_the_batch(monkeypatch, accum, batch, world):
+    """The one-line fix it names divides by WORLD_SIZE, and keeps the sequences per iteration when
+    batch_size allows (the default run under 2 processes: 2 micro-steps of 16)."""
+    import re
+    from train import setup_distributed
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    cfg = SimpleNamespace(gradient_accumulation_steps=accum, batch_size=batch)
+    with pytest.raises(UserError) as info:
+        setup_distributed(cfg, "cpu")
+    new_accum = int(re.search(r"--gradient_accumulation_steps=(\d+)", str(info.value))[1])
+    new_batch = re.search(r"--batch_size=(\d+)", str(info.value))
+    assert new_accum % world == 0
+    if batch * accum % new_accum == 0:
+        assert int(new_batch[1]) * new_accum == batch * accum, str(info.value)
+    else:
+        assert new_batch is None and f"then {batch * new_accum} sequences" in str(info.value)
