@@ -6,6 +6,7 @@
     python bench.py configs/unified_124m.py --compile=True   # on a GPU: tokens/s, MFU, memory
     python bench.py --memory=True                      # CPU: also the peak RSS of each variant
     python bench.py --variants=gpt2,baseline,unified   # against nanoGPT's GPT-2 at equal FLOPs
+    python bench.py --shared=True --variants=unified   # CPU: alone vs beside a copy of itself
 
 Each variant is the config's size and training keys with the baseline's scale
 switches (BASELINE) plus its own overrides (VARIANTS): the config's own scale
@@ -16,7 +17,13 @@ baseline. Memory (--memory=True, the default on CUDA): each variant alone in
 a separate process, torch.cuda.max_memory_allocated on CUDA, the peak RSS on
 CPU (it includes the Python/torch runtime, so only differences between
 variants mean much). Config keys as in train.py; bench-only options:
---variants, --steps, --warmup, --memory, --json=PATH (the table as JSON, for scripts).
+--variants, --steps, --warmup, --memory, --json=PATH (the table as JSON, for scripts),
+--shared.
+
+--shared=True (CPU) measures a shared machine: the first variant's step time
+in one process alone, then in two identical processes at once on the same
+cores, under each OpenMP setting of SHARED_SETTINGS (OpenMP's default spins
+its idle threads, which starves a second process; train.py sets OMP_THREAD_ENV).
 """
 
 import json
@@ -35,7 +42,7 @@ import torch.nn.functional as F
 
 from model import GPT, peak_flops
 from optim import build_optimizers
-from configurator import UserError, cli, load_config, model_config, resolve_device, usage
+from configurator import OMP_THREAD_ENV, UserError, cli, load_config, model_config, resolve_device, usage
 
 # Overrides on top of the baseline: one per claim of the paper (README: claims table).
 VARIANTS = {
@@ -55,6 +62,14 @@ VARIANTS = {
     "moe": dict(n_experts=8, top_k=2),
     "unified_moe": dict(branch_scales=True, attn_placement="in", mlp_placement="dual_norm", dual_sites="prenorm",
                         reparam="or", n_experts=8, top_k=2),
+}
+# --shared=True: environment of each process (set before torch loads); None: unset.
+_UNSET = {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OMP_NUM_THREADS": None}
+SHARED_SETTINGS = {
+    "OpenMP default (spin)": _UNSET,
+    "train.py's default": {**_UNSET, **OMP_THREAD_ENV},
+    "GOMP_SPINCOUNT=10000": {**_UNSET, "GOMP_SPINCOUNT": "10000"},
+    "OMP_NUM_THREADS=1": {**_UNSET, "OMP_NUM_THREADS": "1"},
 }
 BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_placement="in",
                 mlp_placement="in", scale_wd="none")
@@ -154,7 +169,8 @@ def main(argv):
     if "-h" in argv or "--help" in argv:
         print(usage(__doc__))
         return
-    opts_cli = {"variants": "all", "steps": "20", "warmup": "3", "memory": "auto", "memory_child": "", "json": ""}
+    opts_cli = {"variants": "all", "steps": "20", "warmup": "3", "memory": "auto", "memory_child": "", "json": "",
+                "shared": "False"}
     rest = []
     for a in argv:
         key = a[2:].split("=", 1)[0] if a.startswith("--") else None
@@ -168,6 +184,10 @@ def main(argv):
         raise UserError(f"--steps={opts_cli['steps']} / --warmup={opts_cli['warmup']}: expected integers") from None
     if steps < 1 or warmup < 0:
         raise UserError(f"--steps={steps} must be >= 1 and --warmup={warmup} >= 0")
+    if opts_cli["shared"] not in ("True", "False"):
+        raise UserError(f"--shared={opts_cli['shared']}: expected True or False")
+    if opts_cli["shared"] == "True":
+        return shared(rest, opts_cli["variants"].split(",")[0], steps, warmup)
     cfg_dict, _ = load_config(rest)
     cfg = SimpleNamespace(**cfg_dict)
     cfg.device, cfg.dtype = resolve_device(cfg.device, cfg.dtype)
@@ -245,6 +265,38 @@ def main(argv):
             json.dump(dict(device=str(device), dtype=cfg.dtype, compile=cfg.compile, torch=torch.__version__,
                            threads=torch.get_num_threads(), tokens_per_step=tokens, reference=names[0],
                            variants=rows), f, indent=1)
+
+
+def shared(rest, variant, steps, warmup):
+    """Print the step time of `variant` alone and with a copy of itself running at the same time,
+    per SHARED_SETTINGS, and the ratios (shared / alone; alone / OpenMP's default alone)."""
+    import os
+    import tempfile
+
+    if variant == "all":
+        variant = "unified"
+
+    def median_ms(n, env):
+        """Median ms/step of each of n identical bench processes started together."""
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**{k: v for k, v in os.environ.items() if k not in env}, **{k: v for k, v in env.items() if v}}
+            procs = [subprocess.Popen([sys.executable, __file__, *rest, f"--variants={variant}", f"--steps={steps}",
+                                       f"--warmup={warmup}", "--memory=False", f"--json={tmp}/{i}.json"],
+                                      env=env, stdout=subprocess.DEVNULL) for i in range(n)]
+            if any(p.wait() for p in procs):
+                raise UserError(f"a bench process failed: run python bench.py {' '.join(rest)} --variants={variant}")
+            return [json.load(open(f"{tmp}/{i}.json"))["variants"][variant]["ms_per_step"] for i in range(n)]
+
+    print(f"{variant}: median ms/step of {steps} steps, one process alone, then two at once "
+          f"({os.cpu_count()} cores, torch's default threads per process)")
+    print(f"{'setting':<26} {'alone':>8} {'two at once':>14} {'ratio':>7} {'alone vs spin':>14}")
+    first = None
+    for name, env in SHARED_SETTINGS.items():
+        alone = median_ms(1, env)[0]
+        both = median_ms(2, env)
+        first = first or alone
+        print(f"{name:<26} {alone:>8.0f} {statistics.mean(both):>14.0f} {statistics.mean(both) / alone:>7.2f} "
+              f"{alone / first:>14.3f}")
 
 
 if __name__ == "__main__":

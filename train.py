@@ -38,9 +38,11 @@ import time
 from contextlib import ExitStack, nullcontext
 from types import SimpleNamespace
 
+import configurator
+
 if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):  # answer at once, before torch loads
-    import configurator
     configurator.cli(lambda argv: print(configurator.usage(__doc__)))
+configurator.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import numpy as np
 import torch

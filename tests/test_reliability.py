@@ -421,3 +421,22 @@ def test_cli_reports_a_full_disk_in_one_line(tmp_path, capsys):
     assert info.value.code == 1 and err.count("\n") == 1
     assert err.startswith(f"error: No space left on device writing {tmp_path / 'log.jsonl'}: nothing is torn")
     assert "--init_from=auto" in err
+
+
+# -----------------------------------------------------------------------------
+# A shared CPU: OpenMP threads sleep when idle
+
+
+@pytest.mark.parametrize("given,expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_train_py_sets_the_openmp_wait_policy_before_torch_loads(given, expected):
+    """OpenMP reads OMP_WAIT_POLICY once, when torch loads: train.py sets it first (passive: idle
+    threads sleep, so a second process on the cores is not starved), unless the user set it."""
+    code = ("import os, sys, configurator; f = configurator.set_omp_env\n"
+            "configurator.set_omp_env = lambda: (print('torch' in sys.modules), f())\n"
+            "import train; print(os.environ['OMP_WAIT_POLICY'])")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["False", expected]
