@@ -45,7 +45,8 @@ import os
 import subprocess
 
 from checkpoint import atomic_write, read_log
-from configurator import DEFAULTS, LEGACY, UserError, check_config, check_type, load_config, run_config_file
+from configurator import (DEFAULTS, LEGACY, TRACKING_KEYS, UserError, check_config, check_type, load_config,
+                          run_config_file)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
@@ -151,12 +152,13 @@ def run_config(spec, setting, variant, seed, lr_mult=1.0, iter_mult=1.0):
     if iter_mult != 1.0:
         for key in ITER_KEYS:
             cfg[key] = round(cfg[key] * iter_mult)
-    cfg.pop("out_dir")
+    for key in ("out_dir", *TRACKING_KEYS):
+        cfg.pop(key)
     return cfg, config_hash(cfg)
 
 
 def config_hash(cfg):
-    """SHA-1 hex digest of a run config (without out_dir), stable when keys are added.
+    """SHA-1 hex digest of a run config (without out_dir and TRACKING_KEYS), stable when keys are added.
 
     A key added after runs were recorded (configurator.LEGACY) is left out of the hash
     when it has the value those runs trained at, or when it does nothing in this config
@@ -164,7 +166,8 @@ def config_hash(cfg):
     its hash and its meaning, and only runs the new key changes get new hashes.
     """
     inert = {"dual_sites": cfg["attn_placement"] != "dual" and cfg["mlp_placement"] not in ("dual", "dual_norm")}
-    kept = {k: v for k, v in cfg.items() if not (k in LEGACY and (v == LEGACY[k] or inert[k]))}
+    kept = {k: v for k, v in cfg.items()
+            if k not in TRACKING_KEYS and not (k in LEGACY and (v == LEGACY[k] or inert[k]))}
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 

@@ -27,6 +27,7 @@ device resolution, and the one way to build a model config (`model_config`).
 import ast
 import difflib
 import errno
+import importlib.util
 import math
 import os
 import re
@@ -50,6 +51,10 @@ SECTIONS = {
         "eval_iters": (20, "validation batches per eval (a fixed set)"),
         "log_interval": (50, "iterations between progress lines"),
         "sample_tokens": (300, "tokens sampled and printed at the end (0: none)"),
+        "wandb_log": (False, "also send every log.jsonl row and the config to Weights & Biases (pip install "
+                             "wandb; WANDB_MODE=offline keeps it on disk)"),
+        "wandb_project": ("scalevec", "the W&B project"),
+        "wandb_run_name": ("", "the W&B run name (empty: out_dir's folder name)"),
     },
     "data": {
         "dataset": ("shakespeare_char", "a folder under data/, or a path to one"),
@@ -121,6 +126,7 @@ DEFAULTS = {key: default for keys in SECTIONS.values() for key, (default, _) in 
 # Keys added after runs were recorded, with the value those runs trained at: a config
 # (record, checkpoint) without the key means this value, and a run hash leaves it out.
 LEGACY = {"dual_sites": "all"}
+TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name")  # where the numbers go, never the numbers
 MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
     {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
 
@@ -166,7 +172,7 @@ GE0, GE1, POSITIVE, FRACTION = Range(0), Range(1), Range(0, low_open=True), Rang
 ALLOWED = {
     # I/O
     "out_dir": None, "init_from": Choices("scratch", "resume", "auto"), "eval_interval": GE0, "eval_iters": GE1,
-    "log_interval": GE1, "sample_tokens": GE0,
+    "log_interval": GE1, "sample_tokens": GE0, "wandb_log": None, "wandb_project": None, "wandb_run_name": None,
     # data
     "dataset": None, "batch_size": GE1, "gradient_accumulation_steps": GE1,
     # model
@@ -494,6 +500,7 @@ def inert_keys(cfg):
         (MOE_KEYS, c["n_experts"] == 0, "n_experts is 0 (a dense model: no expert, no router)"),
         (("n_experts", "top_k", "expert_d_ff", "shared_expert", "aux_loss_coef", "z_loss_coef"), no_moe_block,
          f"moe_every={c['moe_every']} is above n_layer={c['n_layer']}, so no block is a mixture of experts"),
+        (("wandb_project", "wandb_run_name"), not c.get("wandb_log"), "wandb_log is False (nothing goes to W&B)"),
         (("dual_sites",), not dual,
          f"attn_placement is {c['attn_placement']!r} and mlp_placement {c['mlp_placement']!r} (it says where "
          f"the dual placements DP and DNP put scales, and neither is on)"),
@@ -533,6 +540,8 @@ def check_config(cfg_dict):
     weights cannot fit in memory: what a run checks before it reads data or builds anything
     (sweep.py checks every run of an ablation this way before starting any)."""
     check_values(cfg_dict)
+    if cfg_dict.get("wandb_log") and importlib.util.find_spec("wandb") is None:
+        raise UserError("wandb_log=True needs the wandb package: pip install wandb (or drop --wandb_log)")
     check_training_config(SimpleNamespace(**cfg_dict))
     model_config(cfg_dict)
     check_memory(cfg_dict)

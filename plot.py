@@ -2,6 +2,7 @@
 
     python plot.py configs/ablations/c8_unified.py            # after sweep.py on the same file
     python plot.py configs/ablations/*.py --out=assets --readme=results/README.md   # the committed tables
+    python plot.py --run=out-shakespeare-char     # one run's curves: out-plots/out-shakespeare-char.png
 
 For each ablation file, writes to --out (default out-plots/; the committed tables are assets/):
     <name>.md             per setting: the regime (the baseline's parameters, tokens, tokens
@@ -82,6 +83,7 @@ import torch  # noqa: E402
 from model import GPT  # noqa: E402
 from optim import lr_multiplier  # noqa: E402
 from ablation import HERE, load_ablation, load_records, lr_choice, plan, tuning_seeds  # noqa: E402
+from checkpoint import read_log  # noqa: E402
 from configurator import UserError, cli, model_config  # noqa: E402
 
 # -----------------------------------------------------------------------------
@@ -916,6 +918,51 @@ def plot_scales(spec, results, path):
     return True
 
 
+def plot_run(out_dir, path):
+    """One run's curves from its out_dir/log.jsonl (finished or not): train loss per iteration
+    (and its 50-iteration running mean) with the val loss at each eval; the LR; and, per scale-vector
+    site, the mean effective gamma at each eval. UserError when the log is missing or empty."""
+    log = os.path.join(out_dir, "log.jsonl")
+    if not os.path.isfile(log):
+        raise UserError(f"--run={out_dir}: no log.jsonl there (point --run at a train.py out_dir)")
+    rows = read_log(log)
+    train = [r for r in rows if r["kind"] == "train"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    if not train and not evals:
+        raise UserError(f"--run={out_dir}: its log.jsonl has no rows yet")
+    sites = list(evals[-1]["scales"]) if evals and evals[-1].get("scales") else []
+    fig, axes = plt.subplots(1, 3 if sites else 2, figsize=(15 if sites else 10, 4))
+    ax = axes[0]
+    if train:
+        it, loss = np.array([r["iter"] for r in train]), np.array([r["loss"] for r in train])
+        ax.plot(it, loss, color="C0", lw=0.5, alpha=0.4, label="train (per iteration)")
+        k = min(50, len(loss))
+        ax.plot(it[k - 1:], np.convolve(loss, np.ones(k) / k, mode="valid"), color="C0",
+                label=f"train ({k}-iteration mean)")
+    ax.plot([r["iter"] for r in evals], [r["val_loss"] for r in evals], "o-", color="C3", ms=3, label="val")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("loss (nats/token)")
+    ax.legend(fontsize=8)
+    axes[1].plot([r["iter"] for r in train], [r["lr"] for r in train], color="C2")
+    axes[1].set_xlabel("iteration")
+    axes[1].set_ylabel("learning rate (first group)")
+    if sites:
+        ax = axes[2]
+        for site in sites:
+            points = [(r["iter"], r["scales"][site]["mean"]) for r in evals if site in r.get("scales", {})]
+            ax.plot(*zip(*points), lw=0.8, label=site.replace("blocks.", "L").replace(".scale", ""))
+        ax.axhline(1.0, color="black", lw=0.6, ls=":")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("mean effective gamma per site")
+        if len(sites) <= 12:
+            ax.legend(fontsize=6)
+    fig.suptitle(f"{out_dir}: {len(train)} iterations, {len(evals)} evals"
+                 + (f", last val loss {evals[-1]['val_loss']:.4f}" if evals else ""), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_fit(spec, results, path):
     """Per setting: the reference's final loss vs tokens at each budget and its fit, per seed; the
     variants' final losses (1x) as other markers."""
@@ -1023,11 +1070,22 @@ def plot_lr(configs, path):
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("ablations", nargs="+")
+    p.add_argument("ablations", nargs="*", help="ablation files (configs/ablations/*.py)")
+    p.add_argument("--run", default="", help="instead: draw one run's curves from OUT_DIR/log.jsonl")
     p.add_argument("--results", default="results", help="the run records (sweep.py writes them)")
     p.add_argument("--out", default="out-plots", help="folder for tables and figures (assets/ is the committed one)")
     p.add_argument("--readme", default="", help="also write the summary table into this file's summary block")
     args = p.parse_args(argv)
+    if args.run:
+        if args.ablations:
+            raise UserError(f"--run={args.run} draws one run: give no ablation files with it")
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, os.path.basename(os.path.abspath(args.run)) + ".png")
+        plot_run(args.run, path)
+        print(f"wrote {path}")
+        return
+    if not args.ablations:
+        raise UserError("give ablation files (configs/ablations/*.py), or --run=OUT_DIR for one run's curves")
     records = load_records(args.results)
     if args.readme:  # checked before any drawing
         if not os.path.isfile(args.readme):

@@ -74,6 +74,7 @@ def train(cfg, given=frozenset()):
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
         start_iter, tokens, val_loss, row_missing = begin(run, raw_model, optimizers)  # restore, or a new log
+        run.tracker = start_tracker(run, held)  # W&B when wandb_log, else None
         model = torch.compile(raw_model) if cfg.compile else raw_model
         fwd = model  # evals run without the DDP wrapper
         if ddp:
@@ -193,7 +194,7 @@ def setup(cfg, given, held):
         rank=rank, local_rank=local_rank, world=world, ddp=ddp, master=master, data=data, model_cfg=model_cfg,
         tokens_per_iter=cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps,
         ckpt_path=os.path.join(cfg.out_dir, "ckpt.pt"), log_path=os.path.join(cfg.out_dir, "log.jsonl"),
-        log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None))
+        log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None), tracker=None)
 
 
 def setup_distributed(cfg, device_name):
@@ -379,8 +380,43 @@ def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss):
 
 
 def write_log(run, row):
+    """Append row to log.jsonl (rank 0), and send it to the tracker when there is one."""
     if run.master:
         append_log(run.log_path, row)
+        if run.tracker:
+            run.tracker.log(tracker_row(row), step=row["iter"])
+
+
+def start_tracker(run, held):
+    """A Weights & Biases run (rank 0, wandb_log=True; nanoGPT's keys), finished when `held` (an
+    ExitStack) closes: exit code 1 if the run raised. None otherwise; wandb is imported only here.
+    A resumed run starts a new W&B run of the same name; log.jsonl stays the record."""
+    cfg = run.cfg
+    if not (cfg.wandb_log and run.master):
+        return None
+    import wandb
+
+    tracker = wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name or os.path.basename(
+        os.path.abspath(cfg.out_dir)), config=vars(cfg), dir=cfg.out_dir)
+    held.push(lambda kind, exc, tb: tracker.finish(exit_code=1 if kind else 0))
+    return tracker
+
+
+def tracker_row(row, prefix=None):
+    """A log.jsonl row as flat tracker keys: {"train/loss", "train/lr", "eval/val_loss",
+    "eval/scales/<site>/mean", "eval/max_load/<layer>", ..., "tokens"}; nested dicts and lists
+    joined with "/"."""
+    if prefix is None:
+        return {"tokens": row["tokens"], **tracker_row({k: v for k, v in row.items()
+                                                        if k not in ("kind", "iter", "tokens")}, row["kind"])}
+    items = row.items() if isinstance(row, dict) else enumerate(row)
+    flat = {}
+    for key, value in items:
+        if isinstance(value, (dict, list)):
+            flat.update(tracker_row(value, f"{prefix}/{key}"))
+        else:
+            flat[f"{prefix}/{key}"] = value
+    return flat
 
 
 def stop_signal(signals, run):

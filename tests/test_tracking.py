@@ -1,0 +1,132 @@
+"""Optional experiment tracking (wandb_log) and one run's curves (plot.py --run)."""
+
+import importlib.machinery
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+import train as train_mod
+from conftest import ROOT
+from configurator import UserError
+from test_train import make_dataset, read_log, run, tiny_args
+
+
+class FakeRun:
+    """What train.py uses of a wandb run, recording the calls."""
+
+    def __init__(self, **init):
+        self.init, self.logged, self.exit_code = init, [], None
+
+    def log(self, data, step):
+        self.logged.append((step, data))
+
+    def finish(self, exit_code=0):
+        self.exit_code = exit_code
+
+
+def fake_wandb(monkeypatch):
+    runs = []
+    module = types.ModuleType("wandb")
+    module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)  # found by find_spec
+    module.init = lambda **kw: runs.append(FakeRun(**kw)) or runs[-1]
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    return runs
+
+
+def test_every_log_row_goes_to_the_tracker_with_the_config(tmp_path, monkeypatch):
+    runs = fake_wandb(monkeypatch)
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--eval_interval=2", "--wandb_log=True",
+                  "--wandb_project=p1"))
+    (tracker,) = runs
+    assert tracker.init["project"] == "p1" and tracker.init["name"] == "o"  # out_dir's name by default
+    assert tracker.init["config"]["max_iters"] == 4 and tracker.exit_code == 0
+    rows = read_log(tmp_path / "o")
+    assert [step for step, _ in tracker.logged] == [r["iter"] for r in rows]
+    for (_, data), row in zip(tracker.logged, rows):
+        assert data["tokens"] == row["tokens"]
+        if row["kind"] == "train":
+            assert data == {"tokens": row["tokens"], "train/lr": row["lr"], "train/loss": row["loss"]}
+        else:
+            assert data["eval/val_loss"] == row["val_loss"]
+            for site, stats in row["scales"].items():
+                assert all(data[f"eval/scales/{site}/{k}"] == v for k, v in stats.items())
+            assert len(data) == 2 + 4 * len(row["scales"])  # nothing else, nothing nested
+
+
+def test_a_failed_run_finishes_its_tracker_run_as_failed(tmp_path, monkeypatch):
+    runs = fake_wandb(monkeypatch)
+    ds = make_dataset(tmp_path / "ds")
+
+    def no_space(*args):
+        raise OSError(28, "No space left on device", "log.jsonl")
+
+    monkeypatch.setattr(train_mod, "append_log", lambda path, row: no_space() if row["iter"] == 2 else None)
+    with pytest.raises(OSError):
+        run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--wandb_log=True"))
+    assert runs[0].exit_code == 1
+
+
+def test_wandb_log_without_the_package_is_one_line_before_anything_is_built(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed: find_spec gives None
+    ds = make_dataset(tmp_path / "ds")
+    with pytest.raises(UserError, match=r"wandb_log=True needs the wandb package: pip install wandb"):
+        run(tiny_args(ds, tmp_path / "o", "--wandb_log=True"))
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_core_never_imports_wandb_when_tracking_is_off(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    code = ("import sys, train\n"
+            f"train.train(train.complete(train.load_config({tiny_args(ds, tmp_path / 'o', '--max_iters=2')!r})[0]))\n"
+            "assert 'wandb' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, timeout=120)
+
+
+def test_offline_wandb_writes_its_files_in_out_dir(tmp_path):
+    pytest.importorskip("wandb", reason="optional: pip install wandb")
+    ds = make_dataset(tmp_path / "ds")
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(ds, tmp_path / "o", "--max_iters=3",
+                                                                  "--wandb_log=True", "--wandb_run_name=tiny")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (folder,) = [f for f in os.listdir(tmp_path / "o" / "wandb") if f.startswith("offline-run-")]
+    (data,) = [f for f in os.listdir(tmp_path / "o" / "wandb" / folder) if f.endswith(".wandb")]
+    data = (tmp_path / "o" / "wandb" / folder / data).read_bytes()  # the records, to sync later
+    assert b"max_iters" in data and b"train/loss" in data and b"eval/val_loss" in data
+
+
+def test_plot_run_draws_the_logged_losses_lr_and_scales(tmp_path, monkeypatch):
+    import plot
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=6", "--eval_interval=3"))
+    figures = []
+    monkeypatch.setattr(plot.plt, "close", figures.append)
+    plot.main([f"--run={tmp_path / 'o'}", f"--out={tmp_path / 'plots'}"])
+    assert (tmp_path / "plots" / "o.png").read_bytes()[:4] == b"\x89PNG"
+    rows = read_log(tmp_path / "o")
+    train = [r for r in rows if r["kind"] == "train"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    loss_ax, lr_ax, scale_ax = figures[0].axes
+    val_line = next(line for line in loss_ax.lines if line.get_label() == "val")
+    assert list(val_line.get_ydata()) == [r["val_loss"] for r in evals]
+    assert list(lr_ax.lines[0].get_ydata()) == [r["lr"] for r in train]
+    assert len(scale_ax.lines) == len(evals[-1]["scales"]) + 1  # one per site, and the gamma = 1 line
+    first_site = next(iter(evals[-1]["scales"]))
+    assert list(scale_ax.lines[0].get_ydata()) == [r["scales"][first_site]["mean"] for r in evals]
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda d: None, r"no log.jsonl there"),
+    (lambda d: (d / "log.jsonl").write_text(""), r"has no rows yet"),
+])
+def test_plot_run_on_a_folder_without_a_log_is_one_line(tmp_path, make, message):
+    import plot
+    (tmp_path / "o").mkdir()
+    make(tmp_path / "o")
+    with pytest.raises(UserError, match=message):
+        plot.main([f"--run={tmp_path / 'o'}", f"--out={tmp_path / 'plots'}"])
