@@ -4,34 +4,41 @@
     python export.py --out_dir=out-x --export_dir=hf-x --tol=1e-3
 
 Claim C2 made practical: every input-role scale (HG, DP, OR/ER magnitudes, the
-pre-norm scales) folds into its linear map (GPT.fold_scales), so the folded
-model is a plain architecture that transformers (and what reads its format:
-vLLM, llama.cpp converters) loads with no code from this project. What is left
-maps onto the target's own weights: the pre-norm and final-norm RMSNorm
-weights, and QK-norm's per-head gammas.
+pre-norm scales, DNP's up-branch outer scale) folds into its linear map
+(GPT.fold_scales). What is left maps onto a target's own weights (a tied
+head's final-norm gamma, QK-norm's per-head gammas), or, for what no
+standard architecture has, onto modeling_scalevec.py, which the folder then
+ships: Llama's layers plus exactly those pieces.
 
     dense                                         -> LlamaForCausalLM
     dense + qk_norm                               -> Qwen3ForCausalLM
+    dense + DNP, in_norm or output_norms (any mix
+      with the above; the default run)            -> ScalevecForCausalLM (trust_remote_code=True)
     MoE in every block, top_k >= 2                -> MixtralForCausalLM
     MoE + shared_expert                           -> Qwen2MoeForCausalLM
     MoE + qk_norm                                 -> Qwen3MoeForCausalLM
-    mlp_placement=dual_norm (DNP) or in_norm, output_norms, and the MoE cases above
-    do not cover: refused with one line saying why; nothing is written.
+    MoE + DNP, in_norm or output_norms, and the MoE cases above do not cover:
+    refused with one line saying why; nothing is written.
 
 The folder holds config.json, model.safetensors (float32, the real vocab_size
-rows only: the padding rows are dropped), README.md naming the tokenizer, and
-for character-level data char_vocab.json (itos: token id -> character).
+rows only: the padding rows are dropped; its metadata holds the run's config),
+the tokenizer (tokenizer.json, tokenizer_config.json: GPT-2 BPE or the
+character vocabulary, as sample.py encodes; also char_vocab.json, itos, for
+character-level data), generation_config.json, and README.md, a model card.
 Before the folder appears, the exported model runs in transformers next to
 this project's model on one random batch of block_size tokens; the export
 fails if the largest logit difference exceeds --tol times max(1, largest
 |logit|) (float32 rounding).
 Greedy text matches `python sample.py --top_k=1` while prompt + new tokens fit
-in block_size (sample.py then crops its context; transformers does not).
-Needs the optional extras: pip install -r requirements-export.txt
+in block_size (sample.py then crops its context; transformers does not), up to
+the first <|endoftext|> of a BPE model (transformers stops there, sample.py
+does not). Needs the optional extras: pip install -r requirements-export.txt
 """
 
 import argparse
 import copy
+import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -41,19 +48,21 @@ import warnings
 import torch
 
 from checkpoint import load_model
-from configurator import UserError, cli
+from configurator import MODEL_KEYS, UserError, cli
+from dataset import bpe_encoding
 
 TOLERANCE = 1e-4  # largest |logit difference| allowed, relative to max(1, largest |logit|); float32
+MODELING_FILE = "modeling_scalevec.py"  # shipped into folders that need it; lives beside this file
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def refusal(cfg):
-    """Why `cfg` has no exact standard architecture, as one line naming the switch; None if it has one."""
-    if cfg.mlp_placement in ("dual_norm", "in_norm"):
-        return (f"mlp_placement={cfg.mlp_placement!r} cannot be exported: its normalization over d_ff inside "
-                "the MLP has no place in Llama, Qwen or Mixtral")
-    if cfg.output_norms:
-        return ("output_norms=True cannot be exported: Llama, Qwen and Mixtral have no norm between a "
-                "branch and the residual add (Gemma's do, but Gemma also scales the embedding and uses GELU)")
+    """Why `cfg` has no exact architecture to export to, as one line naming the switch; None if it has one."""
+    if cfg.n_experts and (cfg.mlp_placement in ("dual_norm", "in_norm") or cfg.output_norms):
+        switch = "output_norms=True" if cfg.output_norms else f"mlp_placement={cfg.mlp_placement!r}"
+        return (f"{switch} with n_experts={cfg.n_experts} cannot be exported: {MODELING_FILE} extends dense "
+                "Llama layers, and no MoE architecture in transformers has a norm inside its experts or after them: "
+                "train it dense (n_experts=0), or with mlp_placement 'in' or 'dual' and output_norms=False")
     if not cfg.n_experts:
         return None
     if cfg.qk_norm and cfg.shared_expert:
@@ -70,8 +79,16 @@ def refusal(cfg):
     return None
 
 
+def needs_code(cfg):
+    """Whether `cfg` has pieces no standard architecture holds (DNP's or in_norm's normalization over
+    d_ff, output norms), so the folder ships modeling_scalevec.py."""
+    return cfg.mlp_placement in ("dual_norm", "in_norm") or cfg.output_norms
+
+
 def architecture(cfg):
     """The transformers class name that `cfg` exports to (call refusal() first)."""
+    if needs_code(cfg):
+        return "ScalevecForCausalLM"
     if not cfg.n_experts:
         return "Qwen3ForCausalLM" if cfg.qk_norm else "LlamaForCausalLM"
     if cfg.qk_norm:
@@ -79,12 +96,14 @@ def architecture(cfg):
     return "Qwen2MoeForCausalLM" if cfg.shared_expert else "MixtralForCausalLM"
 
 
-def hf_config(cfg, arch):
-    """config.json as a dict, in the keys the published checkpoints of `arch` use."""
+def hf_config(cfg, arch, eos=None):
+    """config.json as a dict, in the keys the published checkpoints of `arch` use; `eos`: the
+    tokenizer's end-of-text id (also its BOS: GPT-2 uses one token for both), or None."""
     d = {
         "architectures": [arch],
         "model_type": {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral",
-                       "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe"}[arch],
+                       "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe",
+                       "ScalevecForCausalLM": "scalevec"}[arch],
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.n_embd,
         "intermediate_size": cfg.d_ff,
@@ -100,14 +119,20 @@ def hf_config(cfg, arch):
         "attention_bias": False,
         "attention_dropout": 0.0,
         "torch_dtype": "float32",
-        "bos_token_id": None,  # sample.py neither adds a BOS token nor stops at an EOS token
-        "eos_token_id": None,
+        "bos_token_id": eos,  # sample.py adds no BOS token; the id is named, never prepended
+        "eos_token_id": eos,
         "use_cache": True,
     }
-    if arch != "LlamaForCausalLM":
+    if arch not in ("LlamaForCausalLM", "ScalevecForCausalLM"):
         d |= {"use_sliding_window": False, "sliding_window": None}
-    if arch == "LlamaForCausalLM":
+    if arch in ("LlamaForCausalLM", "ScalevecForCausalLM"):
         d |= {"mlp_bias": False, "pretraining_tp": 1}
+    if arch == "ScalevecForCausalLM":
+        module = MODELING_FILE.removesuffix(".py")
+        d |= {"auto_map": {"AutoConfig": f"{module}.ScalevecConfig",
+                           "AutoModelForCausalLM": f"{module}.ScalevecForCausalLM"},
+              "qk_norm": cfg.qk_norm, "ff_norm": cfg.mlp_placement in ("dual_norm", "in_norm"),
+              "output_norms": cfg.output_norms}
     elif arch == "MixtralForCausalLM":
         d |= {"intermediate_size": cfg.expert_d_ff, "num_local_experts": cfg.n_experts,
               "num_experts_per_tok": cfg.top_k, "router_jitter_noise": 0.0}
@@ -119,9 +144,14 @@ def hf_config(cfg, arch):
     return d
 
 
+def ones_if_none(scale, dim):
+    """The effective gamma of a ScaleVector, detached; ones of width `dim` where there is none."""
+    return torch.ones(dim) if scale is None else scale().detach()
+
+
 def gamma(norm):
     """The effective scale of an RMSNorm, ones where it has none (HG's bare pre-norms, scale='none')."""
-    return torch.ones(norm.dim) if norm.scale is None else norm.scale().detach()
+    return ones_if_none(norm.scale, norm.dim)
 
 
 def hf_state_dict(model):
@@ -131,7 +161,8 @@ def hf_state_dict(model):
     its module. A tied embedding stays tied: the final-norm gamma becomes the
     target's final RMSNorm weight instead of folding into the shared matrix.
     Names follow the published checkpoints (MoE experts one by one), which
-    every transformers version since Qwen3 loads.
+    every transformers version since Qwen3 loads, and modeling_scalevec.py's
+    for its pieces (mlp.gate_norm, attn_output_norm, mlp_output_norm).
     """
     cfg, arch = model.config, architecture(model.config)
     V = cfg.vocab_size
@@ -158,8 +189,13 @@ def hf_state_dict(model):
         if cfg.qk_norm:
             sd[p + "self_attn.q_norm.weight"] = gamma(b.attn.q_norm)
             sd[p + "self_attn.k_norm.weight"] = gamma(b.attn.k_norm)
+        if cfg.output_norms:
+            sd[p + "attn_output_norm.weight"] = gamma(b.attn_out_norm)
+            sd[p + "mlp_output_norm.weight"] = gamma(b.mlp_out_norm)
         if not b.moe:
             sd.update(mlp_weights(b.mlp, p + "mlp."))
+            if b.mlp.gate.out_norm:  # DNP's gate gamma_a (output-role); ones for in_norm. The up branch's
+                sd[p + "mlp.gate_norm.weight"] = ones_if_none(b.mlp.gate.out_scale, cfg.d_ff)  # is in down_proj
         elif arch == "MixtralForCausalLM":
             sd[p + "block_sparse_moe.gate.weight"] = b.mlp.router.effective_weight().detach()
             for e, mlp in enumerate(b.mlp.experts):
@@ -196,12 +232,107 @@ def import_transformers():
     return transformers, safetensors.torch
 
 
+# -----------------------------------------------------------------------------
+# The tokenizer: the ids sample.py's codec (dataset.make_codec) gives, as transformers files
+
+
+def tokenizer_kind(meta, vocab_size):
+    """"char", "bpe" or None, by dataset.make_codec's rule: a char vocabulary in meta.pkl, else GPT-2
+    BPE when meta names a tiktoken encoding or the vocabulary is GPT-2's size, else none known."""
+    if meta and "itos" in meta:
+        return "char"
+    return "bpe" if (meta and "encoding" in meta) or vocab_size >= 50257 else None
+
+
+def char_tokenizer(itos):
+    """A tokenizers.Tokenizer giving character i of `itos` (a list, or a dict id -> char) the id i.
+
+    Every character is its own token and decoding joins them with nothing between, as the
+    project's char codec; a character outside itos is an error at encode time, as there.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {itos[i]: i for i in range(len(itos))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # [\s\S]: newlines too
+    tok.decoder = decoders.Fuse()
+    return tok
+
+
+@functools.lru_cache(maxsize=2)  # converting 50k merges takes seconds; tests export many folders
+def bpe_tokenizer_json(name):
+    """tiktoken's encoding `name` as a tokenizers.Tokenizer, serialized (tokenizer.json's text).
+
+    Uses transformers' TikTokenConverter on the ranks tiktoken has already loaded (offline: no
+    vocabulary file read or fetched). Raises UserError when the converted special tokens do not
+    keep tiktoken's ids (encodings whose special ids leave gaps).
+    """
+    from tokenizers import AddedToken
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    enc = bpe_encoding(name)  # its _mergeable_ranks, _pat_str, _special_tokens: private, as transformers reads them
+
+    class Converter(TikTokenConverter):
+        def load_tiktoken_bpe(self, _):  # the ranks in memory, instead of a file path
+            return enc._mergeable_ranks
+
+    tok = Converter(None, enc._pat_str).converted()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in enc._special_tokens])
+    moved = {t: i for t, i in enc._special_tokens.items() if tok.token_to_id(t) != i}
+    if moved:
+        raise UserError(f"tiktoken encoding {name!r}: special tokens {sorted(moved)} would change ids in "
+                        "tokenizer.json; export a model trained with GPT-2 BPE (r50k_base) or a char vocabulary")
+    return tok.to_str()
+
+
+def write_tokenizer(folder, meta, cfg):
+    """Write tokenizer.json and tokenizer_config.json (and char_vocab.json) for the codec sample.py uses.
+
+    tokenizer_config.json names PreTrainedTokenizerFast, so AutoTokenizer takes tokenizer.json as
+    it is on every target (without it, a Qwen3 folder gets Qwen2's tokenizer class, which replaces
+    the pre-tokenizer). Returns (end-of-text id or None, one line for the model card); writes
+    nothing and returns (None, why) when meta.pkl names no tokenizer.
+    """
+    kind = tokenizer_kind(meta, cfg.vocab_size)
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.block_size,
+              "clean_up_tokenization_spaces": False}
+    if kind is None:
+        return None, ("none known: the dataset's meta.pkl had no char vocabulary and the vocabulary is smaller "
+                      "than GPT-2's, so the ids are some other tokenizer's; pair it with that one")
+    if kind == "char":
+        itos = [meta["itos"][i] for i in range(len(meta["itos"]))]
+        text, eos = char_tokenizer(itos).to_str(), None
+        with open(os.path.join(folder, "char_vocab.json"), "w", encoding="utf-8") as f:
+            json.dump({"itos": itos}, f, ensure_ascii=False)
+        note = (f"character-level, {len(itos)} characters (also `char_vocab.json`: `itos`, id -> character); "
+                "no end-of-text token, so generation runs to max_new_tokens")
+    else:
+        name = meta.get("encoding", "r50k_base") if meta else "r50k_base"
+        text = bpe_tokenizer_json(name)
+        eot = "<|endoftext|>"
+        eos = bpe_encoding(name)._special_tokens.get(eot)
+        if eos is not None:
+            config |= {"bos_token": eot, "eos_token": eot, "pad_token": eot}
+        note = (f"GPT-2 BPE (tiktoken `{name}`), the same ids; generation stops at `{eot}` (id {eos}), "
+                "which sample.py does not")
+    with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    return eos, note
+
+
+# -----------------------------------------------------------------------------
+# The check and the model card
+
+
 @torch.no_grad()
 def max_logit_diff(model, folder, seed=0):
     """Largest |logit difference| between `model` and the transformers model in `folder`, on
     one random batch of block_size token ids, divided by max(1, largest |logit|); float."""
     transformers, _ = import_transformers()
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, local_files_only=True, trust_remote_code=needs_code(model.config)).eval()
     cfg = model.config
     idx = torch.randint(0, cfg.vocab_size, (1, cfg.block_size), generator=torch.Generator().manual_seed(seed))
     ours = model.eval()(idx, idx)[0]  # targets given: logits at every position
@@ -209,37 +340,68 @@ def max_logit_diff(model, folder, seed=0):
     return ((ours - theirs).abs().max() / ours.abs().max().clamp_min(1.0)).item()
 
 
-def readme(cfg, arch, meta, diff, source):
-    """The folder's README.md: what it is, how to load it, which tokenizer to pair."""
-    if meta and "itos" in meta:
-        tok = ("Character-level: `char_vocab.json` holds `itos`, the character of each token id. Encode with "
-               "`[itos.index(c) for c in text]`, decode with `''.join(itos[i] for i in ids)`.")
+def readme(cfg, arch, tokenizer_note, diff, source, n_params, ckpt):
+    """The folder's README.md: a model card (YAML front matter the Hub reads), what the model is,
+    how to load it, the tokenizer, and the training facts `ckpt` holds (when given)."""
+    code = needs_code(cfg)
+    tags = ["scalevec", "scale-vectors", "custom_code" if code else hf_config(cfg, arch)["model_type"]]
+    trust = ", trust_remote_code=True" if code else ""
+    if code:
+        pieces = [p for p, on in (("DNP's normalization over d_ff with its output-role gate scale",
+                                   cfg.mlp_placement == "dual_norm"),
+                                  ("the normalization over d_ff (in_norm)", cfg.mlp_placement == "in_norm"),
+                                  ("Gemma-style output norms", cfg.output_norms),
+                                  ("Qwen3's QK-norm", cfg.qk_norm)) if on]
+        what = (f"`{arch}` from the shipped `{MODELING_FILE}`: Llama's layers plus {', '.join(pieces)}; "
+                f"load it with `trust_remote_code=True`.")
     else:
-        enc = (meta or {}).get("encoding", "r50k_base")
-        tok = (f"GPT-2 BPE (tiktoken `{enc}`); pair it with GPT-2's tokenizer, e.g. `tiktoken.get_encoding('{enc}')`"
-               " or transformers' `GPT2TokenizerFast` files. No EOS token is set: pass `eos_token_id=50256` to "
-               "`generate` to stop at `<|endoftext|>`.")
+        what = f"`{arch}`, a standard transformers architecture: no code from scalevec is needed."
+    facts = [f"- Architecture: {what}",
+             f"- Parameters: {n_params:,} ({'tied' if cfg.tie_embeddings else 'untied'} embedding and LM head)",
+             f"- Context: {cfg.block_size} tokens (block_size); beyond it the model was never trained",
+             f"- Tokenizer: {tokenizer_note}"]
+    if ckpt:
+        loss = ckpt.get("val_loss")
+        tokens = ckpt.get("tokens")
+        facts += [f"- Trained: {ckpt.get('iter', '?')} iterations"
+                  + (f", {tokens:,} tokens" if isinstance(tokens, int) else ""),
+                  "- Final validation loss: " + (f"{loss:.4f} nats/token" if isinstance(loss, (int, float))
+                                                 else "not measured at the last save")]
+    facts.append(f"- Source: `{source}`; input-role scale vectors folded into the weights (claim C2); largest "
+                 f"logit difference from the source model on a random batch: {diff:.2e} "
+                 "(relative to max(1, largest |logit|))")
+    model_cfg = {k: v for k, v in dataclasses.asdict(cfg).items() if k in MODEL_KEYS}
     return "\n".join([
+        "---", "library_name: transformers", "pipeline_tag: text-generation", "tags:",
+        *[f"- {t}" for t in tags], "---", "",
         f"# {arch} exported from a scalevec checkpoint", "",
-        f"Source: `{source}`; input-role scale vectors folded into the weights (claim C2). "
-        f"Largest logit difference from the source model on a random batch: {diff:.2e} "
-        "(relative to max(1, largest |logit|)).", "",
-        "```python", "from transformers import AutoModelForCausalLM",
-        "model = AutoModelForCausalLM.from_pretrained(\"<this folder>\")", "```", "",
-        f"Tokenizer: {tok}", "",
-        f"Context: {cfg.block_size} tokens (block_size); beyond it the model was never trained.", ""])
+        "A model from the scalevec reimplementation of \"Negligible in Size, Significant in Effect: On Scale "
+        "Vectors in Large Language Models\".", "",
+        *facts, "",
+        "```python", "from transformers import pipeline",
+        f"generate = pipeline(\"text-generation\", model=\"<this folder>\"{trust})",
+        "print(generate(\"ROMEO:\", max_new_tokens=100, do_sample=False)[0][\"generated_text\"])", "```", "",
+        *(["Pass `trust_remote_code=True` to `AutoTokenizer.from_pretrained` too: it reads config.json, and "
+            "without it transformers asks before running the shipped code.", ""] if code else []),
+        "## scalevec config", "",
+        "The model's switches (model.GPTConfig); the run's full config is in model.safetensors' metadata "
+        "(`scalevec_config`).", "",
+        "```json", json.dumps(model_cfg, indent=2), "```", ""])
 
 
-def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GPT"):
+def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GPT", ckpt=None):
     """Write `model` (a GPT) as a transformers folder `export_dir`; returns the largest logit difference.
 
-    Writes into a fresh hidden folder beside export_dir, renamed only after the check
-    passes, so a refused or failed export leaves nothing behind. The check (skipped
-    when check=False, then nan is returned) loads the folder with
+    meta: the dataset's meta.pkl dict (its char vocabulary, if any, becomes the tokenizer);
+    ckpt: the checkpoint dict, whose config, iter, tokens and val_loss go into the model card
+    and the safetensors metadata (None: the model's config only).
+    Writes into a folder of export_dir's name inside a fresh hidden one beside it, moved into
+    place only after the check passes, so a refused or failed export leaves nothing behind
+    (and transformers caches a shipped modeling file under the final name only). The check
+    (skipped when check=False, then nan is returned) loads the folder with
     transformers.AutoModelForCausalLM and compares logits on one random batch.
-    Raises UserError: a configuration with no exact standard architecture
-    (refusal()), an existing export_dir, missing transformers, or a logit
-    difference above tol.
+    Raises UserError: a configuration with no exact architecture (refusal()), an existing
+    export_dir, missing transformers, or a logit difference above tol.
     """
     cfg = model.config
     reason = refusal(cfg)
@@ -252,25 +414,34 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
     parent = os.path.dirname(os.path.abspath(export_dir))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)  # a fresh name: never someone's folder
+    folder = os.path.join(tmp, os.path.basename(os.path.abspath(export_dir)))
+    os.mkdir(folder)  # the umask's mode, not mkdtemp's private 0700
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would keep the exported folder private
     try:
-        st.save_file(hf_state_dict(model), os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(hf_config(cfg, arch), f, indent=2)
-        if meta and "itos" in meta:
-            with open(os.path.join(tmp, "char_vocab.json"), "w") as f:
-                json.dump({"itos": list(meta["itos"][i] for i in range(cfg.vocab_size))}, f, ensure_ascii=False)
-        diff = max_logit_diff(model, tmp) if check else float("nan")
+        eos, tokenizer_note = write_tokenizer(folder, meta, cfg)
+        run_config = (ckpt or {}).get("config") or dataclasses.asdict(cfg)
+        metadata = {"format": "pt", "scalevec_config": json.dumps(run_config, sort_keys=True)}
+        if ckpt:
+            metadata["scalevec_training"] = json.dumps({k: ckpt.get(k) for k in ("iter", "tokens", "val_loss")})
+        weights = hf_state_dict(model)
+        st.save_file(weights, os.path.join(folder, "model.safetensors"), metadata=metadata)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(hf_config(cfg, arch, eos), f, indent=2)
+        with open(os.path.join(folder, "generation_config.json"), "w") as f:
+            json.dump({"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos}, f, indent=2)
+        if needs_code(cfg):
+            shutil.copyfile(os.path.join(HERE, MODELING_FILE), os.path.join(folder, MODELING_FILE))
+        diff = max_logit_diff(model, folder) if check else float("nan")
         if check and not diff <= tol:
             raise UserError(f"the exported {arch} differs from the checkpoint by {diff:.2e} (relative) in the logits, "
                             f"above --tol={tol:g}: not written (a bug worth reporting)")
-        with open(os.path.join(tmp, "README.md"), "w") as f:
-            f.write(readme(cfg, arch, meta, diff, source))
-        for name in os.listdir(tmp):  # safetensors writes 0600
-            os.chmod(os.path.join(tmp, name), 0o666 & ~umask)
-        os.replace(tmp, export_dir)
+        n_params = sum(w.numel() for w in weights.values())
+        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
+            f.write(readme(cfg, arch, tokenizer_note, diff, source, n_params, ckpt))
+        for name in os.listdir(folder):  # safetensors writes 0600
+            os.chmod(os.path.join(folder, name), 0o666 & ~umask)
+        os.replace(folder, export_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return diff
@@ -287,9 +458,11 @@ def main(argv):
     export_dir = args.export_dir or os.path.join(args.out_dir, "hf")
     ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
     model, ckpt = load_model(ckpt_path)
-    diff = export(model, export_dir, ckpt.get("meta"), check=not args.no_check, tol=args.tol, source=ckpt_path)
+    diff = export(model, export_dir, ckpt.get("meta"), check=not args.no_check, tol=args.tol, source=ckpt_path,
+                  ckpt=ckpt)
     checked = "not checked" if args.no_check else f"largest logit difference {diff:.2e} <= {args.tol:g}"
-    print(f"wrote {export_dir} ({architecture(model.config)}; {checked})")
+    code = f", with {MODELING_FILE}: load with trust_remote_code=True" if needs_code(model.config) else ""
+    print(f"wrote {export_dir} ({architecture(model.config)}{code}; {checked})")
 
 
 if __name__ == "__main__":

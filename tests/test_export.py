@@ -1,15 +1,19 @@
-"""export.py: a folded checkpoint as a standard transformers model with the same logits and greedy text."""
+"""export.py: a folded checkpoint as a transformers model with the same logits, tokenizer ids and greedy text."""
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 import export
+import sample
 from conftest import BASELINE, ROOT
+from dataset import make_codec
 from model import GPT, GPTConfig
 from test_norms import randomize_scales
 from test_train import make_dataset, run, tiny_args
@@ -35,13 +39,14 @@ def tiny_model(**kw):
     return model
 
 
-def load_hf(folder):
+def load_hf(folder, code=False):
     from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    return AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, trust_remote_code=code).eval()
 
 
 MOE = dict(n_experts=4, expert_d_ff=24)
 HG_DP_OR = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual", reparam="or")
+UNIFIED = dict(branch_scales=True, mlp_placement="dual_norm", reparam="or")  # the default run: HG + DNP + OR
 EXPORTABLE = [  # (switches, architecture)
     (dict(), "LlamaForCausalLM"),
     (dict(tie_embeddings=False), "LlamaForCausalLM"),
@@ -54,6 +59,12 @@ EXPORTABLE = [  # (switches, architecture)
     (dict(MOE, top_k=1, moe_every=2, qk_norm=True, reparam="er"), "Qwen3MoeForCausalLM"),
     (dict(MOE, top_k=2, qk_norm=True, branch_scales=True, tie_embeddings=False), "Qwen3MoeForCausalLM"),
     (dict(MOE, **HG_DP_OR, top_k=1, moe_every=2, shared_expert=True), "Qwen2MoeForCausalLM"),
+    (UNIFIED, "ScalevecForCausalLM"),
+    (dict(UNIFIED, tie_embeddings=False, attn_placement="dual", dual_sites="all"), "ScalevecForCausalLM"),
+    (dict(mlp_placement="in_norm"), "ScalevecForCausalLM"),
+    (dict(scale="none", mlp_placement="in_norm", output_norms=True), "ScalevecForCausalLM"),
+    (dict(HG_DP_OR, output_norms=True), "ScalevecForCausalLM"),
+    (dict(UNIFIED, reparam="er", qk_norm=True, output_norms=True, tie_embeddings=False), "ScalevecForCausalLM"),
 ]
 
 
@@ -69,7 +80,9 @@ def test_export_matches_logits_and_greedy_tokens(tmp_path, switches, arch):
     export.export(model, folder)
     with open(os.path.join(folder, "config.json")) as f:
         assert json.load(f)["architectures"] == [arch]
-    hf = load_hf(folder)
+    code = arch == "ScalevecForCausalLM"  # only what no standard class holds ships code
+    assert os.path.exists(os.path.join(folder, export.MODELING_FILE)) == code
+    hf = load_hf(folder, code)
     assert type(hf).__name__ == arch
     idx = torch.randint(0, 50, (2, 32), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
@@ -87,6 +100,18 @@ def test_export_matches_logits_and_greedy_tokens(tmp_path, switches, arch):
     torch.testing.assert_close(model(idx, idx)[0], ours, rtol=0, atol=0)
 
 
+def test_dnp_exports_only_its_non_foldable_gamma(tmp_path):
+    """DNP's gate gamma_a (output-role) is the shipped gate_norm weight; the up branch's (input-role) is folded."""
+    needs_transformers()
+    from safetensors.torch import load_file
+    model = tiny_model(**UNIFIED)
+    export.export(model, str(tmp_path / "hf"))
+    weights = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    mlp = model.blocks[0].mlp
+    torch.testing.assert_close(weights["model.layers.0.mlp.gate_norm.weight"], mlp.gate.out_scale().detach())
+    assert not [k for k in weights if "up_norm" in k]
+
+
 @pytest.mark.parametrize("tie", [True, False])
 def test_tied_embeddings_stay_tied(tmp_path, tie):
     needs_transformers()
@@ -101,11 +126,84 @@ def test_tied_embeddings_stay_tied(tmp_path, tie):
         torch.testing.assert_close(weights["model.norm.weight"], model.norm_f.scale())
 
 
+# --- the tokenizer: the project's codec as transformers files, on every target ---
+
+CHARS = list("abcdefghijklmnopqrstuvwxyz \n\t.,'!?éü—日🍕ABCDEFGHIJK")  # 50: tiny_model's vocab_size
+CHAR_META = {"vocab_size": 50, "itos": dict(enumerate(CHARS)), "stoi": {c: i for i, c in enumerate(CHARS)}}
+TEXT = {  # mixed text per codec: code, unicode, runs of whitespace
+    "char": "Abc  déf\n\n\t'x', y!? 🍕—日   ü\n",
+    "bpe": "def f(x):\n\treturn x  **  2   # café 🍕 日本語\n\n\n   \t<|endoftext|>  it's    \r\n ok  ",
+}
+TARGETS = [  # one per architecture
+    (HG_DP_OR, "LlamaForCausalLM"),
+    (dict(HG_DP_OR, qk_norm=True), "Qwen3ForCausalLM"),
+    (dict(MOE, **HG_DP_OR, top_k=2), "MixtralForCausalLM"),
+    (dict(MOE, top_k=2, qk_norm=True), "Qwen3MoeForCausalLM"),
+    (dict(MOE, top_k=2, shared_expert=True), "Qwen2MoeForCausalLM"),
+    (UNIFIED, "ScalevecForCausalLM"),
+]
+
+
+def greedy_text(model, codec, prompt, n, eos=None):
+    """The text `python sample.py --top_k=1` prints for prompt, cut before the first end-of-text
+    token (transformers stops there and its pipeline leaves the special token out)."""
+    encode, decode = codec
+    start = encode(prompt)
+    torch.manual_seed(0)
+    ids = model.generate(torch.tensor([start]), n, top_k=1)[0].tolist()
+    new = ids[len(start):]
+    return decode(start + (new[:new.index(eos)] if eos in new else new))
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+@pytest.mark.parametrize("switches,arch", TARGETS, ids=[a for _, a in TARGETS])
+def test_autotokenizer_and_pipeline_match_the_project_codec(tmp_path, switches, arch, kind):
+    needs_transformers()
+    from transformers import AutoTokenizer, pipeline
+    if kind == "char":
+        model, meta = tiny_model(**switches), CHAR_META
+    else:  # no meta.pkl and GPT-2's vocabulary size: sample.py reads GPT-2 BPE
+        model, meta = tiny_model(**switches, vocab_size=50257), None
+    codec = make_codec(meta, model.config.vocab_size)
+    folder = str(tmp_path / "hf")
+    export.export(model, folder, meta)
+    code = arch == "ScalevecForCausalLM"
+    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=code)
+    ids = codec[0](TEXT[kind])
+    assert tok(TEXT[kind])["input_ids"] == ids
+    assert tok.decode(ids) == TEXT[kind]
+    eos = None if kind == "char" else 50256  # <|endoftext|> in r50k_base
+    assert tok.eos_token_id == eos
+    with open(os.path.join(folder, "generation_config.json")) as f:
+        assert json.load(f)["eos_token_id"] == eos
+    generate = pipeline("text-generation", model=folder, trust_remote_code=code)
+    assert type(generate.model).__name__ == arch
+    prompt = "the cat sat" if kind == "char" else "The cat sat on"
+    theirs = generate(prompt, max_new_tokens=12, do_sample=False)[0]["generated_text"]
+    assert theirs == greedy_text(model, codec, prompt, 12, eos)
+
+
+def test_gpt2_tokenizer_agrees_with_tiktoken_on_random_text():
+    """Random strings of the pieces where regex dialects differ (whitespace before newlines, \\r\\n,
+    apostrophes, digits, non-ASCII spaces) give tiktoken's ids."""
+    needs_transformers()
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_str(export.bpe_tokenizer_json("r50k_base"))
+    encode, _ = make_codec(None, 50257)
+    pieces = ["a", "Zb", "12", "345", " ", "  ", "\n", "\t", "\r\n", "'s", "'", "é", "🍕", "日", ".", "!!",
+              "\u00a0", "\u2028", " \n", "<|endoftext|>"]
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        text = "".join(rng.choice(pieces, rng.integers(1, 25)))
+        assert tok.encode(text).ids == encode(text), repr(text)
+
+
+# --- refusals and failures: one line, nothing written ---
+
 REFUSED = [  # (switches, words the one-line reason must hold)
-    (dict(mlp_placement="dual_norm"), "mlp_placement='dual_norm'"),
-    (dict(mlp_placement="in_norm"), "mlp_placement='in_norm'"),
-    (dict(output_norms=True), "output_norms=True"),
-    (dict(qk_norm=True, output_norms=True, branch_scales=True), "output_norms=True"),
+    (dict(MOE, top_k=2, qk_norm=True, mlp_placement="dual_norm"), "mlp_placement='dual_norm' with n_experts=4"),
+    (dict(MOE, top_k=2, shared_expert=True, mlp_placement="in_norm"), "mlp_placement='in_norm'"),
+    (dict(MOE, top_k=2, output_norms=True), "output_norms=True"),
     (dict(MOE, top_k=2, qk_norm=True, shared_expert=True), "shared_expert=True"),
     (dict(MOE, top_k=1), "top_k=1"),
     (dict(MOE, top_k=2, moe_every=2), "moe_every=2"),
@@ -121,9 +219,10 @@ def test_refused_combination_names_the_switch_and_writes_nothing(tmp_path, switc
     assert os.listdir(tmp_path) == []
 
 
-def test_failed_check_writes_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("switches", [HG_DP_OR, UNIFIED], ids=["standard", "shipped-code"])
+def test_failed_check_writes_nothing(tmp_path, monkeypatch, switches):
     needs_transformers()
-    model = tiny_model(**HG_DP_OR)
+    model = tiny_model(**switches)
     real = export.hf_state_dict
 
     def forgets_a_gamma(m):  # a plausible bug: the final-norm gamma left out of a tied export
@@ -153,25 +252,66 @@ def test_missing_transformers_gives_the_install_line(tmp_path, monkeypatch):
 
 
 def test_core_never_imports_transformers():
-    code = "import sys, train, model, norms, optim, sample; assert 'transformers' not in sys.modules"
+    code = "import sys, train, model, norms, optim, sample, export; assert 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
 
 
-def test_trained_checkpoint_exports_and_generates_what_sample_py_does(tmp_path, capsys):
-    """The issue's done-when in miniature: train (OR, HG, DP), export, greedy text equal to sample.py's."""
+# --- end to end: train, export, generate what sample.py prints ---
+
+def sample_py(capsys, out, prompt, n):
+    """What `python sample.py --top_k=1` prints (its first sample)."""
+    capsys.readouterr()
+    sample.main([f"--out_dir={out}", f"--start={prompt}", f"--max_new_tokens={n}", "--top_k=1"])
+    return capsys.readouterr().out.split("\n---")[0]
+
+
+def test_default_run_exports_with_its_card_and_generates_what_sample_py_does(tmp_path, capsys):
+    """The issue's done-when in miniature: the default strategy (HG + DNP + OR) trained, exported
+    with the shipped modeling file, generating sample.py's greedy text through pipeline()."""
     needs_transformers()
-    import sample
+    from safetensors import safe_open
+    from transformers import pipeline
     data = make_dataset(tmp_path / "ds")
     out = str(tmp_path / "out")
-    run(tiny_args(data, out, "--max_iters=4", "--reparam=or", "--branch_scales=True",
-                  "--attn_placement=dual", "--mlp_placement=dual", "--eval_interval=0"))
+    run(tiny_args(data, out, "--max_iters=4", "--eval_interval=0"))
     export.main([f"--out_dir={out}"])
     folder = os.path.join(out, "hf")
-    capsys.readouterr()
-    sample.main([f"--out_dir={out}", "--start=abc", "--max_new_tokens=12", "--top_k=1"])
-    ours = capsys.readouterr().out.split("\n---")[0]
-    with open(os.path.join(folder, "char_vocab.json")) as f:
-        itos = json.load(f)["itos"]
-    ids = torch.tensor([[itos.index(c) for c in "abc"]])
-    theirs = load_hf(folder).generate(ids, max_new_tokens=12, do_sample=False)[0]
-    assert "".join(itos[i] for i in theirs.tolist()) == ours
+    generate = pipeline("text-generation", model=folder, trust_remote_code=True)
+    assert type(generate.model).__name__ == "ScalevecForCausalLM"
+    theirs = generate("abc", max_new_tokens=12, do_sample=False)[0]["generated_text"]
+    assert theirs == sample_py(capsys, out, "abc", 12)
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
+        metadata = f.metadata()
+    assert json.loads(metadata["scalevec_config"]) == ckpt["config"]
+    assert json.loads(metadata["scalevec_training"])["tokens"] == ckpt["tokens"]
+    with open(os.path.join(folder, "README.md")) as f:
+        card = f.read()
+    front = card.split("---\n")[1]
+    assert "library_name: transformers\n" in front and "pipeline_tag: text-generation\n" in front
+    assert f"{ckpt['tokens']:,} tokens" in card and f"{ckpt['val_loss']:.4f} nats/token" in card
+    n_params = sum(p.numel() for p in generate.model.parameters())
+    assert f"Parameters: {n_params:,}" in card
+
+
+def test_trained_gpt2_bpe_checkpoint_exports_and_generates_what_sample_py_does(tmp_path, capsys):
+    """A GPT-2 BPE run (no char vocabulary) exported to Llama: AutoTokenizer and pipeline with no extra step."""
+    needs_transformers()
+    from transformers import pipeline
+    data = tmp_path / "ds"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4000), ("val", 1000)):
+        rng.integers(0, 50257, n).astype(np.uint16).tofile(data / f"{split}.bin")
+    with open(data / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": 50257}, f)
+    out = str(tmp_path / "out")
+    run(tiny_args(str(data), out, "--max_iters=4", "--eval_interval=0", "--reparam=or",
+                  "--attn_placement=dual", "--mlp_placement=dual"))
+    export.main([f"--out_dir={out}"])
+    generate = pipeline("text-generation", model=os.path.join(out, "hf"))
+    assert type(generate.model).__name__ == "LlamaForCausalLM"
+    prompt = "To be, or not"
+    theirs = generate(prompt, max_new_tokens=8, do_sample=False)[0]["generated_text"]
+    ours = sample_py(capsys, out, prompt, 8)
+    assert theirs == ours.split("<|endoftext|>")[0]  # transformers stops at the end-of-text token
