@@ -540,6 +540,10 @@ def check_config(cfg_dict):
     weights cannot fit in memory: what a run checks before it reads data or builds anything
     (sweep.py checks every run of an ablation this way before starting any)."""
     check_values(cfg_dict)
+    project = cfg_dict.get("wandb_project", "")
+    if len(project) > 128 or set(project) & set("/\\#?%:"):
+        raise UserError(f"wandb_project={project!r}: W&B project names have at most 128 characters and none of "
+                        f"/ \\ # ? % :")
     if cfg_dict.get("wandb_log") and importlib.util.find_spec("wandb") is None:
         raise UserError("wandb_log=True needs the wandb package: pip install wandb (or drop --wandb_log)")
     check_training_config(SimpleNamespace(**cfg_dict))

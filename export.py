@@ -40,8 +40,11 @@ import copy
 import dataclasses
 import functools
 import json
+import math
 import os
 import shutil
+import signal
+import sys
 import tempfile
 import warnings
 
@@ -290,27 +293,33 @@ def write_tokenizer(folder, meta, cfg):
 
     tokenizer_config.json names PreTrainedTokenizerFast, so AutoTokenizer takes tokenizer.json as
     it is on every target (without it, a Qwen3 folder gets Qwen2's tokenizer class, which replaces
-    the pre-tokenizer). Returns (end-of-text id or None, one line for the model card); writes
-    nothing and returns (None, why) when meta.pkl names no tokenizer.
+    the pre-tokenizer). Returns (end-of-text id or None, padding id or None, one line for the
+    model card); writes nothing and returns (None, None, why) when meta.pkl names no tokenizer.
+    A char vocabulary has no spare id, so it pads with "\n" (masked out by the attention mask,
+    and left-padded by pipeline's batches), which lets batched prompts work.
     """
     kind = tokenizer_kind(meta, cfg.vocab_size)
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.block_size,
               "clean_up_tokenization_spaces": False}
     if kind is None:
-        return None, ("none known: the dataset's meta.pkl had no char vocabulary and the vocabulary is smaller "
+        return None, None, ("none known: the dataset's meta.pkl had no char vocabulary and the vocabulary is smaller "
                       "than GPT-2's, so the ids are some other tokenizer's; pair it with that one")
     if kind == "char":
         itos = [meta["itos"][i] for i in range(len(meta["itos"]))]
         text, eos = char_tokenizer(itos).to_str(), None
+        pad = "\n" if "\n" in itos else itos[0]
+        config |= {"pad_token": pad}
         with open(os.path.join(folder, "char_vocab.json"), "w", encoding="utf-8") as f:
             json.dump({"itos": itos}, f, ensure_ascii=False)
         note = (f"character-level, {len(itos)} characters (also `char_vocab.json`: `itos`, id -> character); "
-                "no end-of-text token, so generation runs to max_new_tokens")
+                f"no end-of-text token, so generation runs to max_new_tokens; batches pad with {pad!r}")
+        pad = itos.index(pad)
     else:
         name = meta.get("encoding", "r50k_base") if meta else "r50k_base"
         text = bpe_tokenizer_json(name)
         eot = "<|endoftext|>"
         eos = bpe_encoding(name)._special_tokens.get(eot)
+        pad = eos
         if eos is not None:
             config |= {"bos_token": eot, "eos_token": eot, "pad_token": eot}
         note = (f"GPT-2 BPE (tiktoken `{name}`), the same ids; generation stops at `{eot}` (id {eos}), "
@@ -319,7 +328,7 @@ def write_tokenizer(folder, meta, cfg):
         f.write(text)
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, indent=2)
-    return eos, note
+    return eos, pad, note
 
 
 # -----------------------------------------------------------------------------
@@ -367,9 +376,10 @@ def readme(cfg, arch, tokenizer_note, diff, source, n_params, ckpt):
                   + (f", {tokens:,} tokens" if isinstance(tokens, int) else ""),
                   "- Final validation loss: " + (f"{loss:.4f} nats/token" if isinstance(loss, (int, float))
                                                  else "not measured at the last save")]
-    facts.append(f"- Source: `{source}`; input-role scale vectors folded into the weights (claim C2); largest "
-                 f"logit difference from the source model on a random batch: {diff:.2e} "
-                 "(relative to max(1, largest |logit|))")
+    checked = ("logits not checked against the source model (--no_check)" if math.isnan(diff) else
+               f"largest logit difference from the source model on a random batch: {diff:.2e} (relative to "
+               "max(1, largest |logit|))")
+    facts.append(f"- Source: `{source}`; input-role scale vectors folded into the weights (claim C2); {checked}")
     model_cfg = {k: v for k, v in dataclasses.asdict(cfg).items() if k in MODEL_KEYS}
     return "\n".join([
         "---", "library_name: transformers", "pipeline_tag: text-generation", "tags:",
@@ -419,7 +429,7 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
     umask = os.umask(0)
     os.umask(umask)
     try:
-        eos, tokenizer_note = write_tokenizer(folder, meta, cfg)
+        eos, pad, tokenizer_note = write_tokenizer(folder, meta, cfg)
         run_config = (ckpt or {}).get("config") or dataclasses.asdict(cfg)
         metadata = {"format": "pt", "scalevec_config": json.dumps(run_config, sort_keys=True)}
         if ckpt:
@@ -429,7 +439,7 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(hf_config(cfg, arch, eos), f, indent=2)
         with open(os.path.join(folder, "generation_config.json"), "w") as f:
-            json.dump({"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos}, f, indent=2)
+            json.dump({"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": pad}, f, indent=2)
         if needs_code(cfg):
             shutil.copyfile(os.path.join(HERE, MODELING_FILE), os.path.join(folder, MODELING_FILE))
         diff = max_logit_diff(model, folder) if check else float("nan")
@@ -455,6 +465,10 @@ def main(argv):
                    help="largest logit difference allowed, relative to max(1, largest |logit|)")
     p.add_argument("--no_check", action="store_true", help="skip comparing logits in transformers")
     args = p.parse_args(argv)
+    if not args.tol > 0 or math.isinf(args.tol):
+        raise UserError(f"--tol={args.tol:g}: need a finite number > 0 (default {TOLERANCE:g})")
+    # SIGTERM (a scheduler, kill) exits through export()'s cleanup as Ctrl-C does: no half-written folder
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     export_dir = args.export_dir or os.path.join(args.out_dir, "hf")
     ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
     model, ckpt = load_model(ckpt_path)

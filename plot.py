@@ -920,8 +920,10 @@ def plot_scales(spec, results, path):
 
 def plot_run(out_dir, path):
     """One run's curves from its out_dir/log.jsonl (finished or not): train loss per iteration
-    (and its 50-iteration running mean) with the val loss at each eval; the LR; and, per scale-vector
-    site, the mean effective gamma at each eval. UserError when the log is missing or empty."""
+    (and its running mean over up to 50 iterations, a fifth of those logged) with the val loss at
+    each eval; the LR; and, per scale-vector site, the mean effective gamma at each eval. The title
+    names the last logged iteration and eval (a run may be unfinished). UserError when the log is
+    missing or empty."""
     log = os.path.join(out_dir, "log.jsonl")
     if not os.path.isfile(log):
         raise UserError(f"--run={out_dir}: no log.jsonl there (point --run at a train.py out_dir)")
@@ -936,9 +938,10 @@ def plot_run(out_dir, path):
     if train:
         it, loss = np.array([r["iter"] for r in train]), np.array([r["loss"] for r in train])
         ax.plot(it, loss, color="C0", lw=0.5, alpha=0.4, label="train (per iteration)")
-        k = min(50, len(loss))
-        ax.plot(it[k - 1:], np.convolve(loss, np.ones(k) / k, mode="valid"), color="C0",
-                label=f"train ({k}-iteration mean)")
+        k = min(50, len(loss) // 5)
+        if k > 1:
+            ax.plot(it[k - 1:], np.convolve(loss, np.ones(k) / k, mode="valid"), color="C0",
+                    label=f"train ({k}-iteration mean)")
     ax.plot([r["iter"] for r in evals], [r["val_loss"] for r in evals], "o-", color="C3", ms=3, label="val")
     ax.set_xlabel("iteration")
     ax.set_ylabel("loss (nats/token)")
@@ -950,14 +953,15 @@ def plot_run(out_dir, path):
         ax = axes[2]
         for site in sites:
             points = [(r["iter"], r["scales"][site]["mean"]) for r in evals if site in r.get("scales", {})]
-            ax.plot(*zip(*points), lw=0.8, label=site.replace("blocks.", "L").replace(".scale", ""))
+            ax.plot(*zip(*points), ".-", lw=0.8, ms=3, label=site.replace("blocks.", "L").replace(".scale", ""))
         ax.axhline(1.0, color="black", lw=0.6, ls=":")
         ax.set_xlabel("iteration")
         ax.set_ylabel("mean effective gamma per site")
         if len(sites) <= 12:
             ax.legend(fontsize=6)
-    fig.suptitle(f"{out_dir}: {len(train)} iterations, {len(evals)} evals"
-                 + (f", last val loss {evals[-1]['val_loss']:.4f}" if evals else ""), fontsize=9)
+    fig.suptitle(f"{out_dir}: logged to iteration {rows[-1]['iter']}, {len(evals)} evals"
+                 + (f"; the last at iteration {evals[-1]['iter']}: val loss {evals[-1]['val_loss']:.4f}"
+                    if evals else ""), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -1072,13 +1076,14 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ablations", nargs="*", help="ablation files (configs/ablations/*.py)")
     p.add_argument("--run", default="", help="instead: draw one run's curves from OUT_DIR/log.jsonl")
-    p.add_argument("--results", default="results", help="the run records (sweep.py writes them)")
+    p.add_argument("--results", default=None, help="the run records (sweep.py writes them; default results/)")
     p.add_argument("--out", default="out-plots", help="folder for tables and figures (assets/ is the committed one)")
     p.add_argument("--readme", default="", help="also write the summary table into this file's summary block")
     args = p.parse_args(argv)
     if args.run:
-        if args.ablations:
-            raise UserError(f"--run={args.run} draws one run: give no ablation files with it")
+        if args.ablations or args.results or args.readme:
+            raise UserError(f"--run={args.run} draws one run from its log: give no ablation files, --results "
+                            f"or --readme with it")
         os.makedirs(args.out, exist_ok=True)
         path = os.path.join(args.out, os.path.basename(os.path.abspath(args.run)) + ".png")
         plot_run(args.run, path)
@@ -1086,6 +1091,7 @@ def main(argv):
         return
     if not args.ablations:
         raise UserError("give ablation files (configs/ablations/*.py), or --run=OUT_DIR for one run's curves")
+    args.results = args.results or "results"
     records = load_records(args.results)
     if args.readme:  # checked before any drawing
         if not os.path.isfile(args.readme):

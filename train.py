@@ -284,11 +284,13 @@ def describe(run, raw_model, groups, given=frozenset()):
             f"fine for a smoke test, not for a result")
     if run.resumed_from and run.resumed_from[1]["max_iters"] != cfg.max_iters and cfg.lr_schedule != "constant":
         it, saved = run.resumed_from
-        log(f"note: max_iters={cfg.max_iters}, the checkpoint's run had {saved['max_iters']}: the LR schedule is a "
-            f"function of max_iters, so the {cfg.lr_schedule} decay is stretched from iteration {it} on (LR "
-            f"multiplier {lr_multiplier(it, cfg):.3g} there, {lr_multiplier(it, SimpleNamespace(**saved)):.3g} on "
-            f"the checkpoint's schedule): neither a continuation of that schedule nor the schedule of a "
-            f"{cfg.max_iters}-iteration run from scratch")
+        old = SimpleNamespace(**saved)
+        if any(lr_multiplier(j, cfg) != lr_multiplier(j, old) for j in range(it)):  # else (warmup) nothing differs
+            log(f"note: max_iters={cfg.max_iters}, the checkpoint's run had {saved['max_iters']}: the LR schedule is "
+                f"a function of max_iters, so iterations 1-{it} ran on the {saved['max_iters']}-iteration "
+                f"{cfg.lr_schedule} schedule and the rest follow the {cfg.max_iters}-iteration one (LR multiplier "
+                f"{lr_multiplier(it, cfg):.3g} at iteration {it}, {lr_multiplier(it, old):.3g} on the checkpoint's): "
+                f"the LRs of neither schedule from scratch")
 
 
 def cpu_seconds(run, raw_model):
@@ -392,7 +394,7 @@ def start_tracker(run, held):
     ExitStack) closes: exit code 1 if the run raised. None otherwise; wandb is imported only here.
     A resumed run starts a new W&B run of the same name; log.jsonl stays the record."""
     cfg = run.cfg
-    if not (cfg.wandb_log and run.master):
+    if not (cfg.wandb_log and run.master) or run.start_iter == cfg.max_iters:  # a finished run: nothing to send
         return None
     import wandb
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import pickle
 import subprocess
 import sys
@@ -280,6 +281,9 @@ def test_default_run_exports_with_its_card_and_generates_what_sample_py_does(tmp
     assert type(generate.model).__name__ == "ScalevecForCausalLM"
     theirs = generate("abc", max_new_tokens=12, do_sample=False)[0]["generated_text"]
     assert theirs == sample_py(capsys, out, "abc", 12)
+    # a batch of prompts of different lengths pads ("\n", masked out) and generates each as alone
+    batch = generate(["abc", "cabab"], batch_size=2, max_new_tokens=12, do_sample=False)
+    assert [b[0]["generated_text"] for b in batch] == [theirs, sample_py(capsys, out, "cabab", 12)]
     ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
     with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
         metadata = f.metadata()
@@ -315,3 +319,33 @@ def test_trained_gpt2_bpe_checkpoint_exports_and_generates_what_sample_py_does(t
     theirs = generate(prompt, max_new_tokens=8, do_sample=False)[0]["generated_text"]
     ours = sample_py(capsys, out, prompt, 8)
     assert theirs == ours.split("<|endoftext|>")[0]  # transformers stops at the end-of-text token
+
+
+def test_bad_tol_is_refused_before_anything_is_read(tmp_path):
+    for tol in ("-1", "0", "nan", "inf"):
+        with pytest.raises(UserError, match=rf"--tol={tol}: need a finite number > 0"):
+            export.main([f"--out_dir={tmp_path / 'none'}", f"--tol={tol}"])
+
+
+def test_no_check_says_so_in_the_model_card(tmp_path):
+    needs_transformers()
+    export.export(tiny_model(), str(tmp_path / "hf"), check=False)
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "logits not checked against the source model (--no_check)" in card and "nan" not in card
+
+
+def test_sigterm_during_an_export_leaves_nothing(tmp_path, monkeypatch):
+    """A scheduler's SIGTERM mid-export exits 143 through the cleanup: no hidden partial folder."""
+    needs_transformers()
+    data = make_dataset(tmp_path / "ds")
+    out = tmp_path / "out"
+    run(tiny_args(data, str(out), "--max_iters=1", "--eval_interval=0"))
+    before = sorted(os.listdir(out))
+    monkeypatch.setattr(export, "max_logit_diff", lambda *a: os.kill(os.getpid(), signal.SIGTERM) or 0.0)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as info:
+            export.main([f"--out_dir={out}"])
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert info.value.code == 143 and sorted(os.listdir(out)) == before

@@ -329,17 +329,24 @@ def test_init_from_auto_starts_a_new_run_or_resumes_one(tmp_path):
         run(tiny_args(ds, tmp_path / "p", "--init_from=later"))
 
 
-def test_resuming_with_another_max_iters_says_the_schedule_is_stretched(tmp_path, capsys):
+def test_resuming_with_another_max_iters_says_which_schedule_each_part_ran_on(tmp_path, capsys):
+    """The LR is a function of (iteration, max_iters): a resume with another max_iters mixes two
+    schedules, which a note says, unless every iteration so far had the same LR on both (warmup)."""
     ds = make_dataset(tmp_path / "ds")
     run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--eval_interval=2"))
     capsys.readouterr()
     run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=8"])
-    notes = [ln for ln in capsys.readouterr().out.splitlines() if "stretched" in ln]
+    notes = [ln for ln in capsys.readouterr().out.splitlines() if "schedule is a function" in ln]
     assert notes == [notes[0]] and notes[0].startswith(
-        "note: max_iters=8, the checkpoint's run had 4: the LR schedule is a function of max_iters, so the "
-        "cosine decay is stretched from iteration 4 on (LR multiplier ")
+        "note: max_iters=8, the checkpoint's run had 4: the LR schedule is a function of max_iters, so "
+        "iterations 1-4 ran on the 4-iteration cosine schedule and the rest follow the 8-iteration one (LR "
+        "multiplier ")
     run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=8"])  # same max_iters: no note
-    assert "stretched" not in capsys.readouterr().out
+    assert "schedule is a function" not in capsys.readouterr().out
+    # still inside warmup: the 4 iterations so far had the LRs of any max_iters, so nothing is mixed
+    run(tiny_args(ds, tmp_path / "w", "--max_iters=4", "--eval_interval=2", "--warmup_iters=6"))
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'w'}", "--max_iters=12"])
+    assert "schedule is a function" not in capsys.readouterr().out
 
 
 # -----------------------------------------------------------------------------

@@ -118,6 +118,15 @@ def test_plot_run_draws_the_logged_losses_lr_and_scales(tmp_path, monkeypatch):
     assert len(scale_ax.lines) == len(evals[-1]["scales"]) + 1  # one per site, and the gamma = 1 line
     first_site = next(iter(evals[-1]["scales"]))
     assert list(scale_ax.lines[0].get_ydata()) == [r["scales"][first_site]["mean"] for r in evals]
+    assert [line.get_label() for line in loss_ax.lines] == ["train (per iteration)", "val"]  # 6 rows: no mean
+    assert "logged to iteration 6" in figures[0]._suptitle.get_text()
+
+
+def test_plot_run_takes_no_ablation_options(tmp_path):
+    import plot
+    for extra in (["--readme=results/README.md"], ["--results=results"], ["configs/ablations/c8_regime.py"]):
+        with pytest.raises(UserError, match="draws one run from its log"):
+            plot.main([f"--run={tmp_path}", *extra])
 
 
 @pytest.mark.parametrize("make,message", [
@@ -130,3 +139,23 @@ def test_plot_run_on_a_folder_without_a_log_is_one_line(tmp_path, make, message)
     make(tmp_path / "o")
     with pytest.raises(UserError, match=message):
         plot.main([f"--run={tmp_path / 'o'}", f"--out={tmp_path / 'plots'}"])
+
+
+@pytest.mark.parametrize("project", ["a/b", "x" * 129, "what?"])
+def test_a_project_name_wandb_refuses_is_one_line_before_anything_is_made(tmp_path, monkeypatch, project):
+    runs = fake_wandb(monkeypatch)
+    ds = make_dataset(tmp_path / "ds")
+    with pytest.raises(UserError, match=r"wandb_project=.*at most 128 characters and none of / \\ # \? % :"):
+        run(tiny_args(ds, tmp_path / "o", "--wandb_log=True", f"--wandb_project={project}"))
+    assert not (tmp_path / "o").exists() and runs == []
+
+
+def test_resuming_a_finished_run_starts_no_tracker_run(tmp_path, monkeypatch):
+    """A requeued job (--init_from=auto) on a finished run trains nothing: no empty W&B run either."""
+    runs = fake_wandb(monkeypatch)
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--wandb_log=True"))
+    run(["--init_from=auto", f"--out_dir={tmp_path / 'o'}"])
+    assert len(runs) == 1
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=3"])  # more to train: a new one
+    assert len(runs) == 2 and [step for step, _ in runs[1].logged] == [3, 3]
