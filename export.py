@@ -295,8 +295,8 @@ def write_tokenizer(folder, meta, cfg):
     it is on every target (without it, a Qwen3 folder gets Qwen2's tokenizer class, which replaces
     the pre-tokenizer). Returns (end-of-text id or None, padding id or None, one line for the
     model card); writes nothing and returns (None, None, why) when meta.pkl names no tokenizer.
-    A char vocabulary has no spare id, so it pads with "\n" (masked out by the attention mask,
-    and left-padded by pipeline's batches), which lets batched prompts work.
+    A char vocabulary has no pad token: every id is a character, and decoding drops a special token
+    wherever it appears, so a padding character would vanish from the generated text too.
     """
     kind = tokenizer_kind(meta, cfg.vocab_size)
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.block_size,
@@ -306,14 +306,12 @@ def write_tokenizer(folder, meta, cfg):
                       "than GPT-2's, so the ids are some other tokenizer's; pair it with that one")
     if kind == "char":
         itos = [meta["itos"][i] for i in range(len(meta["itos"]))]
-        text, eos = char_tokenizer(itos).to_str(), None
-        pad = "\n" if "\n" in itos else itos[0]
-        config |= {"pad_token": pad}
+        text, eos, pad = char_tokenizer(itos).to_str(), None, None
         with open(os.path.join(folder, "char_vocab.json"), "w", encoding="utf-8") as f:
             json.dump({"itos": itos}, f, ensure_ascii=False)
         note = (f"character-level, {len(itos)} characters (also `char_vocab.json`: `itos`, id -> character); "
-                f"no end-of-text token, so generation runs to max_new_tokens; batches pad with {pad!r}")
-        pad = itos.index(pad)
+                "no end-of-text token, so generation runs to max_new_tokens; no pad token (every id is a "
+                "character), so generate one prompt at a time")
     else:
         name = meta.get("encoding", "r50k_base") if meta else "r50k_base"
         text = bpe_tokenizer_json(name)
