@@ -551,9 +551,10 @@ def check_config(cfg_dict):
     check_memory(cfg_dict)
 
 
-# OpenMP (torch's CPU threads) spins an idle thread before it sleeps. Alone that is fastest, but
-# beside another busy process on the same cores a spinning thread holds the core the thread it
-# waits for needs: steps 20-25x slower instead of 2x (bench.py --shared=True measures it).
+# OpenMP (torch's CPU threads) spins an idle thread before it sleeps. Alone that is fastest (sleeping
+# costs the default run's model ~20% on 2 cores), but beside another busy process on the same cores a
+# spinning thread holds the core the thread it waits for needs: steps 4-25x slower, where sleeping
+# threads give the fair 2x (bench.py --shared=True measures both).
 OMP_THREAD_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 

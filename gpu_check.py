@@ -18,6 +18,8 @@ the next stage runs (all share one time budget, --budget_s):
 Without CUDA (or with --device=cpu) each stage runs a tiny equivalent (gloo for
 the ddp stage, bench and train on a small model, a few iterations) and the
 summary says that CUDA was absent; the goals are then reported, not judged.
+The CPU limits follow the machine: a probe (cpu_slowdown) measures how much
+slower than a free 2-core machine it runs now, and every limit is scaled by that.
 
 Data: written by this script, no network needed: token ids of a fixed random
 Markov chain over n_states token ids out of GPT-2's 50257 (512 on the CPU),
@@ -59,6 +61,9 @@ SIZES = {
                 vocab_size=512, n_train=200_000, n_val=20_000, train_iters=30, resume_iters=5),
 }
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64"]
+# The CPU limits above fit a free 2-core machine whose probe (cpu_slowdown) takes this long; a
+# slower or busier machine gets them multiplied by its measured slowdown.
+PROBE_REFERENCE_S = 0.095  # measured: 0.094-0.096 s on that machine, idle (torch 2.13, 2 threads)
 
 
 def write_markov_dataset(folder, n_states, n_train, n_val, vocab_size=50257, branching=4, seed=0):
@@ -93,6 +98,30 @@ def write_markov_dataset(folder, n_states, n_train, n_val, vocab_size=50257, bra
             state = succ[state, pick]
         out.ravel()[:n].tofile(os.path.join(folder, f"{split}.bin"))
     return entropy
+
+
+def cpu_slowdown(reference_s=PROBE_REFERENCE_S, repeats=3):
+    """How many times slower this CPU is now than the one the CPU limits were sized on (>= 1.0).
+
+    Times a fixed float32 workload on torch's threads (forward and backward of a width-256 MLP
+    on 64 rows, 100 times: about 10 GFLOP), the median of `repeats`, against reference_s, so a
+    slow machine, or a busy one (another process on its cores), gets limits in proportion.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 256, generator=gen)
+    ws = [torch.randn(256, 256, generator=gen, requires_grad=True) for _ in range(4)]
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(100):
+            h = x
+            for w in ws:
+                h = torch.tanh(h @ w)
+            h.sum().backward()
+        times.append(time.perf_counter() - t0)
+    return max(1.0, sorted(times)[len(times) // 2] / reference_s)
 
 
 # -----------------------------------------------------------------------------
@@ -203,7 +232,8 @@ def main(argv):
     p.add_argument("--out", required=True, help="folder for summary.json and the logs (created)")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                    help="auto: cuda when available, else the CPU-sized run")
-    p.add_argument("--budget_s", type=float, default=0, help="total time for all stages (0: 460 on CUDA, 170 on CPU)")
+    p.add_argument("--budget_s", type=float, default=0,
+                   help="total time for all stages (0: 460 on CUDA, 170 on CPU times its measured slowdown)")
     p.add_argument("--work", default="", help="folder for the dataset and checkpoints (default: a temporary one, removed)")
     args = p.parse_args(argv)
 
@@ -216,7 +246,9 @@ def main(argv):
         sys.exit("error: --device=cuda but CUDA is not available: use --device=auto or --device=cpu")
     device = "cuda" if args.device == "cuda" or (args.device == "auto" and cuda_available) else "cpu"
     size = SIZES[device]
-    budget = args.budget_s or (460 if device == "cuda" else 170)
+    slowdown = 1.0 if device == "cuda" else round(cpu_slowdown(), 2)
+    timeouts = {name: limit * slowdown for name, limit in size["timeouts"].items()}
+    budget = args.budget_s or (460 if device == "cuda" else 170 * slowdown)
     args.out = os.path.abspath(args.out)  # the stages run with cwd = this folder
     os.makedirs(args.out, exist_ok=True)
     work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
@@ -228,7 +260,7 @@ def main(argv):
         "torch": torch.__version__, "cuda": torch.version.cuda,
         "nccl": str(torch.cuda.nccl.version()) if cuda_available else None,
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "budget_s": budget, "stages": {},
+        "budget_s": round(budget), "cpu_slowdown": slowdown if device == "cpu" else None, "stages": {},
     }
     if device == "cpu":
         summary["note"] = ("CUDA absent: CPU-sized equivalent (tiny models, gloo); goals not judged" if not cuda_available
@@ -236,6 +268,9 @@ def main(argv):
     print(f"gpu_check: {device} ({summary['gpu'] or 'no CUDA'}), torch {torch.__version__}; out {args.out}", flush=True)
     if "note" in summary:
         print(f"gpu_check: {summary['note']}", flush=True)
+    if slowdown > 1.0:
+        print(f"gpu_check: this CPU runs {slowdown:.1f}x slower than the one its limits were sized on (slow or "
+              f"busy): every stage limit and the budget scaled by {slowdown:.1f}", flush=True)
 
     dataset = os.path.join(work, "markov")
     entropy = write_markov_dataset(dataset, size["n_states"], size["n_train"], size["n_val"], size["vocab_size"])
@@ -247,7 +282,7 @@ def main(argv):
 
     def stage(name, fn):
         remaining = budget - (time.perf_counter() - t_start)
-        timeout = min(size["timeouts"][name], remaining)
+        timeout = min(timeouts[name], remaining)
         if timeout < 5:
             result = {"ok": False, "error": f"skipped: the {budget:.0f} s budget is spent"}
         else:

@@ -62,6 +62,9 @@ def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
     assert summary["device"] == "cpu" and "goals not judged" in summary["note"]
     assert summary["note"] in proc.stdout
     assert set(summary["stages"]) == {"tests", "ddp", "bench", "train", "resume"}
+    slowdown = summary["cpu_slowdown"]  # a busy machine gets longer limits, in proportion
+    assert slowdown >= 1.0 and summary["budget_s"] == round(170 * slowdown)
+    assert summary["stages"]["tests"]["timeout_s"] == round(60 * slowdown)
     assert all(s["ok"] for s in summary["stages"].values())
     assert summary["stages"]["tests"]["passed"] >= 1 and summary["stages"]["ddp"]["backend_seen"]
     assert summary["stages"]["bench"]["variants"]["baseline"]["ratio"] == 1.0
@@ -71,3 +74,9 @@ def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
     for name in ("tests", "ddp", "bench", "train", "resume"):
         assert (out / f"{name}.log").stat().st_size > 0
     assert (out / "train_log.jsonl").exists()
+
+
+def test_cpu_slowdown_is_the_probe_time_over_the_reference_and_never_below_one():
+    from gpu_check import cpu_slowdown
+    assert cpu_slowdown(reference_s=1e9, repeats=1) == 1.0  # a faster machine keeps the sized limits
+    assert cpu_slowdown(reference_s=1e-6, repeats=1) > 1e3  # 10 GFLOP take more than 1 ms on any CPU
