@@ -465,13 +465,16 @@ def main(argv):
     args = p.parse_args(argv)
     if not args.tol > 0 or math.isinf(args.tol):
         raise UserError(f"--tol={args.tol:g}: need a finite number > 0 (default {TOLERANCE:g})")
-    # SIGTERM (a scheduler, kill) exits through export()'s cleanup as Ctrl-C does: no half-written folder
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     export_dir = args.export_dir or os.path.join(args.out_dir, "hf")
     ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
     model, ckpt = load_model(ckpt_path)
-    diff = export(model, export_dir, ckpt.get("meta"), check=not args.no_check, tol=args.tol, source=ckpt_path,
-                  ckpt=ckpt)
+    # SIGTERM (a scheduler, kill) exits through export()'s cleanup as Ctrl-C does: no half-written folder
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        diff = export(model, export_dir, ckpt.get("meta"), check=not args.no_check, tol=args.tol,
+                      source=ckpt_path, ckpt=ckpt)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     checked = "not checked" if args.no_check else f"largest logit difference {diff:.2e} <= {args.tol:g}"
     code = f", with {MODELING_FILE}: load with trust_remote_code=True" if needs_code(model.config) else ""
     print(f"wrote {export_dir} ({architecture(model.config)}{code}; {checked})")

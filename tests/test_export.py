@@ -340,9 +340,7 @@ def test_sigterm_during_an_export_leaves_nothing(tmp_path, monkeypatch):
     before = sorted(os.listdir(out))
     monkeypatch.setattr(export, "max_logit_diff", lambda *a: os.kill(os.getpid(), signal.SIGTERM) or 0.0)
     handler = signal.getsignal(signal.SIGTERM)
-    try:
-        with pytest.raises(SystemExit) as info:
-            export.main([f"--out_dir={out}"])
-    finally:
-        signal.signal(signal.SIGTERM, handler)
+    with pytest.raises(SystemExit) as info:
+        export.main([f"--out_dir={out}"])
     assert info.value.code == 143 and sorted(os.listdir(out)) == before
+    assert signal.getsignal(signal.SIGTERM) is handler  # main() puts the previous handler back
