@@ -27,10 +27,12 @@ its idle threads, which starves a second process; train.py sets OMP_THREAD_ENV).
 """
 
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import replace
@@ -270,9 +272,6 @@ def main(argv):
 def shared(rest, variant, steps, warmup):
     """Print the step time of `variant` alone and with a copy of itself running at the same time,
     per SHARED_SETTINGS, and the ratios (shared / alone; alone / OpenMP's default alone)."""
-    import os
-    import tempfile
-
     if variant == "all":
         variant = "unified"
 
