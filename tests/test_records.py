@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ablation import config_hash, load_ablation, load_records, plan
+from ablation import config_hash, load_ablation, load_records, plan, run_config
 from conftest import ROOT
 from configurator import DEFAULTS, TRACKING_KEYS, complete, load_config, model_config
 
@@ -114,3 +114,14 @@ def test_a_best_lr_at_the_grids_edge_is_not_chosen_and_the_table_runs_wait(tmp_p
     runs = plan(spec, "runs", records)
     assert not any(r["main"] and not r.get("waiting") for r in runs)
     assert all("edge" in r["name"] for r in runs if r.get("waiting"))
+
+
+def test_the_replication_runs_the_regime_arms_at_their_chosen_lrs_on_new_seeds():
+    regime = load_ablation(os.path.join(ROOT, "configs", "ablations", "c8_regime.py"))
+    replication = load_ablation(os.path.join(ROOT, "configs", "ablations", "c8_replication.py"))
+    chosen = {"baseline": 4.0, "unified": 2.0, "norm_only": 4.0, "no_scales": 4.0}  # c8_regime's tuning chose them
+    equal_lr = {"norm_only_lrx2": ("norm_only", 2.0), "unified_lrx4": ("unified", 4.0)}
+    for run in plan(replication, "runs"):
+        arm, mult = equal_lr.get(run["variant"], (run["variant"], chosen.get(run["variant"])))
+        assert run["hash"] == run_config(regime, "tpp20", arm, run["seed"], mult)[1], run["name"]
+    assert not set(replication["seeds"]) & (set(regime["seeds"]) | set(regime["tuning_seeds"]))
