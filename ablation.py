@@ -46,8 +46,9 @@ import os
 import subprocess
 
 from checkpoint import atomic_write, read_log
-from configurator import (DEFAULTS, LEGACY, TRACKING_KEYS, UserError, check_config, check_type, load_config,
-                          resolve_device, run_config_file)
+from ops import check_config, inert_keys
+from configurator import (DEFAULTS, LEGACY, TRACKING_KEYS, UserError, check_type, load_config, resolve_device,
+                          run_config_file)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
@@ -133,7 +134,7 @@ def load_ablation(path):
             for lr_mult in [1.0, *spec["lr_multipliers"]]:
                 for iter_mult in [1.0, *spec["iter_multipliers"].get(variant, [])]:
                     try:
-                        check_config(run_config(spec, setting, variant, seeds[0], lr_mult, iter_mult)[0])
+                        check_config(build_config(spec, setting, variant, seeds[0], lr_mult, iter_mult))
                     except UserError as e:
                         raise UserError(f"{path}: variant {variant!r} in setting {setting!r}"
                                         f"{f' at {lr_mult}x LR' if lr_mult != 1 else ''}"
@@ -143,7 +144,13 @@ def load_ablation(path):
 
 
 def run_config(spec, setting, variant, seed, lr_mult=1.0, iter_mult=1.0):
-    """(full config without out_dir, its SHA-1 hex digest) of one run of an ablation."""
+    """(full config without out_dir, its SHA-1 hex digest) of one run of an ablation (checked by load_ablation)."""
+    cfg = build_config(spec, setting, variant, seed, lr_mult, iter_mult)
+    return cfg, config_hash(cfg)
+
+
+def build_config(spec, setting, variant, seed, lr_mult=1.0, iter_mult=1.0):
+    """The full config of one run of an ablation, without out_dir and the tracking keys."""
     overrides = {**spec["settings"][setting], **spec["variants"][variant], "seed": seed}
     cfg, _ = load_config([spec["base"]])
     for key, value in overrides.items():  # Python values, typed as in a config file
@@ -155,7 +162,7 @@ def run_config(spec, setting, variant, seed, lr_mult=1.0, iter_mult=1.0):
             cfg[key] = round(cfg[key] * iter_mult)
     for key in ("out_dir", *TRACKING_KEYS):
         cfg.pop(key)
-    return cfg, config_hash(cfg)
+    return cfg
 
 
 def config_hash(cfg):
@@ -163,12 +170,13 @@ def config_hash(cfg):
 
     A key added after runs were recorded (configurator.LEGACY) is left out of the hash
     when it has the value those runs trained at, or when it does nothing in this config
-    (dual_sites without a dual placement): every record made before the key existed keeps
+    (dual_sites without a dual placement, as ops.inert_keys says): every record made before the key existed keeps
     its hash and its meaning, and only runs the new key changes get new hashes.
     """
-    inert = {"dual_sites": cfg["attn_placement"] != "dual" and cfg["mlp_placement"] not in ("dual", "dual_norm")}
+    changed = [k for k in LEGACY if k in cfg and cfg[k] != LEGACY[k]]
+    inert = dict(inert_keys(cfg)) if changed else {}  # read from the registries (ops.inert_keys)
     kept = {k: v for k, v in cfg.items()
-            if k not in TRACKING_KEYS and not (k in LEGACY and (v == LEGACY[k] or inert[k]))}
+            if k not in TRACKING_KEYS and not (k in LEGACY and (v == LEGACY[k] or k in inert))}
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 

@@ -9,7 +9,7 @@
     python bench.py --shared=True --variants=unified   # CPU: alone vs beside a copy of itself
 
 Each variant is the config's size and training keys with the baseline's scale
-switches (BASELINE) plus its own overrides (VARIANTS): the config's own scale
+switches (BASELINE) plus its own overrides (variants()): the config's own scale
 switches do not apply. Every variant trains on the same synthetic batch; one step of each variant is
 timed in turn (interleaved), so machine noise hits all of them alike, and
 the median over steps after warm-up is reported with its ratio to the
@@ -42,11 +42,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import GPT, peak_flops
+import model
+from model import GPT, model_config, peak_flops
 from optim import build_optimizers
-from configurator import OMP_THREAD_ENV, UserError, cli, load_config, model_config, resolve_device, usage
+from configurator import DEFAULTS, OMP_THREAD_ENV, UserError, cli, load_config, resolve_device, usage
 
-# Overrides on top of the baseline: one per claim of the paper (README: claims table).
+# The baseline: the Llama/Gemma scale switches (model.BASELINE), no decay on scales.
+BASELINE = {**model.BASELINE, "scale_wd": "none"}
+# The paper's unified strategy is the default run's (configurator.DEFAULTS): HG + DNP + OR + IWD.
+UNIFIED = {k: DEFAULTS[k] for k in (*BASELINE, "dual_sites")}
+# Overrides on top of the baseline: one per claim of the paper (README: claims table); variants()
+# adds one per registry entry no named variant covers (a scale class or placement a fork adds).
 VARIANTS = {
     "baseline": dict(),
     "none": dict(scale="none"),
@@ -55,16 +61,24 @@ VARIANTS = {
     "dnp": dict(mlp_placement="dual_norm", dual_sites="prenorm"),
     "or": dict(reparam="or"),
     "er": dict(reparam="er"),
-    # the paper's unified (HG + DNP + OR; IWD is the optimizer's), and the project's earlier one
-    "unified": dict(branch_scales=True, attn_placement="in", mlp_placement="dual_norm", dual_sites="prenorm",
-                    reparam="or"),
-    "unified_dp_all": dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", dual_sites="all",
-                           reparam="or"),
+    "unified": UNIFIED,
+    "unified_dp_all": {**UNIFIED, "attn_placement": "dual", "dual_sites": "all"},  # the project's earlier one
     # top-2 of 8 experts, each d_ff / 2 wide: the active parameters of the dense MLP
     "moe": dict(n_experts=8, top_k=2),
-    "unified_moe": dict(branch_scales=True, attn_placement="in", mlp_placement="dual_norm", dual_sites="prenorm",
-                        reparam="or", n_experts=8, top_k=2),
+    "unified_moe": {**UNIFIED, "n_experts": 8, "top_k": 2},
 }
+
+
+def variants():
+    """VARIANTS, then "<key>=<name>" for each scale class and placement (model.CHOICES) that is
+    not the baseline's and that no variant of VARIANTS sets alone."""
+    found = dict(VARIANTS)
+    for key in ("reparam", "attn_placement", "mlp_placement"):
+        for name in model.CHOICES[key]:
+            if name != BASELINE[key] and not any(v.get(key) == name and len(v.keys() - {"dual_sites"}) == 1
+                                                 for v in VARIANTS.values()):
+                found[f"{key}={name}"] = {key: name}
+    return found
 # --shared=True: environment of each process (set before torch loads); None: unset.
 _UNSET = {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OMP_NUM_THREADS": None}
 SHARED_SETTINGS = {
@@ -73,8 +87,6 @@ SHARED_SETTINGS = {
     "GOMP_SPINCOUNT=10000": {**_UNSET, "GOMP_SPINCOUNT": "10000"},
     "OMP_NUM_THREADS=1": {**_UNSET, "OMP_NUM_THREADS": "1"},
 }
-BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_placement="in",
-                mlp_placement="in", scale_wd="none")
 REFERENCE = "gpt2"  # --variants=gpt2,baseline: the baseline's cost per FLOP against nanoGPT's GPT-2
 
 
@@ -130,11 +142,10 @@ def build(cfg, variant):
         opts = [torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
                                   fused=True)]
         return model, torch.compile(model) if cfg.compile else model, opts
-    c = SimpleNamespace(**{**vars(cfg), **BASELINE, **VARIANTS[variant]})
-    if variant.startswith("unified"):
-        c.scale_wd = "iwd"
+    overrides = variants()[variant]
+    c = SimpleNamespace(**{**vars(cfg), **BASELINE, **overrides})
     model_cfg = model_config(c)
-    if "n_experts" in VARIANTS[variant] and cfg.expert_d_ff == 0:
+    if "n_experts" in overrides and cfg.expert_d_ff == 0:
         model_cfg = replace(model_cfg, expert_d_ff=model_cfg.d_ff // model_cfg.top_k)
     model = GPT(model_cfg, seed=c.seed).to(cfg.device)
     opts, _ = build_optimizers(model, c, torch.device(cfg.device).type)
@@ -197,10 +208,11 @@ def main(argv):
         cfg.vocab_size = 50257 if cfg.n_embd >= 512 else 80
     device = torch.device(cfg.device)
     ctx = torch.autocast(device.type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
-    names = [n for n in VARIANTS if "moe" not in n] if opts_cli["variants"] == "all" else opts_cli["variants"].split(",")
+    known = variants()
+    names = [n for n in known if "moe" not in n] if opts_cli["variants"] == "all" else opts_cli["variants"].split(",")
     for n in names:
-        if n not in VARIANTS and n != REFERENCE:
-            raise UserError(f"unknown variant {n!r}; known: {', '.join(VARIANTS)}, {REFERENCE}")
+        if n not in known and n != REFERENCE:
+            raise UserError(f"unknown variant {n!r}; known: {', '.join(known)}, {REFERENCE}")
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
     y = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)

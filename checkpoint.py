@@ -23,7 +23,7 @@ from contextlib import contextmanager
 
 import torch
 
-from configurator import MODEL_KEYS, UserError, complete, model_config
+from configurator import MODEL_KEYS, UserError, complete
 
 
 @contextmanager
@@ -165,7 +165,7 @@ def load_model(ckpt_path, device="cpu"):
     Works for checkpoints saved with or without compile/DDP (their "_orig_mod." /
     "module." prefixes are stripped). Raises UserError if the file is unreadable.
     """
-    from model import GPT
+    from model import GPT, model_config
 
     ckpt = load_checkpoint(ckpt_path)
     model = GPT(model_config(ckpt["config"]))

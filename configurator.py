@@ -10,18 +10,18 @@ a did-you-mean hint; a value must have its default's type (an int is
 accepted for a float key: `--learning_rate=1`) and lie in its allowed values
 (ALLOWED: a range, every float finite, or choices; --help shows them); values
 may contain `=`. A key given twice on the command line is an error; one a config
-file sets may be set again on the command line, which wins. A run's check
-(check_config) also refuses a size whose weights and AdamW states cannot fit
-in memory, before anything is built. A key given explicitly that changes nothing
-under the rest of the config (--muon_lr with optimizer="adamw": inert_keys says
-when) gets a note at the start of the run, not an error.
-This module imports no torch at load time, so `--help` answers at once.
+file sets may be set again on the command line, which wins. `check` also
+refuses a size whose weights and AdamW states cannot fit in memory, before
+anything is built. The keys whose values name a registry (placements,
+optimizers, schedules, scale classes) are checked by the code that holds the
+registry: ops.check_config runs every check.
 
-Also here, because every command shares them: `UserError` (bad input, shown
-as one line), `cli` (the entry point that shows it, and a Ctrl-C as one line),
-`compile_errors` (a torch.compile failure as one line), `StopSignals` (SIGTERM
-and SIGINT as a request to stop cleanly), the checks of a config's values,
-device resolution, and the one way to build a model config (`model_config`).
+This module is a leaf: it imports nothing of this project, and no torch at
+load time. Also here, because every command shares them: `UserError` (bad
+input, shown as one line), `cli` (the entry point that shows it, and a Ctrl-C
+as one line), `compile_errors` (a torch.compile failure as one line),
+`StopSignals` (SIGTERM and SIGINT as a request to stop cleanly), OpenMP
+settings and device resolution.
 """
 
 import ast
@@ -36,7 +36,6 @@ import sys
 import threading
 import traceback
 from contextlib import contextmanager
-from types import SimpleNamespace
 
 # -----------------------------------------------------------------------------
 # The one table of defaults: {section: {key: (default, meaning)}}. The default
@@ -73,19 +72,18 @@ SECTIONS = {
         "rope_theta": (10000.0, "RoPE base"),
     },
     "scale vectors": {  # the paper's unified strategy: HG + DNP + OR + IWD
-        "scale": ("vector", '"vector" (learnable scale vectors) | "none" (normalizations only)'),
-        "reparam": ("or", '"plain" | "or" | "er" (magnitude-direction); any key of norms.SCALE_CLASSES'),
+        "scale": ("vector", "learnable scale vectors, or none of them (normalizations only) (model.SCALES)"),
+        "reparam": ("or", "how each scale vector is parameterized (norms.SCALE_CLASSES)"),
         "branch_scales": (True, "HG: separate scales for q, k, v and gate, up"),
-        "attn_placement": ("in", '"in" | "dual" (DP: scales on both sides of the linear maps)'),
-        "mlp_placement": ("dual_norm", '"in" | "dual" (DP) | "dual_norm" (DNP) | "in_norm" (DNP\'s '
-                                       'normalization without its scales)'),
-        "dual_sites": ("prenorm", '"prenorm": DP/DNP scales on the maps that read the normalized input '
-                                  '(q, k, v; gate, up) | "all": also around W_o and W_down (the earlier reading)'),
+        "attn_placement": ("in", "where attention's scale vectors sit (model.ATTN_PLACEMENTS)"),
+        "mlp_placement": ("dual_norm", "where the MLP's scale vectors and normalizations sit (model.MLP_PLACEMENTS)"),
+        "dual_sites": ("prenorm", '"prenorm": dual placements put scales on the maps that read the normalized '
+                                  'input (q, k, v; gate, up) | "all": also around W_o and W_down (the earlier '
+                                  'reading) (model.DUAL_SITES)'),
         "qk_norm": (False, "RMSNorm on q and k per head, with output-role scales"),
         "output_norms": (False, "Gemma-style RMSNorm on each branch's output before the residual add"),
         "norm_eps": (1e-6, "added to the mean square in every RMSNorm"),
-        "scale_wd": ("iwd", '"iwd" (decay input-role scales only) | "all" | "none" | "iwd_final" (iwd + '
-                            'the tied final-norm scale)'),
+        "scale_wd": ("iwd", "which scale vectors weight decay pulls, by role (optim.SCALE_WD)"),
     },
     "mixture of experts": {
         "n_experts": (0, "0: dense"),
@@ -97,7 +95,7 @@ SECTIONS = {
         "z_loss_coef": (0.0, "router z-loss weight"),
     },
     "optimizer": {
-        "optimizer": ("adamw", '"adamw" | "muon" (Muon for hidden matrices, AdamW for the rest)'),
+        "optimizer": ("adamw", "what steps the hidden matrices; AdamW steps the rest (optim.OPTIMIZERS)"),
         "learning_rate": (3e-3, "AdamW's peak LR"),
         "muon_lr": (0.02, "Muon's peak LR"),
         "muon_momentum": (0.95, "in [0, 1)"),
@@ -108,7 +106,7 @@ SECTIONS = {
         "grad_clip": (1.0, "global gradient-norm clip (0: off)"),
     },
     "schedule": {
-        "lr_schedule": ("cosine", '"cosine" | "wsd" | "linear" | "constant"'),
+        "lr_schedule": ("cosine", "the LR after warmup (optim.LR_SCHEDULES)"),
         "warmup_iters": (50, "linear warmup iterations"),
         "max_iters": (600, "training iterations"),
         "min_lr": (3e-4, "the LR the decay ends at (as a share of each group's peak: min_lr / learning_rate)"),
@@ -164,10 +162,10 @@ class Choices:
 
 
 # Each key's allowed values beyond its default's type, in SECTIONS' order; None: any value of the
-# type (a path, a bool; reparam is any key of norms.SCALE_CLASSES, which a fork may extend, so
-# model.GPTConfig checks it). check_values applies this before anything is built; the model's and
-# optimizer's own checks stay behind it, and tests/test_config_values.py keeps the choices equal to
-# theirs. Bounds across keys (top_k <= n_experts, min_lr <= learning_rate, ...) are theirs alone.
+# type (a path, a bool), or a name of the registry its meaning names (model.CHOICES, optim.CHOICES:
+# the code that implements the choices checks them, and --help lists them). check_values applies
+# this before anything is built. Bounds across keys (top_k <= n_experts, min_lr <= learning_rate,
+# ...) are the model's and optimizer's.
 GE0, GE1, POSITIVE, FRACTION = Range(0), Range(1), Range(0, low_open=True), Range(0, 1, high_open=True)
 ALLOWED = {
     # I/O
@@ -179,20 +177,18 @@ ALLOWED = {
     "block_size": GE1, "n_layer": GE1, "n_head": GE1, "n_embd": GE1, "d_ff": GE0, "vocab_size": GE0,
     "tie_embeddings": None, "dropout": FRACTION, "rope_theta": POSITIVE,
     # scale vectors
-    "scale": Choices("vector", "none"), "reparam": None, "branch_scales": None,
-    "attn_placement": Choices("in", "dual"), "mlp_placement": Choices("in", "dual", "dual_norm", "in_norm"),
-    "dual_sites": Choices("prenorm", "all"), "qk_norm": None, "output_norms": None, "norm_eps": POSITIVE,
-    "scale_wd": Choices("iwd", "all", "none", "iwd_final"),
+    "scale": None, "reparam": None, "branch_scales": None, "attn_placement": None, "mlp_placement": None,
+    "dual_sites": None, "qk_norm": None, "output_norms": None, "norm_eps": POSITIVE, "scale_wd": None,
     # mixture of experts
     "n_experts": GE0, "top_k": GE1, "moe_every": GE1, "expert_d_ff": GE0, "shared_expert": None,
     "aux_loss_coef": GE0, "z_loss_coef": GE0,
     # optimizer
-    "optimizer": Choices("adamw", "muon"),
+    "optimizer": None,
     "learning_rate": Range(0, low_open=True, why="0 trains nothing, and min_lr is relative to it"),
     "muon_lr": GE0, "muon_momentum": FRACTION, "magnitude_lr_mult": GE0, "weight_decay": GE0,
     "beta1": FRACTION, "beta2": FRACTION, "grad_clip": GE0,
     # schedule
-    "lr_schedule": Choices("cosine", "wsd", "linear", "constant"), "warmup_iters": GE0, "max_iters": GE0,
+    "lr_schedule": None, "warmup_iters": GE0, "max_iters": GE0,
     "min_lr": GE0, "wsd_decay_frac": Range(0, 1),
     # system
     "device": Choices("auto", "cpu", "cuda", "cuda:N", "mps", pattern=r"auto|cpu|mps|cuda(:\d+)?"),
@@ -235,14 +231,21 @@ def cli(main):
     sys.exit(code)
 
 
-def usage(doc):
-    """A command's --help text: its docstring, then every key by section with default and meaning."""
+def usage(doc, choices=None):
+    """A command's --help text: its docstring, then every key by section with default and meaning.
+
+    choices: {key: {name: meaning}} of the keys whose values are a registry's names (the
+    registries live with their code: ops.choices() gathers them), listed under the key."""
     lines = [doc.strip(), "", "config keys (--key=value; default, then meaning):"]
     for section, keys in SECTIONS.items():
         lines.append(f"\n  {section}")
         for key, (default, meaning) in keys.items():
             arg = f"--{key}={default!r}" if isinstance(default, str) else f"--{key}={default}"
-            lines.append(f"    {arg:<40} {meaning}{allowed_note(ALLOWED[key], meaning)}")
+            listed = (choices or {}).get(key, {})
+            named = listed and not any(listed.values()) and not all(f'"{v}"' in meaning for v in listed)
+            lines.append(f"    {arg:<40} {meaning}{allowed_note(ALLOWED[key], meaning)}"
+                         + (f" [one of {', '.join(map(repr, listed))}]" if named else ""))
+            lines += [f"    {'':<40}   {name!r}: {what}" for name, what in listed.items() if what]
     return "\n".join(lines)
 
 
@@ -391,17 +394,6 @@ def check_values(cfg):
         raise UserError(f"{where}{key}={value!r} must be {allowed.describe()}{why}: {fix}")
 
 
-def check_training_config(cfg):
-    """UserError for training keys that conflict with each other (the schedule's); each key's own
-    range is ALLOWED's (check_values), the model keys' combinations model.GPTConfig's."""
-    from optim import check_schedule  # imports torch: not needed for --help
-
-    try:
-        check_schedule(cfg)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-
-
 GB = 1e9
 
 
@@ -462,83 +454,10 @@ def complete(cfg):
     return {**DEFAULTS, **LEGACY, **cfg}
 
 
-def model_config(cfg):
-    """The model.GPTConfig of a run config (a dict, completed as `complete` does, or a namespace
-    with every key); UserError if invalid. vocab_size=0 ('from meta.pkl') is checked as 1 until
-    the data is read.
-    """
-    from model import GPTConfig
-
-    get = complete(cfg).get if isinstance(cfg, dict) else lambda k: getattr(cfg, k)
-    try:
-        return GPTConfig(**{k: get(k) for k in MODEL_KEYS} | {"vocab_size": get("vocab_size") or 1})
-    except ValueError as e:
-        raise UserError(f"model config: {e}") from None
-
-
-MOE_KEYS = ("top_k", "moe_every", "expert_d_ff", "shared_expert", "aux_loss_coef", "z_loss_coef")
-
-
-def inert_keys(cfg):
-    """[(key, reason)]: the keys whose value changes nothing about the run under the rest of cfg
-    (a dict with every key), each once, with why: the one place that says when a switch is off.
-
-    Only where certain: every value of the key trains the same run (for scale_wd="iwd_final"
-    without tied embeddings, the same run as "iwd"). train.py notes those the user gave
-    explicitly (inert_notes); a default, or a combination the model refuses, never gets here.
-    """
-    c = cfg
-    dual = c["attn_placement"] == "dual" or c["mlp_placement"] in ("dual", "dual_norm")
-    no_moe_block = c["n_experts"] > 0 and c["moe_every"] > c["n_layer"]
-    rules = [  # (keys, inert when, why); the first rule that holds for a key gives its reason
-        (("muon_lr", "muon_momentum"), c["optimizer"] != "muon",
-         f"optimizer is {c['optimizer']!r} (it sets Muon, which only optimizer='muon' uses)"),
-        (("wsd_decay_frac",), c["lr_schedule"] != "wsd",
-         f"lr_schedule is {c['lr_schedule']!r} (it sets the decay of 'wsd' only)"),
-        (("min_lr",), c["lr_schedule"] == "constant",
-         "lr_schedule is 'constant' (the LR never decays to it)"),
-        (MOE_KEYS, c["n_experts"] == 0, "n_experts is 0 (a dense model: no expert, no router)"),
-        (("n_experts", "top_k", "expert_d_ff", "shared_expert", "aux_loss_coef", "z_loss_coef"), no_moe_block,
-         f"moe_every={c['moe_every']} is above n_layer={c['n_layer']}, so no block is a mixture of experts"),
-        (("wandb_project", "wandb_run_name"), not c.get("wandb_log"), "wandb_log is False (nothing goes to W&B)"),
-        (("dual_sites",), not dual,
-         f"attn_placement is {c['attn_placement']!r} and mlp_placement {c['mlp_placement']!r} (it says where "
-         f"the dual placements DP and DNP put scales, and neither is on)"),
-        (("magnitude_lr_mult", "scale_wd"), c["scale"] == "none", "scale is 'none' (no scale vectors)"),
-        (("magnitude_lr_mult",), not has_magnitude(c["reparam"]),
-         f"reparam is {c['reparam']!r} (no separate magnitude parameter: only 'or' and 'er' have one)"),
-        (("scale_wd",), c["weight_decay"] == 0, "weight_decay is 0 (every scale_wd decays scales by 0)"),
-        (("scale_wd",), c["scale_wd"] == "iwd_final" and not c["tie_embeddings"],
-         "tie_embeddings is False (the final-norm scale is then input-role, which 'iwd' decays already: "
-         "the run is the one of scale_wd='iwd')"),
-    ]
-    inert = {}
-    for keys, when, why in rules:
-        if when:
-            for key in keys:
-                inert.setdefault(key, why)
-    return list(inert.items())
-
-
-def has_magnitude(reparam):
-    """Whether reparam's scale class has a separate magnitude parameter (False for an unknown
-    reparam, which model.GPTConfig refuses)."""
-    from norms import SCALE_CLASSES  # imports torch: not needed for --help
-
-    return reparam in SCALE_CLASSES and SCALE_CLASSES[reparam].has_magnitude()
-
-
-def inert_notes(cfg, given):
-    """One 'note: --key=value has no effect: why; it is ignored' line per key the user gave
-    (`given`, as load_config returns it) that inert_keys says changes nothing."""
-    return [f"note: --{key}={cfg[key]} has no effect: {why}; it is ignored"
-            for key, why in inert_keys(cfg) if key in given]
-
-
-def check_config(cfg_dict):
-    """UserError for any value out of range, training and model keys alike, and for a size whose
-    weights cannot fit in memory: what a run checks before it reads data or builds anything
-    (sweep.py checks every run of an ablation this way before starting any)."""
+def check(cfg_dict):
+    """UserError for any value out of its range (ALLOWED), a W&B setting W&B would refuse, and a
+    size whose weights cannot fit in memory: all this module can check alone. ops.check_config
+    adds the model's and optimizer's checks."""
     check_values(cfg_dict)
     project = cfg_dict.get("wandb_project", "")
     if len(project) > 128 or set(project) & set("/\\#?%:"):
@@ -546,8 +465,6 @@ def check_config(cfg_dict):
                         f"/ \\ # ? % :")
     if cfg_dict.get("wandb_log") and importlib.util.find_spec("wandb") is None:
         raise UserError("wandb_log=True needs the wandb package: pip install wandb (or drop --wandb_log)")
-    check_training_config(SimpleNamespace(**cfg_dict))
-    model_config(cfg_dict)
     check_memory(cfg_dict)
 
 

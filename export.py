@@ -61,7 +61,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def refusal(cfg):
     """Why `cfg` has no exact architecture to export to, as one line naming the switch; None if it has one."""
-    if cfg.n_experts and (cfg.mlp_placement in ("dual_norm", "in_norm") or cfg.output_norms):
+    if cfg.attn.norm:
+        return (f"attn_placement={cfg.attn_placement!r} normalizes the outputs of q, k, v: no transformers "
+                f"architecture, and not {MODELING_FILE}, has that; train with a placement without a normalization")
+    if cfg.n_experts and (cfg.mlp.norm or cfg.output_norms):
         switch = "output_norms=True" if cfg.output_norms else f"mlp_placement={cfg.mlp_placement!r}"
         return (f"{switch} with n_experts={cfg.n_experts} cannot be exported: {MODELING_FILE} extends dense "
                 "Llama layers, and no MoE architecture in transformers has a norm inside its experts or after them: "
@@ -83,9 +86,9 @@ def refusal(cfg):
 
 
 def needs_code(cfg):
-    """Whether `cfg` has pieces no standard architecture holds (DNP's or in_norm's normalization over
-    d_ff, output norms), so the folder ships modeling_scalevec.py."""
-    return cfg.mlp_placement in ("dual_norm", "in_norm") or cfg.output_norms
+    """Whether `cfg` has pieces no standard architecture holds (a placement's normalization over d_ff,
+    as DNP's and in_norm's; output norms), so the folder ships modeling_scalevec.py."""
+    return cfg.mlp.norm or cfg.output_norms
 
 
 def architecture(cfg):
@@ -134,7 +137,7 @@ def hf_config(cfg, arch, eos=None):
         module = MODELING_FILE.removesuffix(".py")
         d |= {"auto_map": {"AutoConfig": f"{module}.ScalevecConfig",
                            "AutoModelForCausalLM": f"{module}.ScalevecForCausalLM"},
-              "qk_norm": cfg.qk_norm, "ff_norm": cfg.mlp_placement in ("dual_norm", "in_norm"),
+              "qk_norm": cfg.qk_norm, "ff_norm": cfg.mlp.norm,
               "output_norms": cfg.output_norms}
     elif arch == "MixtralForCausalLM":
         d |= {"intermediate_size": cfg.expert_d_ff, "num_local_experts": cfg.n_experts,
@@ -354,9 +357,10 @@ def readme(cfg, arch, tokenizer_note, diff, source, n_params, ckpt):
     tags = ["scalevec", "scale-vectors", "custom_code" if code else hf_config(cfg, arch)["model_type"]]
     trust = ", trust_remote_code=True" if code else ""
     if code:
-        pieces = [p for p, on in (("DNP's normalization over d_ff with its output-role gate scale",
-                                   cfg.mlp_placement == "dual_norm"),
-                                  ("the normalization over d_ff (in_norm)", cfg.mlp_placement == "in_norm"),
+        pieces = [p for p, on in (("a normalization over d_ff with its output-role gate scale (DNP's)",
+                                   cfg.mlp.norm and cfg.mlp.dual),
+                                  ("a normalization over d_ff without scales (in_norm's)",
+                                   cfg.mlp.norm and not cfg.mlp.dual),
                                   ("Gemma-style output norms", cfg.output_norms),
                                   ("Qwen3's QK-norm", cfg.qk_norm)) if on]
         what = (f"`{arch}` from the shipped `{MODELING_FILE}`: Llama's layers plus {', '.join(pieces)}; "

@@ -24,14 +24,55 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from configurator import DEFAULTS
+from configurator import DEFAULTS, MODEL_KEYS, UserError, complete
 from norms import SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_scale_, make_scale
 
-SCALES = ("vector", "none")
-REPARAMS = SCALE_CLASSES.keys()  # a live view: a class added to norms.SCALE_CLASSES is a valid reparam
-ATTN_PLACEMENTS = ("in", "dual")
-MLP_PLACEMENTS = ("in", "dual", "dual_norm", "in_norm")
+SCALES = ("vector", "none")  # "none": every learnable scale removed, the normalizations kept (claim C1)
 DUAL_SITES = ("prenorm", "all")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a placement (attn_placement, mlp_placement) puts scale vectors and normalizations
+    around a sub-layer's linear maps; Attention and MLP read these fields, and so does every
+    rule about a placement (the config checks, inert notes, run hashes, folding, export).
+
+    dual: a scale u on the outputs of the maps that read the normalized input (q, k, v; gate,
+        up), and with dual_sites="all" scales on both sides of W_o / W_down too (DP; DNP's
+        outer scales). Input-role, so they fold, except a gate's u after a normalization
+        (SiLU follows it: output-role).
+    norm: a normalization over each such map's output (d_ff for the MLP: DNP and its control).
+        No fold removes it, so an export needs the shipped modeling file (dense MLP only).
+    meaning: what --help says of it.
+    """
+
+    dual: bool
+    norm: bool
+    meaning: str
+
+
+# The placements, by name (paper section 3; README: The variants). A fork adds an entry here
+# (and, for a behaviour these fields cannot describe, its code in Attention or MLP).
+ATTN_PLACEMENTS = {
+    "in": Placement(dual=False, norm=False, meaning="scales only before q, k, v (on the pre-norm, or per branch "
+                                                    "under HG)"),
+    "dual": Placement(dual=True, norm=False, meaning="DP: also a scale on the outputs of q, k, v"),
+}
+MLP_PLACEMENTS = {
+    "in": Placement(dual=False, norm=False, meaning="scales only before gate, up (on the pre-norm, or per "
+                                                    "branch under HG)"),
+    "dual": Placement(dual=True, norm=False, meaning="DP: also a scale on the outputs of gate and up"),
+    "dual_norm": Placement(dual=True, norm=True, meaning="DNP: gate and up become u * normalize(W (v * x_hat)), "
+                                                         "normalized over d_ff"),
+    "in_norm": Placement(dual=False, norm=True, meaning="DNP's normalization over d_ff without its scales (the "
+                                                        "control for DNP)"),
+}
+# The Llama/Gemma baseline's scale-vector switches (shared scale vectors, placements "in"); with
+# scale_wd="none" (optim.py), the baseline of every comparison.
+BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_placement="in", mlp_placement="in")
+# The config keys whose values are the registries' names (checked by GPTConfig, listed by --help).
+CHOICES = {"scale": SCALES, "reparam": SCALE_CLASSES, "attn_placement": ATTN_PLACEMENTS,
+           "mlp_placement": MLP_PLACEMENTS, "dual_sites": DUAL_SITES}
 
 
 @dataclass
@@ -54,10 +95,10 @@ class GPTConfig:
     rope_theta: float = DEFAULTS["rope_theta"]
     # scale vectors (README: The variants)
     scale: str = DEFAULTS["scale"]  # "vector" | "none"
-    reparam: str = DEFAULTS["reparam"]  # a key of norms.SCALE_CLASSES: "plain" | "or" | "er"
+    reparam: str = DEFAULTS["reparam"]  # a key of norms.SCALE_CLASSES
     branch_scales: bool = DEFAULTS["branch_scales"]  # HG: separate gamma for q, k, v and gate, up
-    attn_placement: str = DEFAULTS["attn_placement"]  # "in" | "dual" (DP)
-    mlp_placement: str = DEFAULTS["mlp_placement"]  # "in" | "dual" (DP) | "dual_norm" (DNP) | "in_norm"
+    attn_placement: str = DEFAULTS["attn_placement"]  # a key of ATTN_PLACEMENTS
+    mlp_placement: str = DEFAULTS["mlp_placement"]  # a key of MLP_PLACEMENTS
     dual_sites: str = DEFAULTS["dual_sites"]  # "prenorm": DP/DNP on q, k, v; gate, up | "all": also W_o, W_down
     qk_norm: bool = DEFAULTS["qk_norm"]
     output_norms: bool = DEFAULTS["output_norms"]  # Gemma-style sandwich norms before the residual add
@@ -85,17 +126,15 @@ class GPTConfig:
         check((self.n_embd // self.n_head) % 2 == 0,
               f"head size n_embd/n_head={self.n_embd // self.n_head} must be even for RoPE")
         check(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)")
-        for key, allowed in (("scale", SCALES), ("reparam", REPARAMS),
-                             ("attn_placement", ATTN_PLACEMENTS), ("mlp_placement", MLP_PLACEMENTS),
-                             ("dual_sites", DUAL_SITES)):
+        for key, allowed in CHOICES.items():
             check(getattr(self, key) in allowed, f"{key}={getattr(self, key)!r} is not one of {tuple(allowed)}")
         if self.scale == "none":
             extras = {"reparam": self.reparam != "plain", "branch_scales": self.branch_scales,
-                      "attn_placement": self.attn_placement != "in",
-                      "mlp_placement": self.mlp_placement not in ("in", "in_norm")}
+                      "attn_placement": self.attn.dual, "mlp_placement": self.mlp.dual}
             bad = [k for k, on in extras.items() if on]
             check(not bad, f"scale='none' removes every scale vector, so {', '.join(bad)} cannot be set: "
-                           "use the defaults (reparam='plain', branch_scales=False, placements 'in') or scale='vector'")
+                           "use reparam='plain', branch_scales=False and placements without dual scales, "
+                           "or scale='vector'")
         check(self.norm_eps > 0, f"norm_eps={self.norm_eps} must be positive")
         check(self.rope_theta > 0, f"rope_theta={self.rope_theta} must be positive (10000 in Llama and GPT-NeoX)")
         check(self.n_experts >= 0, f"n_experts={self.n_experts} must be >= 0 (0 = dense)")
@@ -110,6 +149,31 @@ class GPTConfig:
         if self.expert_d_ff == 0:
             self.expert_d_ff = self.d_ff
 
+    @property
+    def attn(self):
+        """The Placement of attn_placement."""
+        return ATTN_PLACEMENTS[self.attn_placement]
+
+    @property
+    def mlp(self):
+        """The Placement of mlp_placement."""
+        return MLP_PLACEMENTS[self.mlp_placement]
+
+    def inert_keys(self):
+        """[(key, why)]: the model keys whose value changes nothing about this model (MoE keys in a
+        dense model, dual_sites without a dual placement)."""
+        inert = []
+        if self.n_experts == 0:
+            inert += [(k, "n_experts is 0 (a dense model: no expert, no router)") for k in MOE_KEYS]
+        elif self.moe_every > self.n_layer:
+            why = f"moe_every={self.moe_every} is above n_layer={self.n_layer}, so no block is a mixture of experts"
+            inert += [(k, why) for k in ("n_experts", *MOE_KEYS) if k != "moe_every"]
+        if not (self.attn.dual or self.mlp.dual):
+            inert.append(("dual_sites", f"attn_placement is {self.attn_placement!r} and mlp_placement "
+                                        f"{self.mlp_placement!r} (it says where the dual placements put scales, "
+                                        f"and neither is one)"))
+        return inert
+
     def is_moe(self, layer):
         """Whether block `layer` (0-based) is a mixture-of-experts block."""
         return self.n_experts > 0 and (layer + 1) % self.moe_every == 0
@@ -119,10 +183,23 @@ class GPTConfig:
         return 64 * math.ceil(self.vocab_size / 64)
 
 
+MOE_KEYS = ("top_k", "moe_every", "expert_d_ff", "shared_expert", "aux_loss_coef", "z_loss_coef")
+
+
 def baseline_of(cfg):
-    """The baseline (Llama-style shared scale vectors) of the same size."""
-    return replace(cfg, scale="vector", reparam="plain", branch_scales=False,
-                   attn_placement="in", mlp_placement="in")
+    """The baseline (BASELINE: Llama-style shared scale vectors) of the same size."""
+    return replace(cfg, **BASELINE)
+
+
+def model_config(cfg):
+    """The GPTConfig of a run config (a dict, completed as configurator.complete does, or a
+    namespace with every key); UserError ("model config: ...") if invalid. vocab_size=0 ('from
+    meta.pkl') is checked as 1 until the data is read."""
+    get = complete(cfg).get if isinstance(cfg, dict) else lambda k: getattr(cfg, k)
+    try:
+        return GPTConfig(**{k: get(k) for k in MODEL_KEYS} | {"vocab_size": get("vocab_size") or 1})
+    except ValueError as e:
+        raise UserError(f"model config: {e}") from None
 
 
 # -----------------------------------------------------------------------------
@@ -161,14 +238,16 @@ class Attention(nn.Module):
         super().__init__()
         d, self.n_head = cfg.n_embd, cfg.n_head
         hd, eps = d // cfg.n_head, cfg.norm_eps
-        hg, dp = cfg.branch_scales, cfg.attn_placement == "dual"
+        hg, dp, norm = cfg.branch_scales, cfg.attn.dual, cfg.attn.norm
         dp_o = dp and cfg.dual_sites == "all"  # the earlier reading: scales around W_o too
 
         def branch(magnitude_free):
             return ScaledLinear(
                 d, d,
-                in_scale=make_scale(cfg, d, "input", magnitude_free) if hg else None,
-                out_scale=make_scale(cfg, d, "input", magnitude_free) if dp else None)
+                in_scale=make_scale(cfg, d, "input", norm or magnitude_free) if hg else None,
+                # after a normalization a scale cannot fold back into W's rows: output-role then
+                out_scale=make_scale(cfg, d, "output" if norm else "input", magnitude_free) if dp else None,
+                out_norm=norm, eps=eps)
 
         self.q, self.k, self.v = branch(cfg.qk_norm), branch(cfg.qk_norm), branch(cfg.output_norms)
         self.o = ScaledLinear(
@@ -222,10 +301,7 @@ class MLP(nn.Module):
     def __init__(self, cfg, d_ff, magnitude_free=False):
         super().__init__()
         d, eps = cfg.n_embd, cfg.norm_eps
-        hg, place = cfg.branch_scales, cfg.mlp_placement
-        self.dnp = place == "dual_norm"
-        out_norm = place in ("dual_norm", "in_norm")  # a normalization over d_ff on gate and up
-        dual = place in ("dual", "dual_norm")
+        hg, out_norm, dual = cfg.branch_scales, cfg.mlp.norm, cfg.mlp.dual  # out_norm: over d_ff
         dual_down = dual and cfg.dual_sites == "all"
 
         def branch(out_role, magnitude_free):
@@ -236,7 +312,7 @@ class MLP(nn.Module):
                 out_norm=out_norm, eps=eps)
 
         # SiLU follows the gate branch, so its magnitude shows even when the MLP's does not
-        self.gate = branch("output" if self.dnp else "input", magnitude_free=False)
+        self.gate = branch("output" if out_norm else "input", magnitude_free=False)
         self.up = branch("input", magnitude_free)
         self.down = ScaledLinear(
             d_ff, d,
@@ -251,7 +327,7 @@ class MLP(nn.Module):
     def fold_(self):
         for lin in (self.gate, self.up, self.down):
             lin.fold_()
-        if self.dnp:  # silu(g) * (u_up * n) == (silu(g) * n) * u_up: u_up folds into down's columns
+        if self.up.out_norm:  # silu(g) * (u_up * n) == (silu(g) * n) * u_up: u_up folds into down's columns
             fold_scale_(self.up.out_scale, columns_of=[self.down.weight])
 
 
@@ -353,8 +429,8 @@ class Block(nn.Module):
         self.moe = cfg.is_moe(layer)
         # A shared pre-norm scale is magnitude-free when every branch reading it is: q and k
         # under QK-norm and v under output norms; gate and up under DNP or in_norm (unless a router reads it).
-        attn_magnitude_free = cfg.qk_norm and cfg.output_norms
-        mlp_magnitude_free = cfg.mlp_placement in ("dual_norm", "in_norm") and not self.moe
+        attn_magnitude_free = cfg.attn.norm or cfg.qk_norm and cfg.output_norms
+        mlp_magnitude_free = cfg.mlp.norm and not self.moe
         # With HG the pre-norms are bare: the branches carry the scales.
         self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", attn_magnitude_free))
         self.attn = Attention(cfg)

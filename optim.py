@@ -23,14 +23,33 @@ classes or names; a module that owns parameters and fits no group is an error.
 """
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-from norms import ScaledLinear, ScaleVector
+from norms import SCALE_CLASSES, ScaledLinear, ScaleVector
 
-SCALE_WD = ("iwd", "all", "none", "iwd_final")
-OPTIMIZERS = ("adamw", "muon")
-LR_SCHEDULES = ("cosine", "wsd", "linear", "constant")
+
+@dataclass(frozen=True)
+class ScaleDecay:
+    """A weight-decay recipe for scale vectors (scale_wd): whether input-role and output-role
+    scales are decayed (by weight_decay), and whether a scale's role is read as it is while the
+    LM head is tied (ScaleVector.role) or as it would be untied (untied=True: untied_role, so the
+    tied final-norm scale counts as input-role). Paper section 4 (claim C4)."""
+
+    input: bool
+    output: bool
+    untied: bool
+    meaning: str
+
+
+SCALE_WD = {
+    "iwd": ScaleDecay(True, False, False, "decay input-role scales only (the paper's IWD)"),
+    "all": ScaleDecay(True, True, False, "decay every scale"),
+    "none": ScaleDecay(False, False, False, "decay no scale (the usual nanoGPT/Llama practice)"),
+    "iwd_final": ScaleDecay(True, False, True, "iwd that also decays the tied final-norm scale"),
+}
 
 
 def param_groups(model, cfg):
@@ -46,12 +65,11 @@ def param_groups(model, cfg):
         ScaleVector or a ScaledLinear, or give optim.py a rule for it), and
         for an optim_group that is no group here.
     """
-    if cfg.scale_wd not in SCALE_WD:
-        raise ValueError(f"scale_wd={cfg.scale_wd!r} is not one of {SCALE_WD}")
-    if cfg.optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer={cfg.optimizer!r} is not one of {OPTIMIZERS}")
-    wd = cfg.weight_decay
-    scale_wd = {"iwd": (wd, 0.0), "all": (wd, wd), "none": (0.0, 0.0), "iwd_final": (wd, 0.0)}[cfg.scale_wd]
+    for key, registry in (("scale_wd", SCALE_WD), ("optimizer", OPTIMIZERS)):
+        if vars(cfg)[key] not in registry:
+            raise ValueError(f"{key}={vars(cfg)[key]!r} is not one of {tuple(registry)}")
+    wd, recipe = cfg.weight_decay, SCALE_WD[cfg.scale_wd]
+    scale_wd = (wd if recipe.input else 0.0, wd if recipe.output else 0.0)
     buckets = {k: [] for k in ("matrix", "embedding", "lm_head", "scale_input", "scale_output",
                                "magnitude_input", "magnitude_output", "router")}
     seen = set()
@@ -65,7 +83,7 @@ def param_groups(model, cfg):
     for name, module in model.named_modules():
         own = list(module.parameters(recurse=False))
         if isinstance(module, ScaleVector):
-            role = module.untied_role if cfg.scale_wd == "iwd_final" else module.role
+            role = module.untied_role if recipe.untied else module.role
             if module.has_magnitude():
                 put("magnitude_" + role, [module.get_parameter(module.magnitude_name)])
             put("scale_" + role, module.parameters())
@@ -90,10 +108,10 @@ def param_groups(model, cfg):
     assert len(grouped) == len(set(grouped)) and set(grouped) == all_params, \
         "optimizer groups must cover every parameter exactly once"
 
-    muon = cfg.optimizer == "muon"
+    matrices = OPTIMIZERS[cfg.optimizer]
     mag_lr = cfg.learning_rate * cfg.magnitude_lr_mult
     spec = {  # name -> (weight decay, lr, optimizer)
-        "matrix": (wd, cfg.muon_lr if muon else cfg.learning_rate, "muon" if muon else "adamw"),
+        "matrix": (wd, vars(cfg)[matrices.lr_key], matrices.name),
         "embedding": (0.0, cfg.learning_rate, "adamw"),
         "lm_head": (wd, cfg.learning_rate, "adamw"),
         "scale_input": (scale_wd[0], cfg.learning_rate, "adamw"),
@@ -118,25 +136,59 @@ def format_groups(groups):
 
 
 def build_optimizers(model, cfg, device_type):
-    """torch.optim.AdamW for every group, or Muon for the matrices + AdamW for the rest.
+    """The optimizers of model's groups: one per optimizer name the groups carry (param_groups:
+    "matrix" takes cfg.optimizer's, every other group AdamW's), built by OPTIMIZERS[name].build,
+    AdamW first (the order checkpoints store them in).
 
-    Returns: (optimizers, groups) where optimizers is a list; step and
-    zero_grad each. Muon is torch.optim.Muon on CUDA and CPUMuon elsewhere
-    (see its docstring). AdamW is fused on CUDA and CPU (5x faster than the
-    per-tensor loop on CPU at 124M, and it does not slow down with the many
-    small scale-vector tensors).
+    Returns: (optimizers, groups); step and zero_grad each optimizer.
+    Raises ValueError for a group whose optimizer OPTIMIZERS does not hold (it would never step).
     """
     groups = param_groups(model, cfg)
-    adamw = [g for g in groups if g["optimizer"] == "adamw"]
-    muon = [g for g in groups if g["optimizer"] == "muon"]
-    optimizers = []
-    if adamw:
-        optimizers.append(torch.optim.AdamW(adamw, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2),
-                                            eps=1e-8, fused=device_type in ("cuda", "cpu")))
-    if muon:
-        cls = torch.optim.Muon if device_type == "cuda" else CPUMuon
-        optimizers.append(cls(muon, lr=cfg.muon_lr, momentum=cfg.muon_momentum, nesterov=True))
+    names = list(dict.fromkeys(g["optimizer"] for g in groups))
+    unknown = [g["name"] for g in groups if g["optimizer"] not in OPTIMIZERS]
+    if unknown:
+        raise ValueError(f"groups {unknown} name optimizers {sorted({g['optimizer'] for g in groups} - OPTIMIZERS.keys())}"
+                         f" that optim.OPTIMIZERS does not hold, so nothing would step them: add the optimizer there")
+    names.sort(key=list(OPTIMIZERS).index)
+    optimizers = [OPTIMIZERS[n].build([g for g in groups if g["optimizer"] == n], cfg, device_type) for n in names]
     return optimizers, groups
+
+
+def build_adamw(groups, cfg, device_type):
+    """torch.optim.AdamW, fused on CUDA and CPU (5x faster than the per-tensor loop on CPU at
+    124M, and it does not slow down with the many small scale-vector tensors)."""
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), eps=1e-8,
+                             fused=device_type in ("cuda", "cpu"))
+
+
+def build_muon(groups, cfg, device_type):
+    """torch.optim.Muon on CUDA, CPUMuon (the same update, Newton-Schulz in float32) elsewhere."""
+    cls = torch.optim.Muon if device_type == "cuda" else CPUMuon
+    return cls(groups, lr=cfg.muon_lr, momentum=cfg.muon_momentum, nesterov=True)
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """An optimizer=<name> choice: what steps the hidden matrices ("matrix" group); every other
+    group steps with AdamW.
+
+    build: (param groups, cfg, device type) -> a torch.optim.Optimizer
+    lr_key: the config key of its peak LR for the matrices
+    keys: config keys only it reads (a note says they do nothing under another optimizer)
+    """
+
+    name: str
+    build: Callable
+    lr_key: str
+    keys: tuple
+    meaning: str
+
+
+OPTIMIZERS = {o.name: o for o in (
+    Optimizer("adamw", build_adamw, "learning_rate", (), "AdamW for every parameter"),
+    Optimizer("muon", build_muon, "muon_lr", ("muon_lr", "muon_momentum"),
+              "Muon for the hidden matrices, AdamW for the rest"),
+)}
 
 
 class CPUMuon(torch.optim.Muon):
@@ -204,8 +256,61 @@ def wsd_decay_iters(cfg):
     return max(1, round(cfg.wsd_decay_frac * cfg.max_iters))
 
 
-def check_schedule(cfg):
-    """ValueError naming the fix for schedule keys whose LR would jump, stall or reach 0.
+def cosine(it, cfg, floor):
+    progress = min(1.0, (it - cfg.warmup_iters) / max(1, cfg.max_iters - cfg.warmup_iters))
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def linear(it, cfg, floor):
+    progress = min(1.0, (it - cfg.warmup_iters) / max(1, cfg.max_iters - cfg.warmup_iters))
+    return 1.0 - (1.0 - floor) * progress
+
+
+def wsd(it, cfg, floor):
+    """Stable at 1, then a linear decay over the last wsd_decay_iters(cfg) iterations."""
+    n = wsd_decay_iters(cfg)
+    decay_start = cfg.max_iters - n
+    return 1.0 if it < decay_start else 1.0 - (1.0 - floor) * min(1.0, (it - decay_start + 1) / (n + 1))
+
+
+def check_wsd(cfg):
+    if not 0 < cfg.wsd_decay_frac <= 1:
+        raise ValueError(f"wsd_decay_frac={cfg.wsd_decay_frac} must be in (0, 1] (for no decay use "
+                         f"--lr_schedule=constant)")
+    n = wsd_decay_iters(cfg)
+    if cfg.warmup_iters < cfg.max_iters and cfg.max_iters - n < cfg.warmup_iters:
+        raise ValueError(
+            f"lr_schedule='wsd': the decay (the last {n} of max_iters={cfg.max_iters} iterations) would start "
+            f"inside warmup (warmup_iters={cfg.warmup_iters}): set --wsd_decay_frac <= "
+            f"{(cfg.max_iters - cfg.warmup_iters) / cfg.max_iters:.3g} or --warmup_iters <= {cfg.max_iters - n}")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An lr_schedule choice: its multiplier after warmup, multiplier(it, cfg, floor) with floor =
+    min_lr / learning_rate; the config keys it reads besides warmup_iters and max_iters (a note
+    says the others do nothing); an optional check(cfg) raising ValueError."""
+
+    multiplier: Callable
+    keys: tuple
+    meaning: str
+    check: Callable = None
+
+
+LR_SCHEDULES = {
+    "cosine": Schedule(cosine, ("min_lr",), "cosine decay to min_lr"),
+    "wsd": Schedule(wsd, ("min_lr", "wsd_decay_frac"), "warmup-stable-decay: constant, then linear to min_lr "
+                                                        "over the last wsd_decay_frac", check_wsd),
+    "linear": Schedule(linear, ("min_lr",), "linear decay to min_lr"),
+    "constant": Schedule(lambda it, cfg, floor: 1.0, (), "constant after warmup"),
+}
+# The config keys whose values are these registries' names (checked by check, listed by --help).
+CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "scale_wd": SCALE_WD}
+
+
+def check(cfg):
+    """ValueError naming the fix for an optimizer, schedule or decay recipe these registries do
+    not hold, and for schedule keys whose LR would jump, stall or reach 0.
 
     For every accepted combination (tests/test_optim.py checks a grid): the LR
     is > 0 at every step, continuous after warmup (no step changes it by more
@@ -214,54 +319,59 @@ def check_schedule(cfg):
     decay (max_iters <= warmup_iters + 1, e.g. a two-step smoke test) is
     accepted; train.py says so.
     """
-    if cfg.lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"lr_schedule={cfg.lr_schedule!r} is not one of {', '.join(map(repr, LR_SCHEDULES))}")
-    if cfg.lr_schedule == "constant":
-        return
-    if cfg.min_lr > cfg.learning_rate:
+    for key, registry in CHOICES.items():
+        if vars(cfg)[key] not in registry:
+            raise ValueError(f"{key}={vars(cfg)[key]!r} is not one of {', '.join(map(repr, registry))}")
+    schedule = LR_SCHEDULES[cfg.lr_schedule]
+    if "min_lr" in schedule.keys and cfg.min_lr > cfg.learning_rate:
         raise ValueError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the decay would "
                          f"raise the LR; set --min_lr <= learning_rate (it is the floor the LR decays to)")
-    if cfg.lr_schedule == "wsd":
-        if not 0 < cfg.wsd_decay_frac <= 1:
-            raise ValueError(f"wsd_decay_frac={cfg.wsd_decay_frac} must be in (0, 1] "
-                             f"(for no decay use --lr_schedule=constant)")
-        n = wsd_decay_iters(cfg)
-        if cfg.warmup_iters < cfg.max_iters and cfg.max_iters - n < cfg.warmup_iters:
-            raise ValueError(
-                f"lr_schedule='wsd': the decay (the last {n} of max_iters={cfg.max_iters} iterations) would "
-                f"start inside warmup (warmup_iters={cfg.warmup_iters}): set --wsd_decay_frac <= "
-                f"{(cfg.max_iters - cfg.warmup_iters) / cfg.max_iters:.3g} or --warmup_iters <= {cfg.max_iters - n}")
+    if schedule.check:
+        schedule.check(cfg)
+
+
+def inert_keys(cfg):
+    """[(key, why)]: the optimizer and schedule keys whose value changes nothing under the rest of
+    cfg (a namespace with every key): another optimizer's or schedule's keys (read from
+    OPTIMIZERS and LR_SCHEDULES), the OR/ER magnitude's LR without a magnitude, scale_wd with no
+    scale vectors or no decay to give."""
+    inert = []
+    for switch, registry in (("optimizer", OPTIMIZERS), ("lr_schedule", LR_SCHEDULES)):
+        chosen = vars(cfg)[switch]
+        for key in dict.fromkeys(k for entry in registry.values() for k in entry.keys):
+            if key not in registry[chosen].keys:
+                readers = [repr(n) for n, e in registry.items() if key in e.keys]
+                readers = ", ".join(readers[:-1]) + " or " + readers[-1] if len(readers) > 1 else readers[0]
+                inert.append((key, f"{switch} is {chosen!r} (only {switch} {readers} reads it)"))
+    if cfg.scale == "none":
+        inert += [(k, "scale is 'none' (no scale vectors)") for k in ("magnitude_lr_mult", "scale_wd")]
+    if not SCALE_CLASSES[cfg.reparam].has_magnitude():
+        inert.append(("magnitude_lr_mult", f"reparam is {cfg.reparam!r} (no separate magnitude parameter)"))
+    if cfg.weight_decay == 0:
+        inert.append(("scale_wd", "weight_decay is 0 (every scale_wd decays scales by 0)"))
+    recipe = SCALE_WD[cfg.scale_wd]
+    if recipe.untied and not cfg.tie_embeddings:
+        same = [n for n, r in SCALE_WD.items() if not r.untied and (r.input, r.output) == (recipe.input, recipe.output)]
+        inert.append(("scale_wd", f"tie_embeddings is False (every scale then has its untied role: the run is the "
+                                  f"one of scale_wd={same[0]!r})" if same else "tie_embeddings is False"))
+    return inert
 
 
 def lr_multiplier(it, cfg):
     """LR multiplier in (0, 1] at iteration it (0-based) for cfg.lr_schedule.
 
     Linear warmup over warmup_iters ((it + 1) / warmup_iters, so lr(0) > 0),
-    then "cosine" to min_lr, "wsd" (stable at 1, then a linear decay over the
-    last wsd_decay_iters(cfg) iterations), "linear" to min_lr, or "constant".
-    min_lr is in units of learning_rate: the floor multiplier is
-    min_lr / learning_rate, and Muon's LR follows the same multiplier. Every
-    decay reaches the floor at it = max_iters, one step after the last, so no
-    step runs at the floor (with min_lr = 0, at LR 0). Keys are validated by
-    check_schedule.
+    then LR_SCHEDULES[lr_schedule].multiplier: "cosine" to min_lr, "wsd" (stable
+    at 1, then a linear decay over the last wsd_decay_iters(cfg) iterations),
+    "linear" to min_lr, or "constant". min_lr is in units of learning_rate: the
+    floor multiplier is min_lr / learning_rate, and Muon's LR follows the same
+    multiplier. Every decay reaches the floor at it = max_iters, one step after
+    the last, so no step runs at the floor (with min_lr = 0, at LR 0). Keys are
+    validated by check.
     """
     if it < cfg.warmup_iters:
         return (it + 1) / cfg.warmup_iters
-    floor = cfg.min_lr / cfg.learning_rate
-    if cfg.lr_schedule == "constant":
-        return 1.0
-    if cfg.lr_schedule == "wsd":
-        n = wsd_decay_iters(cfg)
-        decay_start = cfg.max_iters - n
-        if it < decay_start:
-            return 1.0
-        return 1.0 - (1.0 - floor) * min(1.0, (it - decay_start + 1) / (n + 1))
-    progress = min(1.0, (it - cfg.warmup_iters) / max(1, cfg.max_iters - cfg.warmup_iters))
-    if cfg.lr_schedule == "linear":
-        return 1.0 - (1.0 - floor) * progress
-    if cfg.lr_schedule == "cosine":
-        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    raise ValueError(f"lr_schedule={cfg.lr_schedule!r} is not one of {LR_SCHEDULES}")
+    return LR_SCHEDULES[cfg.lr_schedule].multiplier(it, cfg, cfg.min_lr / cfg.learning_rate)
 
 
 def set_lr(optimizers, multiplier):

@@ -80,11 +80,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from model import GPT  # noqa: E402
+from model import GPT, model_config  # noqa: E402
 from optim import lr_multiplier  # noqa: E402
 from ablation import HERE, load_ablation, load_records, lr_choice, plan, tuning_seeds  # noqa: E402
 from checkpoint import read_log  # noqa: E402
-from configurator import UserError, cli, model_config  # noqa: E402
+from configurator import UserError, cli  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # Statistics

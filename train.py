@@ -33,25 +33,23 @@ import datetime
 import math
 import os
 import signal
-import sys
 import time
 from contextlib import ExitStack, nullcontext
 from types import SimpleNamespace
 
 import configurator
 
-if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):  # answer at once, before torch loads
-    configurator.cli(lambda argv: print(configurator.usage(__doc__)))
 configurator.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import numpy as np
 import torch
 
 from checkpoint import append_log, lock_out_dir, read_log, restore, resume_config, save_checkpoint, trim_log
-from configurator import (StopSignals, UserError, check_config, cli, compile_errors, complete, fmt_duration,
-                          inert_notes, load_config, model_config, resolve_device, usage)
+from configurator import (StopSignals, UserError, cli, compile_errors, complete, fmt_duration, load_config,
+                          resolve_device, usage)
 from dataset import dataset_dir, load_data, make_codec
-from model import GPT, peak_flops
+from model import GPT, model_config, peak_flops
+from ops import check_config, choices, inert_notes
 from optim import build_optimizers, format_groups, lr_multiplier, set_lr
 
 PROGRESS_EVERY_S = 15  # a progress line at least this often, whatever log_interval says
@@ -549,7 +547,7 @@ def main(argv):
     """Command-line entry (under cli): bad input and a diverged run become one line on stderr, exit 1;
     a run a signal stopped (saved, resumable) exits with 128 + the signal's number (SIGTERM 143, SIGINT 130)."""
     if "-h" in argv or "--help" in argv:
-        print(usage(__doc__))
+        print(usage(__doc__, choices()))
         return 0
     try:
         cfg, given = load_config(argv)

@@ -12,4 +12,4 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and os.path.isdir(_cache):
 
 # The Llama/Gemma baseline's scale vectors. Tests that build a model.GPTConfig start from
 # these: its defaults are the default run's (the unified strategy), one table with configurator.
-BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_placement="in", mlp_placement="in")
+from model import BASELINE  # noqa: E402

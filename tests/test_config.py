@@ -5,7 +5,8 @@ import os
 from dataclasses import MISSING, fields
 
 from conftest import ROOT
-from configurator import DEFAULTS, MODEL_KEYS, SECTIONS, model_config
+from configurator import DEFAULTS, MODEL_KEYS, SECTIONS
+from model import model_config
 from model import GPTConfig
 
 

@@ -1,4 +1,4 @@
-"""Keys that change nothing under the rest of the config (configurator.inert_keys): a key given
+"""Keys that change nothing under the rest of the config (ops.inert_keys): a key given
 explicitly in such a combination gets one note at the start of the run, a default never does."""
 
 import glob
@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from configurator import DEFAULTS, inert_keys, inert_notes, load_config
+from configurator import DEFAULTS, load_config
+from ops import inert_keys, inert_notes
 from conftest import ROOT
 from test_train import make_dataset, run, tiny_args
 
@@ -16,18 +17,17 @@ def notes(args):
     return inert_notes(cfg, given)
 
 
-MUON = "optimizer is 'adamw' (it sets Muon, which only optimizer='muon' uses)"
-WSD = "lr_schedule is 'cosine' (it sets the decay of 'wsd' only)"
-CONSTANT = "lr_schedule is 'constant' (the LR never decays to it)"
+MUON = "optimizer is 'adamw' (only optimizer 'muon' reads it)"
+WSD = "lr_schedule is 'cosine' (only lr_schedule 'wsd' reads it)"
+CONSTANT = "lr_schedule is 'constant' (only lr_schedule 'cosine', 'wsd' or 'linear' reads it)"
 DENSE = "n_experts is 0 (a dense model: no expert, no router)"
 NO_MOE_BLOCK = "moe_every=5 is above n_layer=4, so no block is a mixture of experts"
-NOT_DUAL = ("attn_placement is 'in' and mlp_placement 'in' (it says where the dual placements DP and DNP put "
-            "scales, and neither is on)")
+NOT_DUAL = ("attn_placement is 'in' and mlp_placement 'in' (it says where the dual placements put scales, and "
+            "neither is one)")
 NO_SCALES = "scale is 'none' (no scale vectors)"
-PLAIN = "reparam is 'plain' (no separate magnitude parameter: only 'or' and 'er' have one)"
+PLAIN = "reparam is 'plain' (no separate magnitude parameter)"
 NO_WD = "weight_decay is 0 (every scale_wd decays scales by 0)"
-UNTIED = ("tie_embeddings is False (the final-norm scale is then input-role, which 'iwd' decays already: the run "
-          "is the one of scale_wd='iwd')")
+UNTIED = "tie_embeddings is False (every scale then has its untied role: the run is the one of scale_wd='iwd')"
 SCALE_NONE = ["--scale=none", "--reparam=plain", "--branch_scales=False", "--mlp_placement=in"]
 
 # (the key given, its value, a context in which it is inert, the reason, contexts in which it acts)

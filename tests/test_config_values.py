@@ -11,8 +11,9 @@ import torch
 import configurator
 from ablation import load_ablation
 from conftest import ROOT
-from configurator import (ALLOWED, DEFAULTS, DEVICE_FORMS, Choices, UserError, check_config, estimate_size,
-                          load_config, model_config, usage)
+from configurator import ALLOWED, DEFAULTS, DEVICE_FORMS, UserError, estimate_size, load_config, usage
+from model import model_config
+from ops import check_config
 
 
 def load_and_check(argv):
@@ -79,14 +80,19 @@ def test_every_key_declares_its_allowed_values_and_every_default_passes():
     check_config(dict(DEFAULTS))
 
 
-def test_the_declared_choices_are_the_modules_own():
-    from model import ATTN_PLACEMENTS, DUAL_SITES, MLP_PLACEMENTS, SCALES
-    from optim import LR_SCHEDULES, OPTIMIZERS, SCALE_WD
+def test_a_registrys_choices_are_declared_once_checked_by_its_code_and_listed_by_help():
+    import model
+    import optim
+    from ops import choices
 
-    for key, values in (("scale", SCALES), ("attn_placement", ATTN_PLACEMENTS), ("mlp_placement", MLP_PLACEMENTS),
-                        ("dual_sites", DUAL_SITES), ("optimizer", OPTIMIZERS), ("scale_wd", SCALE_WD),
-                        ("lr_schedule", LR_SCHEDULES)):
-        assert isinstance(ALLOWED[key], Choices) and ALLOWED[key].values == tuple(values), key
+    registries = {**model.CHOICES, **optim.CHOICES}
+    assert registries.keys() <= DEFAULTS.keys()
+    text = usage("doc", choices())
+    for key, registry in registries.items():
+        assert ALLOWED[key] is None, key  # no second list here: the registry is the one
+        assert all(repr(name) in text for name in registry), key
+        with pytest.raises(UserError, match=f"{key}='nonesuch' is not one of"):
+            check_config({**DEFAULTS, key: "nonesuch"})
     assert ", ".join(map(repr, ALLOWED["device"].values)) == DEVICE_FORMS
     assert all(ALLOWED["device"].allows(d) for d in ("auto", "cpu", "cuda", "cuda:3", "mps"))
     assert not any(ALLOWED["device"].allows(d) for d in ("CPU", "", "cuda:x", "tpu"))

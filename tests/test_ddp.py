@@ -12,7 +12,8 @@ import torch
 from conftest import ROOT
 from model import GPT, GPTConfig
 from test_train import make_dataset, read_log, tiny_args
-from configurator import UserError, load_config, model_config
+from configurator import UserError, load_config
+from model import model_config
 from dataset import load_data
 from train import get_batch
 from types import SimpleNamespace

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import model as model_mod
 from conftest import BASELINE
-from model import GPT, GPTConfig
+from model import ATTN_PLACEMENTS, GPT, MLP_PLACEMENTS, GPTConfig
 from norms import (SCALE_CLASSES, ERScale, ORScale, PlainScale, RMSNorm, ScaledLinear, _RMSNormClosedForm,
                    branch_linears, make_scale, rms_norm)
 
@@ -95,13 +95,16 @@ def block_ref(block, x, cfg):
     return x + y
 
 
-SWITCHES = dict(reparam=["plain", "or", "er"], branch_scales=[False, True], attn_placement=["in", "dual"],
-                mlp_placement=["in", "dual", "dual_norm", "in_norm"], qk_norm=[False, True], output_norms=[False, True])
+def switches():
+    """Every scale-vector switch and its values, read from the registries when called (a scale
+    class or placement a fork registers is in every combination)."""
+    return dict(reparam=list(SCALE_CLASSES), branch_scales=[False, True], attn_placement=list(ATTN_PLACEMENTS),
+                mlp_placement=list(MLP_PLACEMENTS), qk_norm=[False, True], output_norms=[False, True])
 
 
 def all_variants():
-    keys = list(SWITCHES)
-    for values in itertools.product(*SWITCHES.values()):
+    keys = list(switches())
+    for values in itertools.product(*switches().values()):
         yield dict(zip(keys, values))
     yield dict(scale="none")
     yield dict(scale="none", qk_norm=True, output_norms=True)
@@ -318,10 +321,11 @@ def test_reparam_applies_exactly_where_the_magnitude_matters(variant):
 
 
 def test_scale_classes_declare_magnitude_and_untied_role():
-    """has_magnitude() comes from magnitude_name; the one table is the config's reparam list;
+    """has_magnitude() comes from magnitude_name; the one table is the config's reparam choices;
     tie_/untie_ change role and keep untied_role."""
-    assert {k: cls.has_magnitude() for k, cls in SCALE_CLASSES.items()} == {"plain": False, "or": True, "er": True}
-    assert tuple(model_mod.REPARAMS) == tuple(SCALE_CLASSES)
+    assert all(cls.has_magnitude() == (cls.magnitude_name is not None) for cls in SCALE_CLASSES.values())
+    assert {k for k, cls in SCALE_CLASSES.items() if cls.has_magnitude()} >= {"or", "er"}  # the paper's OR and ER
+    assert not SCALE_CLASSES["plain"].has_magnitude() and model_mod.CHOICES["reparam"] is SCALE_CLASSES
     sv = ORScale(8, "input")
     assert sv.role == sv.untied_role == "input"
     sv.tie_("output")

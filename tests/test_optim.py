@@ -14,7 +14,7 @@ import optim
 from conftest import BASELINE
 from model import GPT, GPTConfig, Router
 from norms import PlainScale, ScaledLinear, ScaleVector
-from optim import CPUMuon, build_optimizers, check_schedule, lr_multiplier, param_groups
+from optim import LR_SCHEDULES, CPUMuon, build_optimizers, check, lr_multiplier, param_groups
 
 ALL_ON = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
               qk_norm=True, output_norms=True)
@@ -181,7 +181,7 @@ def test_cpu_muon_update_matches_torch_muon(shape):
 
 def sched(**kw):
     base = dict(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=100, wsd_decay_frac=0.2,
-                lr_schedule="cosine")
+                lr_schedule="cosine", optimizer="adamw", scale_wd="iwd")
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -217,7 +217,7 @@ def test_every_accepted_schedule_is_positive_continuous_and_decays_after_warmup(
             (1, 2, 3, 10, 37, 100), (0, 1, 5, 9, 10, 50), (0.0, 0.01, 0.2, 0.5, 0.8, 1.0), (0.0, 1e-4, 1e-3, 2e-3)):
         cfg = sched(lr_schedule=name, max_iters=max_iters, warmup_iters=warmup, wsd_decay_frac=frac, min_lr=min_lr)
         try:
-            check_schedule(cfg)
+            check(cfg)
         except ValueError as e:
             refused += 1
             assert "--" in str(e)  # names the key to change
@@ -238,6 +238,22 @@ def test_every_accepted_schedule_is_positive_continuous_and_decays_after_warmup(
     assert accepted > 100 and (refused > 0 or name in ("cosine", "linear", "constant"))
 
 
+@pytest.mark.parametrize("name", LR_SCHEDULES)
+def test_every_registered_schedule_warms_up_then_never_rises_and_stays_above_its_floor(name):
+    """What any schedule must do, so a schedule a fork registers is held to it too: lr(0) > 0, a
+    linear warmup to 1, then a multiplier in [floor, 1] that never rises, over a grid of budgets."""
+    for max_iters, warmup, min_lr in itertools.product((3, 10, 100, 1000), (0, 1, 5), (0.0, 1e-4)):
+        cfg = sched(lr_schedule=name, max_iters=max_iters, warmup_iters=warmup, min_lr=min_lr)
+        try:
+            check(cfg)
+        except ValueError:
+            continue  # refused in one line (the shipped schedules' refusals: the test above)
+        m = [lr_multiplier(it, cfg) for it in range(max_iters)]
+        assert m[:warmup] == [(it + 1) / warmup for it in range(warmup)][:max_iters] and m[0] > 0
+        after = m[warmup:]
+        assert all(min_lr / 1e-3 <= v <= 1.0 for v in after) and all(a >= b for a, b in zip(after, after[1:]))
+
+
 @pytest.mark.parametrize("keys, message", [
     (dict(lr_schedule="wsd", max_iters=10, warmup_iters=5, wsd_decay_frac=0.8), "decay .* would start inside warmup"),
     (dict(lr_schedule="wsd", wsd_decay_frac=0.0), "wsd_decay_frac=0.0 must be in \\(0, 1\\]"),
@@ -246,12 +262,12 @@ def test_every_accepted_schedule_is_positive_continuous_and_decays_after_warmup(
 ])
 def test_schedules_that_would_jump_or_stall_are_refused(keys, message):
     with pytest.raises(ValueError, match=message):
-        check_schedule(sched(**keys))
+        check(sched(**keys))
 
 
 def test_wsd_with_min_lr_zero_never_spends_a_step_at_zero():
     cfg = sched(lr_schedule="wsd", min_lr=0.0)
-    check_schedule(cfg)
+    check(cfg)
     assert min(lr_multiplier(it, cfg) for it in range(100)) == pytest.approx(1 / 21)
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from ablation import config_hash, load_ablation, load_records, plan, run_config
 from conftest import ROOT
-from configurator import DEFAULTS, TRACKING_KEYS, complete, load_config, model_config
+from configurator import DEFAULTS, TRACKING_KEYS, complete, load_config
+from model import model_config
 
 RECORDS = load_records(os.path.join(ROOT, "results"))
 PAPER_UNIFIED = dict(scale="vector", branch_scales=True, attn_placement="in", mlp_placement="dual_norm",
