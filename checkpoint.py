@@ -138,19 +138,33 @@ def resume_config(cfg, given):
     return merged, ckpt, tokens
 
 
-def restore(ckpt, model, optimizers):
+# The keys that decide how the parameters split into optimizer groups (optim.param_groups),
+# beside the model's shape (which a resume takes from the checkpoint).
+GROUP_KEYS = ("optimizer", "scale_wd")
+
+
+def restore(ckpt, model, optimizers, cfg):
     """Load the checkpoint's weights and optimizer moments into model and optimizers, in place.
 
     The optimizers keep this run's hyperparameters (lr, weight decay, betas):
     a resumed run may change them (--learning_rate=...); only the moments and
     step counts come from the checkpoint. Returns (iteration, val loss); the val loss is None
     for a checkpoint saved between evals (a run stopped by a signal).
-    Raises UserError when the checkpoint has another number of optimizers.
+    Raises UserError, one line naming the keys (GROUP_KEYS) that differ from the checkpoint's and
+    the fix, when this config splits the parameters into other optimizer groups than the
+    checkpoint's (another optimizer; scale_wd "iwd" vs "iwd_final" with a tied head).
     """
     model.load_state_dict(ckpt["model"])
-    if len(ckpt["optimizers"]) != len(optimizers):
-        raise UserError(f"checkpoint has {len(ckpt['optimizers'])} optimizer states, this config "
-                        f"builds {len(optimizers)}: resume with the checkpoint's optimizer")
+    layout = [[(g.get("name"), len(g["params"])) for g in s["param_groups"]] for s in ckpt["optimizers"]]
+    if layout != [[(g.get("name"), len(g["params"])) for g in o.param_groups] for o in optimizers]:
+        saved = complete(ckpt["config"])
+        changed = [k for k in GROUP_KEYS if vars(cfg)[k] != saved[k]]
+        keys = " and ".join(f"{k}={vars(cfg)[k]!r} (the checkpoint's: {saved[k]!r})" for k in changed) or \
+            "this code"
+        fix = " ".join(f"--{k}={saved[k]}" for k in changed)
+        raise UserError(f"--init_from=resume: {keys} splits the parameters into other optimizer groups than the "
+                        f"checkpoint's, so its optimizer state cannot be restored: resume with {fix or 'the code that saved it'}"
+                        f", or start a new run in another --out_dir")
     for opt, state in zip(optimizers, ckpt["optimizers"]):
         hyper = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
         opt.load_state_dict(state)  # restores the moments, and the checkpoint's hyperparameters:

@@ -233,7 +233,7 @@ def begin(run, raw_model, optimizers):
     """
     start_iter, val_loss, evaluated = 0, float("nan"), True
     if run.ckpt is not None:
-        start_iter, val_loss = restore(run.ckpt, raw_model, optimizers)
+        start_iter, val_loss = restore(run.ckpt, raw_model, optimizers, run.cfg)
         evaluated = val_loss is not None
         val_loss = float("nan") if val_loss is None else val_loss
         run.ckpt = None  # the weights now live in the model; free the copy

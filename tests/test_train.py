@@ -195,6 +195,21 @@ def test_resume_applies_this_runs_optimizer_settings(tmp_path):
     assert result["val_loss"] > 0
 
 
+@pytest.mark.parametrize("saved, resumed, key", [
+    (["--scale_wd=iwd"], ["--scale_wd=iwd_final"], "scale_wd"),  # tied: the final-norm scale moves group
+    (["--scale_wd=iwd_final"], ["--scale_wd=iwd"], "scale_wd"),
+    (["--optimizer=adamw"], ["--optimizer=muon"], "optimizer"),
+])
+def test_resuming_with_other_optimizer_groups_is_one_line_naming_the_key(tmp_path, saved, resumed, key):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2", *saved))
+    before = (tmp_path / "o" / "ckpt.pt").read_bytes()
+    old = saved[0].split("=", 1)[1]
+    with pytest.raises(UserError, match=f"{key}=.* \\(the checkpoint's: '{old}'\\).*resume with --{key}={old}"):
+        run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=4", *resumed))
+    assert (tmp_path / "o" / "ckpt.pt").read_bytes() == before  # nothing lost
+
+
 def test_scratch_run_never_overwrites_an_existing_run(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
