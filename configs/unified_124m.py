@@ -18,10 +18,10 @@ block_size = 1024
 batch_size = 16
 gradient_accumulation_steps = 32
 
-# unified = HG + DP on attention + DNP on the MLP + OR + IWD
+# the paper's unified strategy: HG + DNP + OR + IWD (attention's scales before q, k, v only)
 scale = "vector"
 branch_scales = True
-attn_placement = "in"  # the paper's unified: HG + DNP + OR + IWD (no DP on attention)
+attn_placement = "in"
 mlp_placement = "dual_norm"
 reparam = "or"
 scale_wd = "iwd"

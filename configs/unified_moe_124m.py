@@ -22,10 +22,10 @@ expert_d_ff = 1024
 aux_loss_coef = 0.01
 z_loss_coef = 0.001
 
-# unified = HG + DP on attention + DNP on the MLP + OR + IWD
+# the paper's unified strategy: HG + DNP + OR + IWD (attention's scales before q, k, v only)
 scale = "vector"
 branch_scales = True
-attn_placement = "in"  # the paper's unified: HG + DNP + OR + IWD (no DP on attention)
+attn_placement = "in"
 mlp_placement = "dual_norm"
 reparam = "or"
 scale_wd = "iwd"

@@ -1,0 +1,192 @@
+"""The README's three fork guides, followed literally: a new scale class, a new placement and a
+new optimizer, each registered at run time as a fork would register it in the source (one entry
+in its registry). Each is then covered by the suite's own generic tests, trains and resumes
+exactly, folds (or its export says why not), gets its own run hash, gets the right inert notes,
+is measured by bench.py and exports."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import bench
+import model
+import norms
+import optim
+import test_norms
+from ablation import config_hash
+from configurator import DEFAULTS, UserError, load_config
+from ops import inert_keys
+from test_train import make_dataset, read_log, run, tiny_args
+
+
+# -----------------------------------------------------------------------------
+# What a fork writes: the README's examples
+
+
+class SoftplusScale(norms.ScaleVector):
+    """gamma = softplus(p), p init log(e - 1) so that gamma == 1; gamma > 0. Parameters: d."""
+
+    def __init__(self, dim, role):
+        super().__init__(dim, role)
+        self.raw = nn.Parameter(torch.full((dim,), math.log(math.e - 1)))
+
+    def forward(self):
+        return F.softplus(self.raw)
+
+    @torch.no_grad()
+    def reset_(self):
+        self.raw.fill_(math.log(math.e - 1))
+
+
+TOY_PLACEMENT = model.Placement(dual=True, norm=True, meaning="toy: DNP's sites, named anew")
+
+
+def build_sgd(groups, cfg, device_type):
+    return torch.optim.SGD(groups, lr=cfg.learning_rate, momentum=0.9)
+
+
+TOY_OPTIMIZER = optim.Optimizer("sgd", build_sgd, "learning_rate", (), "SGD with momentum for the hidden matrices")
+
+
+@pytest.fixture
+def scale_class(monkeypatch):
+    monkeypatch.setitem(norms.SCALE_CLASSES, "softplus", SoftplusScale)
+    return {"reparam": "softplus"}
+
+
+@pytest.fixture
+def placement(monkeypatch):
+    monkeypatch.setitem(model.MLP_PLACEMENTS, "toy", TOY_PLACEMENT)
+    return {"mlp_placement": "toy"}
+
+
+@pytest.fixture
+def optimizer(monkeypatch):
+    monkeypatch.setitem(optim.OPTIMIZERS, "sgd", TOY_OPTIMIZER)
+    return {"optimizer": "sgd"}
+
+
+def flags(switches):
+    return [f"--{k}={v}" for k, v in switches.items()]
+
+
+# -----------------------------------------------------------------------------
+# What the suite then holds each of them to
+
+
+def trains_and_resumes_exactly(tmp_path, switches):
+    """4 iterations straight, and 2 then 2 more resumed: the same log, row for row."""
+    ds = make_dataset(tmp_path / "ds")
+    common = ["--max_iters=4", "--eval_interval=2", *flags(switches)]
+    run(tiny_args(ds, tmp_path / "a", *common))
+    run(tiny_args(ds, tmp_path / "b", *common[1:], "--max_iters=2"))
+    run(tiny_args(ds, tmp_path / "b", "--init_from=resume", "--max_iters=4"))
+    straight, resumed = read_log(tmp_path / "a"), read_log(tmp_path / "b")
+    assert [(r["kind"], r["iter"]) for r in resumed] == [(r["kind"], r["iter"]) for r in straight]
+    for a, b in zip(straight, resumed):
+        for key in {"loss", "val_loss", "lr"} & a.keys():
+            assert b[key] == pytest.approx(a[key], rel=1e-6, abs=0), (a, b)
+    assert read_log(tmp_path / "a")[-1]["val_loss"] < math.log(40) + 0.5  # it trained, finitely
+    return tmp_path / "a"
+
+
+def exports(out_dir):
+    """export.py writes a folder whose logits transformers reproduces (it checks), or refuses in one line."""
+    pytest.importorskip("transformers", reason="optional extra: pip install -r requirements-export.txt")
+    import export
+
+    try:
+        export.main([f"--out_dir={out_dir}", f"--export_dir={out_dir / 'hf'}"])
+    except UserError as e:
+        assert "\n" not in str(e) and not (out_dir / "hf").exists()
+        return
+    assert json.loads((out_dir / "hf" / "config.json").read_text())["architectures"]
+
+
+def bench_measures(switches, capsys, key):
+    name = f"{key}={switches[key]}"
+    assert bench.variants()[name] == {key: switches[key]}
+    bench.main(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--vocab_size=40",
+                f"--variants=baseline,{name}", "--steps=1", "--warmup=1", "--memory=False"])
+    assert any(line.split()[:1] == [name] for line in capsys.readouterr().out.splitlines())
+
+
+def hashes_differ(key, value, **context):
+    cfg = {**load_config([])[0], **context}
+    cfg.pop("out_dir")
+    assert config_hash({**cfg, key: value}) != config_hash(cfg)
+
+
+def generic_model_tests(reparam=None, mlp_placement=None):
+    """The suite's every-combination tests of norms and the model, on the combinations with the new entry."""
+    key, name = ("reparam", reparam) if reparam else ("mlp_placement", mlp_placement)
+    variants = [v for v in test_norms.all_variants() if v.get(key) == name]
+    others = test_norms.switches()
+    assert len(variants) == math.prod(len(values) for k, values in others.items() if k != key)  # every combination
+    for v in variants[::7]:  # a spread over the other switches; the fold test over all tie settings
+        test_norms.test_block_forward_matches_formula(v, 2, 5)
+        for tie in (True, False):
+            test_norms.test_fold_preserves_logits(v, tie)
+    test_norms.test_every_scale_is_one_at_init()
+
+
+# -----------------------------------------------------------------------------
+
+
+def test_a_new_scale_class_is_covered_trains_resumes_folds_hashes_notes_benches_and_exports(
+        tmp_path, capsys, scale_class):
+    generic_model_tests(reparam="softplus")
+    out = trains_and_resumes_exactly(tmp_path, scale_class)
+    hashes_differ("reparam", "softplus")
+    cfg = load_config(flags(scale_class))[0]
+    assert ("magnitude_lr_mult", "reparam is 'softplus' (no separate magnitude parameter)") in inert_keys(cfg)
+    bench_measures(scale_class, capsys, "reparam")
+    exports(out)
+
+
+def test_a_new_placement_is_covered_trains_resumes_folds_hashes_notes_benches_and_exports(
+        tmp_path, capsys, placement):
+    generic_model_tests(mlp_placement="toy")
+    out = trains_and_resumes_exactly(tmp_path, placement)
+    # dual=True: dual_sites acts on it (its parameter count and its run hash change), and no note says otherwise
+    cfg = load_config(flags(placement))[0]
+    assert "dual_sites" not in dict(inert_keys(cfg))
+    sizes = {s: model.GPT(model.model_config({**cfg, "dual_sites": s})).num_params() for s in ("prenorm", "all")}
+    assert sizes["all"] > sizes["prenorm"]
+    hashes_differ("dual_sites", "prenorm", mlp_placement="toy", dual_sites="all")
+    hashes_differ("mlp_placement", "toy")
+    # norm=True: a normalization over d_ff, so the export ships the modeling file, as DNP's does
+    import export
+    assert export.needs_code(model.model_config(cfg))
+    bench_measures(placement, capsys, "mlp_placement")
+    exports(out)
+
+
+def test_a_new_optimizer_steps_its_groups_trains_resumes_hashes_and_notes(tmp_path, capsys, optimizer):
+    out = trains_and_resumes_exactly(tmp_path, optimizer)
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    built, _ = optim.build_optimizers(model.GPT(model.model_config(ckpt["config"])), SimpleNamespace(**ckpt["config"]),
+                                      "cpu")
+    assert [type(o).__name__ for o in built] == ["AdamW", "SGD"]
+    sgd = ckpt["optimizers"][1]  # the matrices, and SGD stepped them: a momentum buffer for each
+    assert [g["name"] for g in sgd["param_groups"]] == ["matrix"]
+    assert len(sgd["state"]) == len(sgd["param_groups"][0]["params"]) > 0
+    assert all("momentum_buffer" in s for s in sgd["state"].values())
+    hashes_differ("optimizer", "sgd")
+    cfg = load_config([*flags(optimizer), "--muon_lr=0.1"])
+    assert ("muon_lr", "optimizer is 'sgd' (only optimizer 'muon' reads it)") in inert_keys(cfg[0])
+    bench.main(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--vocab_size=40",
+                "--variants=baseline", "--steps=1", "--warmup=1", "--memory=False", *flags(optimizer)])
+    assert "baseline" in capsys.readouterr().out
+
+
+def test_an_optimizer_name_no_registry_holds_is_an_error_not_a_group_never_stepped(monkeypatch):
+    monkeypatch.setitem(optim.OPTIMIZERS, "lion", optim.Optimizer("lion-typo", build_sgd, "learning_rate", (), ""))
+    cfg = SimpleNamespace(**{**DEFAULTS, "optimizer": "lion"})
+    with pytest.raises(ValueError, match=r"groups \['matrix'\] name optimizers \['lion-typo'\].*nothing would step"):
+        optim.build_optimizers(model.GPT(model.model_config({**DEFAULTS, "vocab_size": 40})), cfg, "cpu")
