@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-import bench
+from tools import bench
 from configurator import UserError
 
 

@@ -26,22 +26,57 @@ def test_every_key_has_a_meaning_and_sits_in_one_section():
 
 
 def imported_modules(path):
-    """The top-level module names a Python file imports (at any depth of its code)."""
+    """The module names a Python file imports (at any depth of its code), dotted as written:
+    `from research import sweep` gives "research" and "research.sweep"."""
     tree = ast.parse(open(path).read(), path)
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
+            names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
     return names
 
 
+def project_modules():
+    """{module name: path} of every module of the project (the top level, research/, tools/)."""
+    found = {}
+    for folder in ("", "research", "tools"):
+        for name in os.listdir(os.path.join(ROOT, folder)):
+            if name.endswith(".py") and name != "__init__.py":
+                found[".".join(filter(None, (folder, name[:-3])))] = os.path.join(ROOT, folder, name)
+    return found
+
+
+COMMANDS = {"train", "sample", "tools.bench", "research.sweep", "research.plot", "tools.export", "tools.gpu_check",
+            "tools.toy_preconditioner"}
+
+
 def test_commands_import_the_small_modules_never_train_py_or_each_other():
-    commands = {"train", "sample", "bench", "sweep", "plot", "export", "gpu_check", "toy_preconditioner"}
-    for name in sorted(commands):
-        used = imported_modules(os.path.join(ROOT, f"{name}.py")) & commands - {name}
-        assert not used, f"{name}.py imports the command(s) {sorted(used)}: move what it needs to a small module"
+    modules = project_modules()
+    assert COMMANDS <= modules.keys()
+    for name in sorted(COMMANDS):
+        used = imported_modules(modules[name]) & COMMANDS - {name}
+        assert not used, f"{name} imports the command(s) {sorted(used)}: move what it needs to a small module"
+
+
+def test_the_config_module_is_a_leaf_and_the_imports_have_no_cycle():
+    modules = project_modules()
+    graph = {name: imported_modules(path) & modules.keys() - {name} for name, path in modules.items()}
+    assert graph["configurator"] == set()
+    state = {}
+
+    def visit(name, path):
+        state[name] = "open"
+        for dep in graph[name]:
+            assert state.get(dep) != "open", f"import cycle: {' -> '.join(path + [dep])}"
+            if dep not in state:
+                visit(dep, path + [dep])
+        state[name] = "done"
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
 
 
 def test_the_config_module_loads_without_torch():

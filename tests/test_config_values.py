@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import configurator
-from ablation import load_ablation
+from research.ablation import load_ablation
 from conftest import ROOT
 from configurator import ALLOWED, DEFAULTS, DEVICE_FORMS, UserError, estimate_size, load_config, usage
 from model import model_config

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import export
+from tools import export
 import sample
 from conftest import BASELINE, ROOT
 from dataset import make_codec
@@ -253,7 +253,7 @@ def test_missing_transformers_gives_the_install_line(tmp_path, monkeypatch):
 
 
 def test_core_never_imports_transformers():
-    code = "import sys, train, model, norms, optim, sample, export; assert 'transformers' not in sys.modules"
+    code = "import sys, train, model, norms, optim, sample, tools.export; assert 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
 
 

@@ -13,12 +13,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import bench
+from tools import bench
 import model
 import norms
 import optim
 import test_norms
-from ablation import config_hash
+from research.ablation import config_hash
 from configurator import DEFAULTS, UserError, load_config
 from ops import inert_keys
 from test_train import make_dataset, read_log, run, tiny_args
@@ -98,7 +98,7 @@ def trains_and_resumes_exactly(tmp_path, switches):
 def exports(out_dir):
     """export.py writes a folder whose logits transformers reproduces (it checks), or refuses in one line."""
     pytest.importorskip("transformers", reason="optional extra: pip install -r requirements-export.txt")
-    import export
+    from tools import export
 
     try:
         export.main([f"--out_dir={out_dir}", f"--export_dir={out_dir / 'hf'}"])
@@ -161,7 +161,7 @@ def test_a_new_placement_is_covered_trains_resumes_folds_hashes_notes_benches_an
     hashes_differ("dual_sites", "prenorm", mlp_placement="toy", dual_sites="all")
     hashes_differ("mlp_placement", "toy")
     # norm=True: a normalization over d_ff, so the export ships the modeling file, as DNP's does
-    import export
+    from tools import export
     assert export.needs_code(model.model_config(cfg))
     bench_measures(placement, capsys, "mlp_placement")
     exports(out)

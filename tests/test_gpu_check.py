@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from gpu_check import read_bench, stage_commands, write_markov_dataset
+from tools.gpu_check import read_bench, stage_commands, write_markov_dataset
 from configurator import load_config
 
 
@@ -40,7 +40,7 @@ def test_cuda_stage_commands_are_valid_configs(tmp_path, monkeypatch):
     cmds = stage_commands("cuda", str(tmp_path), str(tmp_path))
     cfg = {name: load_config(cmds[name][cmds[name].index("train.py") + 1:])[0] for name in ("ddp", "train", "resume")}
     bench_only = ("--variants", "--steps", "--warmup", "--memory", "--json")
-    cfg["bench"] = load_config([a for a in cmds["bench"][2:] if a.split("=")[0] not in bench_only])[0]
+    cfg["bench"] = load_config([a for a in cmds["bench"][cmds["bench"].index("tools.bench") + 1:] if a.split("=")[0] not in bench_only])[0]
     assert "--nproc_per_node=1" in cmds["ddp"] and cfg["ddp"]["device"] == "cuda" and cfg["ddp"]["compile"]
     for name in ("bench", "train"):  # GPT-2 small, unified, compiled, 16 x 1024 tokens per micro-step
         c = cfg[name]
@@ -55,7 +55,7 @@ def test_cuda_stage_commands_are_valid_configs(tmp_path, monkeypatch):
 
 def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "gpu_check.py"), f"--out={out}", "--device=cpu"],
+    proc = subprocess.run([sys.executable, "-m", "tools.gpu_check", f"--out={out}", "--device=cpu"],
                           capture_output=True, text=True, cwd=ROOT, timeout=240)
     summary = json.loads((out / "summary.json").read_text())
     assert proc.returncode == 0, (proc.stdout[-3000:], summary)
@@ -77,6 +77,6 @@ def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
 
 
 def test_cpu_slowdown_is_the_probe_time_over_the_reference_and_never_below_one():
-    from gpu_check import cpu_slowdown
+    from tools.gpu_check import cpu_slowdown
     assert cpu_slowdown(reference_s=1e9, repeats=1) == 1.0  # a faster machine keeps the sized limits
     assert cpu_slowdown(reference_s=1e-6, repeats=1) > 1e3  # 10 GFLOP take more than 1 ms on any CPU

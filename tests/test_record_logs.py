@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-import ablation
-import plot
+from research import ablation
+from research import plot
 from checkpoint import append_log, read_log, trim_log
 from conftest import ROOT
 from configurator import DEFAULTS, UserError

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ablation import config_hash, load_ablation, load_records, plan, run_config
+from research.ablation import config_hash, load_ablation, load_records, plan, run_config
 from conftest import ROOT
 from configurator import DEFAULTS, TRACKING_KEYS, complete, load_config
 from model import model_config
@@ -87,7 +87,7 @@ def tuned_spec(tmp_path, mults="[0.5, 1.0, 2.0]"):
 
 def sweep_records(spec, losses):
     """Records for the LR sweep of every variant: losses[(seed, mult)] is the final val loss."""
-    from ablation import run_config
+    from research.ablation import run_config
     return {run_config(spec, "short", v, s, m)[1]: {"final": {"val_loss": loss}}
             for v in spec["variants"] for (s, m), loss in losses.items()}
 

@@ -269,7 +269,7 @@ def test_a_sigterm_to_sweep_stops_its_runs_which_save_and_the_sweep_exits(tmp_pa
     ablation.write_text(f"claim = 'a run long enough to be stopped'\nbase = {str(base)!r}\n"
                         "variants = {'baseline': {}}\nsettings = {'adamw': {}}\nseeds = [1]\n")
     out_root = tmp_path / "runs_reliability"
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "sweep.py"), str(ablation), f"--out_root={out_root}",
+    proc = subprocess.Popen([sys.executable, "-m", "research.sweep", str(ablation), f"--out_root={out_root}",
                              f"--results={tmp_path / 'results'}", "--parallel=1", "--threads=1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:

@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-import ablation
-import plot
-import sweep
+from research import ablation
+from research import plot, stats
+from research import sweep
 from conftest import ROOT
 from test_train import make_dataset
 from configurator import UserError
@@ -205,9 +205,9 @@ def test_seeds_added_after_a_look_make_the_verdict_nominal_beside_the_planned_on
     record_runs(spec, str(tmp_path / "results"), lambda run: 2.0 + diffs[run["seed"]] * (run["variant"] == "unified"))
     results, _, _ = plot.collect(spec, sweep.load_records(str(tmp_path / "results")))
     (c,) = plot.comparisons(spec, results)
-    planned = plot.mean_ci([-0.01, -0.02, 0.01])
-    assert c["seeds"] == [1, 2, 3, 4] and c["verdict"].startswith(plot.verdict(plot.mean_ci(list(diffs.values())), 4, "lower"))
-    assert f"(seed 4 added after a look: nominal 95%; the 3 planned: {plot.fmt_ci(planned)} unresolved)" in c["verdict"]
+    planned = stats.mean_ci([-0.01, -0.02, 0.01])
+    assert c["seeds"] == [1, 2, 3, 4] and c["verdict"].startswith(stats.verdict(stats.mean_ci(list(diffs.values())), 4, "lower"))
+    assert f"(seed 4 added after a look: nominal 95%; the 3 planned: {stats.fmt_ci(planned)} unresolved)" in c["verdict"]
     for bad in ("planned_seeds = 5", "planned_seeds = -1", "planned_seeds = True", "planned_seeds = False"):
         with open(path, "a") as f:
             f.write(bad + "\n")
@@ -338,10 +338,10 @@ def test_nested_seed_sets_of_the_same_runs_are_one_row_and_others_stay_apart(tmp
     collected, _ = plot.collect_all(list(paths.values()), sweep.load_records(results))
     rows = [line for line in plot.summary(collected).splitlines() if "unified - baseline" in line]
     # seeds 1-3 nest in 1-4: one row with 4 seeds, a_claim's claim kept; seeds 5-6 do not nest: their own row
-    four = plot.mean_ci([-0.01, -0.02, -0.03, -0.04])
-    p = plot.bh_adjust([plot.paired_t_p([-0.01, -0.02, -0.03, -0.04]), plot.paired_t_p([-0.05, -0.06])])[0]
-    assert rows[0] == (f"| `a_claim`, `b_control` | adamw | unified - baseline | 4 | {plot.fmt_ci(four)} | {p:#.3g} | "
-                       f"lower | {plot.verdict(four, 4, 'lower')} |")
+    four = stats.mean_ci([-0.01, -0.02, -0.03, -0.04])
+    p = stats.bh_adjust([stats.paired_t_p([-0.01, -0.02, -0.03, -0.04]), stats.paired_t_p([-0.05, -0.06])])[0]
+    assert rows[0] == (f"| `a_claim`, `b_control` | adamw | unified - baseline | 4 | {stats.fmt_ci(four)} | {p:#.3g} | "
+                       f"lower | {stats.verdict(four, 4, 'lower')} |")
     assert rows[1].startswith("| `c_apart` | adamw | unified - baseline | 2 |") and len(rows) == 2
 
 
@@ -380,49 +380,49 @@ def test_commit_names_keep_the_dirty_mark_and_unknown_fields_do_not_split_the_mo
 
 @pytest.mark.parametrize("df, value", [(1, 12.706), (2, 4.303), (4, 2.776), (5, 2.571), (10, 2.228), (30, 2.042)])
 def test_t_quantile_matches_the_tables(df, value):
-    assert plot.t_quantile(0.975, df) == pytest.approx(value, abs=5e-4)
+    assert stats.t_quantile(0.975, df) == pytest.approx(value, abs=5e-4)
 
 
 def test_t_cdf_of_one_degree_is_the_cauchy():
     for t in (0.3, 1.0, 7.0):  # P(|T| <= t) = 2 atan(t) / pi for df = 1
-        assert plot.t_cdf_two_sided(t, 1) == pytest.approx(2 * math.atan(t) / math.pi)
-    assert plot.t_cdf_two_sided(1e6, 7) == pytest.approx(1.0)
+        assert stats.t_cdf_two_sided(t, 1) == pytest.approx(2 * math.atan(t) / math.pi)
+    assert stats.t_cdf_two_sided(1e6, 7) == pytest.approx(1.0)
 
 
 def test_mean_ci_against_a_hand_computation():
     xs = [0.010, 0.020, 0.060]  # mean 0.03, sd sqrt(((-.02)^2 + (-.01)^2 + .03^2) / 2) = sqrt(7e-4)
-    mean, lo, hi = plot.mean_ci(xs)
+    mean, lo, hi = stats.mean_ci(xs)
     half = 4.302653 * math.sqrt(7e-4) / math.sqrt(3)
     assert mean == pytest.approx(0.03) and lo == pytest.approx(0.03 - half) and hi == pytest.approx(0.03 + half)
-    assert plot.mean_ci([0.5]) == (0.5, None, None) and plot.mean_ci([]) is None
+    assert stats.mean_ci([0.5]) == (0.5, None, None) and stats.mean_ci([]) is None
 
 
 def test_paired_t_p_against_a_hand_computation():
     # d = [1, 2, 3]: mean 2, sd 1, t = 2 / (1 / sqrt(3)) = 2 sqrt(3), df 2; for df = 2
     # P(|T| <= t) = t / sqrt(2 + t^2), so p = 1 - 2 sqrt(3) / sqrt(14) = 0.074180
-    assert plot.paired_t_p([1, 2, 3]) == pytest.approx(1 - 2 * math.sqrt(3) / math.sqrt(14), rel=1e-12)
-    assert plot.paired_t_p([-1, -2, -3]) == plot.paired_t_p([1, 2, 3])  # two-sided
+    assert stats.paired_t_p([1, 2, 3]) == pytest.approx(1 - 2 * math.sqrt(3) / math.sqrt(14), rel=1e-12)
+    assert stats.paired_t_p([-1, -2, -3]) == stats.paired_t_p([1, 2, 3])  # two-sided
     # d = [1, 3]: mean 2, sd sqrt(2), t = 2 / (sqrt(2) / sqrt(2)) = 2, df 1 (Cauchy): p = 1 - 2 atan(2) / pi
-    assert plot.paired_t_p([1, 3]) == pytest.approx(1 - 2 * math.atan(2) / math.pi, rel=1e-12)
-    assert plot.paired_t_p([0.5]) is None and plot.paired_t_p([]) is None
-    assert plot.paired_t_p([0.1, 0.1]) == 0.0 and plot.paired_t_p([0.0, 0.0]) == 1.0
+    assert stats.paired_t_p([1, 3]) == pytest.approx(1 - 2 * math.atan(2) / math.pi, rel=1e-12)
+    assert stats.paired_t_p([0.5]) is None and stats.paired_t_p([]) is None
+    assert stats.paired_t_p([0.1, 0.1]) == 0.0 and stats.paired_t_p([0.0, 0.0]) == 1.0
 
 
 @pytest.mark.parametrize("diffs", [[0.01, 0.02, 0.06], [-0.0023, -0.0047, -0.0132, -0.0172, -0.0025],
                                    [-0.0103, -0.0185, -0.0214, -0.0190, -0.0020], [0.3, -0.1]])
 def test_p_below_005_exactly_when_the_95_interval_excludes_0(diffs):
-    assert (plot.paired_t_p(diffs) < 0.05) == plot.excludes_zero(plot.mean_ci(diffs))
+    assert (stats.paired_t_p(diffs) < 0.05) == plot.excludes_zero(stats.mean_ci(diffs))
 
 
 def test_benjamini_hochberg_against_hand_worked_examples():
     # sorted 0.005, 0.01, 0.03, 0.04, 0.5 (m = 5): p m / rank = 0.025, 0.025, 0.05, 0.05, 0.5, already
     # non-decreasing; given back in the input's order
-    assert plot.bh_adjust([0.01, 0.04, 0.03, 0.005, 0.5]) == pytest.approx([0.025, 0.05, 0.05, 0.025, 0.5])
+    assert stats.bh_adjust([0.01, 0.04, 0.03, 0.005, 0.5]) == pytest.approx([0.025, 0.05, 0.05, 0.025, 0.5])
     # the step-up: sorted 0.01, 0.02, 0.021, 0.04 (m = 4): p m / rank = 0.04, 0.04, 0.028, 0.04; each
     # is the minimum over its rank and above, so the first two drop to the third's 0.028
-    assert plot.bh_adjust([0.04, 0.01, 0.021, 0.02]) == pytest.approx([0.04, 0.028, 0.028, 0.028])
-    assert plot.bh_adjust([0.3]) == [0.3] and plot.bh_adjust([]) == []
-    assert plot.bh_adjust([0.9, 0.95, 0.99]) == pytest.approx([0.99, 0.99, 0.99])  # never above 1
+    assert stats.bh_adjust([0.04, 0.01, 0.021, 0.02]) == pytest.approx([0.04, 0.028, 0.028, 0.028])
+    assert stats.bh_adjust([0.3]) == [0.3] and stats.bh_adjust([]) == []
+    assert stats.bh_adjust([0.9, 0.95, 0.99]) == pytest.approx([0.99, 0.99, 0.99])  # never above 1
 
 
 @pytest.mark.parametrize("lo, hi, expected, word", [
@@ -432,13 +432,13 @@ def test_benjamini_hochberg_against_hand_worked_examples():
     (-0.02, -1e-9, "higher", "contradicted"), (-0.01, 0.01, "higher", "unresolved"),
     (-0.02, -1e-9, None, "-")])
 def test_verdict_follows_where_the_interval_lies(lo, hi, expected, word):
-    assert plot.verdict(((lo + hi) / 2, lo, hi), 3, expected) == word
+    assert stats.verdict(((lo + hi) / 2, lo, hi), 3, expected) == word
 
 
 def test_verdict_with_one_seed_is_unresolved():
-    assert plot.verdict((-0.5, None, None), 1, "lower") == "unresolved (1 seed)"
-    assert plot.verdict((-0.5, -0.6, -0.4), 2, "lower") == "reproduced (2 seeds)"  # below the 3 the project asks for
-    assert plot.verdict(None, 0, "lower") == "-"
+    assert stats.verdict((-0.5, None, None), 1, "lower") == "unresolved (1 seed)"
+    assert stats.verdict((-0.5, -0.6, -0.4), 2, "lower") == "reproduced (2 seeds)"  # below the 3 the project asks for
+    assert stats.verdict(None, 0, "lower") == "-"
 
 
 def test_decay_pull_is_the_sum_of_the_schedule():
@@ -470,21 +470,21 @@ def test_decay_caption_gives_a_faster_magnitude_its_own_pull(tmp_path):
 def test_fit_free_tokens_interpolate_in_log_tokens_between_bracketing_budgets():
     pts = [(1e6, 2.0), (2e6, 1.8), (4e6, 1.7)]
     # halfway in loss between two budgets is the geometric mean of their tokens
-    assert plot.interpolated_tokens(pts, 1.9) == pytest.approx(math.sqrt(1e6 * 2e6))
-    assert plot.interpolated_tokens(pts, 1.75) == pytest.approx(math.sqrt(2e6 * 4e6))
-    assert plot.interpolated_tokens(pts, 1.8) == pytest.approx(2e6)
-    assert plot.interpolated_tokens(pts, 1.6) is None and plot.interpolated_tokens(pts, 2.1) is None
+    assert stats.interpolated_tokens(pts, 1.9) == pytest.approx(math.sqrt(1e6 * 2e6))
+    assert stats.interpolated_tokens(pts, 1.75) == pytest.approx(math.sqrt(2e6 * 4e6))
+    assert stats.interpolated_tokens(pts, 1.8) == pytest.approx(2e6)
+    assert stats.interpolated_tokens(pts, 1.6) is None and stats.interpolated_tokens(pts, 2.1) is None
 
 
 def test_power_law_fit_recovers_known_parameters_and_multiplier():
     d = np.array([0.5, 1.0, 1.5, 2.0]) * 2e6
-    e, amp, alpha = plot.fit_power_law(d, 1.5 + 20 * d ** -0.3)
+    e, amp, alpha = stats.fit_power_law(d, 1.5 + 20 * d ** -0.3)
     assert (e, amp, alpha) == pytest.approx((1.5, 20, 0.3), rel=1e-4)
     target = 1.5 + 20 * (1.3 * 2e6) ** -0.3  # a variant that matches the reference at 1.3x its tokens
-    assert plot.tokens_to_reach((e, amp, alpha), target) / 2e6 == pytest.approx(1.3, rel=1e-4)
-    assert plot.tokens_to_reach((e, amp, alpha), 1.4) == math.inf
+    assert stats.tokens_to_reach((e, amp, alpha), target) / 2e6 == pytest.approx(1.3, rel=1e-4)
+    assert stats.tokens_to_reach((e, amp, alpha), 1.4) == math.inf
     with pytest.raises(ValueError, match="needs >= 3"):
-        plot.fit_power_law(d[:2], [3.0, 2.9])
+        stats.fit_power_law(d[:2], [3.0, 2.9])
 
 
 def test_iter_multipliers_scale_the_schedule_and_the_table_finds_the_multiplier(tmp_path):
@@ -554,7 +554,7 @@ def test_token_multiplier_is_normalized_so_the_reference_scores_exactly_one(tmp_
         assert own["fitted"] == 1.0 and own["free"] == 1.0 and own["wall"] == 1.0  # exactly, by construction
         assert per_variant["same"][seed]["fitted"] == 1.0 and per_variant["same"][seed]["free"] == 1.0
         # by hand: the fit's tokens for the variant's loss over those for the reference's 1x loss (same tokens)
-        hand = plot.tokens_to_reach(fits[seed], law(5)) / plot.tokens_to_reach(fits[seed], base_1x(seed))
+        hand = stats.tokens_to_reach(fits[seed], law(5)) / stats.tokens_to_reach(fits[seed], base_1x(seed))
         assert per_variant["unified"][seed]["fitted"] == pytest.approx(hand, rel=1e-12)
         assert per_variant["unified"][seed]["wall"] == pytest.approx(1.4 + 0.1 * seed)
     assert abs(per_variant["baseline"][1]["raw"][0] - 1) > 1e-3  # the fit misses the 1x point: a normalizer
@@ -665,7 +665,7 @@ def test_tpp_trend_pairs_each_budget_and_draws_only_when_budgets_vary(tmp_path):
         assert c["diffs"] == pytest.approx([-0.01 * k + 0.002 * s for s in (1, 2, 3)])
         hand = (-0.01 * k + 0.004, -0.01 * k + 0.004 - half, -0.01 * k + 0.004 + half)
         assert c["ci"] == pytest.approx(hand)
-        assert f"| unified | {tpp:.3g} | {tokens / 1e6:.3g}M | 3 | {plot.fmt_ci(hand)} |" in md.splitlines()
+        assert f"| unified | {tpp:.3g} | {tokens / 1e6:.3g}M | 3 | {stats.fmt_ci(hand)} |" in md.splitlines()
     assert f"The gap against tokens per parameter at {n / 1e6:.3g}M parameters" in md
     assert (tmp_path / "out" / "tiny_tpp.png").is_file() and not (tmp_path / "out" / "tiny_width.png").exists()
     # one budget: no trend; budgets that vary with the width: not one model size, no trend either
@@ -736,7 +736,7 @@ def test_dry_run_estimates_the_open_runs_from_recorded_wall_times_of_the_same_sh
 def test_a_listing_piped_into_a_reader_that_stops_early_ends_without_a_traceback(tmp_path):
     ablation = write_ablation(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # block-buffered, as a pipe is
-    proc = subprocess.Popen([sys.executable, "sweep.py", ablation, "--dry_run", f"--results={tmp_path / 'r'}"],
+    proc = subprocess.Popen([sys.executable, "-m", "research.sweep", ablation, "--dry_run", f"--results={tmp_path / 'r'}"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     proc.stdout.close()  # as `| head -0` does: every write to stdout now fails
     stderr = proc.communicate()[1].decode()

@@ -1,6 +1,6 @@
 """Claim C3's update rule, checked numerically on the least-squares toy."""
 
-import toy_preconditioner as toy
+from tools import toy_preconditioner as toy
 
 
 def test_effective_column_moves_by_the_preconditioned_gradient():

@@ -101,7 +101,7 @@ def test_offline_wandb_writes_its_files_in_out_dir(tmp_path):
 
 
 def test_plot_run_draws_the_logged_losses_lr_and_scales(tmp_path, monkeypatch):
-    import plot
+    from research import plot
     ds = make_dataset(tmp_path / "ds")
     run(tiny_args(ds, tmp_path / "o", "--max_iters=6", "--eval_interval=3"))
     figures = []
@@ -123,7 +123,7 @@ def test_plot_run_draws_the_logged_losses_lr_and_scales(tmp_path, monkeypatch):
 
 
 def test_plot_run_takes_no_ablation_options(tmp_path):
-    import plot
+    from research import plot
     for extra in (["--readme=results/README.md"], ["--results=results"], ["configs/ablations/c8_regime.py"]):
         with pytest.raises(UserError, match="draws one run from its log"):
             plot.main([f"--run={tmp_path}", *extra])
@@ -134,7 +134,7 @@ def test_plot_run_takes_no_ablation_options(tmp_path):
     (lambda d: (d / "log.jsonl").write_text(""), r"has no rows yet"),
 ])
 def test_plot_run_on_a_folder_without_a_log_is_one_line(tmp_path, make, message):
-    import plot
+    from research import plot
     (tmp_path / "o").mkdir()
     make(tmp_path / "o")
     with pytest.raises(UserError, match=message):

@@ -5,7 +5,7 @@
 # each variant at its best LR with the baseline at its best (seed 1, which chose the LR,
 # stays out of the table: its best of three is biased low). One command does both
 # stages (sweep.py plans the seeds once the LR sweep is recorded):
-#     python sweep.py configs/ablations/c8_width.py --parallel=2
+#     python -m research.sweep configs/ablations/c8_width.py --parallel=2
 # 36 runs; width 256 takes about 3x as long as 128.
 claim = "C8 vs width: the unified strategy's gain over the baseline at widths 64, 128, 256, each at its best LR"
 base = "configs/ablation_base.py"

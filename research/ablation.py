@@ -50,7 +50,7 @@ from ops import check_config, inert_keys
 from configurator import (DEFAULTS, LEGACY, TRACKING_KEYS, UserError, check_type, load_config, resolve_device,
                           run_config_file)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
 OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
             "planned_seeds": 0, "tuning_seeds": [], "tune_setting": ""}
@@ -120,7 +120,7 @@ def load_ablation(path):
     if spec["tune_setting"] and (not tuners or spec["tune_setting"] not in spec["settings"]):
         raise UserError(f"{path}: tune_setting = {spec['tune_setting']!r}: name one of {list(spec['settings'])}, "
                         f"with tuning_seeds")
-    spec["base"] = os.path.join(HERE, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
+    spec["base"] = os.path.join(ROOT, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
     if not os.path.isfile(spec["base"]):
         raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")
     for group in ("variants", "settings"):
@@ -275,7 +275,7 @@ def git(root, *args):
         return None
 
 
-def code_state(root=HERE, commit=None):
+def code_state(root=ROOT, commit=None):
     """{"commit": the checked-out commit, "diff": the tracked files' changes against it ("" for a clean
     tree)}, or None outside git. results/ is left out: records written while a sweep runs are not code.
     commit: diff against that commit instead of HEAD (a sweep's records committed meanwhile move HEAD)."""
@@ -336,7 +336,7 @@ def data_hashes(cfg):
     return hashes
 
 
-def start_provenance(run, threads, gpu=None, root=HERE):
+def start_provenance(run, threads, gpu=None, root=ROOT):
     """Write <out_dir>/provenance.json as a run starts: code_state, machine, versions. A run that
     resumes keeps the file of its start, and must resume from the same code: UserError otherwise
     (its parts would be two programs' work under one record)."""
@@ -368,7 +368,7 @@ def read_provenance(run):
         raise UserError(f"{path} cannot be read ({e}): {RERUN}") from None
 
 
-def check_unchanged(run, started, root=HERE):
+def check_unchanged(run, started, root=ROOT):
     """UserError when the tracked files changed since the run started (started: its provenance)."""
     if started and started["code"] is not None:
         now = code_state(root, started["code"]["commit"])
@@ -531,5 +531,5 @@ def load_records(results):
         if problem:
             raise UserError(f"{path}: {problem}: not the record of one finished run, so its numbers cannot be "
                             f"used; remove it (git rm it if committed) and run its run again (delete the run's "
-                            f"folder under the sweep's --out_root, then run sweep.py)")
+                            f"folder under the sweep's --out_root, then run the sweep again)")
     return records

@@ -1,6 +1,6 @@
 """Claim C3 in miniature: a scale vector acts as a self-amplifying preconditioner.
 
-    python toy_preconditioner.py                 # writes assets/c3_toy.png, prints the losses
+    python -m tools.toy_preconditioner                 # writes assets/c3_toy.png, prints the losses
 
 A linear least-squares problem, y = W* x, with input features of very
 different scales (feature j has standard deviation s_j, log-spaced from 0.02

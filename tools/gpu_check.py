@@ -1,7 +1,7 @@
 """Prove or break the GPU path in one command; write the numbers to a folder.
 
-    python gpu_check.py --out=gpu_check_out                 # one CUDA GPU: under 8 minutes
-    python gpu_check.py --out=/tmp/check --device=cpu       # without CUDA: a CPU-sized run, < 1 minute
+    python -m tools.gpu_check --out=gpu_check_out                 # one CUDA GPU: under 8 minutes
+    python -m tools.gpu_check --out=/tmp/check --device=cpu       # without CUDA: a CPU-sized run, < 1 minute
 
 Stages, each a separate process with its own timeout; a failure is recorded and
 the next stage runs (all share one time budget, --budget_s):
@@ -50,7 +50,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 GOALS = {"step_time_ratio": 1.02, "memory_ratio": 1.01, "baseline_mfu": 45.0}
 
 # Per device: stage timeouts (s), dataset size, and the small models of the CPU run.
@@ -139,13 +139,13 @@ def stage_commands(device, work, out):
     run_dir, total = os.path.join(work, "train"), size["train_iters"] + size["resume_iters"]
     variants = "--variants=baseline,unified"
     if device == "cuda":
-        bench = [py, "bench.py", "configs/unified_124m.py", "--batch_size=16", "--block_size=1024",
+        bench = [py, "-m", "tools.bench", "configs/unified_124m.py", "--batch_size=16", "--block_size=1024",
                  "--compile=True", "--dtype=bfloat16", "--steps=20", "--warmup=3", variants,
                  f"--json={os.path.join(out, 'bench.json')}"]
         train = [py, "train.py", "configs/unified_124m.py", "--gradient_accumulation_steps=1", "--warmup_iters=20",
                  "--eval_interval=100", "--eval_iters=10", "--log_interval=20"]
     else:
-        bench = [py, "bench.py", *TINY, "--batch_size=4", "--vocab_size=512", "--steps=3", "--warmup=1",
+        bench = [py, "-m", "tools.bench", *TINY, "--batch_size=4", "--vocab_size=512", "--steps=3", "--warmup=1",
                  "--memory=True", "--device=cpu", variants, f"--json={os.path.join(out, 'bench.json')}"]
         train = [py, "train.py", *TINY, "--batch_size=8", "--warmup_iters=5", "--eval_interval=15", "--eval_iters=4",
                  "--log_interval=10", "--learning_rate=1e-2", "--min_lr=1e-3"]
@@ -172,7 +172,7 @@ def run_command(name, cmd, timeout, out):
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=HERE, start_new_session=True,
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
             rc = proc.wait(timeout=timeout)

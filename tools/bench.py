@@ -1,12 +1,12 @@
 """Step time, throughput and memory of each scale-vector variant against the baseline.
 
-    python bench.py                                    # default CPU model, every dense variant
-    python bench.py --variants=unified,unified_moe     # dense vs top-2 MoE of equal active parameters
-    python bench.py configs/unified_124m.py --batch_size=1 --block_size=256 --variants=baseline,unified
-    python bench.py configs/unified_124m.py --compile=True   # on a GPU: tokens/s, MFU, memory
-    python bench.py --memory=True                      # CPU: also the peak RSS of each variant
-    python bench.py --variants=gpt2,baseline,unified   # against nanoGPT's GPT-2 at equal FLOPs
-    python bench.py --shared=True --variants=unified   # CPU: alone vs beside a copy of itself
+    python -m tools.bench                                    # default CPU model, every dense variant
+    python -m tools.bench --variants=unified,unified_moe     # dense vs top-2 MoE of equal active parameters
+    python -m tools.bench configs/unified_124m.py --batch_size=1 --block_size=256 --variants=baseline,unified
+    python -m tools.bench configs/unified_124m.py --compile=True   # on a GPU: tokens/s, MFU, memory
+    python -m tools.bench --memory=True                      # CPU: also the peak RSS of each variant
+    python -m tools.bench --variants=gpt2,baseline,unified   # against nanoGPT's GPT-2 at equal FLOPs
+    python -m tools.bench --shared=True --variants=unified   # CPU: alone vs beside a copy of itself
 
 Each variant is the config's size and training keys with the baseline's scale
 switches (BASELINE) plus its own overrides (variants()): the config's own scale
@@ -87,6 +87,7 @@ SHARED_SETTINGS = {
     "GOMP_SPINCOUNT=10000": {**_UNSET, "GOMP_SPINCOUNT": "10000"},
     "OMP_NUM_THREADS=1": {**_UNSET, "OMP_NUM_THREADS": "1"},
 }
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: bench runs as python -m tools.bench
 REFERENCE = "gpt2"  # --variants=gpt2,baseline: the baseline's cost per FLOP against nanoGPT's GPT-2
 
 
@@ -230,7 +231,7 @@ def main(argv):
         raise UserError(f"--memory={opts_cli['memory']}: expected True, False or auto")
     if opts_cli["memory"] == "True" or (opts_cli["memory"] == "auto" and device.type == "cuda"):
         for n in names:  # before this process holds any model
-            out = subprocess.run([sys.executable, __file__, *rest, f"--memory_child={n}"],
+            out = subprocess.run([sys.executable, "-m", "tools.bench", *rest, f"--memory_child={n}"], cwd=ROOT,
                                  capture_output=True, text=True, check=True).stdout
             mem[n] = float(out.strip().splitlines()[-1])
     built = {n: build(cfg, n) for n in names}
@@ -291,11 +292,11 @@ def shared(rest, variant, steps, warmup):
         """Median ms/step of each of n identical bench processes started together."""
         with tempfile.TemporaryDirectory() as tmp:
             env = {**{k: v for k, v in os.environ.items() if k not in env}, **{k: v for k, v in env.items() if v}}
-            procs = [subprocess.Popen([sys.executable, __file__, *rest, f"--variants={variant}", f"--steps={steps}",
+            procs = [subprocess.Popen([sys.executable, "-m", "tools.bench", *rest, f"--variants={variant}", f"--steps={steps}",
                                        f"--warmup={warmup}", "--memory=False", f"--json={tmp}/{i}.json"],
-                                      env=env, stdout=subprocess.DEVNULL) for i in range(n)]
+                                      env=env, stdout=subprocess.DEVNULL, cwd=ROOT) for i in range(n)]
             if any(p.wait() for p in procs):
-                raise UserError(f"a bench process failed: run python bench.py {' '.join(rest)} --variants={variant}")
+                raise UserError(f"a bench process failed: run python -m tools.bench {' '.join(rest)} --variants={variant}")
             return [json.load(open(f"{tmp}/{i}.json"))["variants"][variant]["ms_per_step"] for i in range(n)]
 
     print(f"{variant}: median ms/step of {steps} steps, one process alone, then two at once "

@@ -1,9 +1,9 @@
 """Run an ablation: every variant x setting x seed, paired, resumable, and recorded in results/.
 
-    python sweep.py configs/ablations/c8_unified.py              # run what has no record yet
-    python sweep.py configs/ablations/c8_unified.py --parallel=2 # two runs at a time (CPU: 1 thread each)
-    python sweep.py configs/ablations/*.py --dry_run --parallel=2  # the runs, their state, the open ones' time
-    python plot.py configs/ablations/c8_unified.py               # then: tables and figures from results/
+    python -m research.sweep configs/ablations/c8_unified.py              # run what has no record yet
+    python -m research.sweep configs/ablations/c8_unified.py --parallel=2 # two runs at a time (CPU: 1 thread each)
+    python -m research.sweep configs/ablations/*.py --dry_run --parallel=2  # the runs, their state, the open ones' time
+    python -m research.plot configs/ablations/c8_unified.py               # then: tables and figures from results/
 
 The ablation file format, how runs are paired and named, and the records: ablation.py.
 
@@ -22,12 +22,12 @@ import subprocess
 import sys
 import time
 
-from ablation import (check_unchanged, code_state, data_hashes, load_ablation, load_records,
+from research.ablation import (check_unchanged, code_state, data_hashes, load_ablation, load_records,
                       make_record, plan, read_provenance, start_provenance, state, write_record)
 from checkpoint import read_log
 from configurator import StopSignals, UserError, cli, fmt_duration
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 
 # -----------------------------------------------------------------------------
@@ -70,8 +70,8 @@ def launch(run, threads, gpu):
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     log = open(os.path.join(run["out_dir"], "train.log"), "a")
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "train.py"), *run["args"], *resume],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=HERE)
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *run["args"], *resume],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     return proc, log
 
 

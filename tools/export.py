@@ -1,7 +1,7 @@
 """Export a train.py checkpoint to the Hugging Face format: the paper's scale vectors, served as a standard model.
 
-    python export.py --out_dir=out-shakespeare-char                 # writes out-shakespeare-char/hf
-    python export.py --out_dir=out-x --export_dir=hf-x --tol=1e-3
+    python -m tools.export --out_dir=out-shakespeare-char                 # writes out-shakespeare-char/hf
+    python -m tools.export --out_dir=out-x --export_dir=hf-x --tol=1e-3
 
 Claim C2 made practical: every input-role scale (HG, DP, OR/ER magnitudes, the
 pre-norm scales, DNP's up-branch outer scale) folds into its linear map
