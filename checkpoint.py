@@ -20,6 +20,7 @@ import socket
 import sys
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -171,6 +172,51 @@ def restore(ckpt, model, optimizers, cfg):
         for group, h in zip(opt.param_groups, hyper):  # this run's config wins
             group.update(h)
     return ckpt["iter"], ckpt.get("val_loss", float("nan"))  # None: saved between evals
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a run starts (begin): iteration (0 from scratch), tokens seen, the last val loss
+    (nan before any eval), eval_due (a kill fell between the checkpoint and its eval row in the
+    log, which the loop then completes: same model, same batches; every rank agrees), and the
+    last logged train loss (nan when none)."""
+
+    iter: int
+    tokens: int
+    val_loss: float
+    eval_due: bool
+    last_train_loss: float
+
+
+def begin(run, ckpt, model, optimizers):
+    """Resume: restore ckpt (or None: start from scratch, with an empty log) into model and
+    optimizers, trim the log to its iteration; returns the Start. The one resume block.
+
+    run: ops.Run. A checkpoint a signal saved between evals (val_loss None) has no eval row
+    to complete, unless it is at max_iters (the run's final eval is then still due).
+    Raises UserError when a scratch run would overwrite a run in out_dir, and as restore does.
+    """
+    start_iter, val_loss, evaluated = 0, float("nan"), True
+    if ckpt is not None:
+        start_iter, val_loss = restore(ckpt, model, optimizers, run.cfg)
+        evaluated = val_loss is not None
+        val_loss = float("nan") if val_loss is None else val_loss
+        if run.master:
+            trim_log(run.log_path, start_iter)
+    else:
+        if os.path.exists(run.ckpt_path):
+            raise UserError(f"out_dir={run.cfg.out_dir!r} already holds a run ({run.ckpt_path}): continue it "
+                            f"with --init_from=resume (or auto), or train from scratch in another --out_dir "
+                            f"(or delete it)")
+        if run.master:
+            open(run.log_path, "w").close()
+    logged = read_log(run.log_path) if run.master and os.path.exists(run.log_path) else []
+    missing = torch.tensor(float(start_iter > 0 and (evaluated or start_iter == run.cfg.max_iters) and not any(
+        r["kind"] == "eval" and r["iter"] == start_iter for r in logged)), device=run.device)
+    if run.ddp:
+        torch.distributed.broadcast(missing, 0)  # rank 0 holds the log; every rank evaluates
+    last_train_loss = next((r["loss"] for r in reversed(logged) if r["kind"] == "train"), float("nan"))
+    return Start(start_iter, run.tokens, val_loss, bool(missing.item()), last_train_loss)
 
 
 def load_model(ckpt_path, device="cpu"):

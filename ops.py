@@ -1,18 +1,73 @@
-"""What a run checks and says at its start: the full config check and the notes on keys that do nothing.
+"""A run's operations, apart from the training itself: what it checks and says at its start, its
+processes, its log and tracker, its progress lines and warnings, its end-of-run sample.
 
-The config module checks what it can alone (types, ranges, memory); the
-choices of a switch live with the code that implements them (model.CHOICES:
-scale classes, placements; optim.CHOICES: optimizers, schedules, decay
-recipes), and so do the rules that say when a key does nothing
-(GPTConfig.inert_keys, optim.inert_keys). This module puts them together
-for train.py, sweep.py and `--help`.
+train.py reads as set up -> build -> restore -> loop -> finish; what those steps need beyond
+the model and the optimizer is here. The state of a run is one declared `Run`, built once by
+train.setup. The config check: the config module checks what it can alone (types, ranges,
+memory); the choices of a switch live with the code that implements them (model.CHOICES: scale
+classes, placements; optim.CHOICES: optimizers, schedules, decay recipes), and so do the rules
+that say when a key does nothing (GPTConfig.inert_keys, optim.inert_keys); check_config and
+inert_keys put them together for train.py, research/sweep.py and `--help`.
 """
 
+import datetime
+import math
+import os
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any, Callable
+
+import torch
 
 import model
 import optim
-from configurator import UserError, check
+from checkpoint import append_log
+from configurator import UserError, check, fmt_duration
+from dataset import make_codec
+from model import peak_flops
+from optim import format_groups, lr_multiplier
+
+PROGRESS_EVERY_S = 15  # a progress line at least this often, whatever log_interval says
+CPU_FLOPS = 2e11  # FLOP/s a free, fast CPU reaches on these models (the default run: ~1.4e11 on 2 cores)
+STOP_NOTE = "stopping after this step: the checkpoint is saved, then the run exits (a second Ctrl-C quits at once)"
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything a run knows before its model exists, built once by train.setup.
+
+    cfg: the full config (a namespace; on resume, the checkpoint's with this run's changes;
+    device and dtype kept as asked, so each machine resolves its own); resumed_from:
+    (iteration, the checkpoint's completed config) or None; tokens: seen before this run
+    (0 from scratch); device, dtype ("float32" | "bfloat16"), ptdtype and autocast (a context,
+    a null one in float32); rank, local_rank, world, ddp, master (rank 0) of the processes;
+    data: dataset.load_data's dict; model_cfg: the model.GPTConfig; tokens_per_iter; n_moe:
+    MoE blocks; ckpt_path, log_path in out_dir; log: prints on rank 0 only; tracker: a W&B run
+    or None.
+    """
+
+    cfg: SimpleNamespace
+    resumed_from: Any
+    tokens: int
+    device: torch.device
+    dtype: str
+    ptdtype: torch.dtype
+    autocast: AbstractContextManager
+    rank: int
+    local_rank: int
+    world: int
+    ddp: bool
+    master: bool
+    data: dict
+    model_cfg: Any
+    tokens_per_iter: int
+    n_moe: int
+    ckpt_path: str
+    log_path: str
+    log: Callable
+    tracker: Any
 
 
 def choices():
@@ -60,3 +115,191 @@ def inert_notes(cfg, given):
     (`given`, as load_config returns it) that inert_keys says changes nothing."""
     return [f"note: --{key}={cfg[key]} has no effect: {why}; it is ignored"
             for key, why in inert_keys(cfg) if key in given]
+
+
+# -----------------------------------------------------------------------------
+# Processes
+
+
+def setup_distributed(cfg, device_name):
+    """(rank, local_rank, world_size) from torchrun's environment; init the process group.
+
+    NCCL on CUDA, gloo on CPU, whenever torchrun launched us (WORLD_SIZE set),
+    even as one process: `--nproc_per_node=1` runs the DDP path of 8 (as in
+    nanoGPT). Raises UserError, before any collective (so no rank hangs), when
+    gradient_accumulation_steps does not divide by WORLD_SIZE.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    accum = cfg.gradient_accumulation_steps
+    if accum % world:
+        k = world // math.gcd(accum, world)  # the fewest extra micro-steps that divide among the processes
+        same = f"--gradient_accumulation_steps={accum * k} --batch_size={cfg.batch_size // k} keeps the " \
+            f"{cfg.batch_size * accum} sequences per iteration" if cfg.batch_size % k == 0 else \
+            f"--gradient_accumulation_steps={accum * k} (then {cfg.batch_size * accum * k} sequences per iteration)"
+        raise UserError(f"gradient_accumulation_steps={accum} does not divide by WORLD_SIZE={world} (it is the "
+                        f"global count of micro-steps, shared among the processes): {same}")
+    if "WORLD_SIZE" in os.environ:
+        backend = "nccl" if device_name.startswith("cuda") else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+        torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.ddp_timeout_s))
+    return rank, local_rank, world
+
+
+# -----------------------------------------------------------------------------
+# What a run says: at its start, as it goes, at its end
+
+
+def describe(run, raw_model, groups, given=frozenset()):
+    """Print the parameter report, the optimizer groups, the device and the batch; warn on odd setups,
+    and note each key the user gave (`given`) that changes nothing here (configurator.inert_keys)."""
+    cfg, log = run.cfg, run.log
+    log(raw_model.param_report())
+    log(format_groups(groups))
+    log(f"device {run.device} ({run.dtype}{', compiled' if cfg.compile else ''}), {run.world} process(es)"
+        f"{f' (DDP, {torch.distributed.get_backend()})' if run.ddp else ''}, "
+        f"{run.tokens_per_iter:,} tokens/iter = {cfg.batch_size} batch x {cfg.block_size} block x "
+        f"{cfg.gradient_accumulation_steps} accumulation; {raw_model.flops_per_token() / 1e6:.1f} MFLOP/token")
+    for note in inert_notes(vars(cfg), given):
+        log(note)
+    if run.device.type == "cpu" and cpu_seconds(run, raw_model) > 3600:
+        per_iter = raw_model.flops_per_token() * run.tokens_per_iter
+        log(f"warning: this config needs {per_iter * cfg.max_iters:.2g} FLOPs ({per_iter:.2g} per iteration): "
+            f"even at {CPU_FLOPS:.0e} FLOP/s a CPU takes about {fmt_duration(cpu_seconds(run, raw_model))} "
+            f"({per_iter / CPU_FLOPS:.1f} s per iteration). It is sized for a GPU: use --device=cuda there, or "
+            f"a smaller model / fewer --max_iters here")
+    if cfg.compile and cfg.n_experts:
+        log("warning: --compile=True with n_experts > 0: each batch routes a different number of tokens to "
+            "each expert, so torch.compile recompiles often (minutes each); --compile=False is usually faster")
+    if cfg.lr_schedule != "constant" and cfg.max_iters <= cfg.warmup_iters + (cfg.lr_schedule != "wsd"):
+        log(f"note: max_iters={cfg.max_iters} ends before the LR decays (warmup_iters={cfg.warmup_iters}): "
+            f"fine for a smoke test, not for a result")
+    if run.resumed_from and run.resumed_from[1]["max_iters"] != cfg.max_iters and cfg.lr_schedule != "constant":
+        it, saved = run.resumed_from
+        old = SimpleNamespace(**saved)
+        if any(lr_multiplier(j, cfg) != lr_multiplier(j, old) for j in range(it)):  # else (warmup) nothing differs
+            log(f"note: max_iters={cfg.max_iters}, the checkpoint's run had {saved['max_iters']}: the LR schedule is "
+                f"a function of max_iters, so iterations 1-{it} ran on the {saved['max_iters']}-iteration "
+                f"{cfg.lr_schedule} schedule and the rest follow the {cfg.max_iters}-iteration one (LR multiplier "
+                f"{lr_multiplier(it, cfg):.3g} at iteration {it}, {lr_multiplier(it, old):.3g} on the checkpoint's): "
+                f"the LRs of neither schedule from scratch")
+
+
+def cpu_seconds(run, raw_model):
+    """The whole run's training FLOPs over CPU_FLOPS: a lower bound on its time on a CPU."""
+    return raw_model.flops_per_token() * run.tokens_per_iter * run.cfg.max_iters / CPU_FLOPS
+
+
+def write_log(run, row):
+    """Append row to log.jsonl (rank 0), and send it to the tracker when there is one."""
+    if run.master:
+        append_log(run.log_path, row)
+        if run.tracker:
+            run.tracker.log(tracker_row(row), step=row["iter"])
+
+
+def start_tracker(cfg, master, finished, held):
+    """A Weights & Biases run (rank 0, wandb_log=True; nanoGPT's keys), finished when `held` (an
+    ExitStack) closes: exit code 1 if the run raised. None otherwise, and for a finished run
+    (nothing to send); wandb is imported only here. A resumed run starts a new W&B run of the
+    same name; log.jsonl stays the record."""
+    if not (cfg.wandb_log and master) or finished:
+        return None
+    import wandb
+
+    tracker = wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name or os.path.basename(
+        os.path.abspath(cfg.out_dir)), config=vars(cfg), dir=cfg.out_dir)
+    held.push(lambda kind, exc, tb: tracker.finish(exit_code=1 if kind else 0))
+    return tracker
+
+
+def tracker_row(row, prefix=None):
+    """A log.jsonl row as flat tracker keys: {"train/loss", "train/lr", "eval/val_loss",
+    "eval/scales/<site>/mean", "eval/max_load/<layer>", ..., "tokens"}; nested dicts and lists
+    joined with "/"."""
+    if prefix is None:
+        return {"tokens": row["tokens"], **tracker_row({k: v for k, v in row.items()
+                                                        if k not in ("kind", "iter", "tokens")}, row["kind"])}
+    items = row.items() if isinstance(row, dict) else enumerate(row)
+    flat = {}
+    for key, value in items:
+        if isinstance(value, (dict, list)):
+            flat.update(tracker_row(value, f"{prefix}/{key}"))
+        else:
+            flat[f"{prefix}/{key}"] = value
+    return flat
+
+
+def diverged(run, which, value, it):
+    """The message for a non-finite loss: which one, where, and what is kept."""
+    kept = f"the last good checkpoint {run.ckpt_path} is kept" if os.path.exists(run.ckpt_path) else \
+        "no checkpoint was written yet"
+    return f"{which} loss is {value} at iter {it}: the run diverged; {kept} (try a lower learning_rate)"
+
+
+class Progress:
+    """Progress lines (loss, LR, tokens/s, ms/iter, MFU on known GPUs, ETA) every log_interval
+    iterations and at least every PROGRESS_EVERY_S seconds; one warning when a CPU run would
+    take over an hour."""
+
+    def __init__(self, run, raw_model, start_iter):
+        self.run, self.start_iter = run, start_iter
+        self.flops_per_token = raw_model.flops_per_token()
+        self.expected_s = cpu_seconds(run, raw_model)  # the config's own CPU time, at a free CPU's pace
+        self.peak = peak_flops(run.device) if run.ptdtype == torch.bfloat16 else None
+        self.warned_slow = False
+        self.t_start = self.t_line = time.perf_counter()
+        self.restart_window()
+
+    def restart_window(self):
+        self.t_window, self.iters = time.perf_counter(), 0
+
+    def step(self, row, aux):
+        cfg, done = self.run.cfg, row["iter"]
+        self.iters += 1
+        now = time.perf_counter()
+        if not (done % cfg.log_interval == 0 or done == cfg.max_iters or now - self.t_line >= PROGRESS_EVERY_S):
+            return
+        dt = now - self.t_window
+        tok_s = self.iters * self.run.tokens_per_iter / dt
+        ms = 1000 * dt / self.iters
+        eta = (cfg.max_iters - done) * dt / self.iters  # training steps only, evals add to it
+        mfu = f" | MFU {100 * self.flops_per_token * tok_s / (self.peak * self.run.world):.1f}%" if self.peak else ""
+        moe = f" | lb {row['lb_loss']:.3f} | max load (last batch) " \
+            f"{aux['expert_load'].max().item() * cfg.n_experts:.2f}" if "lb_loss" in row else ""
+        self.run.log(f"iter {done}/{cfg.max_iters} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | "
+                     f"{tok_s / 1e3:.1f}k tok/s | {ms:.0f} ms/iter{mfu}{moe} | ETA {fmt_duration(eta)}")
+        if self.run.device.type == "cpu" and eta > 3600 and not self.warned_slow:
+            self.warned_slow = True  # the config is judged at start (describe); here only the machine
+            why = "this config is sized for a GPU (use --device=cuda there, or a smaller model / fewer " \
+                "--max_iters here)" if self.expected_s > 3600 else \
+                f"the config itself needs about {fmt_duration(self.expected_s)} on a free CPU, so this machine is " \
+                f"busy or slow (another training process on its cores? OMP_NUM_THREADS above its cores?)"
+            self.run.log(f"warning: at the measured {ms:.0f} ms/iter the {cfg.max_iters - done} iterations left "
+                         f"take about {fmt_duration(eta)} on this CPU: {why}")
+        self.t_line = now
+        self.restart_window()
+
+
+def end_of_run_sample(model, run):
+    """Print a sample from "\\n"; a sample that cannot be made is one line, never a failed run."""
+    cfg = run.cfg
+    try:
+        codec = make_codec(run.data["meta"], cfg.vocab_size)
+        if codec is None:
+            run.log("no sample: the dataset has no meta.pkl vocabulary to decode its token ids")
+            return
+        encode, decode = codec
+        try:
+            prompt = encode("\n")
+        except UserError:  # a vocabulary without "\n": start from token 0
+            prompt = [0]
+        start = torch.tensor([prompt], dtype=torch.long, device=run.device)
+        model.eval()
+        with run.autocast:
+            out = model.generate(start, cfg.sample_tokens, temperature=0.8, top_k=200)
+        run.log(f"--- sample ({cfg.sample_tokens} tokens) ---\n{decode(out[0].tolist())}\n---")
+    except Exception as e:  # the run is finished and saved: a sample is a courtesy
+        run.log(f"no sample ({e if isinstance(e, UserError) else f'{type(e).__name__}: {e}'}); "
+                f"the run itself finished and is saved")

@@ -12,9 +12,12 @@ attn_placement, mlp_placement, qk_norm, output_norms, scale_wd), the size
 weight_decay, lr_schedule, warmup_iters) and the budget (max_iters,
 batch_size, block_size, gradient_accumulation_steps).
 
-Read top to bottom: train() sets up, builds, restores, runs the loop and
-finishes; the pieces it calls follow it. Outputs in out_dir: ckpt.pt (written
-atomically at every eval and at the end) and log.jsonl (see checkpoint.py).
+Read top to bottom: train() sets up, builds, restores (checkpoint.begin), runs
+the loop and finishes; the pieces it calls follow it. A run's operations (its
+processes, the description and warnings at start, progress lines, log rows and
+W&B, the end-of-run sample) live in ops.py. Outputs in out_dir: ckpt.pt
+(written atomically at every eval and at the end) and log.jsonl (see
+checkpoint.py).
 
 One process owns an out_dir while it trains (out_dir/.lock): a second train.py
 on it stops at once with an error naming the owner's pid. SIGTERM (a cluster's
@@ -29,7 +32,6 @@ torchrun (it passes SIGTERM to every process) or any process: all ranks stop
 after the same step.
 """
 
-import datetime
 import math
 import os
 import signal
@@ -44,17 +46,13 @@ configurator.set_omp_env()  # before torch loads: idle OpenMP threads sleep inst
 import numpy as np
 import torch
 
-from checkpoint import append_log, lock_out_dir, read_log, restore, resume_config, save_checkpoint, trim_log
-from configurator import (StopSignals, UserError, cli, compile_errors, complete, fmt_duration, load_config,
-                          resolve_device, usage)
-from dataset import dataset_dir, load_data, make_codec
-from model import GPT, model_config, peak_flops
-from ops import check_config, choices, inert_notes
-from optim import build_optimizers, format_groups, lr_multiplier, set_lr
-
-PROGRESS_EVERY_S = 15  # a progress line at least this often, whatever log_interval says
-CPU_FLOPS = 2e11  # FLOP/s a free, fast CPU reaches on these models (the default run: ~1.4e11 on 2 cores)
-STOP_NOTE = "stopping after this step: the checkpoint is saved, then the run exits (a second Ctrl-C quits at once)"
+from checkpoint import begin, lock_out_dir, resume_config, save_checkpoint
+from configurator import StopSignals, UserError, cli, compile_errors, complete, load_config, resolve_device, usage
+from dataset import dataset_dir, load_data
+from model import GPT, model_config
+from ops import (STOP_NOTE, Progress, Run, check_config, choices, describe, diverged, end_of_run_sample,
+                 setup_distributed, start_tracker, write_log)
+from optim import build_optimizers, lr_multiplier, set_lr
 
 
 def train(cfg, given=frozenset()):
@@ -67,18 +65,18 @@ def train(cfg, given=frozenset()):
     when another process trains in out_dir) and FloatingPointError for a non-finite loss.
     """
     with ExitStack() as held:  # what setup takes (the out_dir's lock) is released however the run ends
-        run = setup(cfg, given, held)  # the config (on resume, the checkpoint's), device, processes, data
+        run, ckpt = setup(cfg, given, held)  # the config (on resume, the checkpoint's), device, processes, data
         cfg, device, ddp = run.cfg, run.device, run.ddp
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
-        start_iter, tokens, val_loss, row_missing = begin(run, raw_model, optimizers)  # restore, or a new log
-        run.tracker = start_tracker(run, held)  # W&B when wandb_log, else None
+        start = begin(run, ckpt, raw_model, optimizers)  # restore the checkpoint, or start a new log
+        del ckpt  # its weights live in the model now
+        start_iter, tokens, val_loss = start.iter, start.tokens, start.val_loss
         model = torch.compile(raw_model) if cfg.compile else raw_model
         fwd = model  # evals run without the DDP wrapper
         if ddp:
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[run.local_rank] if device.type == "cuda" else None)
-        run.n_moe = sum(block.moe for block in raw_model.blocks)
         describe(run, raw_model, groups, given)
 
         # The loop. Iteration `it` first evaluates and saves when one is due (so the final
@@ -92,7 +90,7 @@ def train(cfg, given=frozenset()):
             for it in range(start_iter, cfg.max_iters + 1):
                 last = it == cfg.max_iters
                 if it == start_iter:  # a new run's iteration 0, or a log row a kill left out on resume
-                    due = (it == 0 and cfg.eval_interval > 0) or row_missing
+                    due = (it == 0 and cfg.eval_interval > 0) or start.eval_due
                 else:
                     due = last or (cfg.eval_interval > 0 and it % cfg.eval_interval == 0)
                 if due:
@@ -102,7 +100,7 @@ def train(cfg, given=frozenset()):
                     break
                 stopped = stop_signal(signals, run)  # a SIGTERM/SIGINT during the step before, on any rank
                 if stopped:
-                    stop_here(run, raw_model, optimizers, it, tokens, stopped, saved=due and it > start_iter)
+                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, saved=due and it > start_iter)
                     break
                 set_lr(optimizers, lr_multiplier(it, cfg))
                 torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)  # dropout masks: same on resume
@@ -132,7 +130,7 @@ def train(cfg, given=frozenset()):
                     row |= {"lb_loss": lb_loss, "z_loss": z_loss}
                 write_log(run, row)
                 progress.step(row, aux)
-        return finish(run, raw_model, start_iter, val_loss, loss_val, progress, stopped)
+        return finish(run, raw_model, start, val_loss, loss_val, progress, stopped)
 
 
 # -----------------------------------------------------------------------------
@@ -146,11 +144,8 @@ def setup(cfg, given, held):
     there: at once when the folder exists, else once the config is checked (a bad
     config makes no folder); the lock goes into `held` (an ExitStack), which
     releases it. init_from="auto" becomes "resume" when out_dir holds a checkpoint,
-    else "scratch". Returns a namespace: cfg (a namespace of the full config; "auto"
-    device and dtype kept as asked, so each machine resolves them), ckpt (or None),
-    resumed_from ((iteration, the checkpoint's completed config) or None), tokens
-    (seen so far), device, autocast, rank/local_rank/world/ddp/master, data,
-    model_cfg, tokens_per_iter, out_dir paths, log (prints on rank 0 only).
+    else "scratch". Returns (ops.Run, the checkpoint dict to resume from or None); a W&B
+    tracker (wandb_log) is started here, unless the checkpoint's run is finished.
     """
     if not cfg["out_dir"].strip():
         raise UserError(f"out_dir={cfg['out_dir']!r} is empty: set --out_dir=DIR (the run's checkpoint and log go there)")
@@ -185,115 +180,17 @@ def setup(cfg, given, held):
             raise UserError(f"meta.pkl's vocab_size={cfg.vocab_size!r} must be an int")
     model_cfg = model_config(cfg)
     cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
-    return SimpleNamespace(
-        cfg=cfg, ckpt=ckpt, tokens=tokens, device=device,
+    finished = ckpt is not None and ckpt["iter"] == cfg.max_iters
+    return Run(
+        cfg=cfg, tokens=tokens, device=device,
         resumed_from=(ckpt["iter"], complete(ckpt["config"])) if ckpt else None, dtype=dtype, ptdtype=ptdtype,
         autocast=torch.autocast(device.type, dtype=ptdtype) if ptdtype != torch.float32 else nullcontext(),
         rank=rank, local_rank=local_rank, world=world, ddp=ddp, master=master, data=data, model_cfg=model_cfg,
         tokens_per_iter=cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps,
+        n_moe=sum(model_cfg.is_moe(layer) for layer in range(model_cfg.n_layer)),
         ckpt_path=os.path.join(cfg.out_dir, "ckpt.pt"), log_path=os.path.join(cfg.out_dir, "log.jsonl"),
-        log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None), tracker=None)
-
-
-def setup_distributed(cfg, device_name):
-    """(rank, local_rank, world_size) from torchrun's environment; init the process group.
-
-    NCCL on CUDA, gloo on CPU, whenever torchrun launched us (WORLD_SIZE set),
-    even as one process: `--nproc_per_node=1` runs the DDP path of 8 (as in
-    nanoGPT). Raises UserError, before any collective (so no rank hangs), when
-    gradient_accumulation_steps does not divide by WORLD_SIZE.
-    """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    accum = cfg.gradient_accumulation_steps
-    if accum % world:
-        k = world // math.gcd(accum, world)  # the fewest extra micro-steps that divide among the processes
-        same = f"--gradient_accumulation_steps={accum * k} --batch_size={cfg.batch_size // k} keeps the " \
-            f"{cfg.batch_size * accum} sequences per iteration" if cfg.batch_size % k == 0 else \
-            f"--gradient_accumulation_steps={accum * k} (then {cfg.batch_size * accum * k} sequences per iteration)"
-        raise UserError(f"gradient_accumulation_steps={accum} does not divide by WORLD_SIZE={world} (it is the "
-                        f"global count of micro-steps, shared among the processes): {same}")
-    if "WORLD_SIZE" in os.environ:
-        backend = "nccl" if device_name.startswith("cuda") else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(local_rank)
-        torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.ddp_timeout_s))
-    return rank, local_rank, world
-
-
-def begin(run, raw_model, optimizers):
-    """Restore the checkpoint into model and optimizers (resume), or start an empty log (scratch).
-
-    Returns (start iteration, tokens seen, last val loss, row_missing): row_missing
-    is True when a kill fell between the checkpoint and its eval row in the log,
-    which the loop then completes (same model, same batches); every rank agrees.
-    A checkpoint a signal saved between evals (val_loss None) has no eval row to
-    complete, unless it is at max_iters (the run's final eval is then still due).
-    Raises UserError when a scratch run would overwrite a run in out_dir.
-    """
-    start_iter, val_loss, evaluated = 0, float("nan"), True
-    if run.ckpt is not None:
-        start_iter, val_loss = restore(run.ckpt, raw_model, optimizers, run.cfg)
-        evaluated = val_loss is not None
-        val_loss = float("nan") if val_loss is None else val_loss
-        run.ckpt = None  # the weights now live in the model; free the copy
-        if run.master:
-            trim_log(run.log_path, start_iter)
-    else:
-        if os.path.exists(run.ckpt_path):
-            raise UserError(f"out_dir={run.cfg.out_dir!r} already holds a run ({run.ckpt_path}): continue it "
-                            f"with --init_from=resume (or auto), or train from scratch in another --out_dir "
-                            f"(or delete it)")
-        if run.master:
-            open(run.log_path, "w").close()
-    logged = read_log(run.log_path) if run.master and os.path.exists(run.log_path) else []
-    missing = torch.tensor(float(start_iter > 0 and (evaluated or start_iter == run.cfg.max_iters) and not any(
-        r["kind"] == "eval" and r["iter"] == start_iter for r in logged)), device=run.device)
-    if run.ddp:
-        torch.distributed.broadcast(missing, 0)  # rank 0 holds the log; every rank evaluates
-    run.start_iter = start_iter
-    run.logged_train_loss = next((r["loss"] for r in reversed(logged) if r["kind"] == "train"), float("nan"))
-    return start_iter, run.tokens, val_loss, bool(missing.item())
-
-
-def describe(run, raw_model, groups, given=frozenset()):
-    """Print the parameter report, the optimizer groups, the device and the batch; warn on odd setups,
-    and note each key the user gave (`given`) that changes nothing here (configurator.inert_keys)."""
-    cfg, log = run.cfg, run.log
-    log(raw_model.param_report())
-    log(format_groups(groups))
-    log(f"device {run.device} ({run.dtype}{', compiled' if cfg.compile else ''}), {run.world} process(es)"
-        f"{f' (DDP, {torch.distributed.get_backend()})' if run.ddp else ''}, "
-        f"{run.tokens_per_iter:,} tokens/iter = {cfg.batch_size} batch x {cfg.block_size} block x "
-        f"{cfg.gradient_accumulation_steps} accumulation; {raw_model.flops_per_token() / 1e6:.1f} MFLOP/token")
-    for note in inert_notes(vars(cfg), given):
-        log(note)
-    if run.device.type == "cpu" and cpu_seconds(run, raw_model) > 3600:
-        per_iter = raw_model.flops_per_token() * run.tokens_per_iter
-        log(f"warning: this config needs {per_iter * cfg.max_iters:.2g} FLOPs ({per_iter:.2g} per iteration): "
-            f"even at {CPU_FLOPS:.0e} FLOP/s a CPU takes about {fmt_duration(cpu_seconds(run, raw_model))} "
-            f"({per_iter / CPU_FLOPS:.1f} s per iteration). It is sized for a GPU: use --device=cuda there, or "
-            f"a smaller model / fewer --max_iters here")
-    if cfg.compile and cfg.n_experts:
-        log("warning: --compile=True with n_experts > 0: each batch routes a different number of tokens to "
-            "each expert, so torch.compile recompiles often (minutes each); --compile=False is usually faster")
-    if cfg.lr_schedule != "constant" and cfg.max_iters <= cfg.warmup_iters + (cfg.lr_schedule != "wsd"):
-        log(f"note: max_iters={cfg.max_iters} ends before the LR decays (warmup_iters={cfg.warmup_iters}): "
-            f"fine for a smoke test, not for a result")
-    if run.resumed_from and run.resumed_from[1]["max_iters"] != cfg.max_iters and cfg.lr_schedule != "constant":
-        it, saved = run.resumed_from
-        old = SimpleNamespace(**saved)
-        if any(lr_multiplier(j, cfg) != lr_multiplier(j, old) for j in range(it)):  # else (warmup) nothing differs
-            log(f"note: max_iters={cfg.max_iters}, the checkpoint's run had {saved['max_iters']}: the LR schedule is "
-                f"a function of max_iters, so iterations 1-{it} ran on the {saved['max_iters']}-iteration "
-                f"{cfg.lr_schedule} schedule and the rest follow the {cfg.max_iters}-iteration one (LR multiplier "
-                f"{lr_multiplier(it, cfg):.3g} at iteration {it}, {lr_multiplier(it, old):.3g} on the checkpoint's): "
-                f"the LRs of neither schedule from scratch")
-
-
-def cpu_seconds(run, raw_model):
-    """The whole run's training FLOPs over CPU_FLOPS: a lower bound on its time on a CPU."""
-    return raw_model.flops_per_token() * run.tokens_per_iter * run.cfg.max_iters / CPU_FLOPS
+        log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None),
+        tracker=start_tracker(cfg, master, finished, held)), ckpt
 
 
 def get_batch(data, split, index, micro_step, cfg, device):
@@ -379,46 +276,6 @@ def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss):
             "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"]})
 
 
-def write_log(run, row):
-    """Append row to log.jsonl (rank 0), and send it to the tracker when there is one."""
-    if run.master:
-        append_log(run.log_path, row)
-        if run.tracker:
-            run.tracker.log(tracker_row(row), step=row["iter"])
-
-
-def start_tracker(run, held):
-    """A Weights & Biases run (rank 0, wandb_log=True; nanoGPT's keys), finished when `held` (an
-    ExitStack) closes: exit code 1 if the run raised. None otherwise; wandb is imported only here.
-    A resumed run starts a new W&B run of the same name; log.jsonl stays the record."""
-    cfg = run.cfg
-    if not (cfg.wandb_log and run.master) or run.start_iter == cfg.max_iters:  # a finished run: nothing to send
-        return None
-    import wandb
-
-    tracker = wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name or os.path.basename(
-        os.path.abspath(cfg.out_dir)), config=vars(cfg), dir=cfg.out_dir)
-    held.push(lambda kind, exc, tb: tracker.finish(exit_code=1 if kind else 0))
-    return tracker
-
-
-def tracker_row(row, prefix=None):
-    """A log.jsonl row as flat tracker keys: {"train/loss", "train/lr", "eval/val_loss",
-    "eval/scales/<site>/mean", "eval/max_load/<layer>", ..., "tokens"}; nested dicts and lists
-    joined with "/"."""
-    if prefix is None:
-        return {"tokens": row["tokens"], **tracker_row({k: v for k, v in row.items()
-                                                        if k not in ("kind", "iter", "tokens")}, row["kind"])}
-    items = row.items() if isinstance(row, dict) else enumerate(row)
-    flat = {}
-    for key, value in items:
-        if isinstance(value, (dict, list)):
-            flat.update(tracker_row(value, f"{prefix}/{key}"))
-        else:
-            flat[f"{prefix}/{key}"] = value
-    return flat
-
-
 def stop_signal(signals, run):
     """The signal ("SIGTERM", "SIGINT") that asks this run to stop, received by any rank, or None.
 
@@ -433,18 +290,18 @@ def stop_signal(signals, run):
     return signal.Signals(number).name if number else None
 
 
-def stop_here(run, raw_model, optimizers, it, tokens, stopped, saved):
+def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, saved):
     """Stop after `it` iterations: save them (unless the eval at `it` just did) and say how to go on.
 
     The checkpoint has "val_loss": None (no eval at this iteration; the log has
     its train rows up to `it` and its evals up to the last one due), so a resumed
     run continues exactly as if never stopped: same batches, LRs and dropout masks.
     """
-    if it > run.start_iter and not saved:
+    if it > start_iter and not saved:
         write_checkpoint(run, raw_model, optimizers, it, tokens, None)
-    if it > run.start_iter:
+    if it > start_iter:
         what = f"stopped by {stopped} after iteration {it}/{run.cfg.max_iters}, saved in {run.ckpt_path}"
-    elif run.start_iter > 0:
+    elif start_iter > 0:
         what = f"stopped by {stopped} before the first step; {run.ckpt_path} (iteration {it}) is unchanged"
     else:
         what = f"stopped by {stopped} before the first step; nothing to save"
@@ -452,65 +309,14 @@ def stop_here(run, raw_model, optimizers, it, tokens, stopped, saved):
             f"(or --init_from=auto, which also starts a run that has no checkpoint)")
 
 
-def diverged(run, which, value, it):
-    """The message for a non-finite loss: which one, where, and what is kept."""
-    kept = f"the last good checkpoint {run.ckpt_path} is kept" if os.path.exists(run.ckpt_path) else \
-        "no checkpoint was written yet"
-    return f"{which} loss is {value} at iter {it}: the run diverged; {kept} (try a lower learning_rate)"
-
-
-class Progress:
-    """Progress lines (loss, LR, tokens/s, ms/iter, MFU on known GPUs, ETA) every log_interval
-    iterations and at least every PROGRESS_EVERY_S seconds; one warning when a CPU run would
-    take over an hour."""
-
-    def __init__(self, run, raw_model, start_iter):
-        self.run, self.start_iter = run, start_iter
-        self.flops_per_token = raw_model.flops_per_token()
-        self.expected_s = cpu_seconds(run, raw_model)  # the config's own CPU time, at a free CPU's pace
-        self.peak = peak_flops(run.device) if run.ptdtype == torch.bfloat16 else None
-        self.warned_slow = False
-        self.t_start = self.t_line = time.perf_counter()
-        self.restart_window()
-
-    def restart_window(self):
-        self.t_window, self.iters = time.perf_counter(), 0
-
-    def step(self, row, aux):
-        cfg, done = self.run.cfg, row["iter"]
-        self.iters += 1
-        now = time.perf_counter()
-        if not (done % cfg.log_interval == 0 or done == cfg.max_iters or now - self.t_line >= PROGRESS_EVERY_S):
-            return
-        dt = now - self.t_window
-        tok_s = self.iters * self.run.tokens_per_iter / dt
-        ms = 1000 * dt / self.iters
-        eta = (cfg.max_iters - done) * dt / self.iters  # training steps only, evals add to it
-        mfu = f" | MFU {100 * self.flops_per_token * tok_s / (self.peak * self.run.world):.1f}%" if self.peak else ""
-        moe = f" | lb {row['lb_loss']:.3f} | max load (last batch) " \
-            f"{aux['expert_load'].max().item() * cfg.n_experts:.2f}" if "lb_loss" in row else ""
-        self.run.log(f"iter {done}/{cfg.max_iters} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | "
-                     f"{tok_s / 1e3:.1f}k tok/s | {ms:.0f} ms/iter{mfu}{moe} | ETA {fmt_duration(eta)}")
-        if self.run.device.type == "cpu" and eta > 3600 and not self.warned_slow:
-            self.warned_slow = True  # the config is judged at start (describe); here only the machine
-            why = "this config is sized for a GPU (use --device=cuda there, or a smaller model / fewer " \
-                "--max_iters here)" if self.expected_s > 3600 else \
-                f"the config itself needs about {fmt_duration(self.expected_s)} on a free CPU, so this machine is " \
-                f"busy or slow (another training process on its cores? OMP_NUM_THREADS above its cores?)"
-            self.run.log(f"warning: at the measured {ms:.0f} ms/iter the {cfg.max_iters - done} iterations left "
-                         f"take about {fmt_duration(eta)} on this CPU: {why}")
-        self.t_line = now
-        self.restart_window()
-
-
-def finish(run, raw_model, start_iter, val_loss, train_loss, progress, stopped=None):
+def finish(run, raw_model, start, val_loss, train_loss, progress, stopped=None):
     """Print a sample and the final line (not for a stopped run: stop_here said it);
     returns dict(val_loss (the last eval's), train_loss, wall_s, model, stopped)."""
-    cfg = run.cfg
+    cfg, start_iter = run.cfg, start.iter
     if start_iter > 0 and start_iter == cfg.max_iters:  # resumed a finished run: nothing trained
         run.log(f"done: the run in {cfg.out_dir} is finished ({start_iter} iterations = max_iters), final val "
                 f"loss {val_loss:.4f}; pass a larger --max_iters to continue it")
-        return {"val_loss": val_loss, "train_loss": run.logged_train_loss, "wall_s": 0.0, "model": raw_model,
+        return {"val_loss": val_loss, "train_loss": start.last_train_loss, "wall_s": 0.0, "model": raw_model,
                 "stopped": None}
     wall = time.perf_counter() - progress.t_start
     if run.master and cfg.sample_tokens > 0 and not stopped:
@@ -518,29 +324,6 @@ def finish(run, raw_model, start_iter, val_loss, train_loss, progress, stopped=N
     if not stopped:
         run.log(f"done: {cfg.max_iters - start_iter} iterations in {wall:.0f} s, final val loss {val_loss:.4f}")
     return {"val_loss": val_loss, "train_loss": train_loss, "wall_s": wall, "model": raw_model, "stopped": stopped}
-
-
-def end_of_run_sample(model, run):
-    """Print a sample from "\\n"; a sample that cannot be made is one line, never a failed run."""
-    cfg = run.cfg
-    try:
-        codec = make_codec(run.data["meta"], cfg.vocab_size)
-        if codec is None:
-            run.log("no sample: the dataset has no meta.pkl vocabulary to decode its token ids")
-            return
-        encode, decode = codec
-        try:
-            prompt = encode("\n")
-        except UserError:  # a vocabulary without "\n": start from token 0
-            prompt = [0]
-        start = torch.tensor([prompt], dtype=torch.long, device=run.device)
-        model.eval()
-        with run.autocast:
-            out = model.generate(start, cfg.sample_tokens, temperature=0.8, top_k=200)
-        run.log(f"--- sample ({cfg.sample_tokens} tokens) ---\n{decode(out[0].tolist())}\n---")
-    except Exception as e:  # the run is finished and saved: a sample is a courtesy
-        run.log(f"no sample ({e if isinstance(e, UserError) else f'{type(e).__name__}: {e}'}); "
-                f"the run itself finished and is saved")
 
 
 def main(argv):

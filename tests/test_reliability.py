@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import configurator
+import ops
 import train as train_mod
 from checkpoint import read_log as read_log_rows  # skips a last line torn mid-write
 from conftest import ROOT
@@ -399,12 +400,12 @@ def test_disk_full_mid_run_is_one_line_and_auto_finishes_the_uninterrupted_run(t
     common = ["--max_iters=8", "--eval_interval=4"]
     run(tiny_args(ds, tmp_path / "a", *common))
     log = tmp_path / "b" / "log.jsonl"
-    real_append = train_mod.append_log
+    real_append = ops.append_log
 
     def fills_at_6(path, row):
         real_append("/dev/full" if row["iter"] >= 6 else path, row)
 
-    monkeypatch.setattr(train_mod, "append_log", fills_at_6)
+    monkeypatch.setattr(ops, "append_log", fills_at_6)
     monkeypatch.setattr(sys, "argv", ["train.py", *tiny_args(ds, tmp_path / "b", *common)])
     with pytest.raises(SystemExit) as info:
         configurator.cli(train_mod.main)

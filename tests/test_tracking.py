@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-import train as train_mod
+import ops
 from conftest import ROOT
 from configurator import UserError
 from test_train import make_dataset, read_log, run, tiny_args
@@ -64,7 +64,7 @@ def test_a_failed_run_finishes_its_tracker_run_as_failed(tmp_path, monkeypatch):
     def no_space(*args):
         raise OSError(28, "No space left on device", "log.jsonl")
 
-    monkeypatch.setattr(train_mod, "append_log", lambda path, row: no_space() if row["iter"] == 2 else None)
+    monkeypatch.setattr(ops, "append_log", lambda path, row: no_space() if row["iter"] == 2 else None)
     with pytest.raises(OSError):
         run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--wandb_log=True"))
     assert runs[0].exit_code == 1

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import sample
+import ops
 import train as train_mod
 from conftest import ROOT
 from model import GPT
@@ -526,7 +527,9 @@ def test_a_kill_between_checkpoint_and_log_row_is_completed_on_resume(tmp_path, 
 
 def test_progress_lines_come_by_time_with_an_eta_and_a_slow_cpu_run_is_warned(tmp_path, monkeypatch, capsys):
     clock = iter(range(0, 10**9, 2000))  # every reading 2000 s later: a very slow machine
-    monkeypatch.setattr(train_mod, "time", type("FakeTime", (), {"perf_counter": staticmethod(lambda: next(clock))}))
+    fake = type("FakeTime", (), {"perf_counter": staticmethod(lambda: next(clock))})
+    monkeypatch.setattr(ops, "time", fake)  # Progress's clock
+    monkeypatch.setattr(train_mod, "time", fake)
     ds = make_dataset(tmp_path / "ds")
     run(tiny_args(ds, tmp_path / "o", "--max_iters=3", "--log_interval=100", "--lr_schedule=constant"))
     out = capsys.readouterr().out
@@ -545,12 +548,12 @@ def test_a_gpu_sized_config_on_a_cpu_is_warned_before_its_first_step(tmp_path, c
     model = GPT(train_mod.model_config(cfg))
     flops_per_iter = model.flops_per_token() * 512
     lines = []
-    for max_iters in (10, int(2 * 3600 * train_mod.CPU_FLOPS / flops_per_iter)):  # ~0 s, then ~2 hours
+    for max_iters in (10, int(2 * 3600 * ops.CPU_FLOPS / flops_per_iter)):  # ~0 s, then ~2 hours
         run = SimpleNamespace(cfg=SimpleNamespace(**{**cfg, "max_iters": max_iters}), log=lines.append,
                               device=torch.device("cpu"), dtype="float32", world=1, ddp=False,
                               tokens_per_iter=512, resumed_from=None)
         lines.clear()
-        train_mod.describe(run, model, [])
+        ops.describe(run, model, [])
         warned = [ln for ln in lines if "sized for a GPU" in ln]
         assert len(warned) == (max_iters > 10), lines
     assert "2h0" in warned[0] or "1h59" in warned[0]  # the estimate: 2 hours at CPU_FLOPS
