@@ -37,97 +37,6 @@ import threading
 import traceback
 from contextlib import contextmanager
 
-# -----------------------------------------------------------------------------
-# The one table of defaults: {section: {key: (default, meaning)}}. The default
-# run is the paper's unified strategy on shakespeare_char, sized to train on 2
-# CPU cores in a few minutes. model.GPTConfig takes its defaults from here.
-SECTIONS = {
-    "I/O": {
-        "out_dir": ("out-shakespeare-char", "folder for ckpt.pt and log.jsonl"),
-        "init_from": ("scratch", '"scratch" | "resume" (from out_dir/ckpt.pt) | "auto" (resume when out_dir holds '
-                                 'a checkpoint, else scratch: the one command for a job that may be preempted)'),
-        "eval_interval": (100, "iterations between evals + checkpoints (0: only at the end)"),
-        "eval_iters": (20, "validation batches per eval (a fixed set)"),
-        "log_interval": (50, "iterations between progress lines"),
-        "sample_tokens": (300, "tokens sampled and printed at the end (0: none)"),
-        "wandb_log": (False, "also send every log.jsonl row and the config to Weights & Biases (pip install "
-                             "wandb; WANDB_MODE=offline keeps it on disk)"),
-        "wandb_project": ("scalevec", "the W&B project"),
-        "wandb_run_name": ("", "the W&B run name (empty: out_dir's folder name)"),
-    },
-    "data": {
-        "dataset": ("shakespeare_char", "a folder under data/, or a path to one"),
-        "batch_size": (32, "micro-batch per process"),
-        "gradient_accumulation_steps": (1, "global count, divided among DDP processes"),
-    },
-    "model": {
-        "block_size": (128, "context length (tokens)"),
-        "n_layer": (4, "transformer blocks"),
-        "n_head": (4, "attention heads (n_embd must divide by it)"),
-        "n_embd": (128, "width"),
-        "d_ff": (0, "SwiGLU hidden width (0: 8/3 n_embd rounded up to a multiple of 64)"),
-        "vocab_size": (0, "0: from the dataset's meta.pkl; padded to a multiple of 64 inside the model"),
-        "tie_embeddings": (True, "LM head shares the token embedding"),
-        "dropout": (0.0, "in [0, 1)"),
-        "rope_theta": (10000.0, "RoPE base"),
-    },
-    "scale vectors": {  # the paper's unified strategy: HG + DNP + OR + IWD
-        "scale": ("vector", "learnable scale vectors, or none of them (normalizations only) (model.SCALES)"),
-        "reparam": ("or", "how each scale vector is parameterized (norms.SCALE_CLASSES)"),
-        "branch_scales": (True, "HG: separate scales for q, k, v and gate, up"),
-        "attn_placement": ("in", "where attention's scale vectors sit (model.ATTN_PLACEMENTS)"),
-        "mlp_placement": ("dual_norm", "where the MLP's scale vectors and normalizations sit (model.MLP_PLACEMENTS)"),
-        "dual_sites": ("prenorm", '"prenorm": dual placements put scales on the maps that read the normalized '
-                                  'input (q, k, v; gate, up) | "all": also around W_o and W_down (the earlier '
-                                  'reading) (model.DUAL_SITES)'),
-        "qk_norm": (False, "RMSNorm on q and k per head, with output-role scales"),
-        "output_norms": (False, "Gemma-style RMSNorm on each branch's output before the residual add"),
-        "norm_eps": (1e-6, "added to the mean square in every RMSNorm"),
-        "scale_wd": ("iwd", "which scale vectors weight decay pulls, by role (optim.SCALE_WD)"),
-    },
-    "mixture of experts": {
-        "n_experts": (0, "0: dense"),
-        "top_k": (2, "experts per token"),
-        "moe_every": (1, "1: every block is MoE; 2: blocks 1, 3, 5, ... (0-based)"),
-        "expert_d_ff": (0, "expert width (0: d_ff)"),
-        "shared_expert": (False, "one always-on expert beside the routed ones"),
-        "aux_loss_coef": (0.01, "load-balancing loss weight"),
-        "z_loss_coef": (0.0, "router z-loss weight"),
-    },
-    "optimizer": {
-        "optimizer": ("adamw", "what steps the hidden matrices; AdamW steps the rest (optim.OPTIMIZERS)"),
-        "learning_rate": (3e-3, "AdamW's peak LR"),
-        "muon_lr": (0.02, "Muon's peak LR"),
-        "muon_momentum": (0.95, "in [0, 1)"),
-        "magnitude_lr_mult": (1.0, "LR of the OR/ER magnitude scalar over learning_rate"),
-        "weight_decay": (0.1, "on matrices, the LM head, the router; on scales as scale_wd says"),
-        "beta1": (0.9, "AdamW, in [0, 1)"),
-        "beta2": (0.95, "AdamW, in [0, 1)"),
-        "grad_clip": (1.0, "global gradient-norm clip (0: off)"),
-    },
-    "schedule": {
-        "lr_schedule": ("cosine", "the LR after warmup (optim.LR_SCHEDULES)"),
-        "warmup_iters": (50, "linear warmup iterations"),
-        "max_iters": (600, "training iterations"),
-        "min_lr": (3e-4, "the LR the decay ends at (as a share of each group's peak: min_lr / learning_rate)"),
-        "wsd_decay_frac": (0.2, "WSD: share of max_iters spent decaying, in [0, 1]"),
-    },
-    "system": {
-        "device": ("auto", '"auto" | "cpu" | "cuda" | "cuda:N" | "mps" (one this machine has)'),
-        "dtype": ("auto", '"auto" (bfloat16 on CUDA, else float32) | "float32" | "bfloat16"'),
-        "compile": (False, "torch.compile the model"),
-        "seed": (1337, "initial weights and batches"),
-        "ddp_timeout_s": (600, "seconds a DDP collective may wait"),
-    },
-}
-DEFAULTS = {key: default for keys in SECTIONS.values() for key, (default, _) in keys.items()}
-# Keys added after runs were recorded, with the value those runs trained at: a config
-# (record, checkpoint) without the key means this value, and a run hash leaves it out.
-LEGACY = {"dual_sites": "all"}
-TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name")  # where the numbers go, never the numbers
-MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
-    {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
-
 
 class Range:
     """A number key's allowed values: low (and high) bounds, inclusive unless open; a float must
@@ -161,40 +70,114 @@ class Choices:
         return re.fullmatch(self.pattern, value) is not None if self.pattern else value in self.values
 
 
-# Each key's allowed values beyond its default's type, in SECTIONS' order; None: any value of the
-# type (a path, a bool), or a name of the registry its meaning names (model.CHOICES, optim.CHOICES:
-# the code that implements the choices checks them, and --help lists them). check_values applies
-# this before anything is built. Bounds across keys (top_k <= n_experts, min_lr <= learning_rate,
-# ...) are the model's and optimizer's.
 GE0, GE1, POSITIVE, FRACTION = Range(0), Range(1), Range(0, low_open=True), Range(0, 1, high_open=True)
-ALLOWED = {
-    # I/O
-    "out_dir": None, "init_from": Choices("scratch", "resume", "auto"), "eval_interval": GE0, "eval_iters": GE1,
-    "log_interval": GE1, "sample_tokens": GE0, "wandb_log": None, "wandb_project": None, "wandb_run_name": None,
-    # data
-    "dataset": None, "batch_size": GE1, "gradient_accumulation_steps": GE1,
-    # model
-    "block_size": GE1, "n_layer": GE1, "n_head": GE1, "n_embd": GE1, "d_ff": GE0, "vocab_size": GE0,
-    "tie_embeddings": None, "dropout": FRACTION, "rope_theta": POSITIVE,
-    # scale vectors
-    "scale": None, "reparam": None, "branch_scales": None, "attn_placement": None, "mlp_placement": None,
-    "dual_sites": None, "qk_norm": None, "output_norms": None, "norm_eps": POSITIVE, "scale_wd": None,
-    # mixture of experts
-    "n_experts": GE0, "top_k": GE1, "moe_every": GE1, "expert_d_ff": GE0, "shared_expert": None,
-    "aux_loss_coef": GE0, "z_loss_coef": GE0,
-    # optimizer
-    "optimizer": None,
-    "learning_rate": Range(0, low_open=True, why="0 trains nothing, and min_lr is relative to it"),
-    "muon_lr": GE0, "muon_momentum": FRACTION, "magnitude_lr_mult": GE0, "weight_decay": GE0,
-    "beta1": FRACTION, "beta2": FRACTION, "grad_clip": GE0,
-    # schedule
-    "lr_schedule": None, "warmup_iters": GE0, "max_iters": GE0,
-    "min_lr": GE0, "wsd_decay_frac": Range(0, 1),
-    # system
-    "device": Choices("auto", "cpu", "cuda", "cuda:N", "mps", pattern=r"auto|cpu|mps|cuda(:\d+)?"),
-    "dtype": Choices("auto", "float32", "bfloat16"), "compile": None,
-    "seed": Range(0, 2**32 - 1, why="numpy's generators need it"), "ddp_timeout_s": GE1,
+
+
+# -----------------------------------------------------------------------------
+# The one table of config keys: {section: {key: (default, allowed values, meaning)}}. The
+# default run is the paper's unified strategy on shakespeare_char, sized to train on 2 CPU
+# cores in a few minutes; model.GPTConfig takes its defaults from here. Allowed values beyond
+# the default's type: a Range (every float also finite), Choices, or None: any value of the
+# type (a path, a bool), or a name of the registry the meaning names (model.CHOICES,
+# optim.CHOICES: the code that implements the choices checks them, and --help lists them).
+# check_values applies them before anything is built. Bounds across keys (top_k <= n_experts,
+# min_lr <= learning_rate, ...) are the model's and optimizer's.
+SECTIONS = {
+    "I/O": {
+        "out_dir": ("out-shakespeare-char", None, "folder for ckpt.pt and log.jsonl"),
+        "init_from": ("scratch", Choices("scratch", "resume", "auto"),
+                      '"scratch" | "resume" (from out_dir/ckpt.pt) | "auto" (resume when out_dir holds '
+                      'a checkpoint, else scratch: the one command for a job that may be preempted)'),
+        "eval_interval": (100, GE0, "iterations between evals + checkpoints (0: only at the end)"),
+        "eval_iters": (20, GE1, "validation batches per eval (a fixed set)"),
+        "log_interval": (50, GE1, "iterations between progress lines"),
+        "sample_tokens": (300, GE0, "tokens sampled and printed at the end (0: none)"),
+        "wandb_log": (False, None,
+                      "also send every log.jsonl row and the config to Weights & Biases (pip install "
+                      "wandb; WANDB_MODE=offline keeps it on disk)"),
+        "wandb_project": ("scalevec", None, "the W&B project"),
+        "wandb_run_name": ("", None, "the W&B run name (empty: out_dir's folder name)"),
+    },
+    "data": {
+        "dataset": ("shakespeare_char", None, "a folder under data/, or a path to one"),
+        "batch_size": (32, GE1, "micro-batch per process"),
+        "gradient_accumulation_steps": (1, GE1, "global count, divided among DDP processes"),
+    },
+    "model": {
+        "block_size": (128, GE1, "context length (tokens)"),
+        "n_layer": (4, GE1, "transformer blocks"),
+        "n_head": (4, GE1, "attention heads (n_embd must divide by it)"),
+        "n_embd": (128, GE1, "width"),
+        "d_ff": (0, GE0, "SwiGLU hidden width (0: 8/3 n_embd rounded up to a multiple of 64)"),
+        "vocab_size": (0, GE0, "0: from the dataset's meta.pkl; padded to a multiple of 64 inside the model"),
+        "tie_embeddings": (True, None, "LM head shares the token embedding"),
+        "dropout": (0.0, FRACTION, "in [0, 1)"),
+        "rope_theta": (10000.0, POSITIVE, "RoPE base"),
+    },
+    "scale vectors": {  # the paper's unified strategy: HG + DNP + OR + IWD
+        "scale": ("vector", None, "learnable scale vectors, or none of them (normalizations only) (model.SCALES)"),
+        "reparam": ("or", None, "how each scale vector is parameterized (norms.SCALE_CLASSES)"),
+        "branch_scales": (True, None, "HG: separate scales for q, k, v and gate, up"),
+        "attn_placement": ("in", None, "where attention's scale vectors sit (model.ATTN_PLACEMENTS)"),
+        "mlp_placement": ("dual_norm", None,
+                          "where the MLP's scale vectors and normalizations sit (model.MLP_PLACEMENTS)"),
+        "dual_sites": ("prenorm", None,
+                       '"prenorm": dual placements put scales on the maps that read the normalized '
+                       'input (q, k, v; gate, up) | "all": also around W_o and W_down (the earlier '
+                       'reading) (model.DUAL_SITES)'),
+        "qk_norm": (False, None, "RMSNorm on q and k per head, with output-role scales"),
+        "output_norms": (False, None, "Gemma-style RMSNorm on each branch's output before the residual add"),
+        "norm_eps": (1e-6, POSITIVE, "added to the mean square in every RMSNorm"),
+        "scale_wd": ("iwd", None, "which scale vectors weight decay pulls, by role (optim.SCALE_WD)"),
+    },
+    "mixture of experts": {
+        "n_experts": (0, GE0, "0: dense"),
+        "top_k": (2, GE1, "experts per token"),
+        "moe_every": (1, GE1, "1: every block is MoE; 2: blocks 1, 3, 5, ... (0-based)"),
+        "expert_d_ff": (0, GE0, "expert width (0: d_ff)"),
+        "shared_expert": (False, None, "one always-on expert beside the routed ones"),
+        "aux_loss_coef": (0.01, GE0, "load-balancing loss weight"),
+        "z_loss_coef": (0.0, GE0, "router z-loss weight"),
+    },
+    "optimizer": {
+        "optimizer": ("adamw", None, "what steps the hidden matrices; AdamW steps the rest (optim.OPTIMIZERS)"),
+        "learning_rate": (3e-3, Range(0, low_open=True, why="0 trains nothing, and min_lr is relative to it"),
+                          "AdamW's peak LR"),
+        "muon_lr": (0.02, GE0, "Muon's peak LR"),
+        "muon_momentum": (0.95, FRACTION, "in [0, 1)"),
+        "magnitude_lr_mult": (1.0, GE0, "LR of the OR/ER magnitude scalar over learning_rate"),
+        "weight_decay": (0.1, GE0, "on matrices, the LM head, the router; on scales as scale_wd says"),
+        "beta1": (0.9, FRACTION, "AdamW, in [0, 1)"),
+        "beta2": (0.95, FRACTION, "AdamW, in [0, 1)"),
+        "grad_clip": (1.0, GE0, "global gradient-norm clip (0: off)"),
+    },
+    "schedule": {
+        "lr_schedule": ("cosine", None, "the LR after warmup (optim.LR_SCHEDULES)"),
+        "warmup_iters": (50, GE0, "linear warmup iterations"),
+        "max_iters": (600, GE0, "training iterations"),
+        "min_lr": (3e-4, GE0, "the LR the decay ends at (as a share of each group's peak: min_lr / learning_rate)"),
+        "wsd_decay_frac": (0.2, Range(0, 1), "WSD: share of max_iters spent decaying, in [0, 1]"),
+    },
+    "system": {
+        "device": ("auto", Choices("auto", "cpu", "cuda", "cuda:N", "mps", pattern=r"auto|cpu|mps|cuda(:\d+)?"),
+                   '"auto" | "cpu" | "cuda" | "cuda:N" | "mps" (one this machine has)'),
+        "dtype": ("auto", Choices("auto", "float32", "bfloat16"),
+                  '"auto" (bfloat16 on CUDA, else float32) | "float32" | "bfloat16"'),
+        "compile": (False, None, "torch.compile the model"),
+        "seed": (1337, Range(0, 2**32 - 1, why="numpy's generators need it"), "initial weights and batches"),
+        "ddp_timeout_s": (600, GE1, "seconds a DDP collective may wait"),
+    },
 }
+DEFAULTS = {key: default for keys in SECTIONS.values() for key, (default, _, _) in keys.items()}
+ALLOWED = {key: allowed for keys in SECTIONS.values() for key, (_, allowed, _) in keys.items()}
+# Keys added after runs were recorded, with the value those runs trained at: a config
+# (record, checkpoint) without the key means this value, and a run hash leaves it out.
+LEGACY = {"dual_sites": "all"}
+TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name")  # where the numbers go, never the numbers
+MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
+    {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
+
+
 
 
 class UserError(Exception):
@@ -239,11 +222,11 @@ def usage(doc, choices=None):
     lines = [doc.strip(), "", "config keys (--key=value; default, then meaning):"]
     for section, keys in SECTIONS.items():
         lines.append(f"\n  {section}")
-        for key, (default, meaning) in keys.items():
+        for key, (default, allowed, meaning) in keys.items():
             arg = f"--{key}={default!r}" if isinstance(default, str) else f"--{key}={default}"
             listed = (choices or {}).get(key, {})
             named = listed and not any(listed.values()) and not all(f'"{v}"' in meaning for v in listed)
-            lines.append(f"    {arg:<40} {meaning}{allowed_note(ALLOWED[key], meaning)}"
+            lines.append(f"    {arg:<40} {meaning}{allowed_note(allowed, meaning)}"
                          + (f" [one of {', '.join(map(repr, listed))}]" if named else ""))
             lines += [f"    {'':<40}   {name!r}: {what}" for name, what in listed.items() if what]
     return "\n".join(lines)
@@ -371,27 +354,32 @@ def load_config(argv):
 # Checking values, and what is built from them
 
 
+def value_problem(key, value):
+    """Why ALLOWED refuses value for key (a float that is nan or inf, a number out of its range,
+    a string not among its choices), as one line with the fix; None when it is allowed.
+    model.GPTConfig checks its fields with this too: a range is stated once, here."""
+    allowed = ALLOWED[key]
+    finite = not isinstance(value, float) or math.isfinite(value)
+    if allowed is None or finite and allowed.allows(value):
+        return None
+    fix = f"set --{key} to {'one of them' if isinstance(allowed, Choices) else 'such a value'} " \
+          f"(default {DEFAULTS[key]!r})"
+    why = f" ({allowed.why})" if getattr(allowed, "why", "") else ""
+    if isinstance(allowed, Choices):
+        return f"{key}={value!r} is not one of {', '.join(map(repr, allowed.values))}: {fix}"
+    if not finite:
+        return f"{key}={value!r} is not a finite number: {key} must be {allowed.describe()}{why}; {fix}"
+    return f"{key}={value!r} must be {allowed.describe()}{why}: {fix}"
+
+
 def check_values(cfg):
-    """UserError, one line, for the first value ALLOWED refuses: a float that is nan or inf, a
-    number out of its range, a string not among its choices. Model keys' errors start with
-    'model config: ', as model.GPTConfig's do. A key cfg lacks (an ablation run's out_dir) is skipped."""
-    for key, allowed in ALLOWED.items():
-        if key not in cfg:
-            continue
-        value = cfg[key]
-        finite = not isinstance(value, float) or math.isfinite(value)
-        if allowed is None or finite and allowed.allows(value):
-            continue
-        fix = f"set --{key} to {'one of them' if isinstance(allowed, Choices) else 'such a value'} " \
-              f"(default {DEFAULTS[key]!r})"
-        where, why = "model config: " if key in MODEL_KEYS else "", getattr(allowed, "why", "")
-        why = f" ({why})" if why else ""
-        if isinstance(allowed, Choices):
-            raise UserError(f"{where}{key}={value!r} is not one of {', '.join(map(repr, allowed.values))}: {fix}")
-        if not finite:
-            raise UserError(f"{where}{key}={value!r} is not a finite number: {key} must be "
-                            f"{allowed.describe()}{why}; {fix}")
-        raise UserError(f"{where}{key}={value!r} must be {allowed.describe()}{why}: {fix}")
+    """UserError, one line, for the first value ALLOWED refuses (value_problem). Model keys' errors
+    start with 'model config: ', as model.GPTConfig's do. A key cfg lacks (an ablation run's
+    out_dir) is skipped."""
+    for key in ALLOWED:
+        problem = key in cfg and value_problem(key, cfg[key])
+        if problem:
+            raise UserError(("model config: " if key in MODEL_KEYS else "") + problem)
 
 
 GB = 1e9

@@ -18,13 +18,13 @@ each carry their own gamma on their linear map's input.
 import math
 import warnings
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from configurator import DEFAULTS, MODEL_KEYS, UserError, complete
+from configurator import DEFAULTS, MODEL_KEYS, UserError, complete, value_problem
 from norms import SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_scale_, make_scale
 
 SCALES = ("vector", "none")  # "none": every learnable scale removed, the normalizations kept (claim C1)
@@ -117,15 +117,16 @@ class GPTConfig:
             if not ok:
                 raise ValueError(msg)
 
-        for key in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
-            check(getattr(self, key) > 0, f"{key}={getattr(self, key)} must be positive")
-        check(self.d_ff >= 0, f"d_ff={self.d_ff} must be >= 0 (0 = 8/3 n_embd rounded up to 64)")
+        for f in fields(self):  # each key's range, as the config table states it
+            problem = value_problem(f.name, getattr(self, f.name))
+            check(not problem, problem)
+        check(self.vocab_size > 0, f"vocab_size={self.vocab_size} must be positive (0 means 'from meta.pkl' in a "
+                                   f"run config: resolve it first)")
         check(self.n_embd % self.n_head == 0,
               f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: "
               f"pick n_embd as a multiple of n_head (e.g. {self.n_head * max(1, self.n_embd // self.n_head)})")
         check((self.n_embd // self.n_head) % 2 == 0,
               f"head size n_embd/n_head={self.n_embd // self.n_head} must be even for RoPE")
-        check(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)")
         for key, allowed in CHOICES.items():
             check(getattr(self, key) in allowed, f"{key}={getattr(self, key)!r} is not one of {tuple(allowed)}")
         if self.scale == "none":
@@ -135,15 +136,8 @@ class GPTConfig:
             check(not bad, f"scale='none' removes every scale vector, so {', '.join(bad)} cannot be set: "
                            "use reparam='plain', branch_scales=False and placements without dual scales, "
                            "or scale='vector'")
-        check(self.norm_eps > 0, f"norm_eps={self.norm_eps} must be positive")
-        check(self.rope_theta > 0, f"rope_theta={self.rope_theta} must be positive (10000 in Llama and GPT-NeoX)")
-        check(self.n_experts >= 0, f"n_experts={self.n_experts} must be >= 0 (0 = dense)")
         if self.n_experts:
-            check(1 <= self.top_k <= self.n_experts,
-                  f"top_k={self.top_k} must be between 1 and n_experts={self.n_experts}")
-            check(self.moe_every >= 1, f"moe_every={self.moe_every} must be >= 1")
-            check(self.aux_loss_coef >= 0 and self.z_loss_coef >= 0, "aux_loss_coef and z_loss_coef must be >= 0")
-        check(self.expert_d_ff >= 0, f"expert_d_ff={self.expert_d_ff} must be >= 0 (0 = d_ff)")
+            check(self.top_k <= self.n_experts, f"top_k={self.top_k} must be between 1 and n_experts={self.n_experts}")
         if self.d_ff == 0:
             self.d_ff = 64 * math.ceil(8 * self.n_embd / 3 / 64)
         if self.expert_d_ff == 0:

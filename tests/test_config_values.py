@@ -73,7 +73,7 @@ def test_a_key_set_in_a_config_file_may_be_set_again_on_the_command_line(tmp_pat
 
 
 def test_every_key_declares_its_allowed_values_and_every_default_passes():
-    assert list(ALLOWED) == list(DEFAULTS)  # one declaration a key, in SECTIONS' order
+    assert list(ALLOWED) == list(DEFAULTS)  # one row a key, in SECTIONS' order
     for key, allowed in ALLOWED.items():
         if allowed is not None:
             assert allowed.allows(DEFAULTS[key]), key

@@ -325,7 +325,7 @@ def test_init_from_auto_starts_a_new_run_or_resumes_one(tmp_path):
     run(tiny_args(ds, tmp_path / "o", "--init_from=auto", "--max_iters=2", "--eval_interval=2"))
     run(tiny_args(ds, tmp_path / "o", "--init_from=auto", "--max_iters=4"))
     assert [r["iter"] for r in read_log(tmp_path / "o") if r["kind"] == "train"] == [1, 2, 3, 4]
-    assert "auto" in configurator.SECTIONS["I/O"]["init_from"][1]
+    assert "auto" in configurator.SECTIONS["I/O"]["init_from"][2]
     with pytest.raises(UserError, match="init_from='later' is not one of 'scratch', 'resume', 'auto'"):
         run(tiny_args(ds, tmp_path / "p", "--init_from=later"))
 
