@@ -128,7 +128,15 @@ def load_ablation(path):
             for key in overrides:
                 if key not in DEFAULTS:
                     raise UserError(f"{path}: {group}[{name!r}] sets unknown config key {key!r}")
-    # Every run's config is checked now, so a bad value fails here (and in --dry_run), not hours in
+    check_runs(spec, path)
+    spec["name"] = os.path.splitext(os.path.basename(path))[0]
+    return spec
+
+
+def check_runs(spec, path):
+    """check_config on every run an ablation plans (each setting, variant, LR and token multiplier),
+    so a bad value fails at load (and in --dry_run), not hours in; UserError naming the run."""
+    variants, seeds = spec["variants"], spec["seeds"]
     for setting in spec["settings"]:
         for variant in variants:
             for lr_mult in [1.0, *spec["lr_multipliers"]]:
@@ -139,8 +147,6 @@ def load_ablation(path):
                         raise UserError(f"{path}: variant {variant!r} in setting {setting!r}"
                                         f"{f' at {lr_mult}x LR' if lr_mult != 1 else ''}"
                                         f"{f' at {iter_mult}x iterations' if iter_mult != 1 else ''}: {e}") from None
-    spec["name"] = os.path.splitext(os.path.basename(path))[0]
-    return spec
 
 
 def run_config(spec, setting, variant, seed, lr_mult=1.0, iter_mult=1.0):

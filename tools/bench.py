@@ -179,82 +179,54 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def main(argv):
-    if "-h" in argv or "--help" in argv:
-        print(usage(__doc__))
-        return
-    opts_cli = {"variants": "all", "steps": "20", "warmup": "3", "memory": "auto", "memory_child": "", "json": "",
-                "shared": "False"}
+def parse_options(argv):
+    """(bench options, the other arguments for load_config, steps, warmup) of argv; UserError for a
+    bad bench option."""
+    opts = {"variants": "all", "steps": "20", "warmup": "3", "memory": "auto", "memory_child": "", "json": "",
+            "shared": "False"}
     rest = []
     for a in argv:
         key = a[2:].split("=", 1)[0] if a.startswith("--") else None
-        if key in opts_cli:
-            opts_cli[key] = a.split("=", 1)[1]
+        if key in opts:
+            opts[key] = a.split("=", 1)[1]
         else:
             rest.append(a)
     try:
-        steps, warmup = int(opts_cli["steps"]), int(opts_cli["warmup"])
+        steps, warmup = int(opts["steps"]), int(opts["warmup"])
     except ValueError:
-        raise UserError(f"--steps={opts_cli['steps']} / --warmup={opts_cli['warmup']}: expected integers") from None
+        raise UserError(f"--steps={opts['steps']} / --warmup={opts['warmup']}: expected integers") from None
     if steps < 1 or warmup < 0:
         raise UserError(f"--steps={steps} must be >= 1 and --warmup={warmup} >= 0")
-    if opts_cli["shared"] not in ("True", "False"):
-        raise UserError(f"--shared={opts_cli['shared']}: expected True or False")
-    if opts_cli["shared"] == "True":
-        return shared(rest, opts_cli["variants"].split(",")[0], steps, warmup)
-    cfg_dict, _ = load_config(rest)
-    cfg = SimpleNamespace(**cfg_dict)
-    cfg.device, cfg.dtype = resolve_device(cfg.device, cfg.dtype)
-    if cfg.vocab_size == 0:
-        cfg.vocab_size = 50257 if cfg.n_embd >= 512 else 80
-    device = torch.device(cfg.device)
-    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
-    known = variants()
-    names = [n for n in known if "moe" not in n] if opts_cli["variants"] == "all" else opts_cli["variants"].split(",")
-    for n in names:
-        if n not in known and n != REFERENCE:
-            raise UserError(f"unknown variant {n!r}; known: {', '.join(known)}, {REFERENCE}")
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
-    y = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
+    if opts["shared"] not in ("True", "False"):
+        raise UserError(f"--shared={opts['shared']}: expected True or False")
+    if opts["memory"] not in ("True", "False", "auto"):
+        raise UserError(f"--memory={opts['memory']}: expected True, False or auto")
+    return opts, rest, steps, warmup
 
-    if opts_cli["memory_child"]:  # a separate process: one variant, a few steps, its peak memory
-        model, step_model, opts = build(cfg, opts_cli["memory_child"])
-        for _ in range(3):
-            train_step(model, step_model, opts, x, y, ctx)
-        sync(device)
-        print(torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else peak_rss_mib())
-        return
 
-    mem = {}
-    if opts_cli["memory"] not in ("True", "False", "auto"):
-        raise UserError(f"--memory={opts_cli['memory']}: expected True, False or auto")
-    if opts_cli["memory"] == "True" or (opts_cli["memory"] == "auto" and device.type == "cuda"):
-        for n in names:  # before this process holds any model
-            out = subprocess.run([sys.executable, "-m", "tools.bench", *rest, f"--memory_child={n}"], cwd=ROOT,
-                                 capture_output=True, text=True, check=True).stdout
-            mem[n] = float(out.strip().splitlines()[-1])
-    built = {n: build(cfg, n) for n in names}
+def time_steps(built, names, steps, warmup, x, y, ctx, device):
+    """{variant: [seconds of each timed step]}: warm-up (and compile) first, then one step of each
+    variant in turn (interleaved, so machine noise hits all alike)."""
     times = {n: [] for n in names}
-    for n in names:  # warm-up (and compile)
+    for n in names:
         for _ in range(warmup):
             train_step(*built[n], x, y, ctx)
         sync(device)
     for _ in range(steps):
-        for n in names:  # interleaved: one step of each variant in turn
+        for n in names:
             sync(device)
             t0 = time.perf_counter()
             train_step(*built[n], x, y, ctx)
             sync(device)
             times[n].append(time.perf_counter() - t0)
+    return times
 
-    tokens = cfg.batch_size * cfg.block_size
-    peak = peak_flops(device) if cfg.dtype == "bfloat16" else None
+
+def table(built, names, times, mem, tokens, peak, memory_kind):
+    """Print one row per variant (parameters, median ms/step, its ratio to names[0], per FLOP,
+    tokens/s, MFU where the peak is known, peak memory); returns the rows as dicts."""
     ref = statistics.median(times[names[0]])
-    print(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; n_layer={cfg.n_layer} n_embd={cfg.n_embd} "
-          f"batch {cfg.batch_size} x block {cfg.block_size}; median of {opts_cli['steps']} interleaved steps")
-    mem_head = f"  peak {'allocated' if device.type == 'cuda' else 'RSS'} MiB (ratio)" if mem else ""
+    mem_head = f"  peak {memory_kind} MiB (ratio)" if mem else ""
     print(f"{'variant':<10} {'params':>12} {'ms/step':>9} {'ratio':>7} {'per FLOP':>9} {'tok/s':>10}"
           + ("    MFU" if peak else "") + mem_head)
     ref_per_flop = ref / built[names[0]][0].flops_per_token()
@@ -275,8 +247,54 @@ def main(argv):
                        mfu_percent=100 * model.flops_per_token() * tokens / med / peak if peak else None,
                        peak_mib=mem.get(n), memory_ratio=mem[n] / mem[names[0]] if mem else None)
     print(f"ratios are against {names[0]!r}")
-    if opts_cli["json"]:
-        with open(opts_cli["json"], "w") as f:
+    return rows
+
+
+def main(argv):
+    if "-h" in argv or "--help" in argv:
+        print(usage(__doc__))
+        return
+    opts, rest, steps, warmup = parse_options(argv)
+    if opts["shared"] == "True":
+        return shared(rest, opts["variants"].split(",")[0], steps, warmup)
+    cfg = SimpleNamespace(**load_config(rest)[0])
+    cfg.device, cfg.dtype = resolve_device(cfg.device, cfg.dtype)
+    if cfg.vocab_size == 0:
+        cfg.vocab_size = 50257 if cfg.n_embd >= 512 else 80
+    device = torch.device(cfg.device)
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
+    known = variants()
+    names = [n for n in known if "moe" not in n] if opts["variants"] == "all" else opts["variants"].split(",")
+    for n in names:
+        if n not in known and n != REFERENCE:
+            raise UserError(f"unknown variant {n!r}; known: {', '.join(known)}, {REFERENCE}")
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
+    y = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
+
+    if opts["memory_child"]:  # a separate process: one variant, a few steps, its peak memory
+        model, step_model, optimizers = build(cfg, opts["memory_child"])
+        for _ in range(3):
+            train_step(model, step_model, optimizers, x, y, ctx)
+        sync(device)
+        print(torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else peak_rss_mib())
+        return
+    mem = {}
+    if opts["memory"] == "True" or (opts["memory"] == "auto" and device.type == "cuda"):
+        for n in names:  # before this process holds any model
+            out = subprocess.run([sys.executable, "-m", "tools.bench", *rest, f"--memory_child={n}"], cwd=ROOT,
+                                 capture_output=True, text=True, check=True).stdout
+            mem[n] = float(out.strip().splitlines()[-1])
+    built = {n: build(cfg, n) for n in names}
+    times = time_steps(built, names, steps, warmup, x, y, ctx, device)
+    tokens = cfg.batch_size * cfg.block_size
+    print(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; n_layer={cfg.n_layer} n_embd={cfg.n_embd} "
+          f"batch {cfg.batch_size} x block {cfg.block_size}; median of {steps} interleaved steps")
+    rows = table(built, names, times, mem, tokens, peak_flops(device) if cfg.dtype == "bfloat16" else None,
+                 "allocated" if device.type == "cuda" else "RSS")
+    if opts["json"]:
+        with open(opts["json"], "w") as f:
             json.dump(dict(device=str(device), dtype=cfg.dtype, compile=cfg.compile, torch=torch.__version__,
                            threads=torch.get_num_threads(), tokens_per_step=tokens, reference=names[0],
                            variants=rows), f, indent=1)

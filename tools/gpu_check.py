@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -227,6 +228,142 @@ def mean(values):
 # -----------------------------------------------------------------------------
 
 
+@dataclass
+class Check:
+    """What the stages share: the device ("cuda" | "cpu"), SIZES[device], the commands of
+    stage_commands, the output folder, the training run's folder and the dataset's entropy rate."""
+
+    device: str
+    size: dict
+    commands: dict
+    out: str
+    run_dir: str
+    entropy: float
+
+
+def stage_tests(check, timeout):
+    junit = os.path.join(check.out, "tests.xml")
+    result, _ = run_command("tests", check.commands["tests"], timeout, check.out)
+    if os.path.exists(junit):
+        result.update(parse_junit(junit))
+        if result["failed"]:
+            result["error"] = f"failed: {', '.join(result['failed'])}"
+        elif result["passed"] == 0:
+            result["error"] = "no test ran (all skipped or deselected)"
+    return result
+
+
+def stage_ddp(check, timeout):
+    result, text = run_command("ddp", check.commands["ddp"], timeout, check.out)
+    backend = "nccl" if check.device == "cuda" else "gloo"
+    result["backend_seen"] = f"(DDP, {backend})" in text
+    if result["rc"] == 0 and not result["backend_seen"]:
+        result["error"] = f"train.py did not report running under DDP with {backend}"
+    return result
+
+
+def stage_bench(check, timeout):
+    result, _ = run_command("bench", check.commands["bench"], timeout, check.out)
+    if result["rc"] == 0:
+        result["variants"] = rows = read_bench(os.path.join(check.out, "bench.json"), ["baseline", "unified"])
+        result["step_time_ratio"] = rows["unified"]["ratio"]
+        result["memory_ratio"] = rows["unified"]["memory_ratio"]
+        result["baseline_mfu"] = rows["baseline"]["mfu_percent"]
+    return result
+
+
+def stage_train(check, timeout):
+    from checkpoint import read_log
+
+    result, text = run_command("train", check.commands["train"], timeout, check.out)
+    speed = TRAIN_SPEED.findall(text)
+    if speed:  # the last progress line: tokens/s (and MFU on a GPU) of the training loop itself
+        result["tokens_per_s"], result["mfu_percent"] = float(speed[-1][0]) * 1e3, \
+            float(speed[-1][1]) if speed[-1][1] else None
+    log_path = os.path.join(check.run_dir, "log.jsonl")
+    if os.path.exists(log_path):
+        shutil.copy(log_path, os.path.join(check.out, "train_log.jsonl"))
+        evals = [r for r in read_log(log_path) if r["kind"] == "eval"]
+        result["val_loss"] = {r["iter"]: round(r["val_loss"], 4) for r in evals}
+        result["entropy_rate"] = round(check.entropy, 4)
+        if result["rc"] == 0:
+            first, last = evals[0]["val_loss"], evals[-1]["val_loss"]
+            result["loss_fell"] = last < first - 1.0
+            if not result["loss_fell"]:
+                result["error"] = f"val loss {first:.3f} -> {last:.3f}: fell by less than 1 nat"
+    return result
+
+
+def stage_resume(check, timeout):
+    from checkpoint import read_log
+
+    total, n = check.size["train_iters"] + check.size["resume_iters"], check.size["resume_iters"]
+    result, _ = run_command("resume", check.commands["resume"], timeout, check.out)
+    if result["rc"] == 0:
+        rows = [r for r in read_log(os.path.join(check.run_dir, "log.jsonl")) if r["kind"] == "train"]
+        shutil.copy(os.path.join(check.run_dir, "log.jsonl"), os.path.join(check.out, "train_log.jsonl"))
+        before = mean([r["loss"] for r in rows if total - 2 * n < r["iter"] <= total - n])
+        after = mean([r["loss"] for r in rows if r["iter"] > total - n])
+        result.update(loss_before=round(before, 4), loss_after=round(after, 4))
+        if [r["iter"] for r in rows] != list(range(1, total + 1)):
+            result["error"] = "the log's train iterations are not 1..max_iters once each after the resume"
+        elif not after < before + 0.1:  # a lost optimizer state shows as a jump
+            result["error"] = f"loss jumped on resume: {before:.3f} before, {after:.3f} after"
+    return result
+
+
+# The stages, in their order: name -> stage(check, timeout) -> result dict (rc, seconds, error, ...).
+STAGES = {"tests": stage_tests, "ddp": stage_ddp, "bench": stage_bench, "train": stage_train, "resume": stage_resume}
+
+
+def run_stages(check, summary, timeouts, budget, t_start):
+    """Run STAGES in order within the budget, each within its limit; summary.json after each."""
+    for name, fn in STAGES.items():
+        timeout = min(timeouts[name], budget - (time.perf_counter() - t_start))
+        if timeout < 5:
+            result = {"ok": False, "error": f"skipped: the {budget:.0f} s budget is spent"}
+        else:
+            print(f"[{name}] running (timeout {timeout:.0f} s)", flush=True)
+            try:
+                result = fn(check, timeout)
+                result["ok"] = result.get("ok", True) and result["rc"] == 0 and "error" not in result
+            except Exception as e:  # a parsing fault is this stage's failure, not the script's
+                result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        summary["stages"][name] = result
+        status = "ok" if result["ok"] else f"FAILED ({result.get('error', '')})"
+        print(f"[{name}] {status} in {result.get('seconds', 0)} s", flush=True)
+        with open(os.path.join(check.out, "summary.json"), "w") as f:  # after every stage: a kill loses nothing
+            json.dump(summary, f, indent=2)
+
+
+def judge_goals(bench_result, judged):
+    """[{name, value, goal, pass}] of GOALS from the bench stage; pass None when not judged (CPU)."""
+    goals = []
+    for key, bound, text in (("step_time_ratio", GOALS["step_time_ratio"], "<="),
+                             ("memory_ratio", GOALS["memory_ratio"], "<="),
+                             ("baseline_mfu", GOALS["baseline_mfu"], ">=")):
+        value = bench_result.get(key)
+        ok = None if value is None or not judged else (value <= bound if text == "<=" else value >= bound)
+        goals.append({"name": key, "value": value, "goal": f"{text} {bound}", "pass": ok})
+    return goals
+
+
+def report(summary, judged, entropy, out):
+    """The closing table: each stage, each goal, the training run's val losses."""
+    print(f"\n{'stage':<8} {'result':<8} {'s':>6}  detail")
+    for name, s in summary["stages"].items():
+        print(f"{name:<8} {'ok' if s['ok'] else 'FAILED':<8} {s.get('seconds', 0):>6}  {s.get('error', '')[:100]}")
+    print(f"\n{'goal':<16} {'value':>8}  {'goal':<8} result")
+    for g in summary["goals"]:
+        verdict = {True: "pass", False: "FAIL", None: "not judged" if not judged else "no value"}[g["pass"]]
+        print(f"{g['name']:<16} {g['value'] if g['value'] is not None else '-':>8}  {g['goal']:<8} {verdict}")
+    train_result = summary["stages"]["train"]
+    if "val_loss" in train_result:
+        print(f"val loss by iteration {train_result['val_loss']} (entropy-rate floor {entropy:.3f})")
+    print(f"\n{'all stages ok' if summary['ok'] else 'SOME STAGES FAILED'} in {summary['total_s']} s; "
+          f"{os.path.join(out, 'summary.json')}")
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="folder for summary.json and the logs (created)")
@@ -239,8 +376,6 @@ def main(argv):
 
     import torch  # after argparse: --help is instant
 
-    from checkpoint import read_log
-
     cuda_available = torch.cuda.is_available()
     if args.device == "cuda" and not cuda_available:
         sys.exit("error: --device=cuda but CUDA is not available: use --device=auto or --device=cpu")
@@ -249,7 +384,7 @@ def main(argv):
     slowdown = 1.0 if device == "cuda" else round(cpu_slowdown(), 2)
     timeouts = {name: limit * slowdown for name, limit in size["timeouts"].items()}
     budget = args.budget_s or (460 if device == "cuda" else 170 * slowdown)
-    args.out = os.path.abspath(args.out)  # the stages run with cwd = this folder
+    args.out = os.path.abspath(args.out)  # the stages run with cwd = the repository
     os.makedirs(args.out, exist_ok=True)
     work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
     os.makedirs(work, exist_ok=True)
@@ -277,123 +412,20 @@ def main(argv):
     summary["dataset"] = {"kind": "synthetic Markov chain (written by gpu_check.py)", "n_states": size["n_states"],
                           "vocab_size": size["vocab_size"],
                           "train_tokens": size["n_train"], "entropy_rate": round(entropy, 4)}
-    commands = stage_commands(device, work, args.out)
-    run_dir = os.path.join(work, "train")
-
-    def stage(name, fn):
-        remaining = budget - (time.perf_counter() - t_start)
-        timeout = min(timeouts[name], remaining)
-        if timeout < 5:
-            result = {"ok": False, "error": f"skipped: the {budget:.0f} s budget is spent"}
-        else:
-            print(f"[{name}] running (timeout {timeout:.0f} s)", flush=True)
-            try:
-                result = fn(timeout)
-                result["ok"] = result.get("ok", True) and result["rc"] == 0 and "error" not in result
-            except Exception as e:  # a parsing fault is this stage's failure, not the script's
-                result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-        summary["stages"][name] = result
-        status = "ok" if result["ok"] else f"FAILED ({result.get('error', '')})"
-        print(f"[{name}] {status} in {result.get('seconds', 0)} s", flush=True)
-        with open(os.path.join(args.out, "summary.json"), "w") as f:  # after every stage: a kill loses nothing
-            json.dump(summary, f, indent=2)
-
-    def tests(timeout):
-        junit = os.path.join(args.out, "tests.xml")
-        result, _ = run_command("tests", commands["tests"], timeout, args.out)
-        if os.path.exists(junit):
-            result.update(parse_junit(junit))
-            if result["failed"]:
-                result["error"] = f"failed: {', '.join(result['failed'])}"
-            elif result["passed"] == 0:
-                result["error"] = "no test ran (all skipped or deselected)"
-        return result
-
-    def ddp(timeout):
-        result, text = run_command("ddp", commands["ddp"], timeout, args.out)
-        backend = "nccl" if device == "cuda" else "gloo"
-        result["backend_seen"] = f"(DDP, {backend})" in text
-        if result["rc"] == 0 and not result["backend_seen"]:
-            result["error"] = f"train.py did not report running under DDP with {backend}"
-        return result
-
-    def bench(timeout):
-        result, text = run_command("bench", commands["bench"], timeout, args.out)
-        if result["rc"] == 0:
-            result["variants"] = rows = read_bench(os.path.join(args.out, "bench.json"), ["baseline", "unified"])
-            result["step_time_ratio"] = rows["unified"]["ratio"]
-            result["memory_ratio"] = rows["unified"]["memory_ratio"]
-            result["baseline_mfu"] = rows["baseline"]["mfu_percent"]
-        return result
-
-    def train(timeout):
-        result, text = run_command("train", commands["train"], timeout, args.out)
-        speed = TRAIN_SPEED.findall(text)
-        if speed:  # the last progress line: tokens/s (and MFU on a GPU) of the training loop itself
-            result["tokens_per_s"], result["mfu_percent"] = float(speed[-1][0]) * 1e3, \
-                float(speed[-1][1]) if speed[-1][1] else None
-        log_path = os.path.join(run_dir, "log.jsonl")
-        if os.path.exists(log_path):
-            shutil.copy(log_path, os.path.join(args.out, "train_log.jsonl"))
-            evals = [r for r in read_log(log_path) if r["kind"] == "eval"]
-            result["val_loss"] = {r["iter"]: round(r["val_loss"], 4) for r in evals}
-            result["entropy_rate"] = round(entropy, 4)
-            if result["rc"] == 0:
-                first, last = evals[0]["val_loss"], evals[-1]["val_loss"]
-                result["loss_fell"] = last < first - 1.0
-                if not result["loss_fell"]:
-                    result["error"] = f"val loss {first:.3f} -> {last:.3f}: fell by less than 1 nat"
-        return result
-
-    def resume(timeout):
-        total = size["train_iters"] + size["resume_iters"]
-        result, _ = run_command("resume", commands["resume"], timeout, args.out)
-        if result["rc"] == 0:
-            rows = [r for r in read_log(os.path.join(run_dir, "log.jsonl")) if r["kind"] == "train"]
-            shutil.copy(os.path.join(run_dir, "log.jsonl"), os.path.join(args.out, "train_log.jsonl"))
-            n = size["resume_iters"]
-            before = mean([r["loss"] for r in rows if total - 2 * n < r["iter"] <= total - n])
-            after = mean([r["loss"] for r in rows if r["iter"] > total - n])
-            result.update(loss_before=round(before, 4), loss_after=round(after, 4))
-            if [r["iter"] for r in rows] != list(range(1, total + 1)):
-                result["error"] = "the log's train iterations are not 1..max_iters once each after the resume"
-            elif not after < before + 0.1:  # a lost optimizer state shows as a jump
-                result["error"] = f"loss jumped on resume: {before:.3f} before, {after:.3f} after"
-        return result
-
+    check = Check(device, size, stage_commands(device, work, args.out), args.out, os.path.join(work, "train"), entropy)
     if device == "cuda":
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(work, "inductor"))  # bench warms train
-    for name, fn in (("tests", tests), ("ddp", ddp), ("bench", bench), ("train", train), ("resume", resume)):
-        stage(name, fn)
+    run_stages(check, summary, timeouts, budget, t_start)
 
-    bench_result = summary["stages"]["bench"]
     judged = device == "cuda"
-    summary["goals"] = goals = []
-    for key, bound, text in (("step_time_ratio", GOALS["step_time_ratio"], "<="),
-                             ("memory_ratio", GOALS["memory_ratio"], "<="),
-                             ("baseline_mfu", GOALS["baseline_mfu"], ">=")):
-        value = bench_result.get(key)
-        ok = None if value is None or not judged else (value <= bound if text == "<=" else value >= bound)
-        goals.append({"name": key, "value": value, "goal": f"{text} {bound}", "pass": ok})
+    summary["goals"] = judge_goals(summary["stages"]["bench"], judged)
     summary["ok"] = all(s["ok"] for s in summary["stages"].values())
     summary["total_s"] = round(time.perf_counter() - t_start, 1)
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
-
-    print(f"\n{'stage':<8} {'result':<8} {'s':>6}  detail")
-    for name, s in summary["stages"].items():
-        print(f"{name:<8} {'ok' if s['ok'] else 'FAILED':<8} {s.get('seconds', 0):>6}  {s.get('error', '')[:100]}")
-    print(f"\n{'goal':<16} {'value':>8}  {'goal':<8} result")
-    for g in goals:
-        verdict = {True: "pass", False: "FAIL", None: "not judged" if not judged else "no value"}[g["pass"]]
-        print(f"{g['name']:<16} {g['value'] if g['value'] is not None else '-':>8}  {g['goal']:<8} {verdict}")
-    train_result = summary["stages"]["train"]
-    if "val_loss" in train_result:
-        print(f"val loss by iteration {train_result['val_loss']} (entropy-rate floor {entropy:.3f})")
-    print(f"\n{'all stages ok' if summary['ok'] else 'SOME STAGES FAILED'} in {summary['total_s']} s; "
-          f"{os.path.join(args.out, 'summary.json')}")
+    report(summary, judged, entropy, args.out)
     return 0 if summary["ok"] else 1
 
 
