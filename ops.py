@@ -172,7 +172,8 @@ def describe(run, raw_model, groups, given=frozenset()):
     if cfg.compile and cfg.n_experts:
         log("warning: --compile=True with n_experts > 0: each batch routes a different number of tokens to "
             "each expert, so torch.compile recompiles often (minutes each); --compile=False is usually faster")
-    if cfg.lr_schedule != "constant" and cfg.max_iters <= cfg.warmup_iters + (cfg.lr_schedule != "wsd"):
+    decays = "min_lr" in optim.LR_SCHEDULES[cfg.lr_schedule].keys  # a schedule that decays to min_lr
+    if decays and all(lr_multiplier(it, cfg) >= 1 for it in range(cfg.warmup_iters, cfg.max_iters)):
         log(f"note: max_iters={cfg.max_iters} ends before the LR decays (warmup_iters={cfg.warmup_iters}): "
             f"fine for a smoke test, not for a result")
     if run.resumed_from and run.resumed_from[1]["max_iters"] != cfg.max_iters and cfg.lr_schedule != "constant":

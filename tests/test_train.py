@@ -557,3 +557,21 @@ def test_a_gpu_sized_config_on_a_cpu_is_warned_before_its_first_step(tmp_path, c
         warned = [ln for ln in lines if "sized for a GPU" in ln]
         assert len(warned) == (max_iters > 10), lines
     assert "2h0" in warned[0] or "1h59" in warned[0]  # the estimate: 2 hours at CPU_FLOPS
+
+
+@pytest.mark.parametrize("schedule, max_iters, noted", [
+    ("cosine", 3, True), ("cosine", 4, False), ("linear", 3, True), ("linear", 4, False),
+    ("wsd", 2, True), ("wsd", 3, False), ("constant", 3, False),
+])
+def test_a_run_that_ends_before_its_lr_decays_is_noted_from_the_schedule_itself(schedule, max_iters, noted):
+    """warmup_iters=2: the first decaying step (multiplier < 1) is iteration 3 for cosine and linear
+    (their decay starts after warmup), iteration 2 for wsd (its last 20%: at least one step), none for
+    a constant LR, which has no decay to miss."""
+    from types import SimpleNamespace
+    cfg, _ = load_config(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--vocab_size=40",
+                          "--warmup_iters=2", f"--max_iters={max_iters}", f"--lr_schedule={schedule}"])
+    lines = []
+    run = SimpleNamespace(cfg=SimpleNamespace(**cfg), log=lines.append, device=torch.device("cpu"), dtype="float32",
+                          world=1, ddp=False, tokens_per_iter=512, resumed_from=None)
+    ops.describe(run, GPT(train_mod.model_config(cfg)), [])
+    assert any("ends before the LR decays" in ln for ln in lines) == noted, lines
