@@ -119,17 +119,55 @@ def run_tokens(cfg):
     return cfg["max_iters"] * cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
 
 
+# Characters per GPT-2 BPE token of a character-level dataset's text, so that a character run's
+# budget can be read against the paper's (in BPE tokens): tiktoken's r50k_base encode_ordinary on
+# shakespeare_char's training text gives 1,390,451 tokens for its 4,531,100 characters
+# (tests/test_sweep.py recomputes it where tiktoken's file is at hand).
+CHARS_PER_BPE_TOKEN = {"shakespeare_char": 4_531_100 / 1_390_451}
+
+
+def unit(cfg):
+    """What a run's tokens are: "characters" for a character-level dataset (CHARS_PER_BPE_TOKEN),
+    else "tokens"."""
+    return "characters" if cfg.get("dataset") in CHARS_PER_BPE_TOKEN else "tokens"
+
+
+def per_param(cfg, params):
+    """'20 tokens per parameter', or for characters '20 characters per parameter (6.14 GPT-2 tokens)'."""
+    ratio = run_tokens(cfg) / params
+    chars = CHARS_PER_BPE_TOKEN.get(cfg.get("dataset"))
+    return f"{ratio:.3g} {unit(cfg)} per parameter" + (f" ({ratio / chars:.3g} GPT-2 tokens)" if chars else "")
+
+
+def coverage(cfg, train):
+    """(never, twice or more): the expected shares of a training split of `train` tokens that the
+    run's random windows never cover and cover at least twice. Each of the W = max_iters x
+    batch_size x gradient_accumulation_steps windows covers block_size + 1 tokens from a uniform
+    start (train.get_batch), so an interior token is in it with p = (block_size + 1) / (train -
+    block_size); the count of windows holding it is binomial (W, p)."""
+    windows = cfg["max_iters"] * cfg["batch_size"] * cfg["gradient_accumulation_steps"]
+    p = (cfg["block_size"] + 1) / (train - cfg["block_size"])
+    never = (1 - p) ** windows
+    return never, 1 - never - windows * p * (1 - p) ** (windows - 1)
+
+
 def regime(cfg, params, name):
-    """The line stating a setting's regime: the reference's parameters, its tokens, their ratio and,
-    for a dataset in TRAIN_TOKENS, the passes over its training split; '' without a config or count."""
+    """The line stating a setting's regime: the reference's parameters, its tokens (characters for a
+    character-level dataset, with the GPT-2 token equivalent), their ratio and, for a dataset in
+    TRAIN_TOKENS, what the random windows cover of its training split (passes are expected
+    coverage, not epochs); '' without a config or count."""
     if not cfg or not params:
         return ""
-    tokens = run_tokens(cfg)
+    tokens, what = run_tokens(cfg), unit(cfg)
     train = TRAIN_TOKENS.get(cfg.get("dataset"))
-    passes = (f", {tokens / train:.3g} passes over the training data ({cfg['dataset']}: {train:,} training "
-              f"tokens)") if train else ""
-    return (f"Regime: {params / 1e6:.3g}M parameters (`{name}`), {tokens / 1e6:.3g}M tokens, "
-            f"{tokens / params:.3g} tokens per parameter{passes}.")
+    seen = ""
+    if train:
+        never, again = coverage(cfg, train)
+        seen = (f"; expected coverage of the training data {1 - never:.0%} ({never:.0%} of its {what} never in a "
+                f"window, {again:.0%} in two or more; {tokens / train:.3g} passes of random windows over "
+                f"{cfg['dataset']}'s {train:,} training {what})")
+    return (f"Regime: {params / 1e6:.3g}M parameters (`{name}`), {tokens / 1e6:.3g}M {what}, "
+            f"{per_param(cfg, params)}{seen}.")
 
 
 def training_mode(rec):
@@ -256,6 +294,7 @@ def comparisons(spec, results):
         ci = mean_ci(diffs)
         c = dict(setting=setting, variant=v, reference=ref, seeds=seeds, diffs=diffs, ci=ci, expected=expected,
                  verdict=verdict(ci, len(diffs), expected),
+                 planned_diffs=[d for s, d in zip(seeds, diffs) if s in planned], planned_n=len(planned),
                  key=seeds and (config_key(results[(setting, v)]["seeds"][seeds[0]]),
                                 config_key(results[(setting, ref)]["seeds"][seeds[0]])))
         if any(s not in planned for s in seeds):  # seeds added after a look at the planned ones
@@ -334,7 +373,7 @@ def tables(spec, results):
         out.append("")
     trend = tpp_trend(spec, results)
     if trend:
-        out += tpp_table(spec, trend)
+        out += tpp_table(spec, trend, results[(next(iter(spec["settings"])), list(spec["variants"])[0])]["config"])
     if spec["lr_multipliers"]:
         out += lr_table(spec, results)
     if spec["iter_multipliers"]:
@@ -353,12 +392,33 @@ def excludes_zero(ci):
     return ci is not None and ci[1] is not None and (ci[2] < 0 or ci[1] > 0)
 
 
-def claim_p_values(rows):
+def claim_p_values(rows, key="diffs"):
     """{row index: Benjamini-Hochberg adjusted p} over the summary's claim rows with 2 seeds or more
     (paired_t_p, then bh_adjust over all of them at once); control rows stay out of the family.
-    rows: [(comparison, names)] as summary builds them."""
-    claims = [i for i, (c, _) in enumerate(rows) if c["expected"] and len(c["diffs"]) > 1]
-    return dict(zip(claims, bh_adjust([paired_t_p(rows[i][0]["diffs"]) for i in claims])))
+    rows: [(comparison, names)] as summary builds them; key: "diffs" (every seed) or
+    "planned_diffs" (the seeds planned before any look)."""
+    claims = [i for i, (c, _) in enumerate(rows) if c["expected"] and len(c[key]) > 1 and complete(c)]
+    return dict(zip(claims, bh_adjust([paired_t_p(rows[i][0][key]) for i in claims])))
+
+
+def complete(c):
+    """Whether every planned seed of a comparison is recorded: a row still running is reported
+    but stays out of the correction's family (its p would change as seeds arrive)."""
+    return len(c["planned_diffs"]) >= c["planned_n"]
+
+
+def strength(c, p_planned):
+    """The word a sentence about a claim row may use, from its planned seeds: "finding" when their
+    p survives the Benjamini-Hochberg correction (p_planned <= 0.05), "lead" when their interval
+    excludes 0 only uncorrected, "-" otherwise (unresolved); "-" for a control row. A finding or lead
+    on the other side of 0 than the claim says so ("lead, against the claim")."""
+    ci = mean_ci(c["planned_diffs"])
+    if c["expected"] and not complete(c):
+        return f"pending ({len(c['planned_diffs'])} of {c['planned_n']} planned seeds)"
+    if not c["expected"] or p_planned is None or not excludes_zero(ci):
+        return "-"
+    word = "finding" if p_planned <= 0.05 else "lead"
+    return word if (ci[0] < 0) == (c["expected"] == "lower") else f"{word}, against the claim"
 
 
 def summary(collected):
@@ -390,25 +450,36 @@ def summary(collected):
                     c = {**c, "expected": row[0]["expected"],  # a control's larger seed set, the claim kept
                          "verdict": verdict(c["ci"], len(c["diffs"]), row[0]["expected"])}
                 row[0] = c
-    adjusted = claim_p_values(rows)
-    out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | p (BH) | claim | verdict |",
-           "|---|---|---|---|---|---|---|---|"]
+    adjusted, planned = claim_p_values(rows), claim_p_values(rows, "planned_diffs")
+    out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | p (BH) | claim | verdict | "
+           "strength |", "|---|---|---|---|---|---|---|---|---|"]
     for i, (c, names) in enumerate(rows):
-        p_txt = f"{adjusted[i]:#.3g}" if i in adjusted else "-"
+        n, k = len(c["diffs"]), len(c["planned_diffs"])
+        p_txt = f"{planned[i]:#.3g}" if i in planned else "-"
+        if k < n and i in adjusted:  # seeds added after a look: every seed's p, in its own family, beside
+            p_txt += f" (all {n} seeds: {adjusted[i]:#.3g})"
         out.append(f"| {', '.join(f'`{n}`' for n in names)} | {c['setting']} | {c['variant']} - {c['reference']} | "
-                   f"{len(c['diffs'])} | {fmt_ci(c['ci'])} | {p_txt} | {c['expected'] or '(control)'} | "
-                   f"{c['verdict']} |")
-    claimed = sum(1 for c, _ in rows if c["expected"])
-    excluding = sum(1 for c, _ in rows if c["expected"] and excludes_zero(c["ci"]))
-    surviving = sum(1 for p in adjusted.values() if p <= 0.05)
-    family = f"the {len(adjusted)} claim rows" + (" with 2 seeds or more" if len(adjusted) < claimed else "")
+                   f"{n}{f' ({k} planned)' if k < n else ''} | {fmt_ci(c['ci'])} | {p_txt} | "
+                   f"{c['expected'] or '(control)'} | {c['verdict']} | {strength(c, planned.get(i))} |")
+    claims = [(i, c) for i, (c, _) in enumerate(rows) if c["expected"] and complete(c)]
+    pending = sum(1 for c, _ in rows if c["expected"] and not complete(c))
+    words = [strength(c, planned.get(i)) for i, c in claims]
+    excluding = sum(excludes_zero(c["ci"]) for _, c in claims)
+    family = f"the {len(planned)} claim rows" + (" with 2 seeds or more" if len(planned) < len(claims) else "")
     modes = sorted({mode_text(mode) for *_, mode in collected if mode})
-    out += ["", f"{len(rows)} comparisons, {claimed} of them with a claim, each its own 95% Student-t interval "
-            f"over seeds (final val loss, nats/token; negative: the variant is lower). With no effect anywhere, "
-            f"about {claimed / 20:.1f} of the {claimed} would exclude 0 by chance; {excluding} of the {claimed} "
-            f"exclude 0 (uncorrected), and {surviving} survive the Benjamini-Hochberg correction over {family} "
-            f"at a false discovery rate of 0.05 (p (BH) <= 0.05: the two-sided paired t test's p, adjusted; "
-            f"the verdicts stay the intervals'). Runs: {'; '.join(modes)}. Full tables: assets/<ablation>.md."]
+    out += ["", f"{len(rows)} comparisons, {len(claims)} of them with a claim whose planned seeds are all recorded"
+            f"{f' ({pending} more still running: pending, outside the counts and the correction)' if pending else ''}"
+            f", each its own 95% Student-t interval over seeds (final val loss, nats/token; negative: the variant "
+            f"is lower). p (BH): the two-sided paired t test's p on the seeds planned before any look, adjusted by "
+            f"Benjamini-Hochberg over {family}; a row with seeds added after a look also gives the p of all its "
+            f"seeds, adjusted over the same rows with all theirs. With no effect anywhere, about "
+            f"{len(claims) / 20:.1f} of the {len(claims)} would exclude 0 by chance. On the planned seeds: "
+            f"{sum(w.startswith('finding') for w in words)} findings (p (BH) <= 0.05: the correction survived), "
+            f"{sum(w.startswith('lead') for w in words)} leads (the interval excludes 0 only uncorrected), "
+            f"{sum(w.endswith('against the claim') for w in words)} of these against their claim, the rest "
+            f"unresolved. With every seed: {excluding} exclude 0 and {sum(p <= 0.05 for p in adjusted.values())} "
+            f"survive the correction (the verdicts stay the intervals'). Runs: {'; '.join(modes)}. Full tables: "
+            f"assets/<ablation>.md."]
     return "\n".join(out)
 
 
@@ -550,8 +621,7 @@ def multiplier_table(spec, results):
     for setting in spec["settings"]:
         ref, fits, span, per_variant = multipliers(spec, results, setting)
         cfg, params = results[(setting, ref)]["config"], results[(setting, ref)]["params"]
-        at = (f" at {params / 1e6:.3g}M parameters and {run_tokens(cfg) / params:.3g} tokens per parameter"
-              if cfg and params else "")
+        at = f" at {params / 1e6:.3g}M parameters and {per_param(cfg, params)}" if cfg and params else ""
         out += [f"Token multiplier{at}, `{setting}`: the tokens `{ref}` needs to reach the variant's final val "
                 f"loss over the variant's tokens, divided per seed by the same ratio for `{ref}`'s own 1x run "
                 f"(the normalizer; so `{ref}` scores exactly 1); > 1: the variant is more token-efficient. "
@@ -641,16 +711,32 @@ def tpp_trend(spec, results):
     return [(v, sorted(points.values(), key=lambda p: p[1])) for v, points in by_variant.items()]
 
 
-def tpp_table(spec, trend):
-    """Markdown: the tpp_trend's numbers, one row per variant and token budget."""
+def tpp_table(spec, trend, cfg):
+    """Markdown: the tpp_trend's numbers, one row per variant and token budget (characters per
+    parameter with their GPT-2 token equivalent, for a character-level dataset: cfg is a setting's
+    config); then, per variant, the paired test of the change of its gap from the smallest to the
+    largest budget: per seed (gap at the largest) - (gap at the smallest), mean, 95% t interval, p."""
     base, params = list(spec["variants"])[0], trend[0][1][0][2]
-    out = [f"The gap against tokens per parameter at {params / 1e6:.3g}M parameters (`{base}`'s): each variant's "
+    what, chars = unit(cfg), CHARS_PER_BPE_TOKEN.get(cfg.get("dataset"))
+    out = [f"The gap against {what} per parameter at {params / 1e6:.3g}M parameters (`{base}`'s): each variant's "
            f"paired difference to `{base}` (variant minus {base}, same seed and setting; final val loss), its mean "
-           f"and 95% t interval over seeds per token budget ({spec['name']}_tpp.png).", "",
-           "| variant | tokens per parameter | tokens | seeds | mean diff [95% CI] |", "|---|---|---|---|---|"]
+           f"and 95% t interval over seeds per budget ({spec['name']}_tpp.png).", "",
+           f"| variant | {what} per parameter{' (GPT-2 tokens)' if chars else ''} | {what} | seeds | "
+           f"mean diff [95% CI] |", "|---|---|---|---|---|"]
     for v, points in trend:
-        out += [f"| {v} | {tpp:.3g} | {tokens / 1e6:.3g}M | {len(c['diffs'])} | {fmt_ci(c['ci'])} |"
-                for tpp, tokens, _, c in points]
+        out += [f"| {v} | {tpp:.3g}{f' ({tpp / chars:.3g})' if chars else ''} | {tokens / 1e6:.3g}M | "
+                f"{len(c['diffs'])} | {fmt_ci(c['ci'])} |" for tpp, tokens, _, c in points]
+    out += ["", "Does the gap change with the budget? Per seed, the gap at the largest budget minus the gap at the "
+                "smallest (same seed in both), its mean, 95% t interval and two-sided paired t p. Against a negative "
+                "gap, a positive change means it narrows.", "",
+            "| variant | change | seeds | mean [95% CI] | p |", "|---|---|---|---|---|"]
+    for v, points in trend:
+        (lo_tpp, _, _, first), (hi_tpp, _, _, last) = points[0], points[-1]
+        seeds = [s for s in last["seeds"] if s in first["seeds"]]
+        change = [last["diffs"][last["seeds"].index(s)] - first["diffs"][first["seeds"].index(s)] for s in seeds]
+        p_txt = f"{paired_t_p(change):.3g}" if len(change) > 1 else "-"
+        out.append(f"| {v} | at {hi_tpp:.3g} minus at {lo_tpp:.3g} | {len(change)} | {fmt_ci(mean_ci(change))} | "
+                   f"{p_txt} |")
     return out + [""]
 
 
@@ -862,7 +948,7 @@ def plot_width(trend, spec, path):
     save_gaps(fig, ax, spec, "width", path)
 
 
-def plot_tpp(trend, spec, path):
+def plot_tpp(trend, spec, path, what="tokens"):
     """The paired difference to the baseline (per seed, and its mean with a 95% t interval) against
     tokens per parameter (log axis), one series per variant, from tpp_trend; the variants are offset
     a little along x so that their intervals do not hide one another."""
@@ -875,9 +961,9 @@ def plot_tpp(trend, spec, path):
     ax.minorticks_off()
     ax.set_xticks([p[0] for p in trend[0][1]],
                   [f"{tpp:.3g}\n({tokens / 1e6:.3g}M)" for tpp, tokens, _, _ in trend[0][1]])
-    ax.set_xlabel(f"tokens per parameter (tokens; {trend[0][1][0][2] / 1e6:.3g}M parameters, "
+    ax.set_xlabel(f"{what} per parameter ({what}; {trend[0][1][0][2] / 1e6:.3g}M parameters, "
                   f"{list(spec['variants'])[0]}'s; series offset a little)")
-    save_gaps(fig, ax, spec, "tokens per parameter", path)
+    save_gaps(fig, ax, spec, f"{what} per parameter", path)
 
 
 def plot_lr(configs, path):
@@ -959,7 +1045,8 @@ def main(argv):
             plot_width(trend, spec, os.path.join(args.out, f"{spec['name']}_width.png"))
         trend = tpp_trend(spec, results)
         if trend:
-            plot_tpp(trend, spec, os.path.join(args.out, f"{spec['name']}_tpp.png"))
+            plot_tpp(trend, spec, os.path.join(args.out, f"{spec['name']}_tpp.png"),
+                     unit(results[(next(iter(spec["settings"])), list(spec["variants"])[0])]["config"]))
     if not schedules:
         raise UserError(f"no run records in {args.results}/ for any of these ablations")
     plot_lr(schedules, os.path.join(args.out, "lr_schedules.png"))

