@@ -186,6 +186,18 @@ def config_hash(cfg):
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
+def table_seeds(spec):
+    """The seeds of the seed table: all of seeds, except seeds[0] when it chose the LR (tune_lr
+    without tuning_seeds: its best-of-the-grid is biased low)."""
+    return spec["seeds"] if spec["tuning_seeds"] or not spec["tune_lr"] else spec["seeds"][1:]
+
+
+def planned_table_seeds(spec):
+    """The table seeds planned before any look: those of seeds[:planned_seeds] (all when 0)."""
+    planned = spec["seeds"][:spec["planned_seeds"]] if spec["planned_seeds"] else spec["seeds"]
+    return [s for s in table_seeds(spec) if s in planned]
+
+
 def tuning_seeds(spec):
     """The seeds of the LR sweep: tuning_seeds, else seeds[0] (which then stays out of the table)."""
     return list(spec["tuning_seeds"]) or spec["seeds"][:1]
@@ -219,9 +231,7 @@ def plan(spec, out_root, records=None):
     iter_mult, main, config, args, out_dir). `main` marks the runs of the seed table (the
     chosen LR, 1x tokens). Under tune_lr, before the LR sweep is recorded, seeds[1:] are
     placeholders with waiting=True. records: {hash: record} (load_records)."""
-    runs = []
-    seeds = spec["seeds"]
-    table_seeds = seeds if spec["tuning_seeds"] or not spec["tune_lr"] else seeds[1:]
+    runs, seeds, table = [], spec["seeds"], table_seeds(spec)
     for setting in spec["settings"]:
         for variant in spec["variants"]:
             chosen, why = lr_choice(spec, setting, variant, records) if spec["tune_lr"] else (1.0, "")
@@ -229,7 +239,7 @@ def plan(spec, out_root, records=None):
             if spec["tune_setting"] in ("", setting):
                 jobs += [(s, m, 1.0) for s in tuning_seeds(spec) for m in spec["lr_multipliers"]]
             if spec["tune_lr"] and chosen is not None:
-                jobs += [(s, chosen, 1.0) for s in table_seeds]
+                jobs += [(s, chosen, 1.0) for s in table]
             jobs += [(s, 1.0, m) for m in spec["iter_multipliers"].get(variant, []) if m != 1.0 for s in seeds]
             for seed, lr_mult, iter_mult in dict.fromkeys(jobs):
                 cfg, digest = run_config(spec, setting, variant, seed, lr_mult, iter_mult)
@@ -237,7 +247,7 @@ def plan(spec, out_root, records=None):
                         f"{f'_itx{iter_mult:g}' if iter_mult != 1.0 else ''}_{digest[:8]}")
                 out_dir = os.path.join(out_root, name)
                 args = [f"--{k}={v}" for k, v in cfg.items() if v != DEFAULTS[k]] + [f"--out_dir={out_dir}"]
-                main = iter_mult == 1.0 and lr_mult == chosen and seed in table_seeds
+                main = iter_mult == 1.0 and lr_mult == chosen and seed in table
                 runs.append(dict(name=name, hash=digest, variant=variant, setting=setting, seed=seed,
                                  lr_mult=lr_mult, iter_mult=iter_mult, main=main,
                                  config=cfg, args=args, out_dir=out_dir))
@@ -246,7 +256,7 @@ def plan(spec, out_root, records=None):
                 runs += [dict(name=f"{variant}_{setting}_s{s}_lrx({label})", hash=None, variant=variant,
                               setting=setting, seed=s, lr_mult=None, iter_mult=1.0, main=True, waiting=True,
                               config=run_config(spec, setting, variant, s)[0])  # at 1x: for estimates only
-                         for s in table_seeds]
+                         for s in table]
     return runs
 
 

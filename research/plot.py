@@ -82,7 +82,8 @@ import torch  # noqa: E402
 
 from model import GPT, model_config  # noqa: E402
 from optim import lr_multiplier  # noqa: E402
-from research.ablation import ROOT, load_ablation, load_records, lr_choice, plan, tuning_seeds  # noqa: E402
+from research.ablation import (ROOT, load_ablation, load_records, lr_choice, plan,  # noqa: E402
+                               planned_table_seeds, tuning_seeds)
 from research.stats import (bh_adjust, fit_power_law, fmt_ci, interpolated_tokens, mean_ci,  # noqa: E402
                             paired_t_p, tokens_to_reach, verdict)
 from checkpoint import read_log  # noqa: E402
@@ -287,7 +288,7 @@ def comparisons(spec, results):
     base = list(spec["variants"])[0]
     pairs = [(s, v, base, spec["expected"].get(v)) for s in spec["settings"] for v in spec["variants"] if v != base]
     pairs += [(s, v, ref, exp) for s in spec["settings"] for v, ref, exp in spec["comparisons"]]
-    planned = spec["seeds"][:spec["planned_seeds"]] if spec["planned_seeds"] else spec["seeds"]
+    planned = planned_table_seeds(spec)
     out = []
     for setting, v, ref, expected in pairs:
         seeds, diffs = paired(results, setting, v, ref)
