@@ -126,3 +126,25 @@ def test_the_replication_runs_the_regime_arms_at_their_chosen_lrs_on_new_seeds()
         arm, mult = equal_lr.get(run["variant"], (run["variant"], chosen.get(run["variant"])))
         assert run["hash"] == run_config(regime, "tpp20", arm, run["seed"], mult)[1], run["name"]
     assert not set(replication["seeds"]) & (set(regime["seeds"]) | set(regime["tuning_seeds"]))
+
+
+def test_every_interval_and_p_the_prose_quotes_is_in_a_generated_table():
+    """README.md and results/README.md (outside its generated summary) quote results as 'mean [low,
+    high]' and 'adjusted p ...' / '(p ...': each must be in the committed tables (assets/*.md, which a
+    test keeps equal to what the records give), so prose cannot drift from the records."""
+    import re
+
+    tables = "".join(open(f).read() for f in glob.glob(os.path.join(ROOT, "assets", "*.md")))
+    ci = re.compile(r"([+-]?\d+\.\d+)x? \[([+-]?\d+\.\d+), ([+-]?\d+\.\d+)\]")
+    in_tables = {m.groups() for m in ci.finditer(tables)}
+    numbers = set(re.findall(r"\| (\d\.\d+) \|", tables))  # p columns: the summary's and the regime's change test
+    for name in ("README.md", os.path.join("results", "README.md")):
+        text = open(os.path.join(ROOT, name)).read().split("<!-- summary:")[0]
+        text = re.sub(r"\s+", " ", text)  # a quote may break across lines
+        quoted = [m.groups() for m in ci.finditer(text)]
+        assert quoted, name
+        missing = [q for q in quoted if q not in in_tables]
+        assert not missing, f"{name} quotes intervals no table gives: {missing[:5]}"
+        ps = [p for m in re.finditer(r"(?:adjusted p|\(p) ((?:\d\.\d+(?:, | and )?)+)", text)
+              for p in re.findall(r"\d\.\d+", m.group(1))]
+        assert not [p for p in ps if p not in numbers], f"{name} quotes p values no table gives"
