@@ -17,11 +17,11 @@ optimizers, schedules, scale classes) are checked by the code that holds the
 registry: ops.check_config runs every check.
 
 This module is a leaf: it imports nothing of this project, and no torch at
-load time. Also here, because every command shares them: `UserError` (bad
-input, shown as one line), `cli` (the entry point that shows it, and a Ctrl-C
-as one line), `compile_errors` (a torch.compile failure as one line),
-`StopSignals` (SIGTERM and SIGINT as a request to stop cleanly), OpenMP
-settings and device resolution.
+load time. Also here, because bad input is the config's business and every
+command shares them: `UserError` (bad input, shown as one line), `cli` (the
+entry point that shows it, and a Ctrl-C or a full disk as one line), and the
+OpenMP settings train.py applies before torch loads. Devices, signals and
+compile errors are ops.py's.
 """
 
 import ast
@@ -33,9 +33,7 @@ import os
 import re
 import signal
 import sys
-import threading
 import traceback
-from contextlib import contextmanager
 
 
 class Range:
@@ -468,98 +466,3 @@ def set_omp_env():
     before torch loads (OpenMP reads its settings once): train.py calls it first thing."""
     for key, value in OMP_THREAD_ENV.items():
         os.environ.setdefault(key, value)
-
-
-DEVICE_FORMS = "'auto', 'cpu', 'cuda', 'cuda:N', 'mps'"
-
-
-def resolve_device(device, dtype="auto"):
-    """(device, dtype) with "auto" resolved on this machine: CUDA, else MPS, else CPU; bfloat16 on
-    CUDA, else float32. UserError, one line, for any device this machine cannot use: a name not in
-    DEVICE_FORMS (as torch spells them: "CPU" and "" are errors), CUDA or MPS absent, cuda:N with
-    N >= the number of visible CUDA devices; and for an unknown dtype."""
-    import torch
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
-        raise UserError(f"device={device!r} is not one of {DEVICE_FORMS}")
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise UserError(f"device={device!r} but CUDA is not available: use --device=cpu")
-        count, index = torch.cuda.device_count(), int(device.partition(":")[2] or 0)
-        if index >= count:
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            raise UserError(f"device={device!r} but this machine has {count} CUDA device(s), cuda:0 to "
-                            f"cuda:{count - 1}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
-                            + ": use --device=cuda or one of those")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise UserError("device='mps' but MPS (Apple-silicon GPUs) is not available on this machine: "
-                        "use --device=cpu")
-    if dtype == "auto":
-        dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    if dtype not in ("float32", "bfloat16"):
-        raise UserError(f"dtype={dtype!r} is not one of 'auto', 'float32', 'bfloat16'")
-    return device, dtype
-
-
-def fmt_duration(seconds):
-    """'45s', '12m05s' or '3h20m'."""
-    s = int(seconds)
-    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-@contextmanager
-def compile_errors(enabled):
-    """Turn a torch.compile failure (no C++ compiler, an inductor bug) into one line with the fix."""
-    try:
-        yield
-    except Exception as e:
-        if not enabled:
-            raise
-        import torch._dynamo.exc  # only here: a compile error means torch is loaded
-        if isinstance(e, torch._dynamo.exc.TorchDynamoException) or \
-                type(e).__module__.startswith(("torch._inductor", "torch._dynamo")):
-            first = (str(e).strip().splitlines() or [""])[0][:200]
-            raise UserError(f"torch.compile failed ({type(e).__name__}: {first}): run with --compile=False") from None
-        raise
-
-
-class StopSignals:
-    """A context in which SIGTERM and SIGINT ask the program to stop cleanly instead of killing it.
-
-    Clusters send SIGTERM some seconds before SIGKILL; Ctrl-C sends SIGINT. Inside the context
-    the first of them sets `received` (its name, e.g. "SIGTERM") and writes `note` (if any) to
-    stderr; the program polls `received` at a point where stopping is clean. A later SIGINT
-    raises KeyboardInterrupt when `repeat_quits` (a second Ctrl-C quits at once; cli shows it as
-    one line), else it is ignored like a later SIGTERM (schedulers may send several). A signal
-    that was ignored when the context began (SIGINT in a background job) stays ignored; outside
-    the main thread nothing is installed. The previous handlers come back on exit.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self, note="", repeat_quits=True):
-        self.note, self.repeat_quits = note, repeat_quits
-        self.received, self.previous = None, {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                if signal.getsignal(sig) is not signal.SIG_IGN:
-                    self.previous[sig] = signal.signal(sig, self.handle)
-        return self
-
-    def handle(self, signum, frame):
-        name = signal.Signals(signum).name
-        if self.received is None:
-            self.received = name
-            if self.note:  # os.write: a print here could re-enter a print the signal interrupted
-                os.write(2, f"{name}: {self.note}\n".encode())
-        elif signum == signal.SIGINT and self.repeat_quits:
-            raise KeyboardInterrupt
-
-    def __exit__(self, *exc):
-        for sig, handler in self.previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
-        self.previous = {}

@@ -14,8 +14,9 @@ import argparse
 import torch
 
 from checkpoint import load_model
-from configurator import UserError, cli, resolve_device
+from configurator import UserError, cli
 from dataset import make_codec
+from ops import resolve_device
 
 
 def main(argv):

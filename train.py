@@ -47,11 +47,11 @@ import numpy as np
 import torch
 
 from checkpoint import begin, lock_out_dir, resume_config, save_checkpoint
-from configurator import StopSignals, UserError, cli, compile_errors, complete, load_config, resolve_device, usage
+from configurator import UserError, cli, complete, load_config, usage
 from dataset import dataset_dir, load_data
 from model import GPT, model_config
-from ops import (STOP_NOTE, Progress, Run, check_config, choices, describe, diverged, end_of_run_sample,
-                 setup_distributed, start_tracker, write_log)
+from ops import (STOP_NOTE, Progress, Run, StopSignals, check_config, choices, compile_errors, describe, diverged,
+                 end_of_run_sample, resolve_device, setup_distributed, start_tracker, write_log)
 from optim import build_optimizers, lr_multiplier, set_lr
 
 

@@ -46,9 +46,8 @@ import os
 import subprocess
 
 from checkpoint import atomic_write, read_log
-from ops import check_config, inert_keys
-from configurator import (DEFAULTS, LEGACY, TRACKING_KEYS, UserError, check_type, load_config, resolve_device,
-                          run_config_file)
+from configurator import DEFAULTS, LEGACY, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
+from ops import check_config, inert_keys, resolve_device
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}

@@ -25,7 +25,8 @@ import time
 from research.ablation import (check_unchanged, code_state, data_hashes, load_ablation, load_records,
                       make_record, plan, read_provenance, start_provenance, state, write_record)
 from checkpoint import read_log
-from configurator import StopSignals, UserError, cli, fmt_duration
+from configurator import UserError, cli
+from ops import StopSignals, fmt_duration
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 

@@ -11,9 +11,9 @@ import torch
 import configurator
 from research.ablation import load_ablation
 from conftest import ROOT
-from configurator import ALLOWED, DEFAULTS, DEVICE_FORMS, UserError, estimate_size, load_config, usage
+from configurator import ALLOWED, DEFAULTS, UserError, estimate_size, load_config, usage
 from model import model_config
-from ops import check_config
+from ops import DEVICE_FORMS, check_config
 
 
 def load_and_check(argv):

@@ -19,7 +19,8 @@ import ops
 import train as train_mod
 from checkpoint import read_log as read_log_rows  # skips a last line torn mid-write
 from conftest import ROOT
-from configurator import UserError, resolve_device
+from configurator import UserError
+from ops import resolve_device
 from test_train import cli, make_dataset, read_log, run, tiny_args
 
 # train.py's command line, with every batch read 30 ms slower (same batches, same numbers): a

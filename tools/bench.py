@@ -45,7 +45,8 @@ import torch.nn.functional as F
 import model
 from model import GPT, model_config, peak_flops
 from optim import build_optimizers
-from configurator import DEFAULTS, OMP_THREAD_ENV, UserError, cli, load_config, resolve_device, usage
+from configurator import DEFAULTS, OMP_THREAD_ENV, UserError, cli, load_config, usage
+from ops import resolve_device
 
 # The baseline: the Llama/Gemma scale switches (model.BASELINE), no decay on scales.
 BASELINE = {**model.BASELINE, "scale_wd": "none"}
