@@ -122,13 +122,48 @@ def load_data(cfg, prepare_here=True):
     return data
 
 
+def sample_ids(path, dtype, n_items):
+    """The first and last SAMPLE_TOKENS items of a file read as dtype (n_items of them), starting on
+    an 8-byte boundary, so that one sample read at every width covers the same bytes."""
+    arr = np.memmap(path, dtype=dtype, mode="r")
+    step = max(1, 8 // np.dtype(dtype).itemsize)
+    tail_start = max(SAMPLE_TOKENS, n_items - SAMPLE_TOKENS) // step * step
+    ids = np.concatenate([np.array(arr[:SAMPLE_TOKENS]), np.array(arr[tail_start:])])
+    del arr
+    return ids
+
+
+def written_as(path, dtype, vocab, size):
+    """The wider integer dtype ("uint32" or "int64") a file's ids were written with, when read as
+    `dtype` they show its tell-tale pattern: in each group of k = wide/narrow values, the k - 1
+    high parts are at most (vocab_size - 1) >> bits (0 below 65,536 ids) while the low parts are
+    not; and read as that dtype, every sampled id lies in [0, vocab_size). None otherwise."""
+    item = np.dtype(dtype).itemsize
+    bound = (vocab - 1) >> (8 * item) if vocab else 0
+    for wide in ("int64", "uint32"):
+        k = np.dtype(wide).itemsize // item
+        if k < 2 or size % np.dtype(wide).itemsize:
+            continue
+        words = sample_ids(path, dtype, size // item)
+        words = words[:len(words) // k * k].reshape(-1, k)
+        high, low = words[:, 1:], words[:, 0]
+        if not high.size or int(high.max()) > bound or int(low.max()) <= int(high.max()):
+            continue
+        ids = sample_ids(path, wide, size // np.dtype(wide).itemsize)
+        if int(ids.min()) >= 0 and (vocab is None or int(ids.max()) < vocab):
+            return wide
+    return None
+
+
 def check_token_file(path, dtype, recorded, vocab, block_size, meta_path):
     """UserError (one line, naming path and the fix) when path's size or sampled ids do not fit dtype and vocab.
 
     Reads only the first and last SAMPLE_TOKENS ids: cheap for a file of any
-    size. Read as uint16 (recorded or not), a file of uint32 ids shows every
-    second value 0 (little-endian high halves; <= (vocab_size - 1) >> 16 for
-    a vocabulary past 65536): that is named as such, with the record to write.
+    size. Refuses a dtype that cannot hold the vocabulary (uint16 holds ids up to
+    65,535). A file of wider integers read as a narrower dtype (uint32 ids read as
+    uint16, numpy's default int64 read as uint16 or uint32) is named as what it is
+    (written_as), checked to give valid ids read that way, with the fix: the
+    record to write, or the conversion.
     """
     item = np.dtype(dtype).itemsize
     size = os.path.getsize(path)
@@ -141,40 +176,92 @@ def check_token_file(path, dtype, recorded, vocab, block_size, meta_path):
     if n < block_size + 1:
         raise UserError(f"{path} holds {n} tokens, fewer than block_size + 1 = "
                         f"{block_size + 1}: use a smaller --block_size or more data")
-    arr = np.memmap(path, dtype=dtype, mode="r")
-    head = np.array(arr[:SAMPLE_TOKENS])
-    tail = np.array(arr[max(SAMPLE_TOKENS, n - SAMPLE_TOKENS) // 2 * 2:])  # even start: uint32 halves stay paired
-    del arr
-    top = max(int(head.max()), int(tail.max()) if len(tail) else 0)
-    if dtype == "uint16" and size % 4 == 0:
-        # uint32 ids below vocab_size, read as uint16: every odd value is a high half <= (vocab_size - 1) >> 16
-        halves = [a for a in (head, tail) if len(a) >= 2] or [np.zeros(2, np.uint16)]
-        high = max(int(a[1::2].max()) for a in halves)
-        bound = (vocab - 1) >> 16 if vocab else 0
-        if high <= bound and max(int(a[0::2].max()) for a in halves) > high:
-            why = "every second uint16 value is 0" if high == 0 else \
-                f"every second uint16 value is <= {bound}, as the high halves of ids below vocab_size={vocab} are"
-            fix = f"{meta_path} records dtype 'uint16': set it to 'uint32'" if recorded else \
-                f"record it: add 'dtype': 'uint32' to the dict in {meta_path} (create it as " + \
-                "{'dtype': 'uint32'} if absent)"
-            raise UserError(f"{path} looks like uint32 token ids ({why}) but is read as uint16: {fix}, "
-                            f"or write the file as uint16")
+    wide = written_as(path, dtype, vocab, size)
+    if wide == "uint32":
+        fix = f"{meta_path} records dtype {dtype!r}: set it to 'uint32'" if recorded else \
+            f"record it: add 'dtype': 'uint32' to the dict in {meta_path} (create it as " + \
+            "{'dtype': 'uint32'} if absent)"
+        raise UserError(f"{path} looks like uint32 token ids (read as {dtype}, every second value is a high half "
+                        f"of an id below vocab_size) and reads as valid uint32 ids: {fix}, or write the file as "
+                        f"{dtype}")
+    if wide == "int64":
+        fit = "uint16" if vocab is not None and vocab <= 1 << 16 else "uint32"
+        raise UserError(f"{path} looks like int64 token ids (numpy's default integer; read as {dtype}, all but one "
+                        f"value of every {8 // item} is a high part of an id) and reads as valid int64 ids: "
+                        f"convert them with np.fromfile(path, dtype=np.int64).astype(np.{fit}).tofile(path) and "
+                        f"record 'dtype': '{fit}' in {meta_path}")
+    if vocab is not None and vocab - 1 > np.iinfo(dtype).max:
+        raise UserError(f"{path} is read as {dtype}, which holds ids up to {np.iinfo(dtype).max:,}, but "
+                        f"vocab_size={vocab:,}: write the token files as uint32 and record 'dtype': 'uint32' in "
+                        f"{meta_path}")
+    top = int(sample_ids(path, dtype, n).max())
     if vocab is not None and top >= vocab:
         raise UserError(f"{path} holds token id {top} >= vocab_size={vocab} (read as {dtype}): set --vocab_size "
                         f"(or meta.pkl's vocab_size) to the tokenizer's size, or record in meta.pkl's 'dtype' "
                         f"the dtype the file was written with")
 
 
-def make_codec(meta, vocab_size):
-    """(encode, decode) for a dataset: its char vocab, else GPT-2 BPE (tiktoken r50k_base).
+GPT2_VOCAB = 50257  # r50k_base's ids, <|endoftext|> = 50256 the last
 
-    None when neither fits: no char vocabulary in meta.pkl and a vocabulary
-    smaller than GPT-2's, so the ids are some other tokenizer's.
+
+def codec_kind(meta, vocab_size):
+    """Which tokenizer a model of vocab_size outputs, trained on data whose meta.pkl is meta, reads
+    and writes: "char" (meta's char vocabulary), "bpe" (the tiktoken encoding meta names, or GPT-2's
+    r50k_base when meta names none and vocab_size is GPT-2's 50,257), or None (some other
+    tokenizer's ids). The one rule sample.py, train.py's sample and export.py follow.
+    Raises UserError when meta's vocabulary and the model's outputs differ in size (a model paired
+    with another dataset's vocabulary)."""
+    if meta and ("itos" in meta or "stoi" in meta):
+        n = len(meta.get("itos") or meta["stoi"])
+        if n != vocab_size:
+            raise UserError(f"the model has {vocab_size} outputs but its meta.pkl vocabulary has {n} characters: "
+                            f"they come from different datasets; use the checkpoint with the data it trained on")
+        return "char"
+    if meta and "encoding" in meta:
+        return "bpe"
+    return "bpe" if vocab_size == GPT2_VOCAB else None
+
+
+def check_vocabulary(meta, vocab_size, saved_meta, where):
+    """UserError (one line) when a model of vocab_size outputs does not fit the data's meta.pkl
+    (`meta`, of the dataset at `where`): another vocab_size than meta.pkl's, or, on resume, a
+    checkpoint trained on another vocabulary (saved_meta: the checkpoint's meta; its characters,
+    encoding or size differ)."""
+    if meta and meta.get("vocab_size") not in (None, vocab_size):
+        raise UserError(f"vocab_size={vocab_size} but {where}'s meta.pkl says {meta['vocab_size']}: the model's "
+                        f"outputs must be the data's ids (padding to a multiple of 64 happens inside the model); "
+                        f"drop --vocab_size")
+    def vocabulary(m):
+        return m and (m.get("itos"), m.get("encoding"), m.get("vocab_size"))
+
+    if saved_meta is not None and vocabulary(saved_meta) != vocabulary(meta):
+        raise UserError(f"--init_from=resume: the checkpoint trained on another vocabulary than {where}'s meta.pkl "
+                        f"(its {saved_meta.get('vocab_size')} ids against {(meta or {}).get('vocab_size')}): resume "
+                        f"on the data it trained on")
+
+
+def checked_encoding(meta, vocab_size):
+    """The tiktoken encoding of a "bpe" codec_kind (meta's, else r50k_base); UserError when its size
+    is not the model's vocab_size."""
+    name = (meta or {}).get("encoding", "r50k_base")
+    enc = bpe_encoding(name)
+    if enc.n_vocab != vocab_size:
+        raise UserError(f"meta.pkl names the encoding {name!r} of {enc.n_vocab:,} tokens but the model has "
+                        f"{vocab_size:,} outputs: set --vocab_size={enc.n_vocab} to train with it, or name the "
+                        f"tokenizer the ids came from")
+    return enc
+
+
+def make_codec(meta, vocab_size):
+    """(encode, decode) for a dataset by codec_kind: its char vocab, or a tiktoken BPE
+    (checked_encoding); None for some other tokenizer's ids.
+
     encode raises UserError naming the characters a char vocabulary lacks;
     make_codec raises UserError (with the TIKTOKEN_CACHE_DIR fix) when the
-    BPE vocabulary cannot be loaded.
+    BPE vocabulary cannot be loaded, and as codec_kind and checked_encoding do.
     """
-    if meta and "stoi" in meta:
+    kind = codec_kind(meta, vocab_size)
+    if kind == "char":
         stoi, itos = meta["stoi"], meta["itos"]
 
         def encode(s):
@@ -185,9 +272,9 @@ def make_codec(meta, vocab_size):
                                 f"use only its characters ({known[:40]!r}{'...' if len(known) > 40 else ''})")
             return [stoi[c] for c in s]
         return encode, (lambda ids: "".join(itos[i] for i in ids))
-    if not (meta and "encoding" in meta) and vocab_size < 50257:
+    if kind is None:
         return None
-    enc = bpe_encoding((meta or {}).get("encoding", "r50k_base"))
+    enc = checked_encoding(meta, vocab_size)
     return (lambda s: enc.encode(s, allowed_special={"<|endoftext|>"})), enc.decode
 
 

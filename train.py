@@ -48,7 +48,7 @@ import torch
 
 from checkpoint import begin, lock_out_dir, resume_config, save_checkpoint
 from configurator import UserError, cli, complete, load_config, usage
-from dataset import dataset_dir, load_data
+from dataset import check_vocabulary, dataset_dir, load_data
 from model import GPT, model_config
 from ops import (STOP_NOTE, Progress, Run, StopSignals, check_config, choices, compile_errors, describe, diverged,
                  end_of_run_sample, resolve_device, setup_distributed, start_tracker, write_log)
@@ -178,6 +178,7 @@ def setup(cfg, given, held):
         cfg.vocab_size = data["meta"]["vocab_size"]
         if type(cfg.vocab_size) is not int:
             raise UserError(f"meta.pkl's vocab_size={cfg.vocab_size!r} must be an int")
+    check_vocabulary(data["meta"], cfg.vocab_size, ckpt and ckpt.get("meta"), dataset_dir(cfg.dataset))
     model_cfg = model_config(cfg)
     cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
     finished = ckpt is not None and ckpt["iter"] == cfg.max_iters

@@ -90,14 +90,14 @@ def test_uint32_with_recorded_dtype_trains_on_the_same_batches_as_uint16(tmp_pat
 
 def test_uint32_without_a_record_is_refused_naming_the_file(tmp_path):
     with_meta = write_dataset(tmp_path / "meta", "uint32", char_meta())
-    message = refused(with_meta, r"train\.bin looks like uint32 token ids \(every second uint16 value is 0\)")
+    message = refused(with_meta, r"train\.bin looks like uint32 token ids \(read as uint16, every second value")
     assert os.path.join(with_meta, "meta.pkl") in message and "'dtype': 'uint32'" in message
     no_meta = write_dataset(tmp_path / "bare", "uint32")
     refused(no_meta, r"bare/train\.bin looks like uint32 .*create it as \{'dtype': 'uint32'\}", vocab_size=VOCAB)
     # a vocabulary past 65536: the high halves are 0 or 1
     big = write_dataset(tmp_path / "big", "uint32", {"vocab_size": 100_000})
     np.random.default_rng(1).integers(0, 100_000, 3000).astype(np.uint32).tofile(os.path.join(big, "train.bin"))
-    refused(big, r"big/train\.bin looks like uint32 token ids \(every second uint16 value is <= 1, ")
+    refused(big, r"big/train\.bin looks like uint32 token ids \(read as uint16, every second value")
     # recorded as uint16, written as uint32: the record is what is wrong
     wrong = write_dataset(tmp_path / "wrong", "uint32", char_meta(dtype="uint16"))
     refused(wrong, r"train\.bin looks like uint32 .*records dtype 'uint16': set it to 'uint32'")
@@ -137,3 +137,69 @@ def test_shakespeare_char_prepare_records_uint16(tmp_path):
     assert data["dtype"] == "uint16"
     ids = np.fromfile(tmp_path / "train.bin", dtype=data["dtype"])
     assert "".join(data["meta"]["itos"][i] for i in ids) == text
+
+
+@pytest.mark.parametrize("recorded", [None, "uint16", "uint32"])
+def test_int64_token_files_are_named_as_such_and_the_advice_loads(tmp_path, recorded):
+    """numpy's default integer: read as uint16 (3 of every 4 values 0) or as uint32 (every second
+    one 0, which trains silently on [id, 0, id, 0, ...]) it is named int64, and the conversion the
+    message gives then loads, with the batches of the same ids written as uint16."""
+    folder = write_dataset(tmp_path / "i64", "int64", char_meta(**({"dtype": recorded} if recorded else {})))
+    message = refused(folder, r"train\.bin looks like int64 token ids .*astype\(np\.uint16\)")
+    assert "'dtype': 'uint16'" in message
+    for split in ("train", "val"):
+        path = os.path.join(folder, f"{split}.bin")
+        np.fromfile(path, dtype=np.int64).astype(np.uint16).tofile(path)  # the advice, followed
+    with open(os.path.join(folder, "meta.pkl"), "wb") as f:
+        pickle.dump(char_meta(dtype="uint16"), f)
+    reference = write_dataset(tmp_path / "u16", "uint16", char_meta(dtype="uint16"))
+    got, want = load_data(cfg_for(folder)), load_data(cfg_for(reference))
+    for (x, y), (x0, y0) in zip(batches(got, cfg_for(folder)), batches(want, cfg_for(reference))):
+        assert np.array_equal(x, x0) and np.array_equal(y, y0)
+
+
+def test_a_dtype_that_cannot_hold_the_vocabulary_is_refused(tmp_path):
+    """Ids below 100,277 written as uint16 wrap above 65,535: whatever the file holds, uint16 and a
+    vocabulary past 65,536 cannot be right, recorded or not."""
+    for recorded in (None, "uint16"):
+        meta = {"vocab_size": 100_277, **({"dtype": recorded} if recorded else {})}
+        folder = write_dataset(tmp_path / f"wrap_{recorded}", "uint16", meta)
+        refused(folder, r"read as uint16, which holds ids up to 65,535, but vocab_size=100,277: write the token "
+                        r"files as uint32")
+    ok = write_dataset(tmp_path / "ok", "uint32", {"vocab_size": 100_277, "dtype": "uint32"})
+    assert load_data(cfg_for(ok))["dtype"] == "uint32"
+
+
+def test_the_codec_is_the_models_own_vocabulary_or_none():
+    """One rule (dataset.codec_kind) for sample.py, train.py's sample and export.py: a char
+    vocabulary must have the model's size, GPT-2 BPE is assumed only at GPT-2's 50,257 ids, and
+    an encoding meta.pkl names must have the model's size."""
+    from dataset import codec_kind, make_codec
+    assert codec_kind(char_meta(), VOCAB) == "char" and codec_kind(None, 50257) == "bpe"
+    assert codec_kind(None, 100_277) is None and codec_kind({"vocab_size": 100_277}, 100_277) is None
+    assert make_codec(None, 100_277) is None  # was: GPT-2's codec for a 100,277-way head
+    with pytest.raises(UserError, match="the model has 80 outputs but its meta.pkl vocabulary has 40 characters"):
+        codec_kind(char_meta(), 80)
+    if importlib.util.find_spec("tiktoken"):
+        try:
+            make_codec(None, 50257)
+        except UserError:
+            pytest.skip("GPT-2's BPE file is not at hand")
+        with pytest.raises(UserError, match="encoding 'r50k_base' of 50,257 tokens but the model has 100,277"):
+            make_codec({"encoding": "r50k_base", "vocab_size": 100_277}, 100_277)
+
+
+def test_a_model_meets_only_its_own_vocabulary(tmp_path):
+    """--vocab_size other than meta.pkl's, and a resume on another dataset's vocabulary, are refused
+    in one line before anything is written; the checkpoint stays as it was."""
+    from test_train import run, tiny_args
+    chars = write_dataset(tmp_path / "chars", "uint16", char_meta())
+    with pytest.raises(UserError, match="vocab_size=80 but .*meta.pkl says 40"):
+        run(tiny_args(chars, tmp_path / "o1", "--max_iters=2", "--vocab_size=80"))
+    run(tiny_args(chars, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    other = write_dataset(tmp_path / "other", "uint16", {**char_meta(), "itos": char_meta()["itos"][::-1],
+                                                         "stoi": {c: i for i, c in enumerate(char_meta()["itos"][::-1])}})
+    before = (tmp_path / "o" / "ckpt.pt").read_bytes()
+    with pytest.raises(UserError, match="the checkpoint trained on another vocabulary"):
+        run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", f"--dataset={other}", "--max_iters=4"])
+    assert (tmp_path / "o" / "ckpt.pt").read_bytes() == before

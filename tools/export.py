@@ -52,7 +52,7 @@ import torch
 
 from checkpoint import load_model
 from configurator import MODEL_KEYS, UserError, cli
-from dataset import bpe_encoding
+from dataset import bpe_encoding, checked_encoding, codec_kind
 
 TOLERANCE = 1e-4  # largest |logit difference| allowed, relative to max(1, largest |logit|); float32
 MODELING_FILE = "modeling_scalevec.py"  # shipped into folders that need it; lives beside this file
@@ -242,14 +242,6 @@ def import_transformers():
 # The tokenizer: the ids sample.py's codec (dataset.make_codec) gives, as transformers files
 
 
-def tokenizer_kind(meta, vocab_size):
-    """"char", "bpe" or None, by dataset.make_codec's rule: a char vocabulary in meta.pkl, else GPT-2
-    BPE when meta names a tiktoken encoding or the vocabulary is GPT-2's size, else none known."""
-    if meta and "itos" in meta:
-        return "char"
-    return "bpe" if (meta and "encoding" in meta) or vocab_size >= 50257 else None
-
-
 def char_tokenizer(itos):
     """A tokenizers.Tokenizer giving character i of `itos` (a list, or a dict id -> char) the id i.
 
@@ -301,12 +293,12 @@ def write_tokenizer(folder, meta, cfg):
     A char vocabulary has no pad token: every id is a character, and decoding drops a special token
     wherever it appears, so a padding character would vanish from the generated text too.
     """
-    kind = tokenizer_kind(meta, cfg.vocab_size)
+    kind = codec_kind(meta, cfg.vocab_size)
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.block_size,
               "clean_up_tokenization_spaces": False}
     if kind is None:
-        return None, None, ("none known: the dataset's meta.pkl had no char vocabulary and the vocabulary is smaller "
-                      "than GPT-2's, so the ids are some other tokenizer's; pair it with that one")
+        return None, None, ("none known: the dataset's meta.pkl had no char vocabulary and names no encoding, and the "
+                            "vocabulary is not GPT-2's, so the ids are some other tokenizer's; pair it with that one")
     if kind == "char":
         itos = [meta["itos"][i] for i in range(len(meta["itos"]))]
         text, eos, pad = char_tokenizer(itos).to_str(), None, None
@@ -317,9 +309,10 @@ def write_tokenizer(folder, meta, cfg):
                 "character), so generate one prompt at a time")
     else:
         name = meta.get("encoding", "r50k_base") if meta else "r50k_base"
+        enc = checked_encoding(meta, cfg.vocab_size)  # its size is the head's rows
         text = bpe_tokenizer_json(name)
         eot = "<|endoftext|>"
-        eos = bpe_encoding(name)._special_tokens.get(eot)
+        eos = enc._special_tokens.get(eot)
         pad = eos
         if eos is not None:
             config |= {"bos_token": eot, "eos_token": eot, "pad_token": eot}
