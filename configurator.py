@@ -38,10 +38,16 @@ import traceback
 
 class Range:
     """A number key's allowed values: low (and high) bounds, inclusive unless open; a float must
-    also be finite. `why` says what needs the bound."""
+    also be finite. `why` says what needs the bound. `usual` = (low, high): the plausible values,
+    inclusive; a value allowed but outside them (a typo'd 1e6 for 1e-6) gets a note at the start
+    of the run (unusual); zero_ok: 0 is usual too (a weight or a clip of 0 turns it off)."""
 
-    def __init__(self, low, high=None, low_open=False, high_open=False, why=""):
+    def __init__(self, low, high=None, low_open=False, high_open=False, why="", usual=None, zero_ok=False):
         self.low, self.high, self.low_open, self.high_open, self.why = low, high, low_open, high_open, why
+        self.usual, self.zero_ok = usual, zero_ok
+
+    def is_usual(self, value):
+        return self.usual is None or self.usual[0] <= value <= self.usual[1] or (self.zero_ok and value == 0)
 
     def describe(self):
         if self.high is None:
@@ -109,8 +115,8 @@ SECTIONS = {
         "d_ff": (0, GE0, "SwiGLU hidden width (0: 8/3 n_embd rounded up to a multiple of 64)"),
         "vocab_size": (0, GE0, "0: from the dataset's meta.pkl; padded to a multiple of 64 inside the model"),
         "tie_embeddings": (True, None, "LM head shares the token embedding"),
-        "dropout": (0.0, FRACTION, "in [0, 1)"),
-        "rope_theta": (10000.0, POSITIVE, "RoPE base"),
+        "dropout": (0.0, Range(0, 1, high_open=True, usual=(0, 0.5)), "in [0, 1)"),
+        "rope_theta": (10000.0, Range(0, low_open=True, usual=(100, 1e8)), "RoPE base"),
     },
     "scale vectors": {  # the paper's unified strategy: HG + DNP + OR + IWD
         "scale": ("vector", None, "learnable scale vectors, or none of them (normalizations only) (model.SCALES)"),
@@ -125,7 +131,8 @@ SECTIONS = {
                        'reading) (model.DUAL_SITES)'),
         "qk_norm": (False, None, "RMSNorm on q and k per head, with output-role scales"),
         "output_norms": (False, None, "Gemma-style RMSNorm on each branch's output before the residual add"),
-        "norm_eps": (1e-6, POSITIVE, "added to the mean square in every RMSNorm"),
+        "norm_eps": (1e-6, Range(0, low_open=True, usual=(1e-12, 1e-3)),
+                     "added to the mean square in every RMSNorm"),
         "scale_wd": ("iwd", None, "which scale vectors weight decay pulls, by role (optim.SCALE_WD)"),
     },
     "mixture of experts": {
@@ -134,27 +141,30 @@ SECTIONS = {
         "moe_every": (1, GE1, "1: every block is MoE; 2: blocks 1, 3, 5, ... (0-based)"),
         "expert_d_ff": (0, GE0, "expert width (0: d_ff)"),
         "shared_expert": (False, None, "one always-on expert beside the routed ones"),
-        "aux_loss_coef": (0.01, GE0, "load-balancing loss weight"),
-        "z_loss_coef": (0.0, GE0, "router z-loss weight"),
+        "aux_loss_coef": (0.01, Range(0, usual=(1e-5, 1), zero_ok=True), "load-balancing loss weight"),
+        "z_loss_coef": (0.0, Range(0, usual=(1e-6, 1), zero_ok=True), "router z-loss weight"),
     },
     "optimizer": {
         "optimizer": ("adamw", None, "what steps the hidden matrices; AdamW steps the rest (optim.OPTIMIZERS)"),
-        "learning_rate": (3e-3, Range(0, low_open=True, why="0 trains nothing, and min_lr is relative to it"),
+        "learning_rate": (3e-3, Range(0, low_open=True, why="0 trains nothing, and min_lr is relative to it",
+                                        usual=(1e-6, 1)),
                           "AdamW's peak LR"),
-        "muon_lr": (0.02, GE0, "Muon's peak LR"),
+        "muon_lr": (0.02, Range(0, usual=(1e-5, 1)), "Muon's peak LR"),
         "muon_momentum": (0.95, FRACTION, "in [0, 1)"),
-        "magnitude_lr_mult": (1.0, GE0, "LR of the OR/ER magnitude scalar over learning_rate"),
-        "weight_decay": (0.1, GE0, "on matrices, the LM head, the router; on scales as scale_wd says"),
+        "magnitude_lr_mult": (1.0, Range(0, usual=(1e-3, 1e3)),
+                              "LR of the OR/ER magnitude scalar over learning_rate"),
+        "weight_decay": (0.1, Range(0, usual=(1e-6, 10), zero_ok=True),
+                         "on matrices, the LM head, the router; on scales as scale_wd says"),
         "beta1": (0.9, FRACTION, "AdamW, in [0, 1)"),
         "beta2": (0.95, FRACTION, "AdamW, in [0, 1)"),
-        "grad_clip": (1.0, GE0, "global gradient-norm clip (0: off)"),
+        "grad_clip": (1.0, Range(0, usual=(1e-3, 1e3), zero_ok=True), "global gradient-norm clip (0: off)"),
     },
     "schedule": {
         "lr_schedule": ("cosine", None, "the LR after warmup (optim.LR_SCHEDULES)"),
         "warmup_iters": (50, GE0, "linear warmup iterations"),
         "max_iters": (600, GE0, "training iterations"),
         "min_lr": (3e-4, GE0, "the LR the decay ends at (as a share of each group's peak: min_lr / learning_rate)"),
-        "wsd_decay_frac": (0.2, Range(0, 1), "WSD: share of max_iters spent decaying, in [0, 1]"),
+        "wsd_decay_frac": (0.2, Range(0, 1, usual=(0.01, 0.5)), "WSD: share of max_iters spent decaying, in [0, 1]"),
     },
     "system": {
         "device": ("auto", Choices("auto", "cpu", "cuda", "cuda:N", "mps", pattern=r"auto|cpu|mps|cuda(:\d+)?"),
@@ -380,6 +390,18 @@ def check_values(cfg):
             raise UserError(("model config: " if key in MODEL_KEYS else "") + problem)
 
 
+def unusual(cfg):
+    """[(key, why)]: the values allowed but outside their key's usual range (Range.usual), each a
+    note at the start of the run: legal, and rarely meant (norm_eps=1e6 for 1e-6; a Muon LR of 0)."""
+    found = []
+    for key, allowed in ALLOWED.items():
+        if isinstance(allowed, Range) and key in cfg and not allowed.is_usual(cfg[key]):
+            low, high = allowed.usual
+            found.append((key, f"outside its usual range [{low:g}, {high:g}]"
+                               f"{' (or 0: off)' if allowed.zero_ok else ''}; check it is the value you meant"))
+    return found
+
+
 GB = 1e9
 
 
@@ -428,10 +450,11 @@ def check_memory(cfg):
     if limit is None or 16 * params <= limit[0]:
         return
     gb = lambda b: f"{b / GB:.3g}" if b < 10**300 else "inf"  # noqa: E731
-    size = ", ".join(f"{k}={cfg[k]}" for k in ("n_layer", "n_embd", "vocab_size", "n_experts") if cfg[k])
+    size = ", ".join(f"{k}={cfg[k]}" for k in ("n_layer", "n_embd", "d_ff", "vocab_size", "n_experts", "expert_d_ff")
+                     if cfg[k])
     raise UserError(f"{size}: about {gb(params)} billion parameters need about {gb(16 * params)} GB for float32 "
                     f"weights, gradients and AdamW states (+ about {gb(activations)} GB of activations a micro-batch),"
-                    f" more than the {gb(limit[0])} GB of {limit[1]}: lower --n_embd, --n_layer or --n_experts")
+                    f" more than the {gb(limit[0])} GB of {limit[1]}: lower --n_embd, --n_layer, --d_ff or --n_experts")
 
 
 def complete(cfg):

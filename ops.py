@@ -28,7 +28,7 @@ import torch
 import model
 import optim
 from checkpoint import append_log
-from configurator import UserError, check
+from configurator import UserError, check, unusual
 from dataset import make_codec
 from model import peak_flops
 from optim import format_groups, lr_multiplier
@@ -78,7 +78,9 @@ def choices():
     """{key: {name: meaning}} of every key whose values are a registry's names (model.CHOICES,
     optim.CHOICES), for --help: an entry's `meaning`, a class's first docstring line, else ""."""
     def meaning(entry):
-        return getattr(entry, "meaning", "") or (entry.__doc__.strip().splitlines()[0] if isinstance(entry, type) else "")
+        if isinstance(entry, type):  # a scale class: its docstring's first line
+            return entry.__doc__.strip().splitlines()[0]
+        return getattr(entry, "meaning", "")
 
     return {key: {name: meaning(registry[name]) if isinstance(registry, dict) else "" for name in registry}
             for key, registry in {**model.CHOICES, **optim.CHOICES}.items()}
@@ -112,6 +114,13 @@ def inert_keys(cfg):
     for key, why in found:
         inert.setdefault(key, why)
     return list(inert.items())
+
+
+def unusual_notes(cfg):
+    """One 'note: key=value is outside its usual range ...' line per value configurator.unusual
+    finds, unless the key does nothing in this config (inert_keys)."""
+    inert = dict(inert_keys(cfg))
+    return [f"note: {key}={cfg[key]!r} is {why}" for key, why in unusual(cfg) if key not in inert]
 
 
 def inert_notes(cfg, given):
@@ -165,7 +174,7 @@ def describe(run, raw_model, groups, given=frozenset()):
         f"{f' (DDP, {torch.distributed.get_backend()})' if run.ddp else ''}, "
         f"{run.tokens_per_iter:,} tokens/iter = {cfg.batch_size} batch x {cfg.block_size} block x "
         f"{cfg.gradient_accumulation_steps} accumulation; {raw_model.flops_per_token() / 1e6:.1f} MFLOP/token")
-    for note in inert_notes(vars(cfg), given):
+    for note in inert_notes(vars(cfg), given) + unusual_notes(vars(cfg)):
         log(note)
     if run.device.type == "cpu" and cpu_seconds(run, raw_model) > 3600:
         per_iter = raw_model.flops_per_token() * run.tokens_per_iter
@@ -236,11 +245,16 @@ def tracker_row(row, prefix=None):
     return flat
 
 
-def diverged(run, which, value, it):
-    """The message for a non-finite loss: which one, where, and what is kept."""
+def diverged(run, which, value, it, first_step):
+    """The message for a non-finite loss: which one, where, what is kept, and what to change:
+    before any optimizer step has acted on it (an eval at the start, the first step's loss) the
+    configuration made it (the notes at start name unusual values), else try a lower LR."""
     kept = f"the last good checkpoint {run.ckpt_path} is kept" if os.path.exists(run.ckpt_path) else \
         "no checkpoint was written yet"
-    return f"{which} loss is {value} at iter {it}: the run diverged; {kept} (try a lower learning_rate)"
+    fix = "no optimizer step had acted on it yet, so the configuration makes it (check the notes at start and " \
+        "keys such as rope_theta, norm_eps, the initial scales), not the learning rate" if first_step else \
+        "try a lower learning_rate"
+    return f"{which} loss is {value} at iter {it}: the run diverged; {kept}; {fix}"
 
 
 class Progress:

@@ -90,7 +90,7 @@ def train(cfg, given=frozenset()):
             for it in range(start_iter, cfg.max_iters + 1):
                 last = it == cfg.max_iters
                 if it == start_iter:  # a new run's iteration 0, or a log row a kill left out on resume
-                    due = (it == 0 and cfg.eval_interval > 0) or start.eval_due
+                    due = (it == 0 and (cfg.eval_interval > 0 or last)) or start.eval_due
                 else:
                     due = last or (cfg.eval_interval > 0 and it % cfg.eval_interval == 0)
                 if due:
@@ -100,7 +100,8 @@ def train(cfg, given=frozenset()):
                     break
                 stopped = stop_signal(signals, run)  # a SIGTERM/SIGINT during the step before, on any rank
                 if stopped:
-                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, saved=due and it > start_iter)
+                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped,
+                              saved=due and it > start_iter)
                     break
                 set_lr(optimizers, lr_multiplier(it, cfg))
                 torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)  # dropout masks: same on resume
@@ -123,7 +124,7 @@ def train(cfg, given=frozenset()):
                 loss_val, lb_loss, z_loss = all_reduce_mean(sums / len(my_micro_steps), run).tolist()
                 tokens += run.tokens_per_iter
                 if not math.isfinite(loss_val):
-                    raise FloatingPointError(diverged(run, "train", loss_val, it + 1))
+                    raise FloatingPointError(diverged(run, "train", loss_val, it + 1, first_step=it == start_iter == 0))
                 row = {"kind": "train", "iter": it + 1, "tokens": tokens,
                        "lr": optimizers[0].param_groups[0]["lr"], "loss": loss_val}
                 if run.n_moe:
@@ -148,7 +149,8 @@ def setup(cfg, given, held):
     tracker (wandb_log) is started here, unless the checkpoint's run is finished.
     """
     if not cfg["out_dir"].strip():
-        raise UserError(f"out_dir={cfg['out_dir']!r} is empty: set --out_dir=DIR (the run's checkpoint and log go there)")
+        raise UserError(f"out_dir={cfg['out_dir']!r} is empty: set --out_dir=DIR (the run's checkpoint and log go "
+                        f"there)")
     owner = int(os.environ.get("RANK", "0")) == 0  # rank 0, as setup_distributed reads it
     owned = owner and os.path.isdir(cfg["out_dir"])  # it may hold a run: own it before reading the checkpoint
     if owned:
@@ -255,7 +257,7 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True):
     """
     val, load = evaluate(run, fwd)
     if not math.isfinite(val):
-        raise FloatingPointError(diverged(run, "val", val, it))
+        raise FloatingPointError(diverged(run, "val", val, it, first_step=it == 0))
     row = {"kind": "eval", "iter": it, "tokens": tokens, "val_loss": val, "scales": raw_model.scale_stats()}
     if load is not None:  # per MoE layer: share of routed tokens per expert, and max / mean share
         row["expert_load"] = load

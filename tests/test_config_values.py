@@ -138,3 +138,63 @@ def test_help_shows_the_allowed_values_without_torch():
     text = usage("doc")
     assert "--seed=1337" in text and "[in [0, 4294967295]]" in text and "[> 0]" in text
     assert configurator.allowed_note(ALLOWED["beta1"], "AdamW, in [0, 1)") == ""  # the meaning says it already
+
+
+# -----------------------------------------------------------------------------
+# The config fuzz: every key, several bad values, one line or a named note, never a traceback
+
+BAD_VALUES = {int: ["abc", "1.5", "-1", "0", "99999999999999999999", ""],
+              float: ["abc", "-1", "0", "1e300", "nan", "inf", "-inf", ""],
+              bool: ["maybe", "2", ""], str: ["", "nonesuch", "/nonexistent/path"]}
+
+
+@pytest.mark.parametrize("key", list(DEFAULTS))
+def test_every_key_meets_bad_values_with_one_line_or_a_note(key):
+    """Each value is refused by the start-up checks with a one-line UserError naming the key, or
+    accepted (then any note about it names the key); nothing else may escape. A numeric key has a
+    declared range, so a key added without one fails here."""
+    import ops
+
+    default = DEFAULTS[key]
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        assert isinstance(ALLOWED[key], configurator.Range), f"{key} declares no range"
+    for text in BAD_VALUES[type(default)]:
+        try:
+            cfg, given = load_config([f"--{key}={text}"])
+            check_config(cfg)
+        except UserError as e:
+            assert "\n" not in str(e) and key in str(e), (key, text, str(e))
+            continue
+        notes = ops.inert_notes(cfg, given) + ops.unusual_notes(cfg)
+        assert all(key in n or f"--{key}" in n for n in notes if key in n), notes
+
+
+@pytest.mark.parametrize("key, value", [("norm_eps", 1e6), ("norm_eps", 1.0), ("norm_eps", 1e10),
+                                        ("rope_theta", 1e300), ("rope_theta", 1e-10), ("grad_clip", 1e-30),
+                                        ("weight_decay", 1e9), ("learning_rate", 50.0), ("dropout", 0.9)])
+def test_a_legal_but_implausible_value_gets_a_note_naming_it(key, value):
+    import ops
+
+    cfg = {**DEFAULTS, key: value}
+    check_config(cfg)  # legal
+    assert [n for n in ops.unusual_notes(cfg) if n.startswith(f"note: {key}=")], (key, value)
+
+
+def test_moe_coefficients_and_a_frozen_muon_are_noted_only_where_they_act():
+    import ops
+
+    huge = {**DEFAULTS, "aux_loss_coef": 1e30, "z_loss_coef": 1e30}
+    assert not ops.unusual_notes(huge)  # a dense model: the coefficients do nothing (an inert note if given)
+    assert {n.split("=")[0] for n in ops.unusual_notes({**huge, "n_experts": 4})} == \
+        {"note: aux_loss_coef", "note: z_loss_coef"}
+    assert not ops.unusual_notes({**DEFAULTS, "muon_lr": 0.0})  # AdamW: muon_lr does nothing
+    assert ops.unusual_notes({**DEFAULTS, "muon_lr": 0.0, "optimizer": "muon"})[0].startswith("note: muon_lr=0.0")
+
+
+def test_the_defaults_and_every_committed_config_are_usual():
+    import ops
+
+    assert configurator.unusual(DEFAULTS) == []
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py"))):
+        cfg, _ = load_config([path])
+        assert ops.unusual_notes(cfg) == [], path
