@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from configurator import MODEL_KEYS, UserError, complete
+from configurator import MODEL_KEYS, TRACKING_KEYS, UserError, complete
 
 
 @contextmanager
@@ -117,11 +117,14 @@ def lock_out_dir(out_dir):
 
 
 def resume_config(cfg, given):
-    """(config, checkpoint, tokens seen) for `--init_from=resume` from cfg["out_dir"]/ckpt.pt.
+    """(config, checkpoint, tokens seen, changes) for `--init_from=resume` from cfg["out_dir"]/ckpt.pt.
 
     The model's shape keys come from the checkpoint (UserError if the user set one
     to another value; d_ff and vocab_size of 0 mean "as before"); the keys the user
-    gave win over the checkpoint's others (e.g. a larger --max_iters).
+    gave win over the checkpoint's others (e.g. a larger --max_iters). changes: the
+    checkpoint's record of earlier changes plus this one's, [{"iter", "changed": {key:
+    [checkpoint's value, this run's]}}], so a run's config never hides what part of it
+    ran on other values (the run writes it into every later checkpoint and the log).
     Raises UserError for a missing/damaged checkpoint or one past max_iters.
     """
     ckpt = load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
@@ -136,7 +139,10 @@ def resume_config(cfg, given):
                         f"max_iters={merged['max_iters']}: pass a larger --max_iters to continue")
     c = ckpt["config"]  # a checkpoint without the count: its run kept one batch size
     tokens = ckpt.get("tokens", ckpt["iter"] * c["batch_size"] * c["block_size"] * c["gradient_accumulation_steps"])
-    return merged, ckpt, tokens
+    changed = {k: [saved[k], cfg[k]] for k in sorted(given - MODEL_KEYS - {"init_from", "out_dir", *TRACKING_KEYS})
+               if cfg[k] != saved[k]}
+    changes = list(ckpt.get("changes", [])) + ([{"iter": ckpt["iter"], "changed": changed}] if changed else [])
+    return merged, ckpt, tokens, changes
 
 
 # The keys that decide how the parameters split into optimizer groups (optim.param_groups),
@@ -203,6 +209,9 @@ def begin(run, ckpt, model, optimizers):
         val_loss = float("nan") if val_loss is None else val_loss
         if run.master:
             trim_log(run.log_path, start_iter)
+            if run.changes and run.changes[-1]["iter"] == start_iter and run.changes[-1] not in ckpt.get("changes", []):
+                append_log(run.log_path, {"kind": "resume", "iter": start_iter, "tokens": run.tokens,
+                                          "changed": run.changes[-1]["changed"]})
     else:
         if os.path.exists(run.ckpt_path):
             raise UserError(f"out_dir={run.cfg.out_dir!r} already holds a run ({run.ckpt_path}): continue it "

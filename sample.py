@@ -10,6 +10,8 @@ multiplies every input-role scale vector into its linear map before sampling
 """
 
 import argparse
+import sys
+import warnings
 
 import torch
 
@@ -40,7 +42,12 @@ def main(argv):
     args.device, _ = resolve_device(args.device)  # UserError for a device this machine lacks
     model, ckpt = load_model(f"{args.out_dir}/ckpt.pt", args.device)
     if args.fold:
-        model.fold_scales()
+        with warnings.catch_warnings(record=True) as caught:  # the untying warning, said as one line here
+            warnings.simplefilter("always")
+            model.fold_scales()
+        if caught:
+            print("note: the LM head was untied from the embedding so that the final-norm scale folds into it "
+                  "(same outputs)", file=sys.stderr)
     codec = make_codec(ckpt.get("meta"), model.config.vocab_size)
     if codec is None:
         raise UserError(f"{args.out_dir}/ckpt.pt has no vocabulary to decode (its dataset had no meta.pkl)")

@@ -157,9 +157,9 @@ def setup(cfg, given, held):
         held.enter_context(lock_out_dir(cfg["out_dir"]))
     if cfg["init_from"] == "auto":
         cfg = {**cfg, "init_from": "resume" if os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")) else "scratch"}
-    ckpt, tokens = None, 0
+    ckpt, tokens, changes = None, 0, []
     if cfg["init_from"] == "resume":
-        cfg, ckpt, tokens = resume_config(cfg, given)
+        cfg, ckpt, tokens, changes = resume_config(cfg, given)
     check_config(cfg)
     cfg = SimpleNamespace(**cfg)
     device_name, dtype = resolve_device(cfg.device, cfg.dtype)
@@ -185,7 +185,7 @@ def setup(cfg, given, held):
     cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
     finished = ckpt is not None and ckpt["iter"] == cfg.max_iters
     return Run(
-        cfg=cfg, tokens=tokens, device=device,
+        cfg=cfg, tokens=tokens, changes=changes, device=device,
         resumed_from=(ckpt["iter"], complete(ckpt["config"])) if ckpt else None, dtype=dtype, ptdtype=ptdtype,
         autocast=torch.autocast(device.type, dtype=ptdtype) if ptdtype != torch.float32 else nullcontext(),
         rank=rank, local_rank=local_rank, world=world, ddp=ddp, master=master, data=data, model_cfg=model_cfg,
@@ -276,7 +276,8 @@ def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss):
     if run.master:
         save_checkpoint(run.ckpt_path, {
             "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
-            "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"]})
+            "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"],
+            "changes": run.changes})
 
 
 def stop_signal(signals, run):

@@ -64,11 +64,16 @@ that bracket the loss), normalized the same way; beside both, the wall-clock rat
 variant's recorded wall_s over the reference's 1x run's, same seed; rough: runs share machines).
 """
 
+import os
+import sys
+
+if __package__ in (None, ""):  # run by its path (python research/plot.py): its imports live at the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import argparse
 import glob
 import json
 import math
-import os
 import statistics
 from collections import Counter
 from types import SimpleNamespace
@@ -480,7 +485,7 @@ def summary(collected):
             f"{sum(w.endswith('against the claim') for w in words)} of these against their claim, the rest "
             f"unresolved. With every seed: {excluding} exclude 0 and {sum(p <= 0.05 for p in adjusted.values())} "
             f"survive the correction (the verdicts stay the intervals'). Runs: {'; '.join(modes)}. Full tables: "
-            f"assets/<ablation>.md."]
+            f"<ablation>.md beside this summary."]
     return "\n".join(out)
 
 

@@ -14,12 +14,16 @@ same command later resumes the stopped runs. (A second Ctrl-C at a terminal reac
 the runs too, and they quit at once, keeping their last checkpoints.)
 """
 
-import argparse
 import os
+import sys
+
+if __package__ in (None, ""):  # run by its path (python research/sweep.py): its imports live at the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import argparse
 import signal
 import statistics
 import subprocess
-import sys
 import time
 
 from research.ablation import (check_unchanged, code_state, data_hashes, load_ablation, load_records,
@@ -105,7 +109,7 @@ def record(run, results, records, wall_s=None, threads=None):
 def run_queue(todo, parallel, threads, results, records, signals):
     """Train the runs of todo, `parallel` at a time; record each as it finishes. Returns the failed ones.
 
-    Once `signals` (a configurator.StopSignals) has received a signal, starts no more runs,
+    Once `signals` (an ops.StopSignals) has received a signal, starts no more runs,
     sends SIGTERM to the running ones (they save and exit) and waits for them."""
     import torch  # only to count GPUs
 
@@ -188,7 +192,9 @@ def main(argv):
         for r, s in zip(runs, states):
             print(f"  {s:8s} {r['name']}")
         total, known, n_open = estimate_open(runs, states, records)
-        if n_open:
+        if n_open and not known:
+            print(f"open: {n_open} runs; no recorded run of the same shape to estimate their time from")
+        elif n_open:
             parallel = args.parallel or 1
             print(f"open: {n_open} runs; {known} of them at the pace of recorded runs of the same shape: about "
                   f"{fmt_duration(total / parallel)} at --parallel={parallel}"

@@ -230,6 +230,10 @@ def test_checkpoint_moves_between_devices(device, tmp_path, optimizer):
         init = "--init_from=resume" if iters > 2 else "--init_from=scratch"
         run(tiny_args(ds, tmp_path / "b", f"--max_iters={iters}", f"--device={dev}", init, *common))
     straight, moved = read_log(tmp_path / "a"), read_log(tmp_path / "b")
+    resumed = {r["iter"]: r["changed"] for r in moved if r["kind"] == "resume"}  # each resume's changes, recorded
+    assert [c["max_iters"] for c in resumed.values()] == [[2, 4], [4, 6]]
+    assert ("device" in resumed[2]) == (device.type != "cpu") == ("device" in resumed[4])
+    moved = [r for r in moved if r["kind"] != "resume"]
     assert [(r["kind"], r["iter"]) for r in moved] == [(r["kind"], r["iter"]) for r in straight]
     tol = 1e-6 if device.type == "cpu" else 1e-2
     for a, b in zip(straight, moved):

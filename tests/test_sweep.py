@@ -763,7 +763,7 @@ def test_ablation_files_in_configs_are_valid():
     ("variants = {'baseline': {}, 'bad': {'branch_scales': 'yes'}}", "variant 'bad' in setting 'a': .*branch_scales"),
     ("settings = {'a': {'wsd_decay_frac': 2.0}}", "variant 'baseline' in setting 'a': wsd_decay_frac=2.0"),
     ("lr_multipliers = [1.0, -0.0]", "positive numbers"),
-    ("settings = {'a': {'optimizer': 'sgd'}}", "variant 'baseline' in setting 'a': optimizer='sgd' is not one of"),
+    ("settings = {'a': {'optimizer': 'nosuch'}}", "variant 'baseline' in setting 'a': optimizer='nosuch' is not one of"),
 ])
 def test_malformed_ablation_entries_are_named(tmp_path, line, match):
     path = write_ablation(tmp_path, body=("variants = {'baseline': {}, 'unified': {'reparam': 'or'}}\n"

@@ -6,6 +6,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -238,7 +239,7 @@ def test_a_torn_last_log_line_is_dropped_on_resume(tmp_path):
      "decay .* would start inside warmup .* --wsd_decay_frac <= 0.5"),
     (["--min_lr=1.0"], "min_lr=1.0 is above learning_rate"),
     (["--out_dir="], "out_dir='' is empty"),
-    (["--optimizer=sgd"], "optimizer='sgd' is not one of 'adamw', 'muon'"),
+    (["--optimizer=nosuch"], "optimizer='nosuch' is not one of 'adamw', 'muon'"),
     (["--scale_wd=foo"], "scale_wd='foo' is not one of 'iwd', 'all', 'none'"),
     (["--vocab_size=30"], r"(train|val)\.bin holds token id 3[0-9] >= vocab_size=30"),
 ])
@@ -347,9 +348,11 @@ def test_sample_works_for_plain_and_compiled_checkpoints(tmp_path, capsys):
     sample.main(args)
     compiled = capsys.readouterr().out
     assert plain == compiled and plain.startswith("abc") and len(plain.split("\n")[0]) == 23
-    with pytest.warns(UserWarning, match="untying the LM head"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the untying is said as one line, never a library warning
         sample.main(args + ["--fold"])  # folded scales: the same model, so the same text
-    assert capsys.readouterr().out == plain
+    folded = capsys.readouterr()
+    assert folded.out == plain and "note: the LM head was untied from the embedding" in folded.err
     sample.main(args + ["--top_k=0"])  # 0: no top-k cut
     assert capsys.readouterr().out.startswith("abc")
     for bad, message in (("--max_new_tokens=0", "--max_new_tokens=0: need"), ("--top_k=-1", "--top_k=-1: need"),
@@ -575,3 +578,24 @@ def test_a_run_that_ends_before_its_lr_decays_is_noted_from_the_schedule_itself(
                           world=1, ddp=False, tokens_per_iter=512, resumed_from=None)
     ops.describe(run, GPT(train_mod.model_config(cfg)), [])
     assert any("ends before the LR decays" in ln for ln in lines) == noted, lines
+
+
+def test_a_key_changed_on_resume_is_recorded_in_the_log_and_every_later_checkpoint(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2", "--lr_schedule=constant"))
+    capsys.readouterr()
+    run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=4", "--lr_schedule=constant",
+                  "--learning_rate=1e-3", "--eval_interval=2"))
+    out = capsys.readouterr().out
+    assert "note: resuming at iteration 2 with learning_rate=0.001 (the checkpoint's: 0.003)" in out
+    rows = read_log(tmp_path / "o")
+    resume = [r for r in rows if r["kind"] == "resume"]
+    assert resume == [{"kind": "resume", "iter": 2, "tokens": 2 * 4 * 16,
+                       "changed": {"learning_rate": [0.003, 0.001], "max_iters": [2, 4]}}]
+    changes = [{"iter": 2, "changed": {"learning_rate": [0.003, 0.001], "max_iters": [2, 4]}}]
+    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["changes"] == changes
+    run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=6", "--lr_schedule=constant",
+                  "--learning_rate=1e-3", "--eval_interval=2"))  # only max_iters changes now
+    later = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["changes"]
+    assert later == changes + [{"iter": 4, "changed": {"max_iters": [4, 6]}}]
+    assert [r["iter"] for r in read_log(tmp_path / "o") if r["kind"] == "resume"] == [2, 4]

@@ -26,12 +26,16 @@ cores, under each OpenMP setting of SHARED_SETTINGS (OpenMP's default spins
 its idle threads, which starves a second process; train.py sets OMP_THREAD_ENV).
 """
 
-import json
 import os
+import sys
+
+if __package__ in (None, ""):  # run by its path (python tools/bench.py): its imports live at the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import json
 import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from contextlib import nullcontext

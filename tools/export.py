@@ -35,16 +35,20 @@ the first <|endoftext|> of a BPE model (transformers stops there, sample.py
 does not). Needs the optional extras: pip install -r requirements-export.txt
 """
 
+import os
+import sys
+
+if __package__ in (None, ""):  # run by its path (python tools/export.py): its imports live at the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import argparse
 import copy
 import dataclasses
 import functools
 import json
 import math
-import os
 import shutil
 import signal
-import sys
 import tempfile
 import warnings
 

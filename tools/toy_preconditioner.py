@@ -1,6 +1,7 @@
 """Claim C3 in miniature: a scale vector acts as a self-amplifying preconditioner.
 
-    python -m tools.toy_preconditioner                 # writes assets/c3_toy.png, prints the losses
+    python -m tools.toy_preconditioner                 # writes out-plots/c3_toy.png, prints the losses
+    python -m tools.toy_preconditioner --out=assets/c3_toy.png   # the committed figure
 
 A linear least-squares problem, y = W* x, with input features of very
 different scales (feature j has standard deviation s_j, log-spaced from 0.02
@@ -87,7 +88,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--lr", type=float, default=0.2, help="the shared learning rate of the left panel")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="assets/c3_toy.png")
+    p.add_argument("--out", default="out-plots/c3_toy.png")
     args = p.parse_args(argv)
     x, y, w0 = problem(args.seed)
     print(f"first-order check of delta e_j = -lr (gamma_j^2 I + w_j w_j^T) g_j: "
