@@ -74,6 +74,17 @@ class Choices:
         return re.fullmatch(self.pattern, value) is not None if self.pattern else value in self.values
 
 
+class Path:
+    """A path key's value: any string; a leading ~ is the user's home (os.path.expanduser at load,
+    as a shell does not expand it after `=`)."""
+
+    def describe(self):
+        return "a path"
+
+    def allows(self, value):
+        return True
+
+
 GE0, GE1, POSITIVE, FRACTION = Range(0), Range(1), Range(0, low_open=True), Range(0, 1, high_open=True)
 
 
@@ -88,7 +99,7 @@ GE0, GE1, POSITIVE, FRACTION = Range(0), Range(1), Range(0, low_open=True), Rang
 # min_lr <= learning_rate, ...) are the model's and optimizer's.
 SECTIONS = {
     "I/O": {
-        "out_dir": ("out-shakespeare-char", None, "folder for ckpt.pt and log.jsonl"),
+        "out_dir": ("out-shakespeare-char", Path(), "folder for ckpt.pt and log.jsonl"),
         "init_from": ("scratch", Choices("scratch", "resume", "auto"),
                       '"scratch" | "resume" (from out_dir/ckpt.pt) | "auto" (resume when out_dir holds '
                       'a checkpoint, else scratch: the one command for a job that may be preempted)'),
@@ -103,7 +114,7 @@ SECTIONS = {
         "wandb_run_name": ("", None, "the W&B run name (empty: out_dir's folder name)"),
     },
     "data": {
-        "dataset": ("shakespeare_char", None, "a folder under data/, or a path to one"),
+        "dataset": ("shakespeare_char", Path(), "a folder under data/, or a path to one"),
         "batch_size": (32, GE1, "micro-batch per process"),
         "gradient_accumulation_steps": (1, GE1, "global count, divided among DDP processes"),
     },
@@ -242,7 +253,7 @@ def usage(doc, choices=None):
 
 def allowed_note(allowed, meaning):
     """' [>= 1]': a key's allowed values for --help, unless its meaning already says them."""
-    if allowed is None or allowed.describe().removeprefix("in ") in meaning or \
+    if allowed is None or isinstance(allowed, Path) or allowed.describe().removeprefix("in ") in meaning or \
             isinstance(allowed, Choices) and all(f'"{v}"' in meaning for v in allowed.values):
         return ""
     return f" [{allowed.describe()}]"
@@ -354,6 +365,9 @@ def load_config(argv):
                     raise unknown_key(key, arg)
                 cfg[key] = check_type(key, value, arg)
                 given.add(key)
+    for key, allowed in ALLOWED.items():  # ~ in a path: the shell leaves it alone after --key=
+        if isinstance(allowed, Path):
+            cfg[key] = os.path.expanduser(cfg[key])
     check_values(cfg)
     return cfg, given
 
@@ -443,18 +457,28 @@ def memory_limit(device):
 
 
 def check_memory(cfg):
-    """UserError, one line with the estimate, when the float32 weights, gradients and AdamW
-    states (~16 bytes a parameter) cannot fit in the memory the run trains in."""
+    """UserError, one line with the estimate, when the float32 weights, gradients and AdamW states
+    (~16 bytes a parameter) and one micro-batch's activations and logits (estimate_size) cannot fit
+    in the memory the run trains in (per device: a micro-batch is per process). Names the largest
+    batch_size that fits when a smaller micro-batch is the fix."""
     params, activations = estimate_size(cfg)
     limit = memory_limit(cfg["device"])
-    if limit is None or 16 * params <= limit[0]:
+    if limit is None or 16 * params + activations <= limit[0]:
         return
     gb = lambda b: f"{b / GB:.3g}" if b < 10**300 else "inf"  # noqa: E731
+    need = f"about {gb(16 * params)} GB for float32 weights, gradients and AdamW states and {gb(activations)} GB " \
+        f"of activations and logits for a micro-batch of batch_size={cfg['batch_size']} x " \
+        f"block_size={cfg['block_size']} tokens"
+    fits = int((limit[0] - 16 * params) / (activations / cfg["batch_size"])) if 16 * params < limit[0] else 0
+    if fits >= 1:
+        keep = max(1, cfg["batch_size"] // fits)
+        raise UserError(f"{need}, more than the {gb(limit[0])} GB of {limit[1]}: use --batch_size={fits} or less "
+                        f"(--gradient_accumulation_steps={cfg['gradient_accumulation_steps'] * keep} keeps about "
+                        f"the same tokens per iteration)")
     size = ", ".join(f"{k}={cfg[k]}" for k in ("n_layer", "n_embd", "d_ff", "vocab_size", "n_experts", "expert_d_ff")
                      if cfg[k])
-    raise UserError(f"{size}: about {gb(params)} billion parameters need about {gb(16 * params)} GB for float32 "
-                    f"weights, gradients and AdamW states (+ about {gb(activations)} GB of activations a micro-batch),"
-                    f" more than the {gb(limit[0])} GB of {limit[1]}: lower --n_embd, --n_layer, --d_ff or --n_experts")
+    raise UserError(f"{size}: about {gb(params)} billion parameters need {need}, more than the {gb(limit[0])} GB of "
+                    f"{limit[1]}: lower --n_embd, --n_layer, --d_ff or --n_experts")
 
 
 def complete(cfg):

@@ -155,6 +155,9 @@ def setup(cfg, given, held):
     owned = owner and os.path.isdir(cfg["out_dir"])  # it may hold a run: own it before reading the checkpoint
     if owned:
         held.enter_context(lock_out_dir(cfg["out_dir"]))
+    stale = os.path.join(cfg["out_dir"], "ckpt.pt.tmp")  # a save a SIGKILL cut short: never the checkpoint
+    if owned and os.path.exists(stale):
+        os.remove(stale)
     if cfg["init_from"] == "auto":
         cfg = {**cfg, "init_from": "resume" if os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")) else "scratch"}
     ckpt, tokens, changes = None, 0, []

@@ -2,6 +2,7 @@
 refusal; config files that exit; keys repeated on the command line."""
 
 import glob
+import re
 import os
 from types import SimpleNamespace
 
@@ -198,3 +199,17 @@ def test_the_defaults_and_every_committed_config_are_usual():
     for path in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py"))):
         cfg, _ = load_config([path])
         assert ops.unusual_notes(cfg) == [], path
+
+
+def test_the_memory_check_counts_activations_and_logits_and_names_a_batch_that_fits(monkeypatch):
+    """A micro-batch whose activations and logits alone overflow memory is refused before anything is
+    built, naming the largest batch_size the estimate fits; that batch_size then passes."""
+    monkeypatch.setattr(configurator, "memory_limit", lambda device: (8e9, "a machine of 8 GB"))
+    cfg = {**DEFAULTS, "batch_size": 256, "block_size": 1024, "vocab_size": 50304}
+    params, activations = estimate_size(cfg)
+    assert 16 * params < 8e9 < 16 * params + activations  # the weights fit, the micro-batch does not
+    with pytest.raises(UserError, match=r"use --batch_size=(\d+) or less") as e:
+        check_config(cfg)
+    fits = int(re.search(r"--batch_size=(\d+)", str(e.value))[1])
+    assert fits == int((8e9 - 16 * params) / (activations / 256))
+    check_config({**cfg, "batch_size": fits})

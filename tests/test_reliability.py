@@ -449,3 +449,27 @@ def test_train_py_sets_the_openmp_wait_policy_before_torch_loads(given, expected
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
                          timeout=120, check=True).stdout.split()
     assert out == ["False", expected]
+
+
+def test_a_tilde_in_a_path_key_is_the_home_folder_as_a_shell_would_have_made_it(tmp_path, monkeypatch):
+    """`--out_dir=~/runs/x` at a shell prompt reaches train.py unexpanded (no expansion after `=`):
+    it is expanded, for every path key (configurator.Path), from the command line or a config file."""
+    from configurator import Path, ALLOWED, load_config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    paths = [k for k, a in ALLOWED.items() if isinstance(a, Path)]
+    assert {"out_dir", "dataset"} <= set(paths)
+    cfg, _ = load_config([f"--{k}=~/x/{k}" for k in paths])
+    assert all(cfg[k] == str(tmp_path / "x" / k) for k in paths)
+    conf = tmp_path / "c.py"
+    conf.write_text("out_dir = '~/runs/y'\n")
+    assert load_config([str(conf)])[0]["out_dir"] == str(tmp_path / "runs" / "y")
+
+
+def test_a_save_cut_short_leaves_no_tmp_after_the_next_start(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    stale = tmp_path / "o" / "ckpt.pt.tmp"
+    stale.write_bytes(b"half a checkpoint")  # a SIGKILL inside torch.save
+    run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=3", "--eval_interval=2"))
+    assert not stale.exists() and (tmp_path / "o" / "ckpt.pt").exists()
