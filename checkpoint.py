@@ -220,6 +220,12 @@ def begin(run, ckpt, model, optimizers):
         if run.master:
             open(run.log_path, "w").close()
     logged = read_log(run.log_path) if run.master and os.path.exists(run.log_path) else []
+    trained = [r["iter"] for r in logged if r["kind"] == "train"]
+    if run.master and ckpt is not None and trained != list(range(1, start_iter + 1)):
+        gap = next((i for i in range(1, start_iter + 1) if i not in set(trained)), None)
+        run.log(f"note: {run.log_path} has {len(trained)} train rows for the checkpoint's {start_iter} iterations"
+                + (f" (none for iteration {gap})" if gap else "") + ": truncated or edited; the run continues "
+                "from its checkpoint, but its log is not one run's (a sweep refuses to record it)")
     missing = torch.tensor(float(start_iter > 0 and (evaluated or start_iter == run.cfg.max_iters) and not any(
         r["kind"] == "eval" and r["iter"] == start_iter for r in logged)), device=run.device)
     if run.ddp:
@@ -252,16 +258,30 @@ def load_model(ckpt_path, device="cpu"):
 
 
 def read_log(path):
-    """The rows of a log.jsonl; a last line torn by a crash mid-write is skipped."""
+    """The rows of a log.jsonl, each a dict with a str "kind" and int "iter" and "tokens"; a last
+    line torn by a crash mid-write is skipped. The one reader of logs (train.py's resume, the
+    sweep, plot.py --run). Raises UserError naming the file and line of any other line that is
+    not such a row (bad JSON, null, binary bytes), so one damaged file is one line, not a traceback."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not a log.jsonl (byte {e.start} is not UTF-8 text): it is damaged; delete the "
+                        f"run's folder and run it again") from None
     rows = []
-    with open(path) as f:
-        lines = f.read().splitlines()
-    for n, line in enumerate(lines):
+    for n, line in enumerate(lines, 1):
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
-            if n < len(lines) - 1:
-                raise
+            if n == len(lines):  # torn by a crash mid-write: the row was never whole
+                continue
+            row = None
+        if not (isinstance(row, dict) and isinstance(row.get("kind"), str) and type(row.get("iter")) is int
+                and type(row.get("tokens")) is int):
+            raise UserError(f"{path}, line {n}: {line[:60]!r} is not a log row (a JSON object with kind, iter and "
+                            f"tokens): the log is damaged; delete the line (the run's checkpoint is unaffected) or "
+                            f"the run's folder and run it again")
+        rows.append(row)
     return rows
 
 

@@ -42,6 +42,7 @@ results/. An interrupted run resumes from its checkpoint.
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 
@@ -261,14 +262,19 @@ def plan(spec, out_root, records=None):
 
 def state(run, records=None):
     """'waiting' (its LR is not chosen yet), 'recorded' (a record in results/), 'done' (final
-    eval logged, no record yet), 'partial' (a checkpoint to resume) or 'new'."""
+    eval logged, no record yet), 'damaged' (its log cannot be read: run["damaged"] says why),
+    'partial' (a checkpoint to resume) or 'new'."""
     if run.get("waiting"):
         return "waiting"
     if records is not None and run["hash"] in records:
         return "recorded"
     log = os.path.join(run["out_dir"], "log.jsonl")
-    if os.path.exists(log) and any(r["kind"] == "eval" and r["iter"] == run["config"]["max_iters"]
-                                   for r in read_log(log)):
+    try:
+        rows = read_log(log) if os.path.exists(log) else []
+    except UserError as e:
+        run["damaged"] = str(e)
+        return "damaged"
+    if any(r["kind"] == "eval" and r["iter"] == run["config"]["max_iters"] for r in rows):
         return "done"
     return "partial" if os.path.exists(os.path.join(run["out_dir"], "ckpt.pt")) else "new"
 
@@ -512,6 +518,10 @@ def record_problem(rec):
     evals, max_iters = rec["evals"], rec["config"]["max_iters"]
     if not evals:
         return "it has no evals"
+    losses = [e["val_loss"] for e in evals] + [rec["final"]["val_loss"]]
+    bad = [v for v in losses if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v))]
+    if bad:
+        return f"it holds a val_loss of {bad[0]!r}, not a finite number"
     for key in ("iter", "tokens"):
         values = [e[key] for e in evals]
         for k in range(1, len(values)):
@@ -524,27 +534,40 @@ def record_problem(rec):
     return None
 
 
-def load_records(results):
-    """{config hash: record} of every results/*.json; {} when the folder is absent.
-    Raises UserError naming a file that is not a record, or a record that is not of one
-    finished run (record_problem)."""
+def read_record(path):
+    """The record in path; UserError naming the file when it is not a run record (bad JSON, binary,
+    the wrong shape) or not the record of one finished run (record_problem)."""
+    try:
+        with open(path) as f:
+            rec = json.load(f)
+        problem = record_problem(rec)
+        rec["config_hash"]
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:  # bad JSON, binary, wrong shape
+        raise UserError(f"{path} is not a run record ({type(e).__name__}: {str(e)[:80]}): remove it or restore "
+                        f"it from git") from None
+    if problem:
+        raise UserError(f"{path}: {problem}: not the record of one finished run, so its numbers cannot be "
+                        f"used; remove it (git rm it if committed) and run its run again (delete the run's "
+                        f"folder under the sweep's --out_root, then run the sweep again)")
+    return rec
+
+
+def load_records(results, damaged=None):
+    """{config hash: record} of every results/*.json (read_record); {} when the folder is absent.
+    Raises read_record's UserError at the first damaged file; with `damaged` (a list), appends that
+    line to it instead and goes on (a sweep runs such a run again, and its new record replaces the
+    file)."""
     records = {}
     if not os.path.isdir(results):
         return records
     for name in sorted(os.listdir(results)):
-        if not name.endswith(".json"):
-            continue
-        path = os.path.join(results, name)
-        try:
-            with open(path) as f:
-                rec = json.load(f)
-            problem = record_problem(rec)
+        if name.endswith(".json"):
+            try:
+                rec = read_record(os.path.join(results, name))
+            except UserError as e:
+                if damaged is None:
+                    raise
+                damaged.append(str(e))
+                continue
             records[rec["config_hash"]] = rec
-        except (json.JSONDecodeError, KeyError, TypeError, IndexError) as e:
-            raise UserError(f"{path} is not a run record ({type(e).__name__}: {e}): remove it or restore "
-                            f"it from git") from None
-        if problem:
-            raise UserError(f"{path}: {problem}: not the record of one finished run, so its numbers cannot be "
-                            f"used; remove it (git rm it if committed) and run its run again (delete the run's "
-                            f"folder under the sweep's --out_root, then run the sweep again)")
     return records

@@ -181,13 +181,17 @@ def main(argv):
     # train.py runs with cwd = this folder: give it absolute paths so that `runs` means the same to both
     args.out_root, args.results = os.path.abspath(args.out_root), os.path.abspath(args.results)
     specs = [load_ablation(path) for path in args.ablations]
-    records = load_records(args.results)
+    damaged = []  # records that cannot be read: skipped, their runs run again (a new record replaces each)
+    records = load_records(args.results, damaged)
     runs = all_runs(specs, args.out_root, records)
     states = [state(r, records) for r in runs]
-    counts = {s: states.count(s) for s in ("recorded", "done", "partial", "new", "waiting")}
+    counts = {s: states.count(s) for s in ("recorded", "done", "partial", "new", "waiting", "damaged")}
     print(f"{len(runs)} runs: {counts['recorded']} recorded, {counts['done']} finished without a record, "
           f"{counts['partial'] + counts['new']} to run"
-          + (f", {counts['waiting']} waiting for their LR sweep" if counts["waiting"] else ""))
+          + (f", {counts['waiting']} waiting for their LR sweep" if counts["waiting"] else "")
+          + (f", {counts['damaged']} with a damaged log (skipped)" if counts["damaged"] else ""))
+    for line in damaged + [r["damaged"] for r in runs if r.get("damaged")]:
+        print(f"skipped: {line}")
     if args.dry_run:
         for r, s in zip(runs, states):
             print(f"  {s:8s} {r['name']}")

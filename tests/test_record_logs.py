@@ -13,6 +13,7 @@ from research import plot
 from checkpoint import append_log, read_log, trim_log
 from conftest import ROOT
 from configurator import DEFAULTS, UserError
+from test_sweep import fake_rows, write_ablation
 
 PER_ITER = 2 * 8 * 1  # batch_size x block_size x gradient_accumulation_steps below
 
@@ -199,3 +200,53 @@ def test_every_committed_record_passes_the_check():
             refused[p] = problem
     assert refused == {}
     ablation.load_records(os.path.join(ROOT, "results"))
+
+
+@pytest.mark.parametrize("line", ['{"kind": "train", "iter": 2, "lo', "null", "[1, 2]", '{"kind": "eval"}'])
+def test_a_damaged_log_line_is_one_error_naming_the_file_and_line(tmp_path, line):
+    """Mid-file (a torn last line alone is a crash's and is skipped): bad JSON, null, a list, a row
+    without iter and tokens; and a binary file."""
+    from checkpoint import read_log
+
+    path = tmp_path / "log.jsonl"
+    good = json.dumps({"kind": "train", "iter": 1, "tokens": 8})
+    path.write_text(f"{good}\n{line}\n{good}\n")
+    with pytest.raises(UserError, match=rf"log\.jsonl, line 2: .* is not a log row") as e:
+        read_log(str(path))
+    assert "\n" not in str(e.value)
+    path.write_text(f"{good}\n{line}")  # the last line, torn or not: skipped only when it is bad JSON
+    if line.startswith('{"kind": "train", "iter": 2, "lo'):
+        assert len(read_log(str(path))) == 1
+    path.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(UserError, match="is not a log.jsonl"):
+        read_log(str(path))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), "1.5", None, True])
+def test_a_record_with_a_val_loss_that_is_no_number_is_refused_by_name(tmp_path, bad):
+    spec = ablation.load_ablation(write_ablation(tmp_path))
+    results = tmp_path / "results"
+    run = ablation.plan(spec, "runs")[0]
+    rec = ablation.make_record(run, fake_rows(run["config"], 2.0), "tiny")
+    rec["final"]["val_loss"] = bad
+    path = ablation.write_record(str(results), rec)
+    with pytest.raises(UserError, match=rf"{os.path.basename(path)}: it holds a val_loss of"):
+        ablation.load_records(str(results))
+
+
+def test_a_sweep_skips_what_it_cannot_read_names_it_and_goes_on(tmp_path, capsys):
+    from research import sweep
+
+    path = write_ablation(tmp_path)
+    spec = ablation.load_ablation(path)
+    results, out_root = tmp_path / "results", tmp_path / "runs"
+    runs = ablation.plan(spec, str(out_root))
+    (results).mkdir()
+    (results / "garbage.json").write_bytes(b"\x00\x01 not json")
+    os.makedirs(runs[0]["out_dir"])
+    with open(os.path.join(runs[0]["out_dir"], "log.jsonl"), "w") as f:
+        f.write('null\n{"kind": "train", "iter": 1, "tokens": 64}\n')
+    assert sweep.main([path, f"--results={results}", f"--out_root={out_root}", "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert "1 with a damaged log (skipped)" in out and "skipped: " in out and "garbage.json is not a run record" in out
+    assert f"damaged  {runs[0]['name']}" in out

@@ -359,7 +359,7 @@ def test_append_log_cut_short_by_a_full_disk_leaves_only_whole_rows(tmp_path, mo
     """A short write (the disk filled mid-row) is cut back: the file is its earlier rows, byte for byte."""
     import checkpoint
     path = str(tmp_path / "log.jsonl")
-    checkpoint.append_log(path, {"kind": "train", "iter": 1, "loss": 3.5})
+    checkpoint.append_log(path, {"kind": "train", "iter": 1, "tokens": 8, "loss": 3.5})
     before = open(path, "rb").read()
     real_write = os.write
 
@@ -368,11 +368,11 @@ def test_append_log_cut_short_by_a_full_disk_leaves_only_whole_rows(tmp_path, mo
 
     monkeypatch.setattr(checkpoint.os, "write", half_write)
     with pytest.raises(OSError) as info:
-        checkpoint.append_log(path, {"kind": "train", "iter": 2, "loss": 3.25})
+        checkpoint.append_log(path, {"kind": "train", "iter": 2, "tokens": 16, "loss": 3.25})
     monkeypatch.undo()
     assert info.value.errno == errno.ENOSPC and info.value.filename == path
     assert open(path, "rb").read() == before
-    checkpoint.append_log(path, {"kind": "train", "iter": 2, "loss": 3.25})  # space freed: the log goes on
+    checkpoint.append_log(path, {"kind": "train", "iter": 2, "tokens": 16, "loss": 3.25})  # space freed: the log goes on
     assert [r["iter"] for r in read_log_rows(path)] == [1, 2]
 
 

@@ -599,3 +599,15 @@ def test_a_key_changed_on_resume_is_recorded_in_the_log_and_every_later_checkpoi
     later = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["changes"]
     assert later == changes + [{"iter": 4, "changed": {"max_iters": [4, 6]}}]
     assert [r["iter"] for r in read_log(tmp_path / "o") if r["kind"] == "resume"] == [2, 4]
+
+
+def test_a_resume_from_a_log_with_a_gap_says_so(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--eval_interval=4"))
+    rows = read_log(tmp_path / "o")
+    (tmp_path / "o" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows
+                                                      if not (r["kind"] == "train" and r["iter"] == 2)))
+    capsys.readouterr()
+    run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=5", "--eval_interval=4"))
+    assert "has 3 train rows for the checkpoint's 4 iterations (none for iteration 2): truncated or edited" in \
+        capsys.readouterr().out
