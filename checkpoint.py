@@ -72,6 +72,10 @@ def load_checkpoint(path):
 LOCK_NAME = ".lock"
 
 
+class OutDirInUse(UserError):
+    """Another process holds an out_dir's lock (lock_out_dir)."""
+
+
 def lock_out_dir(out_dir):
     """Make out_dir and own it: an exclusive flock on out_dir/.lock, which then holds this
     process's pid and host. Returns the open lock file: closing it releases the lock, and so
@@ -97,7 +101,7 @@ def lock_out_dir(out_dir):
         else:
             pid, _, host = os.pread(fd, 300, 0).decode(errors="replace").strip().partition(" ")
             os.close(fd)
-            raise UserError(f"out_dir={out_dir!r} is in use: process {pid or '?'} on {host or '?'} is training "
+            raise OutDirInUse(f"out_dir={out_dir!r} is in use: process {pid or '?'} on {host or '?'} is training "
                             f"there (it holds {path}); wait for it to end, stop it (kill -TERM {pid or '<pid>'} "
                             f"saves and stops it), or choose another --out_dir") from None
     os.ftruncate(fd, 0)

@@ -28,7 +28,7 @@ import time
 
 from research.ablation import (check_unchanged, code_state, data_hashes, load_ablation, load_records,
                       make_record, plan, read_provenance, start_provenance, state, write_record)
-from checkpoint import read_log
+from checkpoint import OutDirInUse, lock_out_dir, read_log
 from configurator import UserError, cli
 from ops import StopSignals, fmt_duration
 
@@ -92,6 +92,19 @@ def all_runs(specs, out_root, records):
     return runs
 
 
+def elsewhere(run, results):
+    """Why another process has this run (a second sweep on the same file): its record appeared in
+    results/, or another process holds its out_dir (checkpoint.lock_out_dir); None when neither."""
+    if os.path.exists(os.path.join(results, run["name"] + ".json")):
+        return "recorded by another process"
+    if os.path.isdir(run["out_dir"]):
+        try:
+            lock_out_dir(run["out_dir"]).close()
+        except OutDirInUse:
+            return "trained by another process (its sweep records it)"
+    return None
+
+
 def record(run, results, records, wall_s=None, threads=None):
     """Write the record of a finished run, pinned by its provenance.json (the code it started from,
     unchanged since; its machine; versions) and its token files' SHA-256; returns the path.
@@ -106,7 +119,7 @@ def record(run, results, records, wall_s=None, threads=None):
     return write_record(results, rec)
 
 
-def run_queue(todo, parallel, threads, results, records, signals):
+def run_queue(todo, parallel, threads, results, records, signals, skipped):
     """Train the runs of todo, `parallel` at a time; record each as it finishes. Returns the failed ones.
 
     Once `signals` (an ops.StopSignals) has received a signal, starts no more runs,
@@ -124,6 +137,11 @@ def run_queue(todo, parallel, threads, results, records, signals):
                 proc.send_signal(signal.SIGTERM)
         while todo and len(active) < parallel:
             run = todo.pop(0)
+            other = elsewhere(run, results)
+            if other:
+                print(f"skipped {run['name']}: {other}", flush=True)
+                skipped.add(run["name"])
+                continue
             gpu = free_gpus.pop(0) if free_gpus else None
             try:
                 proc, log = launch(run, threads, gpu)
@@ -160,6 +178,9 @@ def run_queue(todo, parallel, threads, results, records, signals):
             elif signals.received:
                 print(f"stopped {run['name']} (exit {proc.returncode}): the sweep resumes it from its last "
                       f"checkpoint", flush=True)
+            elif elsewhere(run, results):  # another sweep took it in between: its run, not a failure
+                print(f"skipped {run['name']}: {elsewhere(run, results)}", flush=True)
+                skipped.add(run["name"])
             else:
                 failed.append(run)
                 print(f"FAILED {run['out_dir']} (exit {proc.returncode}); see its train.log", flush=True)
@@ -220,23 +241,26 @@ def main(argv):
                 print(f"recorded {record(r, args.results, records)} (from an existing log)")
             except UserError as e:
                 print(f"FAILED {r['name']}: {e}", flush=True)
-    t0, failed = time.time(), []
+    t0, failed, skipped = time.time(), [], set()  # skipped: runs another process has (a second sweep)
     note = "passing SIGTERM to the running runs: each saves its checkpoint and exits, then the sweep exits"
     with StopSignals(note, repeat_quits=False) as signals:
         while True:  # again after a pass: an LR sweep that finished may unlock its seeds (tune_lr)
-            todo = [r for r in all_runs(specs, args.out_root, records) if state(r, records) in ("new", "partial")]
+            todo = [r for r in all_runs(specs, args.out_root, records)
+                    if state(r, records) in ("new", "partial") and r["name"] not in skipped]
             if not todo or failed or signals.received:
                 break
             # The seed table first (LR sweeps and budgets after), setting by setting, seed-major: a sweep
             # stopped early leaves whole seeds, every variant of a seed paired.
             setting_rank = {s: i for i, s in enumerate(dict.fromkeys(r["setting"] for r in todo))}
             todo.sort(key=lambda r: (not r["main"], setting_rank[r["setting"]], r["seed"]))
-            failed = run_queue(todo, parallel, threads, args.results, records, signals)
+            failed = run_queue(todo, parallel, threads, args.results, records, signals, skipped)
+            records.update(load_records(args.results, []))  # another sweep's records too: they may unlock seeds
     if signals.received:
         print(f"stopped by {signals.received} after {fmt_duration(time.time() - t0)}; {len(failed)} failed; "
               f"the same command continues the sweep", flush=True)
         return 128 + signal.Signals[signals.received].value
-    print(f"done in {fmt_duration(time.time() - t0)}; {len(failed)} failed")
+    print(f"done in {fmt_duration(time.time() - t0)}; {len(failed)} failed"
+          + (f"; {len(skipped)} left to another process (another sweep of the same file)" if skipped else ""))
     return 1 if failed else 0
 
 

@@ -893,3 +893,23 @@ def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
     assert row["b"].endswith("| - | lower | unresolved (2 seeds) | pending (2 of 3 planned seeds) |")
     assert f"| {stats.paired_t_p(diffs['a']):#.3g} | lower | reproduced | finding |" in row["a"]  # a family of one
     assert "1 of them with a claim whose planned seeds are all recorded (1 more still running" in table
+
+
+def test_a_second_sweep_leaves_another_processs_runs_alone_and_exits_0(tmp_path, capsys):
+    """Two sweeps of one file: a run whose out_dir another process holds is skipped as its run (not
+    FAILED), the rest are trained and recorded, and the exit status is 0."""
+    from checkpoint import lock_out_dir
+
+    path = write_ablation(tmp_path, body=("variants = {'baseline': {}, 'unified': " + UNIFIED + "}\n"
+                                          "settings = {'adamw': {}}\nseeds = [1]\n"))
+    out_root, results = tmp_path / "runs", tmp_path / "results"
+    runs = sweep.plan(sweep.load_ablation(path), str(out_root))
+    held = lock_out_dir(runs[0]["out_dir"])  # the other sweep's train.py
+    try:
+        assert sweep.main([path, f"--out_root={out_root}", f"--results={results}", "--threads=1"]) == 0
+    finally:
+        held.close()
+    out = capsys.readouterr().out
+    assert f"skipped {runs[0]['name']}: trained by another process" in out and "FAILED" not in out
+    assert "1 left to another process" in out
+    assert sorted(os.listdir(results)) == [runs[1]["name"] + ".json"]
