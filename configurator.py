@@ -184,7 +184,8 @@ SECTIONS = {
                   '"auto" (bfloat16 on CUDA, else float32) | "float32" | "bfloat16"'),
         "compile": (False, None, "torch.compile the model"),
         "seed": (1337, Range(0, 2**32 - 1, why="numpy's generators need it"), "initial weights and batches"),
-        "ddp_timeout_s": (600, GE1, "seconds a DDP collective may wait"),
+        "ddp_timeout_s": (600, Range(1, 10**7, why="a timedelta of it must exist; 10**7 s is 115 days"),
+                          "seconds a DDP collective may wait"),
     },
 }
 DEFAULTS = {key: default for keys in SECTIONS.values() for key, (default, _, _) in keys.items()}
@@ -316,8 +317,12 @@ def unknown_key(key, where):
 def run_config_file(path):
     """The names a config file (plain Python) defines; UserError naming its line if it fails to run."""
     namespace = {}
-    with open(path) as f:
-        source = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except UnicodeDecodeError as e:
+        raise UserError(f"config file {path}: byte {e.start} is not UTF-8 text: a config file is Python source "
+                        f"(plain assignments); save it as UTF-8") from None
     try:
         exec(compile(source, path, "exec"), namespace)
     except (Exception, SystemExit, KeyboardInterrupt) as e:  # a config file is Python: its error is bad input

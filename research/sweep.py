@@ -201,6 +201,14 @@ def main(argv):
         raise UserError(f"--parallel={args.parallel} / --threads={args.threads}: must be >= 1 (0 = the default)")
     # train.py runs with cwd = this folder: give it absolute paths so that `runs` means the same to both
     args.out_root, args.results = os.path.abspath(args.out_root), os.path.abspath(args.results)
+    for flag, folder in (("--out_root", args.out_root), ("--results", args.results)):  # before any training
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise UserError(f"{flag}={folder}: a file, not a folder; name a folder (it is created)")
+        parent = folder if os.path.isdir(folder) else os.path.dirname(folder)
+        while parent and not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if not args.dry_run and not os.access(parent or ".", os.W_OK):
+            raise UserError(f"{flag}={folder}: {parent} is not writable; name a folder this user can write")
     specs = [load_ablation(path) for path in args.ablations]
     damaged = []  # records that cannot be read: skipped, their runs run again (a new record replaces each)
     records = load_records(args.results, damaged)

@@ -473,3 +473,27 @@ def test_a_save_cut_short_leaves_no_tmp_after_the_next_start(tmp_path):
     stale.write_bytes(b"half a checkpoint")  # a SIGKILL inside torch.save
     run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=3", "--eval_interval=2"))
     assert not stale.exists() and (tmp_path / "o" / "ckpt.pt").exists()
+
+
+def test_more_inputs_that_were_tracebacks_are_one_line(tmp_path):
+    """A config file with non-UTF-8 bytes; a DDP timeout no timedelta holds; sample.py's seed past
+    what torch takes; a sweep whose --results is a file (found before any training)."""
+    import sample
+    from configurator import load_config
+    from research import sweep
+    from test_sweep import write_ablation
+
+    conf = tmp_path / "c.py"
+    conf.write_bytes(b"n_layer = 2  # caf\xe9\n")
+    with pytest.raises(UserError, match="byte 18 is not UTF-8 text"):
+        load_config([str(conf)])
+    with pytest.raises(UserError, match=r"ddp_timeout_s=10000000000 must be in \[1, 10000000\]"):
+        from ops import check_config
+        check_config(load_config(["--ddp_timeout_s=10000000000"])[0])
+    with pytest.raises(UserError, match=r"0 <= --seed < 2\*\*63"):
+        sample.main([f"--out_dir={tmp_path}", "--seed=99999999999999999999"])
+    results = tmp_path / "results.json"
+    results.write_text("{}")
+    with pytest.raises(UserError, match="--results=.*a file, not a folder"):
+        sweep.main([write_ablation(tmp_path), f"--results={results}", f"--out_root={tmp_path / 'runs'}"])
+    assert not (tmp_path / "runs").exists()
