@@ -185,11 +185,13 @@ def describe(run, raw_model, groups, given=frozenset()):
         log(f"note: resuming at iteration {it} with {changed}: iterations 1-{it} ran on the checkpoint's values "
             f"(the checkpoint's 'changes' and a 'resume' row of the log record it)")
     if run.device.type == "cpu" and cpu_seconds(run, raw_model) > 3600:
+        parts = run_flops(run, raw_model)
         per_iter = raw_model.flops_per_token() * run.tokens_per_iter
-        log(f"warning: this config needs {per_iter * cfg.max_iters:.2g} FLOPs ({per_iter:.2g} per iteration): "
-            f"even at {CPU_FLOPS:.0e} FLOP/s a CPU takes about {fmt_duration(cpu_seconds(run, raw_model))} "
-            f"({per_iter / CPU_FLOPS:.1f} s per iteration). It is sized for a GPU: use --device=cuda there, or "
-            f"a smaller model / fewer --max_iters here")
+        log(f"warning: this config needs {sum(parts.values()):.2g} FLOPs ("
+            + ", ".join(f"{k} {v:.2g}" for k, v in parts.items() if v) + f"; {per_iter:.2g} per training "
+            f"iteration): even at {CPU_FLOPS:.0e} FLOP/s a CPU takes about {fmt_duration(cpu_seconds(run, raw_model))}"
+            f". It is sized for a GPU: use --device=cuda there, or a smaller model, fewer --max_iters, --eval_iters "
+            f"or --sample_tokens here")
     if cfg.compile and cfg.n_experts:
         log("warning: --compile=True with n_experts > 0: each batch routes a different number of tokens to "
             "each expert, so torch.compile recompiles often (minutes each); --compile=False is usually faster")
@@ -208,9 +210,21 @@ def describe(run, raw_model, groups, given=frozenset()):
                 f"the LRs of neither schedule from scratch")
 
 
+def run_flops(run, raw_model):
+    """{"training", "evaluation", "sample"}: the FLOPs of each part of the run. A forward pass is a
+    third of a training step's FLOPs per token (flops_per_token counts forward and backward); the
+    evals run eval_iters batches at iteration 0, every eval_interval and at the end; the sample
+    reruns up to block_size tokens for each of its sample_tokens (no KV cache)."""
+    cfg, per_token = run.cfg, raw_model.flops_per_token()
+    evals = (cfg.max_iters // cfg.eval_interval + 1 if cfg.eval_interval > 0 else 1) + 1
+    return {"training": per_token * run.tokens_per_iter * cfg.max_iters,
+            "evaluation": per_token / 3 * evals * cfg.eval_iters * cfg.batch_size * cfg.block_size,
+            "sample": per_token / 3 * cfg.sample_tokens * cfg.block_size}
+
+
 def cpu_seconds(run, raw_model):
-    """The whole run's training FLOPs over CPU_FLOPS: a lower bound on its time on a CPU."""
-    return raw_model.flops_per_token() * run.tokens_per_iter * run.cfg.max_iters / CPU_FLOPS
+    """The whole run's FLOPs (run_flops) over CPU_FLOPS: a lower bound on its time on a CPU."""
+    return sum(run_flops(run, raw_model).values()) / CPU_FLOPS
 
 
 def write_log(run, row):

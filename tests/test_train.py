@@ -611,3 +611,20 @@ def test_a_resume_from_a_log_with_a_gap_says_so(tmp_path, capsys):
     run(tiny_args(ds, tmp_path / "o", "--init_from=resume", "--max_iters=5", "--eval_interval=4"))
     assert "has 3 train rows for the checkpoint's 4 iterations (none for iteration 2): truncated or edited" in \
         capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra", [["--eval_iters=100000000"], ["--sample_tokens=10000000000"]])
+def test_the_time_warning_counts_evaluation_and_the_sample(extra):
+    """A run whose training is seconds but whose evals or end-of-run sample take hours is warned
+    at start, naming the part."""
+    from types import SimpleNamespace
+    cfg, _ = load_config(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--vocab_size=40",
+                          "--max_iters=10", *extra])
+    lines = []
+    run = SimpleNamespace(cfg=SimpleNamespace(**cfg), log=lines.append, device=torch.device("cpu"), dtype="float32",
+                          world=1, ddp=False, tokens_per_iter=512, resumed_from=None)
+    ops.describe(run, GPT(train_mod.model_config(cfg)), [])
+    warned = [ln for ln in lines if "sized for a GPU" in ln]
+    part = "evaluation" if "eval" in extra[0] else "sample"
+    assert len(warned) == 1 and f"{part} " in warned[0]
+    assert ops.run_flops(run, GPT(train_mod.model_config(cfg)))[part] > 10 * 3600 * ops.CPU_FLOPS / 10
