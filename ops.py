@@ -168,7 +168,7 @@ def setup_distributed(cfg, device_name):
 
 def describe(run, raw_model, groups, given=frozenset()):
     """Print the parameter report, the optimizer groups, the device and the batch; warn on odd setups,
-    and note each key the user gave (`given`) that changes nothing here (configurator.inert_keys)."""
+    and note each key the user gave (`given`) that changes nothing here (inert_keys)."""
     cfg, log = run.cfg, run.log
     log(raw_model.param_report())
     log(format_groups(groups))
