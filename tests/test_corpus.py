@@ -271,3 +271,15 @@ def test_fineweb_subset_running_out(tmp_path, enc, capsys):
         fineweb.main(["--val_tokens=1e9", "--workers=1", f"--out={tmp_path / 'short'}"],
                      load_dataset=stand_in(50, []))
     assert os.listdir(tmp_path / "short") == []
+
+
+def test_inputs_that_are_not_regular_files_are_refused_before_any_read(tmp_path, enc):
+    """A FIFO or /dev/zero would be read forever, a dangling link not at all: each is one line, at once."""
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    bad([fifo, f"--out={tmp_path / 'o'}"], r"pipe\.txt: not a regular file")
+    if os.path.exists("/dev/zero"):
+        bad(["/dev/zero", f"--out={tmp_path / 'o'}"], r"/dev/zero: not a regular file")
+    (tmp_path / "gone.txt").symlink_to(tmp_path / "nothing.txt")
+    bad([tmp_path / "gone.txt", f"--out={tmp_path / 'o'}"], r"gone\.txt: not a regular file")
+    assert not (tmp_path / "o").exists()

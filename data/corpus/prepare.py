@@ -40,7 +40,8 @@ SUFFIXES = (".txt", ".jsonl", ".parquet")  # what a folder given as INPUT contri
 def input_files(patterns):
     """The files that patterns name, in order (each pattern's matches sorted), each once.
 
-    SystemExit when a pattern matches nothing, or a .parquet file cannot be read.
+    SystemExit when a pattern matches nothing, names something other than a regular file (a FIFO
+    or a device would be read forever, a dangling link not at all), or a .parquet file cannot be read.
     """
     files = []
     for pattern in patterns:
@@ -50,6 +51,9 @@ def input_files(patterns):
             if os.path.isdir(path):
                 found += sorted(p for p in glob.glob(os.path.join(path, "**", "*"), recursive=True)
                                 if p.endswith(SUFFIXES) and os.path.isfile(p))
+            elif not os.path.isfile(path):
+                raise SystemExit(f"{path}: not a regular file (a FIFO, a device or a link to nothing): pass text, "
+                                 f".jsonl or .parquet files, or folders of them")
             else:
                 found.append(path)
         if not found:
