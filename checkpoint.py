@@ -121,14 +121,15 @@ def lock_out_dir(out_dir):
 
 
 def resume_config(cfg, given):
-    """(config, checkpoint, tokens seen, changes) for `--init_from=resume` from cfg["out_dir"]/ckpt.pt.
+    """(config, checkpoint, tokens seen, changed, changes) for `--init_from=resume` from cfg["out_dir"]/ckpt.pt.
 
     The model's shape keys come from the checkpoint (UserError if the user set one
     to another value; d_ff and vocab_size of 0 mean "as before"); the keys the user
-    gave win over the checkpoint's others (e.g. a larger --max_iters). changes: the
-    checkpoint's record of earlier changes plus this one's, [{"iter", "changed": {key:
-    [checkpoint's value, this run's]}}], so a run's config never hides what part of it
-    ran on other values (the run writes it into every later checkpoint and the log).
+    gave win over the checkpoint's others (e.g. a larger --max_iters). changed: this
+    resume's {key: [checkpoint's value, this run's]} ({} when none); changes: the
+    checkpoint's record of earlier changes plus this one, [{"iter", "changed"}], so a run's
+    config never hides what part of it ran on other values (the run writes it into every
+    later checkpoint, and this resume's into the log).
     Raises UserError for a missing/damaged checkpoint or one past max_iters.
     """
     ckpt = load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
@@ -146,7 +147,7 @@ def resume_config(cfg, given):
     changed = {k: [saved[k], cfg[k]] for k in sorted(given - MODEL_KEYS - {"init_from", "out_dir", *TRACKING_KEYS})
                if cfg[k] != saved[k]}
     changes = list(ckpt.get("changes", [])) + ([{"iter": ckpt["iter"], "changed": changed}] if changed else [])
-    return merged, ckpt, tokens, changes
+    return merged, ckpt, tokens, changed, changes
 
 
 # The keys that decide how the parameters split into optimizer groups (optim.param_groups),
@@ -213,9 +214,9 @@ def begin(run, ckpt, model, optimizers):
         val_loss = float("nan") if val_loss is None else val_loss
         if run.master:
             trim_log(run.log_path, start_iter)
-            if run.changes and run.changes[-1]["iter"] == start_iter and run.changes[-1] not in ckpt.get("changes", []):
+            if run.changed:
                 append_log(run.log_path, {"kind": "resume", "iter": start_iter, "tokens": run.tokens,
-                                          "changed": run.changes[-1]["changed"]})
+                                          "changed": run.changed})
     else:
         if os.path.exists(run.ckpt_path):
             raise UserError(f"out_dir={run.cfg.out_dir!r} already holds a run ({run.ckpt_path}): continue it "

@@ -45,8 +45,8 @@ class Run:
     cfg: the full config (a namespace; on resume, the checkpoint's with this run's changes;
     device and dtype kept as asked, so each machine resolves its own); resumed_from:
     (iteration, the checkpoint's completed config) or None; tokens: seen before this run
-    (0 from scratch); changes: keys changed on a resume, [{"iter", "changed": {key: [old, new]}}]
-    (checkpoint.resume_config); device, dtype ("float32" | "bfloat16"), ptdtype and autocast (a context,
+    (0 from scratch); changed: the keys this resume changes, {key: [old, new]}; changes: every
+    resume's, [{"iter", "changed"}] (checkpoint.resume_config); device, dtype ("float32" | "bfloat16"), ptdtype and autocast (a context,
     a null one in float32); rank, local_rank, world, ddp, master (rank 0) of the processes;
     data: dataset.load_data's dict; model_cfg: the model.GPTConfig; tokens_per_iter; n_moe:
     MoE blocks; ckpt_path, log_path in out_dir; log: prints on rank 0 only; tracker: a W&B run
@@ -56,6 +56,7 @@ class Run:
     cfg: SimpleNamespace
     resumed_from: Any
     tokens: int
+    changed: dict
     changes: list
     device: torch.device
     dtype: str
@@ -178,10 +179,9 @@ def describe(run, raw_model, groups, given=frozenset()):
         f"{cfg.gradient_accumulation_steps} accumulation; {raw_model.flops_per_token() / 1e6:.1f} MFLOP/token")
     for note in inert_notes(vars(cfg), given) + unusual_notes(vars(cfg)):
         log(note)
-    if run.resumed_from and run.changes and run.changes[-1]["iter"] == run.resumed_from[0]:
+    if run.changed:
         it = run.resumed_from[0]
-        changed = ", ".join(f"{k}={new!r} (the checkpoint's: {old!r})"
-                            for k, (old, new) in run.changes[-1]["changed"].items())
+        changed = ", ".join(f"{k}={new!r} (the checkpoint's: {old!r})" for k, (old, new) in run.changed.items())
         log(f"note: resuming at iteration {it} with {changed}: iterations 1-{it} ran on the checkpoint's values "
             f"(the checkpoint's 'changes' and a 'resume' row of the log record it)")
     if run.device.type == "cpu" and cpu_seconds(run, raw_model) > 3600:

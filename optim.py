@@ -65,9 +65,7 @@ def param_groups(model, cfg):
         ScaleVector or a ScaledLinear, or give optim.py a rule for it), and
         for an optim_group that is no group here.
     """
-    for key, registry in (("scale_wd", SCALE_WD), ("optimizer", OPTIMIZERS)):
-        if vars(cfg)[key] not in registry:
-            raise ValueError(f"{key}={vars(cfg)[key]!r} is not one of {tuple(registry)}")
+    check_choices(cfg, ("scale_wd", "optimizer"))
     wd, recipe = cfg.weight_decay, SCALE_WD[cfg.scale_wd]
     scale_wd = (wd if recipe.input else 0.0, wd if recipe.output else 0.0)
     buckets = {k: [] for k in ("matrix", "embedding", "lm_head", "scale_input", "scale_output",
@@ -308,6 +306,13 @@ LR_SCHEDULES = {
 CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "scale_wd": SCALE_WD}
 
 
+def check_choices(cfg, keys):
+    """ValueError for the first of keys (of CHOICES) whose value its registry does not hold."""
+    for key in keys:
+        if vars(cfg)[key] not in CHOICES[key]:
+            raise ValueError(f"{key}={vars(cfg)[key]!r} is not one of {', '.join(map(repr, CHOICES[key]))}")
+
+
 def check(cfg):
     """ValueError naming the fix for an optimizer, schedule or decay recipe these registries do
     not hold, and for schedule keys whose LR would jump, stall or reach 0.
@@ -319,9 +324,7 @@ def check(cfg):
     decay (max_iters <= warmup_iters + 1, e.g. a two-step smoke test) is
     accepted; train.py says so.
     """
-    for key, registry in CHOICES.items():
-        if vars(cfg)[key] not in registry:
-            raise ValueError(f"{key}={vars(cfg)[key]!r} is not one of {', '.join(map(repr, registry))}")
+    check_choices(cfg, CHOICES)
     schedule = LR_SCHEDULES[cfg.lr_schedule]
     if "min_lr" in schedule.keys and cfg.min_lr > cfg.learning_rate:
         raise ValueError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the decay would "

@@ -160,9 +160,9 @@ def setup(cfg, given, held):
         os.remove(stale)
     if cfg["init_from"] == "auto":
         cfg = {**cfg, "init_from": "resume" if os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")) else "scratch"}
-    ckpt, tokens, changes = None, 0, []
+    ckpt, tokens, changed, changes = None, 0, {}, []
     if cfg["init_from"] == "resume":
-        cfg, ckpt, tokens, changes = resume_config(cfg, given)
+        cfg, ckpt, tokens, changed, changes = resume_config(cfg, given)
     check_config(cfg)
     cfg = SimpleNamespace(**cfg)
     device_name, dtype = resolve_device(cfg.device, cfg.dtype)
@@ -188,7 +188,7 @@ def setup(cfg, given, held):
     cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
     finished = ckpt is not None and ckpt["iter"] == cfg.max_iters
     return Run(
-        cfg=cfg, tokens=tokens, changes=changes, device=device,
+        cfg=cfg, tokens=tokens, changed=changed, changes=changes, device=device,
         resumed_from=(ckpt["iter"], complete(ckpt["config"])) if ckpt else None, dtype=dtype, ptdtype=ptdtype,
         autocast=torch.autocast(device.type, dtype=ptdtype) if ptdtype != torch.float32 else nullcontext(),
         rank=rank, local_rank=local_rank, world=world, ddp=ddp, master=master, data=data, model_cfg=model_cfg,

@@ -304,7 +304,7 @@ def comparisons(spec, results):
                  key=seeds and (config_key(results[(setting, v)]["seeds"][seeds[0]]),
                                 config_key(results[(setting, ref)]["seeds"][seeds[0]])))
         if any(s not in planned for s in seeds):  # seeds added after a look at the planned ones
-            first = [d for s, d in zip(seeds, diffs) if s in planned]
+            first = c["planned_diffs"]
             first_ci = mean_ci(first)
             planned_verdict = f" {verdict(first_ci, len(first), expected)}" if expected else ""
             added = [str(s) for s in seeds if s not in planned]

@@ -554,7 +554,7 @@ def test_a_gpu_sized_config_on_a_cpu_is_warned_before_its_first_step(tmp_path, c
     for max_iters in (10, int(2 * 3600 * ops.CPU_FLOPS / flops_per_iter)):  # ~0 s, then ~2 hours
         run = SimpleNamespace(cfg=SimpleNamespace(**{**cfg, "max_iters": max_iters}), log=lines.append,
                               device=torch.device("cpu"), dtype="float32", world=1, ddp=False,
-                              tokens_per_iter=512, resumed_from=None)
+                              tokens_per_iter=512, resumed_from=None, changed={})
         lines.clear()
         ops.describe(run, model, [])
         warned = [ln for ln in lines if "sized for a GPU" in ln]
@@ -575,7 +575,7 @@ def test_a_run_that_ends_before_its_lr_decays_is_noted_from_the_schedule_itself(
                           "--warmup_iters=2", f"--max_iters={max_iters}", f"--lr_schedule={schedule}"])
     lines = []
     run = SimpleNamespace(cfg=SimpleNamespace(**cfg), log=lines.append, device=torch.device("cpu"), dtype="float32",
-                          world=1, ddp=False, tokens_per_iter=512, resumed_from=None)
+                          world=1, ddp=False, tokens_per_iter=512, resumed_from=None, changed={})
     ops.describe(run, GPT(train_mod.model_config(cfg)), [])
     assert any("ends before the LR decays" in ln for ln in lines) == noted, lines
 
@@ -622,7 +622,7 @@ def test_the_time_warning_counts_evaluation_and_the_sample(extra):
                           "--max_iters=10", *extra])
     lines = []
     run = SimpleNamespace(cfg=SimpleNamespace(**cfg), log=lines.append, device=torch.device("cpu"), dtype="float32",
-                          world=1, ddp=False, tokens_per_iter=512, resumed_from=None)
+                          world=1, ddp=False, tokens_per_iter=512, resumed_from=None, changed={})
     ops.describe(run, GPT(train_mod.model_config(cfg)), [])
     warned = [ln for ln in lines if "sized for a GPU" in ln]
     part = "evaluation" if "eval" in extra[0] else "sample"
