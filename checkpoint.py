@@ -31,7 +31,8 @@ from configurator import MODEL_KEYS, TRACKING_KEYS, UserError, complete
 def atomic_write(path, mode="w"):
     """Open path + '.tmp' for writing; on a clean exit fsync it and rename it over path, so a reader
     sees the old file or the new one, never a part. On any error (a full disk, Ctrl-C) the .tmp is
-    removed, path is untouched, and an OSError is raised again with path as its filename."""
+    removed, path is untouched, and an OSError is raised again with path as its filename (also one
+    that a library wrapped in a RuntimeError, as torch.save does)."""
     tmp = path + ".tmp"
     try:
         with open(tmp, mode) as f:
@@ -42,7 +43,9 @@ def atomic_write(path, mode="w"):
     except BaseException as e:
         if os.path.exists(tmp):
             os.remove(tmp)
-        if isinstance(e, OSError) and e.errno is not None and e.filename is None:  # os.write names no file
+        if isinstance(e, RuntimeError) and isinstance(e.__context__, OSError):  # torch.save wraps the file's error
+            e = e.__context__
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, tmp):  # os.write names no file
             raise OSError(e.errno, e.strerror, path) from None
         raise
 
@@ -166,7 +169,7 @@ def restore(ckpt, model, optimizers, cfg):
     the fix, when this config splits the parameters into other optimizer groups than the
     checkpoint's (another optimizer; scale_wd "iwd" vs "iwd_final" with a tied head).
     """
-    model.load_state_dict(ckpt["model"])
+    load_weights(model, ckpt["model"], "the checkpoint")
     layout = [[(g.get("name"), len(g["params"])) for g in s["param_groups"]] for s in ckpt["optimizers"]]
     if layout != [[(g.get("name"), len(g["params"])) for g in o.param_groups] for o in optimizers]:
         saved = complete(ckpt["config"])
@@ -249,13 +252,39 @@ def load_model(ckpt_path, device="cpu"):
 
     ckpt = load_checkpoint(ckpt_path)
     model = GPT(model_config(ckpt["config"]))
-    state = {}
-    for key, value in ckpt["model"].items():
+    load_weights(model, ckpt["model"], ckpt_path)
+    return model.to(device).eval(), ckpt
+
+
+def load_weights(model, state, source):
+    """model.load_state_dict(state) for a checkpoint's weights, with its problems as one line.
+
+    Keys saved with compile/DDP prefixes ("_orig_mod.", "module.") are stripped. Raises UserError
+    naming source and the first keys when the weights do not match the model its config builds
+    (missing, unexpected or differently shaped tensors: a config edited by hand, or other code), or
+    when a weight holds NaN/inf (a run saved after it diverged: nothing it computes means anything).
+    """
+    weights = {}
+    for key, value in state.items():
         for prefix in ("module.", "_orig_mod."):
             key = key[len(prefix):] if key.startswith(prefix) else key
-        state[key] = value
-    model.load_state_dict(state)
-    return model.to(device).eval(), ckpt
+        weights[key] = value
+    expected = model.state_dict()
+    problems = [f"{k} missing" for k in expected if k not in weights]
+    problems += [f"{k} not in this model" for k in weights if k not in expected]
+    problems += [f"{k} is {tuple(weights[k].shape)}, the config makes {tuple(v.shape)}"
+                 for k, v in expected.items() if k in weights and weights[k].shape != v.shape]
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise UserError(f"{source}'s weights do not match the model its config describes: {'; '.join(problems[:3])}"
+                        f"{more}; the config or the weights were changed, or other code wrote them: use the "
+                        f"checkpoint as saved, or train again")
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise UserError(f"{source}'s weights hold NaN or inf (in {len(bad)} tensors, first {bad[0]}): the run "
+                        f"diverged before it saved them, and nothing computed from them means anything; use an "
+                        f"earlier checkpoint, or train again with a lower --learning_rate")
+    model.load_state_dict(weights)
 
 
 # -----------------------------------------------------------------------------

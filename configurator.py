@@ -204,11 +204,33 @@ class UserError(Exception):
     """Bad input: printed as one clear line, exit status 1, nothing lost."""
 
 
+def folder_problem(path):
+    """Why files cannot be written in the folder `path` (created if missing), or None if they can.
+
+    Checked by trying: a probe file in path, or in its nearest existing parent when path does not
+    exist yet (nothing is created there), so a read-only disk or a root-owned folder is seen as such.
+    """
+    import tempfile
+    if os.path.exists(path) and not os.path.isdir(path):
+        return "a file, not a folder: name a folder (it is created if missing)"
+    parent = os.path.abspath(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{parent} is a file, not a folder: no folder can be made inside it"
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        return f"cannot write in {parent} ({e.strerror or type(e).__name__}): name a folder this user can write"
+    return None
+
+
 def cli(main):
     """Run a command's main(argv): a UserError becomes one 'error: ...' line on stderr (exit 1), a
     Ctrl-C (KeyboardInterrupt) one 'interrupted' line (exit 130, as a shell reports SIGINT); a full
-    disk (or quota) one line naming the file (exit 1); output piped into a reader that closes early
-    (`| head`) ends quietly."""
+    disk (or quota, or file-size limit) one line naming the file (exit 1); output piped into a
+    reader that closes early (`| head`) ends quietly."""
     try:
         try:
             code = main(sys.argv[1:])
@@ -224,7 +246,7 @@ def cli(main):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         sys.exit(1)
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # a full disk, a quota, a size limit
             raise
         print(f"error: {e.strerror} writing {e.filename or 'a file'}: nothing is torn (a log keeps its last whole "
               "row, a checkpoint or record its last whole version); free space on that disk, then run the same "

@@ -10,6 +10,7 @@ multiplies every input-role scale vector into its linear map before sampling
 """
 
 import argparse
+import math
 import sys
 import warnings
 
@@ -35,11 +36,11 @@ def main(argv):
     p.add_argument("--fold", action="store_true", help="fold input-role scales into the weights first")
     args = p.parse_args(argv)
     for name, ok in (("max_new_tokens", args.max_new_tokens >= 1), ("num_samples", args.num_samples >= 1),
-                     ("top_k", args.top_k >= 0), ("temperature", args.temperature > 0),
+                     ("top_k", args.top_k >= 0), ("temperature", 0 < args.temperature < math.inf),
                      ("seed", 0 <= args.seed < 2**63)):
         if not ok:
             raise UserError(f"--{name}={getattr(args, name)}: need --max_new_tokens >= 1, --num_samples >= 1, "
-                            f"--top_k >= 0 (0: all), --temperature > 0 and 0 <= --seed < 2**63")
+                            f"--top_k >= 0 (0: all), a finite --temperature > 0 and 0 <= --seed < 2**63")
     args.device, _ = resolve_device(args.device)  # UserError for a device this machine lacks
     model, ckpt = load_model(f"{args.out_dir}/ckpt.pt", args.device)
     if args.fold:

@@ -10,6 +10,7 @@ and meta.pkl under temporary names and puts them in place only in commit().
 import itertools
 import os
 import pickle
+import sys
 import time
 from collections import deque
 from multiprocessing import Pool
@@ -115,6 +116,16 @@ def duration(seconds):
 
 def put_in_place(tmp, path):
     os.replace(tmp, path)  # atomic on POSIX: path is the old file or the new one, never a part
+
+
+def check_out(out_dir):
+    """SystemExit, one line, when out_dir cannot hold the dataset (a file, an unwritable folder):
+    checked before any input is read, so the hours of encoding are never lost at the end."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from configurator import folder_problem
+    problem = folder_problem(out_dir)
+    if problem:
+        raise SystemExit(f"--out={out_dir}: {problem}")
 
 
 class TokenFiles:

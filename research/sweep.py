@@ -29,7 +29,7 @@ import time
 from research.ablation import (check_unchanged, code_state, data_hashes, load_ablation, load_records,
                       make_record, plan, read_provenance, start_provenance, state, write_record)
 from checkpoint import OutDirInUse, lock_out_dir, read_log
-from configurator import UserError, cli
+from configurator import UserError, cli, folder_problem
 from ops import StopSignals, fmt_duration
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
@@ -202,13 +202,9 @@ def main(argv):
     # train.py runs with cwd = this folder: give it absolute paths so that `runs` means the same to both
     args.out_root, args.results = os.path.abspath(args.out_root), os.path.abspath(args.results)
     for flag, folder in (("--out_root", args.out_root), ("--results", args.results)):  # before any training
-        if os.path.exists(folder) and not os.path.isdir(folder):
-            raise UserError(f"{flag}={folder}: a file, not a folder; name a folder (it is created)")
-        parent = folder if os.path.isdir(folder) else os.path.dirname(folder)
-        while parent and not os.path.exists(parent):
-            parent = os.path.dirname(parent)
-        if not args.dry_run and not os.access(parent or ".", os.W_OK):
-            raise UserError(f"{flag}={folder}: {parent} is not writable; name a folder this user can write")
+        problem = folder_problem(folder)
+        if problem and not (args.dry_run and os.path.isdir(folder)):  # a dry run writes nothing
+            raise UserError(f"{flag}={folder}: {problem}")
     specs = [load_ablation(path) for path in args.ablations]
     damaged = []  # records that cannot be read: skipped, their runs run again (a new record replaces each)
     records = load_records(args.results, damaged)

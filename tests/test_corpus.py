@@ -163,8 +163,8 @@ def test_bad_input_is_a_one_line_error(tmp_path, enc):
         (tmp_path / f"d{i}.txt").write_text(text(i))
     bad([tmp_path / "d*.txt", f"--out={tmp_path / 'o'}", "--val_docs=0"],
         "--val_docs=0 leaves the validation split empty")
-    bad([tmp_path / "d*.txt", f"--out={tmp_path / 'o'}", "--val_share=1"],
-        "--val_share=1.0 would hold out 3 of the 3 documents, leaving none to train on")
+    bad([tmp_path / "d*.txt", f"--out={tmp_path / 'o'}", "--val_share=0.9"],
+        "--val_share=0.9 would hold out 3 of the 3 documents, leaving none to train on")
     if importlib.util.find_spec("pyarrow") is None:
         (tmp_path / "t.parquet").write_bytes(b"PAR1")
         bad([tmp_path / "t.parquet", f"--out={tmp_path / 'o'}"],
@@ -283,3 +283,32 @@ def test_inputs_that_are_not_regular_files_are_refused_before_any_read(tmp_path,
     (tmp_path / "gone.txt").symlink_to(tmp_path / "nothing.txt")
     bad([tmp_path / "gone.txt", f"--out={tmp_path / 'o'}"], r"gone\.txt: not a regular file")
     assert not (tmp_path / "o").exists()
+
+
+def test_flags_that_cannot_work_are_refused_before_any_read(tmp_path, enc):
+    """An --out that is a file or cannot be written, a share that is no share (nan, 0, above 1), no
+    workers, a token count that is not one: each one line naming the flag, before any input is read
+    (a stand-in dataset that fails if opened) and nothing written."""
+    docs = write_corpus(tmp_path / "in")
+    (tmp_path / "taken").write_text("a file")
+    bad([tmp_path / "in", f"--out={tmp_path / 'taken'}"], r"--out=.*taken: a file, not a folder")
+    bad([tmp_path / "in", f"--out={tmp_path / 'taken' / 'sub'}"], r"--out=.*taken is a file, not a folder: no folder can be made inside it")
+    if os.path.isdir("/proc/self"):  # a folder no user, root included, can create files in
+        bad([tmp_path / "in", "--out=/proc/self/ds"], r"--out=/proc/self/ds: cannot write in /proc/self")
+    for share in ("nan", "0", "1.5", "-0.1", "inf"):
+        bad([tmp_path / "in", f"--out={tmp_path / 'o'}", f"--val_share={share}"],
+            rf"--val_share={float(share)}: the share of documents held out is a number in \(0, 1\)")
+    bad([tmp_path / "in", f"--out={tmp_path / 'o'}", "--workers=0"], "--workers=0: encode with at least 1 process")
+    assert not (tmp_path / "o").exists() and docs
+
+    def never(*args, **kwargs):
+        raise AssertionError("the dataset was opened before the flags were checked")
+
+    for flags, match in ((["--train_tokens=nan"], "--train_tokens=nan: a token count >= 1"),
+                         (["--val_tokens=0"], "--val_tokens=0: a token count >= 1"),
+                         (["--workers=-1"], "--workers=-1: encode with at least 1 process"),
+                         ([f"--out={tmp_path / 'taken'}"], "--out=.*taken: a file, not a folder")):
+        with pytest.raises(SystemExit, match=match) as e:
+            fineweb.main(flags + [f"--out={tmp_path / 'fw'}"] * ("--out" not in flags[0]), load_dataset=never)
+        assert "\n" not in str(e.value)
+    assert not (tmp_path / "fw").exists()

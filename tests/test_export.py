@@ -4,6 +4,8 @@ import json
 import os
 import signal
 import pickle
+import re
+import resource
 import subprocess
 import sys
 
@@ -356,3 +358,30 @@ def test_sigterm_during_an_export_leaves_nothing(tmp_path, monkeypatch):
         export.main([f"--out_dir={out}"])
     assert info.value.code == 143 and sorted(os.listdir(out)) == before
     assert signal.getsignal(signal.SIGTERM) is handler  # main() puts the previous handler back
+
+
+def test_an_export_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path):
+    """export_dir under a file or in a folder no one can write: refused before anything is
+    written. A disk that takes the first 8 KiB and no more (a file-size limit stands in for a full
+    disk): one line naming the file, exit 1, no hidden folder left beside export_dir."""
+    needs_transformers()
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(UserError, match=r"export_dir=.*a_file is a file, not a folder"):
+        export.export(tiny_model(), str(tmp_path / "a_file" / "hf"))
+    if os.path.isdir("/proc/self"):
+        with pytest.raises(UserError, match=r"export_dir='/proc/self/hf': cannot write in /proc/self"):
+            export.export(tiny_model(), "/proc/self/hf")
+    data = make_dataset(tmp_path / "ds")
+    out = tmp_path / "out"
+    run(tiny_args(data, str(out), "--max_iters=1", "--eval_interval=0"))
+    before = sorted(os.listdir(out))
+
+    def small_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8 * 1024, resource.RLIM_INFINITY))
+
+    done = subprocess.run([sys.executable, "-m", "tools.export", f"--out_dir={out}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, preexec_fn=small_disk)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert re.match(r"error: File too large writing model\.safetensors: nothing written to .*out/hf;", done.stderr)
+    assert sorted(os.listdir(out)) == before

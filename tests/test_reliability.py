@@ -6,6 +6,8 @@ import errno
 import hashlib
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -376,21 +378,28 @@ def test_append_log_cut_short_by_a_full_disk_leaves_only_whole_rows(tmp_path, mo
     assert [r["iter"] for r in read_log_rows(path)] == [1, 2]
 
 
-def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch):
-    import checkpoint
+FILLS_UP = """
+import resource, signal, sys, torch
+sys.path.insert(0, {root!r})
+import checkpoint, configurator
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+configurator.cli(lambda argv: checkpoint.save_checkpoint({path!r}, {{"iter": 8, "w": torch.zeros(100_000)}}))
+"""
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path):
+    """The disk takes the first 64 KiB of a checkpoint, then refuses (a file-size limit stands in
+    for a full disk: writes past it fail, as on a disk that fills mid-save). torch.save raises a
+    RuntimeError around the file's OSError; the run says so in one line naming ckpt.pt, exit 1, and
+    the previous checkpoint is whole, no .tmp left."""
     path = str(tmp_path / "ckpt.pt")
-    checkpoint.save_checkpoint(path, {"iter": 4})
-
-    def full_disk(obj, f):
-        f.write(b"PK\x03\x04 half a zip")
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
-    with pytest.raises(OSError) as info:
-        checkpoint.save_checkpoint(path, {"iter": 8})
-    monkeypatch.undo()
-    assert info.value.filename == path and sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
-    assert torch.load(path, weights_only=True) == {"iter": 4}
+    torch.save({"iter": 4}, path)
+    out = subprocess.run([sys.executable, "-c", FILLS_UP.format(root=ROOT, path=path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.count("\n") == 1 and f"File too large writing {path}: nothing is torn" in out.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"] and torch.load(path, weights_only=True) == {"iter": 4}
 
 
 def test_disk_full_mid_run_is_one_line_and_auto_finishes_the_uninterrupted_run(tmp_path, monkeypatch):
@@ -497,3 +506,45 @@ def test_more_inputs_that_were_tracebacks_are_one_line(tmp_path):
     with pytest.raises(UserError, match="--results=.*a file, not a folder"):
         sweep.main([write_ablation(tmp_path), f"--results={results}", f"--out_root={tmp_path / 'runs'}"])
     assert not (tmp_path / "runs").exists()
+
+
+def test_weights_that_mean_nothing_are_one_line_in_sample_export_and_resume(tmp_path):
+    """A checkpoint whose weights hold NaN (saved by hand after a divergence), lack a tensor, carry
+    one the model does not have, or one of another shape than its config makes: sample.py,
+    tools/export.py and a resume each refuse it in one line naming the file and the tensor, and
+    write nothing."""
+    import sample
+    from tools import export
+    data = make_dataset(tmp_path / "ds")
+    good = tmp_path / "good"
+    run(tiny_args(data, str(good), "--max_iters=2", "--eval_interval=2"))
+    ckpt = torch.load(good / "ckpt.pt", weights_only=True)
+    name = next(k for k, v in ckpt["model"].items() if k.startswith("blocks.0.") and v.dim() == 2)
+
+    def damaged(state):
+        return {**ckpt, "model": state}
+
+    nan = dict(ckpt["model"])
+    nan[name] = nan[name].clone()
+    nan[name][0, 0] = float("nan")
+    cases = {"nan": (damaged(nan), rf"weights hold NaN or inf \(in 1 tensors, first {re.escape(name)}\)"),
+             "missing": (damaged({k: v for k, v in ckpt["model"].items() if k != name}),
+                         rf"do not match the model its config describes: {re.escape(name)} missing"),
+             "extra": (damaged({**ckpt["model"], "transformer.h.9.extra": torch.ones(3)}),
+                       r"transformer\.h\.9\.extra not in this model"),
+             "shape": (damaged({**ckpt["model"], name: ckpt["model"][name][:-1]}),
+                       rf"{re.escape(name)} is \(\d+, \d+\), the config makes \(\d+, \d+\)")}
+    for case, (bad_ckpt, match) in cases.items():
+        out = tmp_path / case
+        shutil.copytree(good, out)
+        torch.save(bad_ckpt, out / "ckpt.pt")
+        before = {p: open(out / p, "rb").read() for p in os.listdir(out) if os.path.isfile(out / p)}
+        for command in (lambda: sample.main([f"--out_dir={out}", "--start=A", "--max_new_tokens=3"]),
+                        lambda: export.main([f"--out_dir={out}", "--no_check"]),
+                        lambda: run(tiny_args(data, str(out), "--max_iters=4", "--eval_interval=2",
+                                              "--init_from=resume"))):
+            with pytest.raises(UserError, match=match) as err:
+                command()
+            assert "\n" not in str(err.value), case
+        after = {p: open(out / p, "rb").read() for p in os.listdir(out) if os.path.isfile(out / p)}
+        assert after == before and not (out / "hf").exists(), case

@@ -55,7 +55,7 @@ import warnings
 import torch
 
 from checkpoint import load_model
-from configurator import MODEL_KEYS, UserError, cli
+from configurator import MODEL_KEYS, UserError, cli, folder_problem
 from dataset import bpe_encoding, checked_encoding, codec_kind
 
 TOLERANCE = 1e-4  # largest |logit difference| allowed, relative to max(1, largest |logit|); float32
@@ -418,41 +418,57 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
         raise UserError(reason)
     if os.path.exists(export_dir):
         raise UserError(f"export_dir={export_dir!r} already exists: pass another --export_dir or remove it")
-    _, st = import_transformers()
-    arch = architecture(cfg)
+    problem = folder_problem(export_dir)
+    if problem:
+        raise UserError(f"export_dir={export_dir!r}: {problem}")
+    import_transformers()
     parent = os.path.dirname(os.path.abspath(export_dir))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)  # a fresh name: never someone's folder
     folder = os.path.join(tmp, os.path.basename(os.path.abspath(export_dir)))
-    os.mkdir(folder)  # the umask's mode, not mkdtemp's private 0700
-    umask = os.umask(0)
-    os.umask(umask)
     try:
-        eos, pad, tokenizer_note = write_tokenizer(folder, meta, cfg)
-        run_config = (ckpt or {}).get("config") or dataclasses.asdict(cfg)
-        metadata = {"format": "pt", "scalevec_config": json.dumps(run_config, sort_keys=True)}
-        if ckpt:
-            metadata["scalevec_training"] = json.dumps({k: ckpt.get(k) for k in ("iter", "tokens", "val_loss")})
-        weights = hf_state_dict(model)
-        st.save_file(weights, os.path.join(folder, "model.safetensors"), metadata=metadata)
-        with open(os.path.join(folder, "config.json"), "w") as f:
-            json.dump(hf_config(cfg, arch, eos), f, indent=2)
-        with open(os.path.join(folder, "generation_config.json"), "w") as f:
-            json.dump({"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": pad}, f, indent=2)
-        if needs_code(cfg):
-            shutil.copyfile(os.path.join(HERE, MODELING_FILE), os.path.join(folder, MODELING_FILE))
-        diff = max_logit_diff(model, folder) if check else float("nan")
-        if check and not diff <= tol:
-            raise UserError(f"the exported {arch} differs from the checkpoint by {diff:.2e} (relative) in the logits, "
-                            f"above --tol={tol:g}: not written (a bug worth reporting)")
-        n_params = sum(w.numel() for w in weights.values())
-        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
-            f.write(readme(cfg, arch, tokenizer_note, diff, source, n_params, ckpt))
-        for name in os.listdir(folder):  # safetensors writes 0600
-            os.chmod(os.path.join(folder, name), 0o666 & ~umask)
+        os.mkdir(folder)  # the umask's mode, not mkdtemp's private 0700
+        diff = write_folder(folder, model, meta, ckpt, check, tol, source)
         os.replace(folder, export_dir)
+    except OSError as e:  # a full disk or a quota: the hidden folder goes, nothing is left half-written
+        raise UserError(f"{e.strerror} writing {os.path.basename(e.filename or '') or 'the export'}: nothing "
+                        f"written to {export_dir}; free space (or name another disk with --export_dir), then run "
+                        f"the same command again") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return diff
+
+
+def write_folder(folder, model, meta, ckpt, check, tol, source):
+    """Write export()'s files into the empty `folder` and check them; returns the logit difference."""
+    _, st = import_transformers()
+    cfg, arch = model.config, architecture(model.config)
+    eos, pad, tokenizer_note = write_tokenizer(folder, meta, cfg)
+    run_config = (ckpt or {}).get("config") or dataclasses.asdict(cfg)
+    metadata = {"format": "pt", "scalevec_config": json.dumps(run_config, sort_keys=True)}
+    if ckpt:
+        metadata["scalevec_training"] = json.dumps({k: ckpt.get(k) for k in ("iter", "tokens", "val_loss")})
+    weights = hf_state_dict(model)
+
+    def put(name, data):  # Python's own write: a full disk is an OSError naming the file
+        try:
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(data if isinstance(data, bytes) else data.encode())
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, name) from None
+
+    put("model.safetensors", st.save(weights, metadata=metadata))
+    put("config.json", json.dumps(hf_config(cfg, arch, eos), indent=2))
+    put("generation_config.json", json.dumps({"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": pad},
+                                             indent=2))
+    if needs_code(cfg):
+        shutil.copyfile(os.path.join(HERE, MODELING_FILE), os.path.join(folder, MODELING_FILE))
+    diff = max_logit_diff(model, folder) if check else float("nan")
+    if check and not diff <= tol:
+        raise UserError(f"the exported {arch} differs from the checkpoint by {diff:.2e} (relative) in the logits, "
+                        f"above --tol={tol:g}: not written (a bug worth reporting)")
+    n_params = sum(w.numel() for w in weights.values())
+    put("README.md", readme(cfg, arch, tokenizer_note, diff, source, n_params, ckpt))
     return diff
 
 

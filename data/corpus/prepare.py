@@ -32,7 +32,7 @@ from contextlib import closing
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bpe_docs import Progress, TokenFiles, encoding, tokenize  # noqa: E402
+from bpe_docs import Progress, TokenFiles, check_out, encoding, tokenize  # noqa: E402
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")  # what a folder given as INPUT contributes
 
@@ -155,7 +155,12 @@ def main(argv=None):
     p.add_argument("--text_field", default="text", help="the text's field in .jsonl, column in .parquet")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     args = p.parse_args(argv)
-
+    if args.val_docs is None and not 0 < args.val_share < 1:
+        raise SystemExit(f"--val_share={args.val_share}: the share of documents held out is a number in (0, 1), "
+                         f"e.g. 0.005 (or name a count with --val_docs)")
+    if args.workers < 1:
+        raise SystemExit(f"--workers={args.workers}: encode with at least 1 process")
+    check_out(args.out)
     files = input_files(args.inputs)
     encoding()  # fail fast, before reading
     print(f"counting the documents in {len(files):,} files", flush=True)

@@ -20,7 +20,7 @@ import sys
 from contextlib import closing
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bpe_docs import Progress, TokenFiles, encoding, tokenize  # noqa: E402
+from bpe_docs import Progress, TokenFiles, check_out, encoding, tokenize  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -64,6 +64,12 @@ def main(argv=None, load_dataset=None):
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     p.add_argument("--out", default=HERE, help="the dataset folder (default: this script's)")
     args = p.parse_args(argv)
+    for flag, value in (("--train_tokens", args.train_tokens), ("--val_tokens", args.val_tokens)):
+        if not 1 <= value < 1e15:
+            raise SystemExit(f"{flag}={value:g}: a token count >= 1 (e.g. 1e8)")
+    if args.workers < 1:
+        raise SystemExit(f"--workers={args.workers}: encode with at least 1 process")
+    check_out(args.out)
     if load_dataset is None:
         try:
             from datasets import load_dataset
