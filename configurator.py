@@ -226,6 +226,23 @@ def folder_problem(path):
     return None
 
 
+def tell_torchrun(message):
+    """Under torchrun, write `message` where its failure summary looks (TORCHELASTIC_ERROR_FILE, in
+    the format of torch.distributed.elastic's ErrorHandler), so the summary that ends the output
+    shows the one-line error instead of a link to its docs under its own traceback."""
+    import json
+    import time
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            json.dump({"message": {"message": message, "extraInfo": {"py_callstack": message,
+                                                                     "timestamp": str(int(time.time()))}}}, f)
+    except OSError:
+        pass  # the summary then shows torchrun's link: the line above it still says what went wrong
+
+
 def cli(main):
     """Run a command's main(argv): a UserError becomes one 'error: ...' line on stderr (exit 1), a
     Ctrl-C (KeyboardInterrupt) one 'interrupted' line (exit 130, as a shell reports SIGINT); a full
@@ -238,6 +255,7 @@ def cli(main):
             sys.stdout.flush()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        tell_torchrun(f"error: {e}")
         sys.exit(1)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -248,10 +266,11 @@ def cli(main):
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # a full disk, a quota, a size limit
             raise
-        print(f"error: {e.strerror} writing {e.filename or 'a file'}: nothing is torn (a log keeps its last whole "
-              "row, a checkpoint or record its last whole version); free space on that disk, then run the same "
-              "command again (a training run: add --init_from=auto to continue from its checkpoint)",
-              file=sys.stderr)
+        message = (f"error: {e.strerror} writing {e.filename or 'a file'}: nothing is torn (a log keeps its last "
+                   "whole row, a checkpoint or record its last whole version); free space on that disk, then run the "
+                   "same command again (a training run: add --init_from=auto to continue from its checkpoint)")
+        print(message, file=sys.stderr)
+        tell_torchrun(message)
         sys.exit(1)
     sys.exit(code)
 

@@ -192,6 +192,10 @@ def describe(run, raw_model, groups, given=frozenset()):
             f"iteration): even at {CPU_FLOPS:.0e} FLOP/s a CPU takes about {fmt_duration(cpu_seconds(run, raw_model))}"
             f". It is sized for a GPU: use --device=cuda there, or a smaller model, fewer --max_iters, --eval_iters "
             f"or --sample_tokens here")
+    head = 6 * raw_model.config.vocab_size * cfg.n_embd / raw_model.flops_per_token()  # the logits' share
+    if run.device.type == "cpu" and head > 0.5 and cpu_seconds(run, raw_model) > 300:  # (softmax over V: slower still)
+        log(f"note: the logits over {raw_model.config.vocab_size:,} tokens are {head:.0%} of this model's FLOPs: "
+            f"configs/unified_bpe_cpu.py sizes a BPE run for a CPU (a shorter block_size and batch_size)")
     if cfg.compile and cfg.n_experts:
         log("warning: --compile=True with n_experts > 0: each batch routes a different number of tokens to "
             "each expert, so torch.compile recompiles often (minutes each); --compile=False is usually faster")

@@ -74,6 +74,7 @@ import argparse
 import glob
 import json
 import math
+import re
 import statistics
 from collections import Counter
 from types import SimpleNamespace
@@ -838,7 +839,8 @@ def plot_scales(spec, results, path):
 def plot_run(out_dir, path):
     """One run's curves from its out_dir/log.jsonl (finished or not): train loss per iteration
     (and its running mean over up to 50 iterations, a fifth of those logged) with the val loss at
-    each eval; the LR; and, per scale-vector site, the mean effective gamma at each eval. The title
+    each eval; the LR; and, per kind of scale-vector site (q's in_scale, the final norm's, ...), the
+    mean effective gamma at each eval, averaged over the layers with their range as a band. The title
     names the last logged iteration and eval (a run may be unfinished). UserError when the log is
     missing or empty."""
     log = os.path.join(out_dir, "log.jsonl")
@@ -868,14 +870,22 @@ def plot_run(out_dir, path):
     axes[1].set_ylabel("learning rate (first group)")
     if sites:
         ax = axes[2]
+        kinds = {}  # the same site in every layer is one line (the mean over layers) and a band (their range)
         for site in sites:
-            points = [(r["iter"], r["scales"][site]["mean"]) for r in evals if site in r.get("scales", {})]
-            ax.plot(*zip(*points), ".-", lw=0.8, ms=3, label=site.replace("blocks.", "L").replace(".scale", ""))
+            kinds.setdefault(re.sub(r"^blocks\.\d+\.", "", site), []).append(site)
+        for i, (kind, members) in enumerate(kinds.items()):
+            per_eval = [(r["iter"], [r["scales"][s]["mean"] for s in members if s in r.get("scales", {})])
+                        for r in evals]
+            it, means = zip(*[(i_, m) for i_, m in per_eval if m])
+            ax.plot(it, [np.mean(m) for m in means], ".-", lw=0.8, ms=3, color=f"C{i % 10}",
+                    label=kind + (f" ({len(members)} layers)" if len(members) > 1 else ""))
+            if len(members) > 1:
+                ax.fill_between(it, [min(m) for m in means], [max(m) for m in means], color=f"C{i % 10}", alpha=0.15)
         ax.axhline(1.0, color="black", lw=0.6, ls=":")
         ax.set_xlabel("iteration")
-        ax.set_ylabel("mean effective gamma per site")
-        if len(sites) <= 12:
-            ax.legend(fontsize=6)
+        ax.set_ylabel("mean effective gamma")
+        ax.set_title("per site: the mean over layers (line) and their range (band)", fontsize=8)
+        ax.legend(fontsize=6)
     fig.suptitle(f"{out_dir}: logged to iteration {rows[-1]['iter']}, {len(evals)} evals"
                  + (f"; the last at iteration {evals[-1]['iter']}: val loss {evals[-1]['val_loss']:.4f}"
                     if evals else ""), fontsize=9)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import types
 
+import numpy as np
 import pytest
 
 import ops
@@ -115,11 +116,25 @@ def test_plot_run_draws_the_logged_losses_lr_and_scales(tmp_path, monkeypatch):
     val_line = next(line for line in loss_ax.lines if line.get_label() == "val")
     assert list(val_line.get_ydata()) == [r["val_loss"] for r in evals]
     assert list(lr_ax.lines[0].get_ydata()) == [r["lr"] for r in train]
-    assert len(scale_ax.lines) == len(evals[-1]["scales"]) + 1  # one per site, and the gamma = 1 line
-    first_site = next(iter(evals[-1]["scales"]))
-    assert list(scale_ax.lines[0].get_ydata()) == [r["scales"][first_site]["mean"] for r in evals]
+    # one labeled line per kind of site (the mean over layers), and the gamma = 1 line
+    sites = list(evals[-1]["scales"])
+    kinds = list(dict.fromkeys(s.split(".", 2)[2] if s.startswith("blocks.") else s for s in sites))
+    assert len(scale_ax.lines) == len(kinds) + 1 and "norm_f.scale" in kinds
+    layers = [s for s in sites if s.endswith("." + kinds[0]) and s.startswith("blocks.")]
+    assert len(layers) == 1 and scale_ax.lines[0].get_label() == kinds[0]  # 1 layer: no count, no band
+    assert list(scale_ax.lines[0].get_ydata()) == [r["scales"][layers[0]]["mean"] for r in evals]
+    assert [line.get_label() for line in scale_ax.lines[:-1]] == [h.get_label() for h in scale_ax.get_legend().legend_handles]
     assert [line.get_label() for line in loss_ax.lines] == ["train (per iteration)", "val"]  # 6 rows: no mean
     assert "logged to iteration 6" in figures[0]._suptitle.get_text()
+
+    run(tiny_args(ds, tmp_path / "o2", "--max_iters=2", "--eval_interval=1", "--n_layer=3"))
+    plot.main([f"--run={tmp_path / 'o2'}", f"--out={tmp_path / 'plots'}"])
+    scale_ax = figures[1].axes[2]
+    evals = [r for r in read_log(tmp_path / "o2") if r["kind"] == "eval"]
+    q = [f"blocks.{i}.attn.q.in_scale" for i in range(3)]
+    line = next(ln for ln in scale_ax.lines if ln.get_label() == "attn.q.in_scale (3 layers)")
+    assert np.allclose(line.get_ydata(), [np.mean([r["scales"][s]["mean"] for s in q]) for r in evals])
+    assert len(scale_ax.collections) == len(scale_ax.lines) - 2  # a band per kind in 3 layers (not norm_f)
 
 
 def test_plot_run_takes_no_ablation_options(tmp_path):

@@ -628,3 +628,21 @@ def test_the_time_warning_counts_evaluation_and_the_sample(extra):
     part = "evaluation" if "eval" in extra[0] else "sample"
     assert len(warned) == 1 and f"{part} " in warned[0]
     assert ops.run_flops(run, GPT(train_mod.model_config(cfg)))[part] > 10 * 3600 * ops.CPU_FLOPS / 10
+
+
+@pytest.mark.parametrize("config, noted", [([], True), (["configs/unified_bpe_cpu.py"], False)])
+def test_a_bpe_vocabulary_on_a_cpu_names_the_cpu_sized_bpe_config(config, noted):
+    """The default model on GPT-2 BPE (50,304 rows) spends most of its FLOPs on the logits and takes
+    over 5 minutes at CPU_FLOPS: the start names the CPU-sized BPE config, which itself takes less
+    and is not told to use itself."""
+    from types import SimpleNamespace
+    cfg, _ = load_config([os.path.join(ROOT, c) for c in config] + ["--vocab_size=50304"])
+    model = GPT(train_mod.model_config(cfg))
+    assert 6 * 50304 * cfg["n_embd"] / model.flops_per_token() > 0.5  # the logits dominate either way
+    lines = []
+    run = SimpleNamespace(cfg=SimpleNamespace(**cfg), log=lines.append, device=torch.device("cpu"), dtype="float32",
+                          world=1, ddp=False, tokens_per_iter=cfg["batch_size"] * cfg["block_size"],
+                          resumed_from=None, changed={})
+    ops.describe(run, model, [])
+    assert any("configs/unified_bpe_cpu.py sizes a BPE run" in ln for ln in lines) == noted, lines
+    assert (ops.cpu_seconds(run, model) < 300) != noted
