@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from configurator import MODEL_KEYS, TRACKING_KEYS, UserError, complete
+from configurator import MODEL_KEYS, TRACKING_KEYS, UserError, complete, folder_problem
 
 
 @contextmanager
@@ -89,6 +89,9 @@ def lock_out_dir(out_dir):
     writable. On a filesystem without flock (some network mounts) warns and goes on unlocked.
     """
     path = os.path.join(out_dir, LOCK_NAME)
+    problem = folder_problem(out_dir)
+    if problem:
+        raise UserError(f"out_dir={out_dir!r}: {problem}")
     try:
         os.makedirs(out_dir, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # an existing file is opened, not changed

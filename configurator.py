@@ -121,7 +121,9 @@ SECTIONS = {
     "model": {
         "block_size": (128, GE1, "context length (tokens)"),
         "n_layer": (4, GE1, "transformer blocks"),
-        "n_head": (4, GE1, "attention heads (n_embd must divide by it)"),
+        "n_head": (4, GE1, "attention (query) heads"),
+        "n_kv_head": (0, GE0, "key/value heads, grouped-query attention (0: n_head; n_head must divide by it)"),
+        "head_dim": (0, GE0, "width of a head, even (0: n_embd / n_head, which must divide)"),
         "n_embd": (128, GE1, "width"),
         "d_ff": (0, GE0, "SwiGLU hidden width (0: 8/3 n_embd rounded up to a multiple of 64)"),
         "vocab_size": (0, GE0, "0: from the dataset's meta.pkl; padded to a multiple of 64 inside the model"),
@@ -192,7 +194,7 @@ DEFAULTS = {key: default for keys in SECTIONS.values() for key, (default, _, _) 
 ALLOWED = {key: allowed for keys in SECTIONS.values() for key, (_, allowed, _) in keys.items()}
 # Keys added after runs were recorded, with the value those runs trained at: a config
 # (record, checkpoint) without the key means this value, and a run hash leaves it out.
-LEGACY = {"dual_sites": "all"}
+LEGACY = {"dual_sites": "all", "n_kv_head": 0, "head_dim": 0}
 TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name")  # where the numbers go, never the numbers
 MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
     {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
@@ -467,14 +469,17 @@ GB = 1e9
 
 def estimate_size(cfg):
     """(parameters, activation bytes of one float32 micro-batch) of a run config (a dict), roughly:
-    per block 4 n_embd^2 (attention) + 3 n_embd d_ff (SwiGLU; per expert in MoE blocks, plus the
-    router and any shared expert), the token embedding and an untied LM head. Builds nothing."""
+    per block 2 n_embd (n_head + n_kv_head) head_dim (attention) + 3 n_embd d_ff (SwiGLU; per
+    expert in MoE blocks, plus the router and any shared expert), the token embedding and an untied
+    LM head. Builds nothing."""
     n, n_layer, vocab = cfg["n_embd"], cfg["n_layer"], 64 * math.ceil(cfg["vocab_size"] / 64)
+    head_dim = cfg.get("head_dim") or n / cfg["n_head"]
+    attention = 2 * n * (cfg["n_head"] + (cfg.get("n_kv_head") or cfg["n_head"])) * head_dim
     d_ff = cfg["d_ff"] or 64 * math.ceil(8 * n / 3 / 64)
     expert = cfg["expert_d_ff"] or d_ff
     moe_layers = n_layer // cfg["moe_every"] if cfg["n_experts"] else 0
     moe_mlp = cfg["n_experts"] * (3 * n * expert + n) + (3 * n * expert if cfg["shared_expert"] else 0)
-    params = n_layer * 4 * n * n + (n_layer - moe_layers) * 3 * n * d_ff + moe_layers * moe_mlp \
+    params = n_layer * attention + (n_layer - moe_layers) * 3 * n * d_ff + moe_layers * moe_mlp \
         + vocab * n * (1 if cfg["tie_embeddings"] else 2)
     ffn = cfg["top_k"] * expert if cfg["n_experts"] else d_ff
     tokens = cfg["batch_size"] * cfg["block_size"]
@@ -521,10 +526,12 @@ def check_memory(cfg):
         raise UserError(f"{need}, more than the {gb(limit[0])} GB of {limit[1]}: use --batch_size={fits} or less "
                         f"(--gradient_accumulation_steps={cfg['gradient_accumulation_steps'] * keep} keeps about "
                         f"the same tokens per iteration)")
-    size = ", ".join(f"{k}={cfg[k]}" for k in ("n_layer", "n_embd", "d_ff", "vocab_size", "n_experts", "expert_d_ff")
-                     if cfg[k])
+    heads = ("n_head", "n_kv_head", "head_dim") if cfg.get("n_kv_head") or cfg.get("head_dim") else ()
+    size = ", ".join(f"{k}={cfg[k]}" for k in ("n_layer", "n_embd", *heads, "d_ff", "vocab_size", "n_experts",
+                                               "expert_d_ff") if cfg[k])
     raise UserError(f"{size}: about {gb(params)} billion parameters need {need}, more than the {gb(limit[0])} GB of "
-                    f"{limit[1]}: lower --n_embd, --n_layer, --d_ff or --n_experts")
+                    f"{limit[1]}: lower --n_embd, --n_layer, --d_ff or --n_experts"
+                    + (" (or the heads' widths)" if heads else ""))
 
 
 def complete(cfg):

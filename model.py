@@ -86,6 +86,8 @@ class GPTConfig:
 
     n_layer: int = DEFAULTS["n_layer"]
     n_head: int = DEFAULTS["n_head"]
+    n_kv_head: int = DEFAULTS["n_kv_head"]  # grouped-query attention; 0 = n_head
+    head_dim: int = DEFAULTS["head_dim"]  # 0 = n_embd // n_head
     n_embd: int = DEFAULTS["n_embd"]
     d_ff: int = DEFAULTS["d_ff"]  # SwiGLU width; 0 = 8/3 n_embd rounded up to a multiple of 64
     block_size: int = DEFAULTS["block_size"]
@@ -122,11 +124,16 @@ class GPTConfig:
             check(not problem, problem)
         check(self.vocab_size > 0, f"vocab_size={self.vocab_size} must be positive (0 means 'from meta.pkl' in a "
                                    f"run config: resolve it first)")
-        check(self.n_embd % self.n_head == 0,
-              f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: "
-              f"pick n_embd as a multiple of n_head (e.g. {self.n_head * max(1, self.n_embd // self.n_head)})")
-        check((self.n_embd // self.n_head) % 2 == 0,
-              f"head size n_embd/n_head={self.n_embd // self.n_head} must be even for RoPE")
+        check(self.head_dim or self.n_embd % self.n_head == 0,
+              f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: pick n_embd as a multiple of "
+              f"n_head (e.g. {self.n_head * max(1, self.n_embd // self.n_head)}), or set head_dim")
+        self.head_dim = self.head_dim or self.n_embd // self.n_head
+        check(self.head_dim % 2 == 0, f"head size head_dim={self.head_dim} (n_embd/n_head unless set) must be even "
+                                      f"for RoPE")
+        self.n_kv_head = self.n_kv_head or self.n_head
+        check(self.n_head % self.n_kv_head == 0,
+              f"n_head={self.n_head} is not divisible by n_kv_head={self.n_kv_head}: each key/value head serves "
+              f"a group of n_head / n_kv_head query heads; pick a divisor of n_head")
         for key, allowed in CHOICES.items():
             check(getattr(self, key) in allowed, f"{key}={getattr(self, key)!r} is not one of {tuple(allowed)}")
         if self.scale == "none":
@@ -221,7 +228,10 @@ class Attention(nn.Module):
     u on their outputs (the Pre-Norm maps, which read the normalized input),
     and with dual_sites="all" also v, u on both sides of W_o. QK-norm: q = g_q *
     normalize(q) per head, g_q of shape (head_dim,) shared across heads
-    (output role). Shapes: (B, T, n_embd) -> (B, T, n_embd).
+    (output role). Grouped-query attention (Ainslie et al. 2023): W_k and W_v
+    project to n_kv_head heads, each shared by n_head / n_kv_head query heads,
+    so u_k, u_v have n_kv_head * head_dim entries, u_q n_head * head_dim.
+    Shapes: (B, T, n_embd) -> (B, T, n_embd).
 
     Magnitude-free scales (see norms.make_scale): under QK-norm those on the q
     and k paths; under output norms those on the v path and on o, since the
@@ -230,23 +240,25 @@ class Attention(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        d, self.n_head = cfg.n_embd, cfg.n_head
-        hd, eps = d // cfg.n_head, cfg.norm_eps
+        d, self.n_head, self.n_kv_head = cfg.n_embd, cfg.n_head, cfg.n_kv_head
+        hd, eps = cfg.head_dim, cfg.norm_eps
+        q_width, kv_width = cfg.n_head * hd, cfg.n_kv_head * hd
         hg, dp, norm = cfg.branch_scales, cfg.attn.dual, cfg.attn.norm
         dp_o = dp and cfg.dual_sites == "all"  # the earlier reading: scales around W_o too
 
-        def branch(magnitude_free):
+        def branch(width, magnitude_free):
             return ScaledLinear(
-                d, d,
+                d, width,
                 in_scale=make_scale(cfg, d, "input", norm or magnitude_free) if hg else None,
                 # after a normalization a scale cannot fold back into W's rows: output-role then
-                out_scale=make_scale(cfg, d, "output" if norm else "input", magnitude_free) if dp else None,
+                out_scale=make_scale(cfg, width, "output" if norm else "input", magnitude_free) if dp else None,
                 out_norm=norm, eps=eps)
 
-        self.q, self.k, self.v = branch(cfg.qk_norm), branch(cfg.qk_norm), branch(cfg.output_norms)
+        self.q, self.k = branch(q_width, cfg.qk_norm), branch(kv_width, cfg.qk_norm)
+        self.v = branch(kv_width, cfg.output_norms)
         self.o = ScaledLinear(
-            d, d,
-            in_scale=make_scale(cfg, d, "input", cfg.output_norms) if dp_o else None,
+            q_width, d,
+            in_scale=make_scale(cfg, q_width, "input", cfg.output_norms) if dp_o else None,
             out_scale=make_scale(cfg, d, "input", cfg.output_norms) if dp_o else None)
         self.q_norm = RMSNorm(hd, eps, make_scale(cfg, hd, "output")) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, eps, make_scale(cfg, hd, "output")) if cfg.qk_norm else None
@@ -254,14 +266,17 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin):
         B, T, C = x.shape
-        q, k, v = (y.view(B, T, self.n_head, -1) for y in branch_linears(x, (self.q, self.k, self.v)))  # (B, T, nh, hd)
+        q, k, v = branch_linears(x, (self.q, self.k, self.v))
+        q = q.view(B, T, self.n_head, -1)  # (B, T, nh, hd)
+        k, v = k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)  # (B, T, n_kv, hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         y = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-            is_causal=True, dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hd)
-        return self.o(y.transpose(1, 2).reshape(B, T, C))
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+            dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.n_kv_head != self.n_head)  # (B, nh, T, hd); key/value head j serves group j
+        return self.o(y.transpose(1, 2).reshape(B, T, -1))
 
     @torch.no_grad()
     def fold_(self):
@@ -480,7 +495,7 @@ class GPT(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         self.drop = nn.Dropout(cfg.dropout)
-        cos, sin = rope_tables(cfg.block_size, d // cfg.n_head, cfg.rope_theta)
+        cos, sin = rope_tables(cfg.block_size, cfg.head_dim, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.init_weights(seed)
@@ -618,12 +633,12 @@ class GPT(nn.Module):
         return n
 
     def flops_per_token(self):
-        """Training FLOPs per token: 6 N_active + 12 n_layer n_embd block_size.
+        """Training FLOPs per token: 6 N_active + 12 n_layer (n_head head_dim) block_size.
 
-        PaLM/nanoGPT convention, no causal halving (README: Model).
+        PaLM/nanoGPT convention (n_head head_dim = n_embd there), no causal halving (README: Model).
         """
         cfg = self.config
-        return 6 * self.num_active_params() + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+        return 6 * self.num_active_params() + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.block_size
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):

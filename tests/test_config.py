@@ -14,8 +14,9 @@ def test_the_model_config_takes_every_default_from_the_one_table():
     assert MODEL_KEYS == {f.name for f in fields(GPTConfig)}
     for f in fields(GPTConfig):
         assert f.default is not MISSING and f.default == DEFAULTS[f.name], f.name
-    # d_ff, expert_d_ff and vocab_size of 0 mean "derived": the built config resolves them, nothing else moves
-    built, derived = model_config(DEFAULTS), {"d_ff", "expert_d_ff", "vocab_size"}
+    # d_ff, expert_d_ff, n_kv_head, head_dim and vocab_size of 0 mean "derived": the built config
+    # resolves them, nothing else moves
+    built, derived = model_config(DEFAULTS), {"d_ff", "expert_d_ff", "n_kv_head", "head_dim", "vocab_size"}
     assert {k: getattr(built, k) for k in MODEL_KEYS - derived} == {k: DEFAULTS[k] for k in MODEL_KEYS - derived}
 
 

@@ -57,6 +57,7 @@ def load_hf(folder, code=False):
 
 
 MOE = dict(n_experts=4, expert_d_ff=24)
+GQA = dict(n_head=4, n_kv_head=2, head_dim=12)  # q: 4 x 12 = 48 wide on n_embd 32; k, v: 2 x 12
 HG_DP_OR = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual", reparam="or")
 UNIFIED = dict(branch_scales=True, mlp_placement="dual_norm", reparam="or")  # the default run: HG + DNP + OR
 EXPORTABLE = [  # (switches, architecture)
@@ -77,6 +78,12 @@ EXPORTABLE = [  # (switches, architecture)
     (dict(scale="none", mlp_placement="in_norm", output_norms=True), "ScalevecForCausalLM"),
     (dict(HG_DP_OR, output_norms=True), "ScalevecForCausalLM"),
     (dict(UNIFIED, reparam="er", qk_norm=True, output_norms=True, tie_embeddings=False), "ScalevecForCausalLM"),
+    # grouped-query attention (4 query heads over 2 key/value heads) with heads wider than n_embd / n_head
+    (dict(HG_DP_OR, **GQA), "LlamaForCausalLM"),
+    (dict(HG_DP_OR, **GQA, qk_norm=True, tie_embeddings=False), "Qwen3ForCausalLM"),
+    (dict(MOE, **HG_DP_OR, **GQA, top_k=2), "MixtralForCausalLM"),
+    (dict(MOE, **HG_DP_OR, **GQA, top_k=1, moe_every=2, shared_expert=True), "Qwen2MoeForCausalLM"),
+    (dict(UNIFIED, **GQA, attn_placement="dual", dual_sites="all", output_norms=True), "ScalevecForCausalLM"),
 ]
 
 

@@ -104,12 +104,38 @@ def test_flops_per_token_counts_head_once_and_not_the_embedding():
     assert model.flops_per_token() == 6 * n_active + 12 * 2 * 32 * 16
 
 
+def test_grouped_query_attention_and_head_dim_size_every_map_and_scale():
+    """n_head=4 query heads of head_dim=12 over n_kv_head=2 on a width of 32: W_q is 48 x 32, W_k
+    and W_v 24 x 32, W_o 32 x 48; DP's scales on q, k, v and around W_o take those widths; the
+    parameter count, the FLOPs' attention term and configurator's estimate (before any build) follow."""
+    from configurator import DEFAULTS, estimate_size
+    kw = dict(n_layer=2, n_head=4, n_kv_head=2, head_dim=12, n_embd=32, d_ff=64, block_size=16, vocab_size=64,
+              tie_embeddings=False, branch_scales=True, attn_placement="dual", dual_sites="all")
+    model = GPT(config(**kw))
+    a = model.blocks[0].attn
+    assert [tuple(getattr(a, n).weight.shape) for n in "qkvo"] == [(48, 32), (24, 32), (24, 32), (32, 48)]
+    assert [a.q.out_scale.dim, a.k.out_scale.dim, a.v.out_scale.dim, a.o.in_scale.dim, a.o.out_scale.dim] == \
+        [48, 24, 24, 48, 32]
+    assert a.k.in_scale.dim == a.v.in_scale.dim == 32  # HG's scales sit on the input (n_embd)
+    weights = 2 * (48 * 32 + 2 * 24 * 32 + 32 * 48 + 3 * 32 * 64) + 2 * 64 * 32
+    assert model.num_params() == weights + model.num_scale_params()
+    assert model.flops_per_token() == 6 * (model.num_params() - 64 * 32) + 12 * 2 * (4 * 12) * 16
+    params, _ = estimate_size({**DEFAULTS, **kw})
+    assert params == weights
+    plain = GPT(config(**{**kw, "n_kv_head": 0, "head_dim": 0}))  # 0: n_head heads of n_embd / n_head
+    assert plain.config.n_kv_head == 4 and plain.config.head_dim == 8
+    assert tuple(plain.blocks[0].attn.k.weight.shape) == (32, 32)
+
+
 @pytest.mark.parametrize("bad, message", [
     (dict(n_embd=100, n_head=3), "not divisible by n_head=3"),
     (dict(scale="none", branch_scales=True), "branch_scales"),
     (dict(reparam="xr"), "reparam='xr'"),
     (dict(mlp_placement="dual_norm", scale="none"), "mlp_placement"),
     (dict(n_embd=15, n_head=5), "even for RoPE"),
+    (dict(n_embd=32, n_head=4, head_dim=7), "head_dim=7 (n_embd/n_head unless set) must be even"),
+    (dict(n_embd=32, n_head=4, n_kv_head=3), "n_head=4 is not divisible by n_kv_head=3"),
+    (dict(n_embd=30, n_head=4), "or set head_dim"),
 ])
 def test_bad_model_config_names_the_value(bad, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -74,17 +74,20 @@ def rope_ref(x, theta=10000.0):
 
 def block_ref(block, x, cfg):
     B, T, C = x.shape
-    nh, hd = cfg.n_head, C // cfg.n_head
+    nh, n_kv, hd = cfg.n_head, cfg.n_kv_head, cfg.head_dim
     a = block.attn
     h = rms_ref(x) * gamma_ref(block.attn_norm.scale)
-    q, k, v = (linear_ref(lin, h).view(B, T, nh, hd) for lin in (a.q, a.k, a.v))
+    q = linear_ref(a.q, h).view(B, T, nh, hd)
+    k, v = (linear_ref(lin, h).view(B, T, n_kv, hd) for lin in (a.k, a.v))
     if cfg.qk_norm:
         q = rms_ref(q) * gamma_ref(a.q_norm.scale)
         k = rms_ref(k) * gamma_ref(a.k_norm.scale)
     q, k = rope_ref(q), rope_ref(k)
+    # grouped-query attention: query head i reads key/value head i // (nh / n_kv)
+    k, v = (torch.stack([t[:, :, i // (nh // n_kv)] for i in range(nh)], dim=2) for t in (k, v))
     att = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
     att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
-    y = torch.einsum("bhts,bshd->bthd", att, v).reshape(B, T, C)
+    y = torch.einsum("bhts,bshd->bthd", att, v).reshape(B, T, nh * hd)
     y = linear_ref(a.o, y)
     if cfg.output_norms:
         y = rms_ref(y) * gamma_ref(block.attn_out_norm.scale)
@@ -210,13 +213,35 @@ def test_rms_norm_under_bf16_autocast_computes_in_float32():
     torch.testing.assert_close(y.float(), rms_ref(x.float()), rtol=1e-2, atol=1e-2)
 
 
+# Grouped-query attention with heads wider than n_embd / n_head: 4 query heads of 12 over 2
+# key/value heads on a width of 32, so q's scales have 48 entries, k's and v's 24.
+GQA = dict(n_head=4, n_kv_head=2, head_dim=12)
+
+
+def gqa_variants():
+    """Every switch that puts a scale or a normalization on q, k, v or o, under GQA."""
+    for attn, hg, qk, out, sites in itertools.product(ATTN_PLACEMENTS, [False, True], [False, True], [False, True],
+                                                      ["prenorm", "all"]):
+        if sites == "all" and not ATTN_PLACEMENTS[attn].dual:
+            continue
+        yield dict(GQA, reparam="or", attn_placement=attn, branch_scales=hg, qk_norm=qk, output_norms=out,
+                   dual_sites=sites)
+
+
+def variant_id(v):
+    return "-".join(f"{k}={x}" for k, x in v.items())
+
+
 def block_cases():
     """Every variant at 10 tokens (each branch scales its activations); those without QK-norm and
-    output norms (which do not touch the grouped matmuls) also at 128 tokens (one matmul per group)."""
+    output norms (which do not touch the grouped matmuls) also at 128 tokens (one matmul per group);
+    the GQA variants at 10 tokens."""
     for v in all_variants():
-        yield pytest.param(v, 2, 5, id="-".join(f"{k}={x}" for k, x in v.items()) + "-10tok")
+        yield pytest.param(v, 2, 5, id=variant_id(v) + "-10tok")
         if not v.get("qk_norm") and not v.get("output_norms"):
-            yield pytest.param(v, 8, 16, id="-".join(f"{k}={x}" for k, x in v.items()) + "-128tok")
+            yield pytest.param(v, 8, 16, id=variant_id(v) + "-128tok")
+    for v in gqa_variants():
+        yield pytest.param(v, 2, 5, id=variant_id(v) + "-10tok")
 
 
 @pytest.mark.parametrize("variant,B,T", list(block_cases()))
@@ -347,7 +372,7 @@ def test_make_scale_none():
 
 
 @pytest.mark.parametrize("tie", [True, False])
-@pytest.mark.parametrize("variant", list(all_variants()), ids=lambda v: "-".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("variant", list(all_variants()) + list(gqa_variants()), ids=variant_id)
 def test_fold_preserves_logits(variant, tie):
     model = GPT(tiny(tie_embeddings=tie, **variant), seed=0)
     randomize_scales(model, torch.Generator().manual_seed(5))

@@ -9,7 +9,7 @@ import pytest
 
 from research.ablation import config_hash, load_ablation, load_records, plan, run_config
 from conftest import ROOT
-from configurator import DEFAULTS, TRACKING_KEYS, complete, load_config
+from configurator import DEFAULTS, LEGACY, TRACKING_KEYS, complete, load_config
 from model import model_config
 
 RECORDS = load_records(os.path.join(ROOT, "results"))
@@ -52,8 +52,8 @@ def test_a_record_made_before_dual_sites_existed_builds_the_earlier_sites():
 def test_dual_sites_enters_the_hash_only_where_it_acts_and_all_hashes_as_before(variant, acts):
     baseline = dict(branch_scales=False, reparam="plain", attn_placement="in", mlp_placement="in")
     cfg = {k: v for k, v in DEFAULTS.items() if k not in ("out_dir", *TRACKING_KEYS)} | baseline | variant
-    without = {k: v for k, v in cfg.items() if k != "dual_sites"}
-    old = hashlib.sha1(json.dumps(without, sort_keys=True).encode()).hexdigest()  # the hash before the key
+    without = {k: v for k, v in cfg.items() if k not in LEGACY}  # keys added later (their values: LEGACY's)
+    old = hashlib.sha1(json.dumps(without, sort_keys=True).encode()).hexdigest()  # the hash before the keys
     assert config_hash(cfg | {"dual_sites": "all"}) == old
     assert (config_hash(cfg | {"dual_sites": "prenorm"}) != old) == acts
 
@@ -61,7 +61,8 @@ def test_dual_sites_enters_the_hash_only_where_it_acts_and_all_hashes_as_before(
 def test_where_a_run_is_tracked_never_enters_its_hash():
     """wandb_log and its keys change where the numbers go, not the numbers: a run tracked or not,
     under any project or name, has one hash (and every record made before the keys keeps its own)."""
-    cfg = {k: v for k, v in DEFAULTS.items() if k not in ("out_dir", *TRACKING_KEYS)}
+    cfg = {k: v for k, v in DEFAULTS.items() if k not in ("out_dir", *TRACKING_KEYS)
+           and not (k in LEGACY and v == LEGACY[k])}  # keys added later, at the value runs before them had
     tracked = cfg | {"wandb_log": True, "wandb_project": "mine", "wandb_run_name": "seed 1"}
     assert config_hash(tracked) == config_hash(cfg) == hashlib.sha1(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
 

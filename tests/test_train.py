@@ -154,12 +154,15 @@ def test_cli_errors_are_one_clear_line(tmp_path):
 
 # --- resume, divergence, log ---
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_resume_continues_exactly(tmp_path, monkeypatch, optimizer):
-    """8 iterations straight == 4, a crash at iteration 7, resume from the iteration-4 checkpoint."""
+@pytest.mark.parametrize("optimizer, extra", [("adamw", []), ("muon", []),
+                                              ("muon", ["--n_head=4", "--n_kv_head=2", "--head_dim=12"])],
+                         ids=["adamw", "muon", "muon-gqa"])
+def test_resume_continues_exactly(tmp_path, monkeypatch, optimizer, extra):
+    """8 iterations straight == 4, a crash at iteration 7, resume from the iteration-4 checkpoint
+    (also with grouped-query attention and heads wider than n_embd / n_head)."""
     ds = make_dataset(tmp_path / "ds")
     common = ["--max_iters=8", "--eval_interval=4", "--gradient_accumulation_steps=2",
-              f"--optimizer={optimizer}", "--dropout=0.1"]
+              f"--optimizer={optimizer}", "--dropout=0.1", *extra]
     run(tiny_args(ds, tmp_path / "a", *common))
     straight = read_log(tmp_path / "a")
 
@@ -446,10 +449,13 @@ def test_token_count_continues_from_the_checkpoint_after_a_batch_size_change(tmp
 def test_bad_data_files_and_output_paths_are_one_line_errors(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     (tmp_path / "a_file").write_text("")
-    cases = [(tiny_args(ds, tmp_path / "a_file" / "run"), "cannot write to out_dir=.*a_file/run")]
-    if os.geteuid() != 0:  # root writes anywhere
+    cases = [(tiny_args(ds, tmp_path / "a_file" / "run"), r"out_dir=.*a_file/run'?: .*a_file is a file, not a folder"),
+             (tiny_args(ds, tmp_path / "a_file"), r"out_dir=.*a_file'?: a file, not a folder")]
+    if os.path.isdir("/proc/self"):  # a folder no user, root included, can create files in
+        cases.append((tiny_args(ds, "/proc/self/run"), "out_dir='/proc/self/run': cannot write in /proc/self"))
+    if os.geteuid() != 0:  # root writes anywhere else
         (tmp_path / "ro").mkdir(mode=0o555)
-        cases.append((tiny_args(ds, tmp_path / "ro"), "cannot write to out_dir"))
+        cases.append((tiny_args(ds, tmp_path / "ro"), "cannot write in"))
     for args, message in cases:
         with pytest.raises(UserError, match=message):
             run(args)

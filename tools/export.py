@@ -119,8 +119,8 @@ def hf_config(cfg, arch, eos=None):
         "intermediate_size": cfg.d_ff,
         "num_hidden_layers": cfg.n_layer,
         "num_attention_heads": cfg.n_head,
-        "num_key_value_heads": cfg.n_head,
-        "head_dim": cfg.n_embd // cfg.n_head,
+        "num_key_value_heads": cfg.n_kv_head,
+        "head_dim": cfg.head_dim,
         "hidden_act": "silu",
         "max_position_embeddings": cfg.block_size,
         "rms_norm_eps": cfg.norm_eps,
@@ -195,7 +195,7 @@ def hf_state_dict(model):
             sd[p + f"self_attn.{theirs}.weight"] = getattr(b.attn, ours).effective_weight().detach()
         if arch == "Qwen2MoeForCausalLM":  # its q, k, v always carry a bias
             for name in ("q_proj", "k_proj", "v_proj"):
-                sd[p + f"self_attn.{name}.bias"] = torch.zeros(cfg.n_embd)
+                sd[p + f"self_attn.{name}.bias"] = torch.zeros(sd[p + f"self_attn.{name}.weight"].shape[0])
         if cfg.qk_norm:
             sd[p + "self_attn.q_norm.weight"] = gamma(b.attn.q_norm)
             sd[p + "self_attn.k_norm.weight"] = gamma(b.attn.k_norm)
