@@ -103,6 +103,9 @@ SECTIONS = {
         "init_from": ("scratch", Choices("scratch", "resume", "auto"),
                       '"scratch" | "resume" (from out_dir/ckpt.pt) | "auto" (resume when out_dir holds '
                       'a checkpoint, else scratch: the one command for a job that may be preempted)'),
+        "hf_model": ("", Path(), "a Hugging Face Llama or Qwen3 folder to start from: its config.json sets the "
+                                 "model's shape, its weights the start, the scale-vector switches go on top "
+                                 "(tools/hf_init.py)"),
         "eval_interval": (100, GE0, "iterations between evals + checkpoints (0: only at the end)"),
         "eval_iters": (20, GE1, "validation batches per eval (a fixed set)"),
         "log_interval": (50, GE1, "iterations between progress lines"),
@@ -194,7 +197,7 @@ DEFAULTS = {key: default for keys in SECTIONS.values() for key, (default, _, _) 
 ALLOWED = {key: allowed for keys in SECTIONS.values() for key, (_, allowed, _) in keys.items()}
 # Keys added after runs were recorded, with the value those runs trained at: a config
 # (record, checkpoint) without the key means this value, and a run hash leaves it out.
-LEGACY = {"dual_sites": "all", "n_kv_head": 0, "head_dim": 0}
+LEGACY = {"dual_sites": "all", "n_kv_head": 0, "head_dim": 0, "hf_model": ""}
 TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name")  # where the numbers go, never the numbers
 MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
     {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's

@@ -156,6 +156,12 @@ class ScaleVector(nn.Module):
         """Set the parameters so that gamma == 1 again (in place)."""
         raise NotImplementedError
 
+    def set_(self, gamma):
+        """Set the parameters so that gamma equals `gamma` (d,) exactly (in place): a loaded
+        checkpoint's RMSNorm weight becomes this scale's start, the function unchanged.
+        Raises NotImplementedError for a class that cannot (a fork's, until it says how)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot start from a loaded gamma: give it a set_() method")
+
     def extra_repr(self):
         untied = f", untied_role={self.untied_role}" if self.untied_role != self.role else ""
         return f"dim={self.dim}, role={self.role}{untied}"
@@ -178,6 +184,10 @@ class PlainScale(ScaleVector):
     @torch.no_grad()
     def reset_(self):
         self.weight.fill_(1.0)
+
+    @torch.no_grad()
+    def set_(self, gamma):
+        self.weight.copy_(gamma)
 
 
 class ORScale(ScaleVector):
@@ -207,6 +217,11 @@ class ORScale(ScaleVector):
         self.direction.fill_(1.0)
         self.magnitude.fill_(1.0)
 
+    @torch.no_grad()
+    def set_(self, gamma):  # a = gamma, beta = ||gamma|| / sqrt(d): beta sqrt(d) a / ||a|| == gamma
+        self.direction.copy_(gamma)
+        self.magnitude.fill_(gamma.norm().item() / math.sqrt(self.dim))
+
 
 class ERScale(ScaleVector):
     """Exponential reparameterization "ER": gamma = exp(s) * sqrt(d) * a / ||a||.
@@ -232,6 +247,11 @@ class ERScale(ScaleVector):
     def reset_(self):
         self.direction.fill_(1.0)
         self.log_magnitude.zero_()
+
+    @torch.no_grad()
+    def set_(self, gamma):  # as ORScale's, the magnitude as its log (gamma must not be all 0)
+        self.direction.copy_(gamma)
+        self.log_magnitude.fill_(math.log(gamma.norm().item() / math.sqrt(self.dim)))
 
 
 SCALE_CLASSES = {"plain": PlainScale, "or": ORScale, "er": ERScale}  # cfg.reparam -> class

@@ -53,6 +53,7 @@ from model import GPT, model_config
 from ops import (STOP_NOTE, Progress, Run, StopSignals, check_config, choices, compile_errors, describe, diverged,
                  end_of_run_sample, resolve_device, setup_distributed, start_tracker, write_log)
 from optim import build_optimizers, lr_multiplier, set_lr
+from tools import hf_init
 
 
 def train(cfg, given=frozenset()):
@@ -68,6 +69,8 @@ def train(cfg, given=frozenset()):
         run, ckpt = setup(cfg, given, held)  # the config (on resume, the checkpoint's), device, processes, data
         cfg, device, ddp = run.cfg, run.device, run.ddp
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
+        if cfg.hf_model and ckpt is None:  # continued pre-training of a Hugging Face model
+            hf_init.start(raw_model, cfg.hf_model, get_batch(run.data, "val", 0, 0, cfg, device)[0], run.log)
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
         start = begin(run, ckpt, raw_model, optimizers)  # restore the checkpoint, or start a new log
         del ckpt  # its weights live in the model now
@@ -163,6 +166,8 @@ def setup(cfg, given, held):
     ckpt, tokens, changed, changes = None, 0, {}, []
     if cfg["init_from"] == "resume":
         cfg, ckpt, tokens, changed, changes = resume_config(cfg, given)
+    elif cfg["hf_model"]:
+        cfg = hf_init.merged_config(cfg, given)  # the folder's config.json sets the model's shape
     check_config(cfg)
     cfg = SimpleNamespace(**cfg)
     device_name, dtype = resolve_device(cfg.device, cfg.dtype)

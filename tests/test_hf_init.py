@@ -1,0 +1,152 @@
+"""--hf_model: a Hugging Face Llama or Qwen3 folder loaded into our GPT gives transformers' logits,
+with the scale-vector switches on top (tools/hf_init.py)."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from configurator import DEFAULTS, UserError
+from model import BASELINE, GPT, model_config
+from test_export import needs_transformers
+from test_train import make_dataset, read_log, run, tiny_args
+from tools import hf_init
+
+# 4 query heads of 12 over 2 key/value heads on a width of 32 (grouped, and heads wider than 32 / 4)
+SHAPE = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=12, rms_norm_eps=1e-6, max_position_embeddings=64)
+
+
+def hf_folder(path, arch="llama", tied=False, **extra):
+    """A random-init transformers model saved to path, its weights (RMSNorm gammas too) drawn large
+    enough that a misplaced gamma or head moves the logits far beyond float32 rounding."""
+    needs_transformers()
+    import transformers
+    config_cls, model_cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+                             "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM)}[arch]
+    model = model_cls(config_cls(**SHAPE, tie_word_embeddings=tied, **extra)).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # RMSNorm gammas: far from 1, some negative
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5 + 1.0)
+            else:
+                p.normal_(0.0, 0.2, generator=gen)
+    model.save_pretrained(path)
+    return str(path), model
+
+
+def ours(folder, **switches):
+    cfg = hf_init.merged_config({**DEFAULTS, "hf_model": folder, "n_experts": 0}, set())
+    model = GPT(model_config({**cfg, **switches})).eval()
+    return model, hf_init.load(model, folder)
+
+
+def assert_same_logits(model, hf):
+    idx = torch.randint(0, SHAPE["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        theirs, mine = hf(idx).logits, model(idx, idx)[0]  # with targets: every position
+    assert theirs.abs().max() > 1.0  # large enough for the comparison to mean something
+    torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-4 * theirs.abs().max().item())
+
+
+EXACT = {  # switches that only add or reparameterize scale vectors: the loaded function is the checkpoint's
+    "baseline": BASELINE,
+    "hg-or": dict(BASELINE, branch_scales=True, reparam="or"),
+    "hg-dp-er": dict(BASELINE, branch_scales=True, reparam="er", attn_placement="dual", mlp_placement="dual",
+                     dual_sites="all"),
+    "or-shared": dict(BASELINE, reparam="or"),
+    "no-scales": dict(BASELINE, scale="none"),
+}
+
+
+@pytest.mark.parametrize("arch, tied", [("llama", False), ("llama", True), ("qwen3", False), ("qwen3", True)])
+@pytest.mark.parametrize("switches", list(EXACT), ids=list(EXACT))
+def test_a_loaded_folder_gives_transformers_logits_under_every_exact_switch(tmp_path, arch, tied, switches):
+    folder, hf = hf_folder(tmp_path / "hf", arch, tied)
+    switch = EXACT[switches]
+    if switch.get("scale") == "none" and (tied or arch == "qwen3"):
+        pytest.skip("scale='none' cannot hold a tied final-norm or QK-norm gamma (the notes test covers it)")
+    model, notes = ours(folder, **switch)
+    assert notes == []
+    assert (model.config.n_kv_head, model.config.head_dim, model.config.qk_norm) == (2, 12, arch == "qwen3")
+    assert_same_logits(model, hf)
+
+
+def test_or_and_er_reproduce_a_loaded_gamma_exactly():
+    from norms import ERScale, ORScale
+    gamma = torch.tensor([0.5, -1.25, 2.0, 0.75])
+    for cls in (ORScale, ERScale):
+        s = cls(4, "input")
+        s.set_(gamma)
+        torch.testing.assert_close(s(), gamma, rtol=1e-6, atol=0)
+
+
+def test_what_the_checkpoint_never_had_is_said_and_measured(tmp_path):
+    """DNP (the default run's MLP), in_norm and output norms add normalizations: one note each, and
+    the logits are no longer transformers'."""
+    folder, hf = hf_folder(tmp_path / "hf")
+    for switches, words in ((dict(mlp_placement="dual_norm", branch_scales=True, reparam="or"),
+                             "mlp_placement='dual_norm' normalizes over d_ff"),
+                            (dict(BASELINE, mlp_placement="in_norm"), "mlp_placement='in_norm'"),
+                            (dict(BASELINE, output_norms=True), "output_norms=True adds normalizations")):
+        model, notes = ours(folder, **switches)
+        assert len(notes) == 1 and words in notes[0]
+        idx = torch.randint(0, 96, (1, 8), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            assert not torch.allclose(model(idx, idx)[0], hf(idx).logits, atol=1e-3)
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"architectures": ["GemmaForCausalLM"]}, r"architectures=\['GemmaForCausalLM'\] is not one this model computes"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "rope_scaling=.*yarn"),
+    ({"attention_bias": True}, "attention_bias=True is not computed here"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+])
+def test_what_the_model_cannot_compute_is_refused_naming_the_field(tmp_path, edit, words):
+    folder, _ = hf_folder(tmp_path / "hf")
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**config, **edit}, f)
+    with pytest.raises(UserError, match=words) as e:
+        hf_init.model_keys(folder)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_folders_and_a_shape_the_command_line_contradicts_are_one_line(tmp_path):
+    with pytest.raises(UserError, match="no config.json there"):
+        hf_init.model_keys(str(tmp_path))
+    folder, _ = hf_folder(tmp_path / "hf")
+    with pytest.raises(UserError, match="--n_layer=4 but .*config.json gives 2: drop --n_layer"):
+        hf_init.merged_config({**DEFAULTS, "hf_model": folder}, {"n_layer"})
+    assert hf_init.merged_config({**DEFAULTS, "hf_model": folder, "n_layer": 2}, {"n_layer"})["n_layer"] == 2
+    os.remove(os.path.join(folder, "model.safetensors"))
+    with pytest.raises(UserError, match="no model.safetensors"):
+        ours(folder)
+
+
+def test_train_continues_a_loaded_model_and_resumes_from_its_own_checkpoint(tmp_path, capsys):
+    """train.py --hf_model: the folder's shape (GQA, head_dim, QK-norm), HG + OR on top with no
+    note, the loss falls, a resume reads its own checkpoint; DNP is noted with the logits' shift."""
+    folder, hf = hf_folder(tmp_path / "hf", "qwen3")
+    ds = make_dataset(tmp_path / "ds", vocab=96)
+    args = tiny_args(ds, tmp_path / "o", f"--hf_model={folder}", "--max_iters=4", "--eval_interval=2",
+                     "--n_layer=2", *(f"--{k}={v}" for k, v in EXACT["hg-or"].items()), "--scale_wd=iwd")
+    args = [a for a in args if not a.startswith(("--n_head=", "--n_embd="))]  # the folder's own
+    run(args)
+    out = capsys.readouterr().out
+    assert f"loaded {folder}" in out and "moved" not in out  # HG + OR on top: the same function
+    ckpt = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)
+    assert {k: ckpt["config"][k] for k in ("n_head", "n_kv_head", "head_dim", "qk_norm")} == \
+        {"n_head": 4, "n_kv_head": 2, "head_dim": 12, "qk_norm": True}
+    evals = [r for r in read_log(tmp_path / "o") if r["kind"] == "eval"]
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"]
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=6"])
+    assert f"loaded {folder}" not in capsys.readouterr().out  # a resume reads its own checkpoint
+    run([a for a in tiny_args(ds, tmp_path / "dnp", f"--hf_model={folder}", "--max_iters=1", "--n_layer=2",
+                              "--mlp_placement=dual_norm") if not a.startswith(("--n_head=", "--n_embd="))])
+    out = capsys.readouterr().out
+    assert "note: mlp_placement='dual_norm' normalizes over d_ff" in out and "the first logits moved by" in out

@@ -1,0 +1,205 @@
+"""Start from a Hugging Face Llama or Qwen3 folder: continued pre-training with scale vectors on top.
+
+    python train.py --hf_model=PATH --dataset=mine --max_iters=2000       # any scale-vector switches
+
+train.py calls the two functions here when --hf_model is set and the run starts
+from scratch (a resume reads its own checkpoint): `model_keys` turns the
+folder's config.json into our model keys (layers, widths, heads, key/value
+heads, head width, d_ff, RoPE base, norm eps, tied head, vocabulary; Qwen3 adds
+QK-norm), and `load` copies the weights into the GPT those keys build: the
+inverse of tools/export.py's map.
+
+The checkpoint's RMSNorm weights become the scale vectors' start, so the loaded
+function is unchanged under every switch that only adds or reparameterizes
+scales: a shared scale takes gamma as it is; HG gives each of q, k, v (gate,
+up) a copy; OR and ER set their magnitude and direction to reproduce gamma
+exactly (ScaleVector.set_); DP's extra scales start at 1. With scale="none" a
+pre-norm's gamma folds into the maps that read it (exact), the final norm's
+into an untied LM head. What the checkpoint never had changes the function and
+is said at start with how far the logits moved: DNP and in_norm (a normalization
+over d_ff), output norms, a QK-norm gamma or a tied final-norm gamma with
+scale="none" (nothing to hold it).
+"""
+
+import json
+import os
+
+import torch
+
+from configurator import UserError
+
+ARCHITECTURES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True}  # name -> QK-norm
+
+
+def read_config(folder):
+    """folder/config.json as a dict; UserError (one line) when the folder or file is missing or
+    the file is not JSON."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        raise UserError(f"hf_model={folder!r}: no config.json there (point --hf_model at a Hugging Face model "
+                        f"folder, as save_pretrained writes it)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not JSON ({str(e)[:80]})") from None
+
+
+def model_keys(folder):
+    """Our model keys from folder/config.json: {n_layer, n_embd, n_head, n_kv_head, head_dim, d_ff,
+    rope_theta, norm_eps, tie_embeddings, vocab_size, qk_norm}.
+
+    Raises UserError naming the field for what our model does not compute: another architecture,
+    a RoPE scaling (only the default RoPE), biases, an activation other than SiLU, sliding-window
+    attention.
+    """
+    c = read_config(folder)
+    arch = (c.get("architectures") or ["?"])[0]
+    if arch not in ARCHITECTURES:
+        raise UserError(f"hf_model={folder!r}: architectures={c.get('architectures')} is not one this model "
+                        f"computes ({', '.join(ARCHITECTURES)})")
+    rope = c.get("rope_parameters") or {"rope_theta": c.get("rope_theta", 10000.0), **(c.get("rope_scaling") or {})}
+    refused = {"rope_scaling": rope.get("rope_type", rope.get("type", "default")) != "default",
+               "attention_bias": c.get("attention_bias", False), "mlp_bias": c.get("mlp_bias", False),
+               "hidden_act": c.get("hidden_act", "silu") != "silu",
+               "use_sliding_window": c.get("use_sliding_window", False)}
+    for field, bad in refused.items():
+        if bad:
+            shown = rope if field == "rope_scaling" else c.get(field)
+            raise UserError(f"hf_model={folder!r}: config.json's {field}={shown!r} is not computed here (RoPE "
+                            f"without scaling, no biases, SiLU, full attention): this model cannot reproduce it")
+    heads = c["num_attention_heads"]
+    return {"n_layer": c["num_hidden_layers"], "n_embd": c["hidden_size"], "n_head": heads,
+            "n_kv_head": c.get("num_key_value_heads") or heads,
+            "head_dim": c.get("head_dim") or c["hidden_size"] // heads, "d_ff": c["intermediate_size"],
+            "rope_theta": float(rope["rope_theta"]), "norm_eps": float(c["rms_norm_eps"]),
+            "tie_embeddings": bool(c.get("tie_word_embeddings", False)), "vocab_size": c["vocab_size"],
+            "qk_norm": ARCHITECTURES[arch]}
+
+
+def merged_config(cfg, given):
+    """cfg with the model keys of cfg["hf_model"]'s config.json. Raises UserError naming the key
+    when the command line sets one of them to another value (the folder decides the shape)."""
+    keys = model_keys(cfg["hf_model"])
+    if cfg["n_experts"]:
+        raise UserError(f"--n_experts={cfg['n_experts']} with --hf_model: the folder holds a dense model; drop "
+                        f"--n_experts")
+    for key, value in keys.items():
+        if key in given and cfg[key] != value:
+            raise UserError(f"--{key}={cfg[key]} but {cfg['hf_model']}/config.json gives {value}: drop --{key} "
+                            f"(the loaded model's shape is its own)")
+    return {**cfg, **keys}
+
+
+def read_weights(folder):
+    """{name: tensor} of folder's model.safetensors (or its shards, listed in
+    model.safetensors.index.json); UserError when there is none."""
+    from safetensors.torch import load_file
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    elif os.path.isfile(os.path.join(folder, "model.safetensors")):
+        files = ["model.safetensors"]
+    else:
+        raise UserError(f"hf_model={folder!r}: no model.safetensors (or its index) there: save the model with "
+                        f"save_pretrained (safetensors)")
+    weights = {}
+    for name in files:
+        weights.update(load_file(os.path.join(folder, name)))
+    return weights
+
+
+@torch.no_grad()
+def load(model, folder):
+    """Copy folder's weights into `model` (a GPT built from merged_config's keys), in place.
+
+    Returns the notes for the run's start: [] when the function is the checkpoint's, else one line
+    per switch that changes it. Raises UserError naming a tensor that is missing or of another shape.
+    """
+    cfg, hf = model.config, read_weights(folder)
+
+    def take(name, shape=None):
+        if name not in hf:
+            raise UserError(f"hf_model={folder!r}: the weights lack {name} (config.json describes another model)")
+        w = hf[name].float()
+        if shape is not None and tuple(w.shape) != tuple(shape):
+            raise UserError(f"hf_model={folder!r}: {name} is {tuple(w.shape)}, config.json makes {tuple(shape)}")
+        return w
+
+    notes = []
+    V = cfg.vocab_size
+    model.wte.weight[:V] = take("model.embed_tokens.weight", (V, cfg.n_embd))
+    if not cfg.tie_embeddings:
+        model.lm_head.weight[:V] = take("lm_head.weight", (V, cfg.n_embd))
+    for i, b in enumerate(model.blocks):
+        p = f"model.layers.{i}."
+        for ours, theirs in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", "o_proj")):
+            lin = getattr(b.attn, ours)
+            lin.weight.copy_(take(p + f"self_attn.{theirs}.weight", lin.weight.shape))
+        for ours in ("gate", "up", "down"):
+            lin = getattr(b.mlp, ours)
+            lin.weight.copy_(take(p + f"mlp.{ours}_proj.weight", lin.weight.shape))
+        put_gamma(take(p + "input_layernorm.weight", (cfg.n_embd,)), b.attn_norm.scale, (b.attn.q, b.attn.k, b.attn.v))
+        put_gamma(take(p + "post_attention_layernorm.weight", (cfg.n_embd,)), b.mlp_norm.scale, (b.mlp.gate, b.mlp.up))
+        if cfg.qk_norm:
+            for norm, name in ((b.attn.q_norm, "q_norm"), (b.attn.k_norm, "k_norm")):
+                gamma = take(p + f"self_attn.{name}.weight", (cfg.head_dim,))
+                if norm.scale is not None:
+                    norm.scale.set_(gamma)
+                elif i == 0 and not torch.equal(gamma, torch.ones_like(gamma)):
+                    notes.append("scale='none' has no QK-norm gamma to hold the checkpoint's: the function changes")
+    gamma = take("model.norm.weight", (cfg.n_embd,))
+    if model.norm_f.scale is not None:
+        model.norm_f.scale.set_(gamma)
+    elif not cfg.tie_embeddings:
+        model.lm_head.weight.mul_(gamma[None, :])
+    elif not torch.equal(gamma, torch.ones_like(gamma)):
+        notes.append("scale='none' with a tied head has no final-norm gamma to hold the checkpoint's: the function "
+                     "changes (--tie_embeddings cannot differ from the folder's; use scale vectors)")
+    if cfg.mlp.norm:
+        notes.append(f"mlp_placement={cfg.mlp_placement!r} normalizes over d_ff, which the checkpoint never did: the "
+                     f"function changes")
+    if cfg.attn.norm:
+        notes.append(f"attn_placement={cfg.attn_placement!r} adds a normalization the checkpoint never had: the "
+                     f"function changes")
+    if cfg.output_norms:
+        notes.append("output_norms=True adds normalizations the checkpoint never had: the function changes")
+    return notes
+
+
+def put_gamma(gamma, shared, branches):
+    """A pre-norm's loaded gamma: into its shared scale, else into each branch's input scale (HG),
+    else (scale="none") folded into the columns of the maps that read it, all exact."""
+    if shared is not None:
+        shared.set_(gamma)
+    elif branches[0].in_scale is not None:
+        for lin in branches:
+            lin.in_scale.set_(gamma)
+    else:
+        for lin in branches:
+            lin.weight.mul_(gamma[None, :])
+
+
+@torch.no_grad()
+def start(model, folder, idx, log):
+    """load(model, folder), then log its notes and, when the function changed, how far: the largest
+    logit difference on the token batch idx (B, T) against the checkpoint's own function (the same
+    folder in our Llama-style baseline), relative to its largest logit."""
+    from dataclasses import replace
+
+    from model import BASELINE, GPT
+    notes = load(model, folder)
+    log(f"loaded {folder} (config.json and weights)")
+    for note in notes:
+        log(f"note: {note}")
+    if notes:
+        reference = GPT(replace(model.config, **BASELINE, output_norms=False)).to(idx.device)
+        load(reference, folder)
+        was = model.training
+        model.eval()
+        ours, theirs = model(idx, idx)[0].float(), reference(idx, idx)[0].float()  # every position
+        model.train(was)
+        shift = ((ours - theirs).abs().max() / theirs.abs().max()).item()
+        log(f"note: the first logits moved by {shift:.3g} (largest difference over largest logit, one val batch) "
+            f"from the checkpoint's")
