@@ -150,3 +150,12 @@ def test_train_continues_a_loaded_model_and_resumes_from_its_own_checkpoint(tmp_
                               "--mlp_placement=dual_norm") if not a.startswith(("--n_head=", "--n_embd="))])
     out = capsys.readouterr().out
     assert "note: mlp_placement='dual_norm' normalizes over d_ff" in out and "the first logits moved by" in out
+
+
+def test_a_fork_scale_without_set_is_one_line(tmp_path, monkeypatch):
+    import norms
+    from test_forks import SoftplusScale
+    monkeypatch.setitem(norms.SCALE_CLASSES, "softplus", SoftplusScale)
+    folder, _ = hf_folder(tmp_path / "hf")
+    with pytest.raises(UserError, match="--hf_model: SoftplusScale cannot start from a loaded gamma: give it a set_"):
+        ours(folder, **dict(BASELINE, reparam="softplus"))

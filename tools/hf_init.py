@@ -146,12 +146,12 @@ def load(model, folder):
             for norm, name in ((b.attn.q_norm, "q_norm"), (b.attn.k_norm, "k_norm")):
                 gamma = take(p + f"self_attn.{name}.weight", (cfg.head_dim,))
                 if norm.scale is not None:
-                    norm.scale.set_(gamma)
+                    set_gamma(norm.scale, gamma)
                 elif i == 0 and not torch.equal(gamma, torch.ones_like(gamma)):
                     notes.append("scale='none' has no QK-norm gamma to hold the checkpoint's: the function changes")
     gamma = take("model.norm.weight", (cfg.n_embd,))
     if model.norm_f.scale is not None:
-        model.norm_f.scale.set_(gamma)
+        set_gamma(model.norm_f.scale, gamma)
     elif not cfg.tie_embeddings:
         model.lm_head.weight.mul_(gamma[None, :])
     elif not torch.equal(gamma, torch.ones_like(gamma)):
@@ -168,15 +168,22 @@ def load(model, folder):
     return notes
 
 
+def set_gamma(scale, gamma):
+    """scale.set_(gamma); UserError for a scale class without set_ (a fork's)."""
+    try:
+        scale.set_(gamma)
+    except NotImplementedError as e:
+        raise UserError(f"--hf_model: {e}") from None
+
+
 def put_gamma(gamma, shared, branches):
     """A pre-norm's loaded gamma: into its shared scale, else into each branch's input scale (HG),
-    else (scale="none") folded into the columns of the maps that read it, all exact."""
-    if shared is not None:
-        shared.set_(gamma)
-    elif branches[0].in_scale is not None:
-        for lin in branches:
-            lin.in_scale.set_(gamma)
-    else:
+    else (scale="none") folded into the columns of the maps that read it, all exact. UserError
+    for a scale class without set_ (a fork's)."""
+    scales = [shared] if shared is not None else [lin.in_scale for lin in branches if lin.in_scale is not None]
+    for scale in scales:
+        set_gamma(scale, gamma)
+    if not scales:
         for lin in branches:
             lin.weight.mul_(gamma[None, :])
 
