@@ -69,12 +69,12 @@ def main(argv=None, load_dataset=None):
             raise SystemExit(f"{flag}={value:g}: a token count >= 1 (e.g. 1e8)")
     if args.workers < 1:
         raise SystemExit(f"--workers={args.workers}: encode with at least 1 process")
-    check_out(args.out)
     if load_dataset is None:
         try:
             from datasets import load_dataset
         except ImportError:
             raise SystemExit("data/fineweb/prepare.py needs the package 'datasets': pip install datasets") from None
+    check_out(args.out)
     encoding()  # fail fast, before streaming
 
     docs = load_dataset("HuggingFaceFW/fineweb-edu", name=args.subset, split="train", streaming=True)
