@@ -206,8 +206,9 @@ GPT2_VOCAB = 50257  # r50k_base's ids, <|endoftext|> = 50256 the last
 
 def codec_kind(meta, vocab_size):
     """Which tokenizer a model of vocab_size outputs, trained on data whose meta.pkl is meta, reads
-    and writes: "char" (meta's char vocabulary), "bpe" (the tiktoken encoding meta names, or GPT-2's
-    r50k_base when meta names none and vocab_size is GPT-2's 50,257), or None (some other
+    and writes: "char" (meta's char vocabulary), "hf" (the Hugging Face tokenizer.json meta holds,
+    as data/corpus/prepare.py --tokenizer writes it), "bpe" (the tiktoken encoding meta names, or
+    GPT-2's r50k_base when meta names none and vocab_size is GPT-2's 50,257), or None (some other
     tokenizer's ids). The one rule sample.py, train.py's sample and export.py follow.
     Raises UserError when meta's vocabulary and the model's outputs differ in size (a model paired
     with another dataset's vocabulary)."""
@@ -217,6 +218,8 @@ def codec_kind(meta, vocab_size):
             raise UserError(f"the model has {vocab_size} outputs but its meta.pkl vocabulary has {n} characters: "
                             f"they come from different datasets; use the checkpoint with the data it trained on")
         return "char"
+    if meta and "tokenizer" in meta:
+        return "hf"
     if meta and "encoding" in meta:
         return "bpe"
     return "bpe" if vocab_size == GPT2_VOCAB else None
@@ -230,9 +233,10 @@ def check_vocabulary(meta, vocab_size, saved_meta, where):
     if meta and meta.get("vocab_size") not in (None, vocab_size):
         raise UserError(f"vocab_size={vocab_size} but {where}'s meta.pkl says {meta['vocab_size']}: the model's "
                         f"outputs must be the data's ids (padding to a multiple of 64 happens inside the model); "
-                        f"drop --vocab_size")
+                        f"drop --vocab_size (with --hf_model: prepare the data with its tokenizer, "
+                        f"data/corpus/prepare.py --tokenizer)")
     def vocabulary(m):
-        return m and (m.get("itos"), m.get("encoding"), m.get("vocab_size"))
+        return m and (m.get("itos"), m.get("encoding"), m.get("tokenizer"), m.get("vocab_size"))
 
     if saved_meta is not None and vocabulary(saved_meta) != vocabulary(meta):
         raise UserError(f"--init_from=resume: the checkpoint trained on another vocabulary than {where}'s meta.pkl "
@@ -253,8 +257,8 @@ def checked_encoding(meta, vocab_size):
 
 
 def make_codec(meta, vocab_size):
-    """(encode, decode) for a dataset by codec_kind: its char vocab, or a tiktoken BPE
-    (checked_encoding); None for some other tokenizer's ids.
+    """(encode, decode) for a dataset by codec_kind: its char vocab, its Hugging Face tokenizer, or
+    a tiktoken BPE (checked_encoding); None for some other tokenizer's ids.
 
     encode raises UserError naming the characters a char vocabulary lacks;
     make_codec raises UserError (with the TIKTOKEN_CACHE_DIR fix) when the
@@ -274,8 +278,22 @@ def make_codec(meta, vocab_size):
         return encode, (lambda ids: "".join(itos[i] for i in ids))
     if kind is None:
         return None
+    if kind == "hf":
+        tok = hf_tokenizer(meta)
+        return (lambda s: tok.encode(s, add_special_tokens=False).ids), (lambda ids: tok.decode(ids, False))
     enc = checked_encoding(meta, vocab_size)
     return (lambda s: enc.encode(s, allowed_special={"<|endoftext|>"})), enc.decode
+
+
+def hf_tokenizer(meta):
+    """The tokenizers.Tokenizer of the tokenizer.json meta holds ("hf" codec_kind); UserError when
+    the package is missing."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise UserError("this data's Hugging Face tokenizer needs the package tokenizers: pip install tokenizers") \
+            from None
+    return Tokenizer.from_str(meta["tokenizer"])
 
 
 def bpe_encoding(name):

@@ -189,6 +189,8 @@ def setup(cfg, given, held):
         if type(cfg.vocab_size) is not int:
             raise UserError(f"meta.pkl's vocab_size={cfg.vocab_size!r} must be an int")
     check_vocabulary(data["meta"], cfg.vocab_size, ckpt and ckpt.get("meta"), dataset_dir(cfg.dataset))
+    if cfg.hf_model and ckpt is None:
+        hf_init.check_data(cfg.hf_model, data["meta"], dataset_dir(cfg.dataset))
     model_cfg = model_config(cfg)
     cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
     finished = ckpt is not None and ckpt["iter"] == cfg.max_iters

@@ -1,19 +1,24 @@
-"""Documents to GPT-2 BPE token files: what data/corpus/prepare.py and data/fineweb/prepare.py share.
+"""Documents to BPE token files: what data/corpus/prepare.py and data/fineweb/prepare.py share.
 
-Each document is encoded with tiktoken's r50k_base (encode_ordinary: an
-"<|endoftext|>" inside a text stays plain text) and followed by
-<|endoftext|> (50256), as nanoGPT's openwebtext prepare does. tokenize()
-encodes in worker processes; TokenFiles writes train.bin / val.bin (uint16)
-and meta.pkl under temporary names and puts them in place only in commit().
+By default each document is encoded with tiktoken's r50k_base (encode_ordinary:
+an "<|endoftext|>" inside a text stays plain text) and followed by
+<|endoftext|> (50256), as nanoGPT's openwebtext prepare does. A Codec from
+hf_codec() encodes with a Hugging Face model's own tokenizer.json instead (the
+`tokenizers` library) and appends its end-of-text token; ids above 65,535 are
+written as uint32. tokenize() encodes in worker processes; TokenFiles writes
+train.bin / val.bin and meta.pkl under temporary names and puts them in place
+only in commit().
 """
 
 import itertools
+import json
 import os
 import pickle
 import sys
 import time
 from collections import deque
 from multiprocessing import Pool
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,12 +41,80 @@ def encoding():
                          f"on first use; offline, set TIKTOKEN_CACHE_DIR to a folder that holds it") from None
 
 
-def encode_batch(texts):
-    """One worker task: (the ids of every text followed by EOT, as one uint16 array; each text's id count)."""
-    enc = encoding()  # tiktoken caches it per process
-    ids = [enc.encode_ordinary(text) + [EOT] for text in texts]
+class Codec(NamedTuple):
+    """What tokenize() encodes with: tokenizer_json None for GPT-2's r50k_base (tiktoken), else the
+    path of a Hugging Face tokenizer.json; eos: the id after every document; meta: meta.pkl's dict."""
+
+    tokenizer_json: str | None
+    eos: int
+    meta: dict
+
+
+GPT2 = Codec(None, EOT, META)
+
+
+def hf_codec(path, eos_token=None):
+    """The Codec of a Hugging Face tokenizer: path is a model folder (its tokenizer.json, and its
+    config.json's vocab_size when that is larger: a head padded past the tokenizer, as Qwen3's) or
+    a tokenizer.json. eos_token: the token after every document (default: tokenizer_config.json's
+    eos_token, else "<|endoftext|>"). meta.pkl then holds the tokenizer.json itself ("tokenizer"),
+    so a checkpoint carries what decodes it. SystemExit (one line) when a file is missing or
+    unreadable, or the end-of-text token is not in the vocabulary.
+    """
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise SystemExit(f"--tokenizer={path}: no tokenizer.json there (name a Hugging Face model folder or its "
+                         f"tokenizer.json)")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise SystemExit("a Hugging Face tokenizer needs the package tokenizers: pip install tokenizers") from None
+    try:
+        with open(file, encoding="utf-8") as f:
+            text = f.read()
+        tokenizer = Tokenizer.from_str(text)
+    except Exception as e:  # the tokenizers library raises its own exception type
+        raise SystemExit(f"{file} is not a tokenizer.json the tokenizers library reads ({str(e)[:100]})") from None
+    config = read_json(os.path.join(folder, "tokenizer_config.json"))
+    if eos_token is None:
+        eos_token = config.get("eos_token") or "<|endoftext|>"
+        eos_token = eos_token.get("content") if isinstance(eos_token, dict) else eos_token
+    eos = tokenizer.token_to_id(eos_token)
+    if eos is None:
+        raise SystemExit(f"{file} has no token {eos_token!r} to end each document with: name one with --eos_token")
+    vocab = max(tokenizer.get_vocab_size(with_added_tokens=True),
+                read_json(os.path.join(folder, "config.json")).get("vocab_size", 0))
+    meta = {"vocab_size": vocab, "dtype": "uint16" if vocab <= 1 << 16 else "uint32", "tokenizer": text,
+            "eos_token": eos_token}
+    return Codec(file, eos, meta)
+
+
+def read_json(path):
+    """path's JSON object, {} when there is no such file."""
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+_TOKENIZERS = {}  # per worker process: tokenizer.json path -> tokenizers.Tokenizer
+
+
+def encode_batch(texts, tokenizer_json=None, eos=EOT, dtype="uint16"):
+    """One worker task: (the ids of every text followed by eos, as one array of dtype; each text's
+    id count). tokenizer_json None: tiktoken's r50k_base (encode_ordinary), else that tokenizer."""
+    if tokenizer_json is None:
+        enc = encoding()  # tiktoken caches it per process
+        ids = [enc.encode_ordinary(text) + [eos] for text in texts]
+    else:
+        if tokenizer_json not in _TOKENIZERS:
+            from tokenizers import Tokenizer
+            _TOKENIZERS[tokenizer_json] = Tokenizer.from_file(tokenizer_json)
+        encoded = _TOKENIZERS[tokenizer_json].encode_batch(texts, add_special_tokens=False)
+        ids = [e.ids + [eos] for e in encoded]
     lengths = [len(x) for x in ids]
-    return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.uint16, count=sum(lengths)), lengths
+    return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=sum(lengths)), lengths
 
 
 def batches(texts, max_chars=BATCH_CHARS):
@@ -57,21 +130,23 @@ def batches(texts, max_chars=BATCH_CHARS):
         yield batch
 
 
-def tokenize(texts, workers):
-    """Each text's ids followed by EOT, a uint16 array per text, in the order of texts.
+def tokenize(texts, workers, codec=GPT2):
+    """Each text's ids followed by codec's end-of-text id, an array (meta's dtype) per text, in the
+    order of texts.
 
     workers > 1: that many processes encode batches of texts, at most
     2 * workers batches in flight, so a stream is read only as fast as it is
     encoded. Close the generator to stop early (the pool is terminated).
     """
+    how = (codec.tokenizer_json, codec.eos, codec.meta["dtype"])  # what a worker needs (not meta's tokenizer text)
     if workers <= 1:
         for batch in batches(texts):
-            yield from split_ids(*encode_batch(batch))
+            yield from split_ids(*encode_batch(batch, *how))
         return
     with Pool(workers) as pool:
         pending = deque()
         for batch in batches(texts):
-            pending.append(pool.apply_async(encode_batch, (batch,)))
+            pending.append(pool.apply_async(encode_batch, (batch, *how)))
             if len(pending) >= 2 * workers:
                 yield from split_ids(*pending.popleft().get())
         while pending:
@@ -142,9 +217,9 @@ class TokenFiles:
     (vocab_size from meta.pkl) refuses it, and old and new files never meet.
     """
 
-    def __init__(self, out_dir):
+    def __init__(self, out_dir, meta=META):
         os.makedirs(out_dir, exist_ok=True)
-        self.out_dir = out_dir
+        self.out_dir, self.meta = out_dir, meta
         self.counts = {"train": 0, "val": 0}
         self.files = {split: open(self.path(f"{split}.bin.tmp"), "wb") for split in self.counts}
 
@@ -157,7 +232,7 @@ class TokenFiles:
 
     def commit(self):
         with open(self.path("meta.pkl.tmp"), "wb") as f:
-            pickle.dump(META, f)
+            pickle.dump(self.meta, f)
         for f in self.files.values():
             f.flush()
             os.fsync(f.fileno())

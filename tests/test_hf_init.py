@@ -3,7 +3,9 @@ with the scale-vector switches on top (tools/hf_init.py)."""
 
 import json
 import os
+import pickle
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,14 +20,42 @@ SHAPE = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_lay
              num_key_value_heads=2, head_dim=12, rms_norm_eps=1e-6, max_position_embeddings=64)
 
 
-def hf_folder(path, arch="llama", tied=False, **extra):
+WORDS = ("the king and queen of a castle spoke to their people about bread, wine and war; "
+         "Tom saw 12 ships at sea! Why? Because the wind was strong.").split()
+
+
+def corpus_text(seed, n_words=400):
+    rng = np.random.default_rng(seed)
+    return " ".join(rng.choice(WORDS, n_words))
+
+
+def tokenizer_json(path):
+    """A byte-level BPE tokenizer trained on corpus_text, with <|endoftext|>, saved as path/tokenizer.json
+    with a tokenizer_config.json naming its eos_token (as a model folder holds them); returns its size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([corpus_text(s) for s in range(20)], trainer)
+    os.makedirs(path, exist_ok=True)
+    tok.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"}, f)
+    return tok.get_vocab_size()
+
+
+def hf_folder(path, arch="llama", tied=False, tokenizer=False, **extra):
     """A random-init transformers model saved to path, its weights (RMSNorm gammas too) drawn large
-    enough that a misplaced gamma or head moves the logits far beyond float32 rounding."""
+    enough that a misplaced gamma or head moves the logits far beyond float32 rounding; with
+    tokenizer=True also its own tokenizer (tokenizer_json), the vocabulary its size."""
     needs_transformers()
     import transformers
     config_cls, model_cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
                              "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM)}[arch]
-    model = model_cls(config_cls(**SHAPE, tie_word_embeddings=tied, **extra)).eval()
+    shape = dict(SHAPE, vocab_size=tokenizer_json(path)) if tokenizer else SHAPE
+    model = model_cls(config_cls(**shape, tie_word_embeddings=tied, **extra)).eval()
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -128,14 +158,33 @@ def test_bad_folders_and_a_shape_the_command_line_contradicts_are_one_line(tmp_p
         ours(folder)
 
 
-def test_train_continues_a_loaded_model_and_resumes_from_its_own_checkpoint(tmp_path, capsys):
-    """train.py --hf_model: the folder's shape (GQA, head_dim, QK-norm), HG + OR on top with no
-    note, the loss falls, a resume reads its own checkpoint; DNP is noted with the logits' shift."""
-    folder, hf = hf_folder(tmp_path / "hf", "qwen3")
-    ds = make_dataset(tmp_path / "ds", vocab=96)
-    args = tiny_args(ds, tmp_path / "o", f"--hf_model={folder}", "--max_iters=4", "--eval_interval=2",
-                     "--n_layer=2", *(f"--{k}={v}" for k, v in EXACT["hg-or"].items()), "--scale_wd=iwd")
-    args = [a for a in args if not a.startswith(("--n_head=", "--n_embd="))]  # the folder's own
+def test_a_model_continues_on_text_in_its_own_tokenizer_then_samples_and_exports_it(tmp_path, capsys):
+    """The whole path of a Hugging Face model: its tokenizer encodes a corpus (prepare.py
+    --tokenizer), train.py --hf_model continues it (HG + OR on top: no note; the loss falls) and
+    resumes from its own checkpoint, sample.py decodes with that tokenizer, export.py writes it back
+    and transformers' tokenizer and model agree with ours; data in another vocabulary is refused."""
+    import sample
+    from test_corpus import corpus
+    from tools import export
+    folder, hf = hf_folder(tmp_path / "hf", "qwen3", tokenizer=True)
+    (tmp_path / "docs").mkdir()
+    for i in range(12):
+        (tmp_path / "docs" / f"{i:02d}.txt").write_text(corpus_text(100 + i))
+    corpus.main([str(tmp_path / "docs"), f"--out={tmp_path / 'ds'}", f"--tokenizer={folder}", "--val_docs=2",
+                 "--workers=1"])
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    with open(tmp_path / "ds" / "meta.pkl", "rb") as f:
+        meta = pickle.load(f)
+    assert meta["dtype"] == "uint16" and meta["vocab_size"] == tok.get_vocab_size() and meta["eos_token"] == \
+        "<|endoftext|>"
+    train_ids = np.fromfile(tmp_path / "ds" / "train.bin", dtype=np.uint16).tolist()
+    eos = tok.token_to_id("<|endoftext|>")
+    assert train_ids.count(eos) == 10 and train_ids[-1] == eos
+
+    args = ["--block_size=16", "--batch_size=4", "--eval_iters=2", "--sample_tokens=0", "--warmup_iters=2",
+            f"--dataset={tmp_path / 'ds'}", f"--out_dir={tmp_path / 'o'}", f"--hf_model={folder}", "--max_iters=4",
+            "--eval_interval=2", *(f"--{k}={v}" for k, v in EXACT["hg-or"].items()), "--scale_wd=iwd"]
     run(args)
     out = capsys.readouterr().out
     assert f"loaded {folder}" in out and "moved" not in out  # HG + OR on top: the same function
@@ -146,10 +195,46 @@ def test_train_continues_a_loaded_model_and_resumes_from_its_own_checkpoint(tmp_
     assert evals[-1]["val_loss"] < evals[0]["val_loss"]
     run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=6"])
     assert f"loaded {folder}" not in capsys.readouterr().out  # a resume reads its own checkpoint
-    run([a for a in tiny_args(ds, tmp_path / "dnp", f"--hf_model={folder}", "--max_iters=1", "--n_layer=2",
-                              "--mlp_placement=dual_norm") if not a.startswith(("--n_head=", "--n_embd="))])
-    out = capsys.readouterr().out
-    assert "note: mlp_placement='dual_norm' normalizes over d_ff" in out and "the first logits moved by" in out
+
+    sample.main([f"--out_dir={tmp_path / 'o'}", "--start=the king", "--max_new_tokens=8", "--top_k=1"])
+    text = capsys.readouterr().out
+    assert text.startswith("the king")  # decoded by the tokenizer (a random model's bytes may not be UTF-8)
+    export.main([f"--out_dir={tmp_path / 'o'}"])  # its own logit check: transformers reloads it equal
+    with open(os.path.join(folder, "tokenizer.json")) as f, open(tmp_path / "o" / "hf" / "tokenizer.json") as g:
+        assert f.read() == g.read()
+    from transformers import AutoTokenizer
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path / "o" / "hf"))
+    assert theirs("the king spoke", add_special_tokens=False).input_ids == tok.encode("the king spoke").ids
+    assert theirs.eos_token_id == eos
+
+    chars = make_dataset(tmp_path / "chars", vocab=tok.get_vocab_size())
+    with pytest.raises(UserError, match="is encoded with a character vocabulary, not .*'s tokenizer: prepare it"):
+        run([a for a in args if not a.startswith(("--dataset=", "--out_dir="))] +
+            [f"--dataset={chars}", f"--out_dir={tmp_path / 'c'}"])
+
+
+def test_prepare_writes_uint32_where_the_model_has_more_ids_than_uint16_holds(tmp_path):
+    """A model folder whose config.json has 70,000 outputs (a head padded past its tokenizer, as
+    Qwen3's): meta.pkl's vocab_size is the model's, the files uint32, and train.py reads them."""
+    from test_corpus import corpus
+    tokenizer_json(tmp_path / "big")
+    with open(tmp_path / "big" / "config.json", "w") as f:
+        json.dump({"vocab_size": 70_000}, f)
+    (tmp_path / "docs").mkdir()
+    for i in range(4):
+        (tmp_path / "docs" / f"{i}.txt").write_text(corpus_text(i))
+    corpus.main([str(tmp_path / "docs"), f"--out={tmp_path / 'ds'}", f"--tokenizer={tmp_path / 'big'}",
+                 "--val_docs=1", "--workers=1"])
+    with open(tmp_path / "ds" / "meta.pkl", "rb") as f:
+        meta = pickle.load(f)
+    assert (meta["vocab_size"], meta["dtype"]) == (70_000, "uint32")
+    from tokenizers import Tokenizer
+    first = Tokenizer.from_file(str(tmp_path / "big" / "tokenizer.json")).encode(corpus_text(0)).ids
+    assert np.fromfile(tmp_path / "ds" / "train.bin", dtype=np.uint32)[:len(first)].tolist() == first
+    run(tiny_args(str(tmp_path / "ds"), tmp_path / "o", "--max_iters=1", "--eval_interval=1"))
+    with pytest.raises(SystemExit, match="has no token '<eos>' to end each document with: name one with --eos_token"):
+        corpus.main([str(tmp_path / "docs"), f"--out={tmp_path / 'x'}", f"--tokenizer={tmp_path / 'big'}",
+                     "--eos_token=<eos>"])
 
 
 def test_a_fork_scale_without_set_is_one_line(tmp_path, monkeypatch):

@@ -56,7 +56,7 @@ import torch
 
 from checkpoint import load_model
 from configurator import MODEL_KEYS, UserError, cli, folder_problem
-from dataset import bpe_encoding, checked_encoding, codec_kind
+from dataset import bpe_encoding, checked_encoding, codec_kind, hf_tokenizer
 
 TOLERANCE = 1e-4  # largest |logit difference| allowed, relative to max(1, largest |logit|); float32
 MODELING_FILE = "modeling_scalevec.py"  # shipped into folders that need it; lives beside this file
@@ -311,6 +311,12 @@ def write_tokenizer(folder, meta, cfg):
         note = (f"character-level, {len(itos)} characters (also `char_vocab.json`: `itos`, id -> character); "
                 "no end-of-text token, so generation runs to max_new_tokens; no pad token (every id is a "
                 "character), so generate one prompt at a time")
+    elif kind == "hf":  # the model's own tokenizer.json (data/corpus/prepare.py --tokenizer), written back
+        text, eot = meta["tokenizer"], meta.get("eos_token")
+        eos = pad = hf_tokenizer(meta).token_to_id(eot) if eot else None
+        if eos is not None:
+            config |= {"eos_token": eot, "pad_token": eot}
+        note = f"the dataset's own Hugging Face tokenizer (tokenizer.json as it was), end of text `{eot}` (id {eos})"
     else:
         name = meta.get("encoding", "r50k_base") if meta else "r50k_base"
         enc = checked_encoding(meta, cfg.vocab_size)  # its size is the head's rows

@@ -91,6 +91,22 @@ def merged_config(cfg, given):
     return {**cfg, **keys}
 
 
+def check_data(folder, meta, where):
+    """UserError (one line) when the data's ids are not this model's tokenizer's: meta.pkl records
+    another tokenizer (a char vocabulary, a tiktoken encoding, a tokenizer.json of another
+    vocabulary). Token files whose meta.pkl names no tokenizer pass on their size alone."""
+    fix = f"prepare it with the model's tokenizer: python data/corpus/prepare.py ... --tokenizer={folder}"
+    if meta and ("itos" in meta or "encoding" in meta):
+        what = "a character vocabulary" if "itos" in meta else f"tiktoken's {meta['encoding']}"
+        raise UserError(f"{where} is encoded with {what}, not {folder}'s tokenizer: {fix}")
+    path = os.path.join(folder, "tokenizer.json")
+    if meta and "tokenizer" in meta and os.path.isfile(path):
+        from tokenizers import Tokenizer
+        if Tokenizer.from_str(meta["tokenizer"]).get_vocab() != Tokenizer.from_file(path).get_vocab():
+            raise UserError(f"{where} is encoded with another tokenizer than {folder}'s (their vocabularies "
+                            f"differ): {fix}")
+
+
 def read_weights(folder):
     """{name: tensor} of folder's model.safetensors (or its shards, listed in
     model.safetensors.index.json); UserError when there is none."""

@@ -1,7 +1,8 @@
-"""Your own text in GPT-2 BPE: train.bin, val.bin (uint16) and meta.pkl (recording "dtype") in one command.
+"""Your own text as token files: train.bin, val.bin and meta.pkl (recording "dtype") in one command.
 
     python data/corpus/prepare.py 'books/*.txt' notes.jsonl --out=data/mine   # then: train.py --dataset=mine
     python data/corpus/prepare.py corpus/ --out=data/mine --val_docs=50 --workers=8
+    python data/corpus/prepare.py corpus/ --out=data/mine-smol --tokenizer=PATH   # a model's own tokenizer
 
 INPUT: files, globs (quote them; ** recurses) or folders (their .txt, .jsonl
 and .parquet files, recursively). A .jsonl file holds one document per line,
@@ -10,7 +11,13 @@ pyarrow); any other file is one plain-text (UTF-8) document. Empty documents
 are skipped.
 
 Each document is encoded with tiktoken's r50k_base (= GPT-2 BPE) and
-followed by <|endoftext|> (50256). Validation holds out whole documents:
+followed by <|endoftext|> (50256), written as uint16. With --tokenizer=PATH (a
+Hugging Face model folder, or its tokenizer.json) the model's own tokenizer
+encodes instead, each document followed by its end-of-text token (--eos_token;
+default its tokenizer_config.json's eos_token), uint32 when the vocabulary
+needs it; meta.pkl then holds the tokenizer, which sample.py and export.py
+use (train.py --hf_model=PATH --dataset=... continues that model on it).
+Validation holds out whole documents:
 --val_docs of them, or --val_share of all (rounded up), drawn by a shuffle
 seeded with --seed, so the same inputs give the same split. Documents keep
 their input order within each split.
@@ -32,7 +39,7 @@ from contextlib import closing
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bpe_docs import Progress, TokenFiles, check_out, encoding, tokenize  # noqa: E402
+from bpe_docs import GPT2, Progress, TokenFiles, check_out, encoding, hf_codec, tokenize  # noqa: E402
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")  # what a folder given as INPUT contributes
 
@@ -154,15 +161,22 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1337, help="of the shuffle that picks the validation documents")
     p.add_argument("--text_field", default="text", help="the text's field in .jsonl, column in .parquet")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    p.add_argument("--tokenizer", help="a Hugging Face model folder or tokenizer.json (default: GPT-2 BPE)")
+    p.add_argument("--eos_token", help="with --tokenizer: the token after each document (default: its eos_token)")
     args = p.parse_args(argv)
     if args.val_docs is None and not 0 < args.val_share < 1:
         raise SystemExit(f"--val_share={args.val_share}: the share of documents held out is a number in (0, 1), "
                          f"e.g. 0.005 (or name a count with --val_docs)")
     if args.workers < 1:
         raise SystemExit(f"--workers={args.workers}: encode with at least 1 process")
+    if args.eos_token is not None and args.tokenizer is None:
+        raise SystemExit("--eos_token names a token of --tokenizer's vocabulary: give --tokenizer too (GPT-2 BPE "
+                         "ends each document with <|endoftext|>)")
     check_out(args.out)
     files = input_files(args.inputs)
-    encoding()  # fail fast, before reading
+    codec = hf_codec(args.tokenizer, args.eos_token) if args.tokenizer else GPT2
+    if codec is GPT2:
+        encoding()  # fail fast, before reading
     print(f"counting the documents in {len(files):,} files", flush=True)
     n_docs = sum(1 for _ in documents(files, args.text_field))
     val = validation_docs(n_docs, args.val_share, args.val_docs, args.seed)
@@ -170,7 +184,8 @@ def main(argv=None):
           f"encoding with {args.workers} workers", flush=True)
 
     progress = Progress()
-    with TokenFiles(args.out) as out, closing(tokenize(documents(files, args.text_field), args.workers)) as docs:
+    with TokenFiles(args.out, codec.meta) as out, \
+            closing(tokenize(documents(files, args.text_field), args.workers, codec)) as docs:
         for i, ids in enumerate(docs):
             out.write("val" if i in val else "train", ids)
             progress.add(len(ids), (i + 1) / n_docs)
