@@ -13,3 +13,7 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and os.path.isdir(_cache):
 # The Llama/Gemma baseline's scale vectors. Tests that build a model.GPTConfig start from
 # these: its defaults are the default run's (the unified strategy), one table with configurator.
 from model import BASELINE  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a real pre-trained model (minutes on 2 cores); -m 'not slow' skips it")
