@@ -16,4 +16,4 @@ from model import BASELINE  # noqa: E402
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: a real pre-trained model (minutes on 2 cores); -m 'not slow' skips it")
+    config.addinivalue_line("markers", "slow: a real pre-trained model, lm-eval (a minute each on 2 cores); -m 'not slow' skips them")

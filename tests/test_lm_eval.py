@@ -1,0 +1,109 @@
+"""tools/lm_eval_tasks.py: lm-evaluation-harness on an export, offline, with the run's own held-out text."""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from checkpoint import load_model
+from conftest import ROOT
+from test_export import needs_transformers
+from test_hf_init import WORDS, tokenizer_json
+from test_train import run
+
+LINKED_LINES = 24  # lines per document of the chained corpus
+pytestmark = pytest.mark.slow  # trains 300 iterations and runs lm-eval (about 40 s on 2 cores)
+
+
+def chained_doc(rng):
+    """Lines of two words, each line starting with the word the line before ended with, so the true
+    next line is the one whose first word is the last word seen: learnable in a few hundred steps."""
+    words = [str(w) for w in rng.choice(sorted(set(WORDS)), LINKED_LINES + 1)]
+    return "\n".join(f"{a} {b}" for a, b in zip(words, words[1:])) + "\n"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A width-64 model trained 300 iterations on the chained corpus in its own BPE, exported, and
+    the two tasks written beside it."""
+    needs_transformers()
+    if importlib.util.find_spec("lm_eval") is None:
+        pytest.skip("needs lm-eval: pip install -r requirements-eval.txt")
+    from test_corpus import corpus
+    tmp = tmp_path_factory.mktemp("lm_eval")
+    tokenizer_json(tmp / "tok")
+    rng = np.random.default_rng(0)
+    (tmp / "docs").mkdir()
+    for i in range(120):
+        (tmp / "docs" / f"{i:03d}.txt").write_text(chained_doc(rng))
+    corpus.main([str(tmp / "docs"), f"--out={tmp / 'ds'}", f"--tokenizer={tmp / 'tok'}", "--val_docs=20",
+                 "--workers=1"])
+    out = tmp / "o"
+    run([f"--dataset={tmp / 'ds'}", f"--out_dir={out}", "--n_layer=2", "--n_head=2", "--n_embd=64",
+         "--block_size=64", "--batch_size=16", "--max_iters=300", "--eval_interval=300", "--eval_iters=4",
+         "--sample_tokens=0", "--log_interval=100", "--learning_rate=1e-2", "--warmup_iters=20"])
+    subprocess.run([sys.executable, "-m", "tools.export", f"--out_dir={out}"], cwd=ROOT, check=True,
+                   capture_output=True)
+    done = subprocess.run([sys.executable, "-m", "tools.lm_eval_tasks", f"--out_dir={out}", "--items=100"],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    command = done.stdout.strip().splitlines()[-1].removeprefix("then: ")
+    return out, command
+
+
+def rolling_nll(model, ids, prefix, length):
+    """Our model's negative log-likelihood (nats) of ids, in lm-eval's rolling windows: the first
+    `length` tokens after the prefix token, then each next `length` tokens after the `length` before."""
+    total, windows, done = 0.0, 0, 0
+    while done < len(ids):
+        end = min(done + length, len(ids))
+        context = ([prefix] + ids)[max(0, end - length): end] if done == 0 else ids[end - length - 1: end - 1]
+        x = torch.tensor([context])
+        with torch.no_grad():
+            logp = model(x, x)[0][0].log_softmax(-1)
+        targets = ids[done:end]
+        total -= logp[-len(targets):].gather(1, torch.tensor(targets)[:, None]).sum().item()
+        windows, done = windows + 1, end
+    return total, windows
+
+
+def test_lm_eval_bits_per_byte_equal_ours_and_next_line_beats_chance(trained, tmp_path):
+    """lm-eval's bits per byte on the held-out documents equals our model's own negative
+    log-likelihood over the same windows, converted to bits per byte (relative 1e-4: float32, two
+    implementations); the next-line task scores well above chance (0.25) on the chained corpus."""
+    out, command = trained
+    args = command.split()[1:] + ["--output_path", str(tmp_path / "res")]
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "lm_eval", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "res") for f in fs if f.endswith(".json")]
+    results = json.load(open(found[0]))["results"]
+    theirs = results["scalevec_val"]["bits_per_byte,none"]
+    acc = results["scalevec_next_line"]["acc,none"]
+
+    model, ckpt = load_model(str(out / "ckpt.pt"))
+    from dataset import make_codec
+    encode, _ = make_codec(ckpt["meta"], model.config.vocab_size)
+    prefix = int(command.split("prefix_token_id=")[1].split()[0])
+    nll = n_bytes = 0
+    with open(out / "lm_eval" / "scalevec_val.jsonl") as f:
+        for line in f:
+            text = json.loads(line)["text"]
+            doc_nll, _ = rolling_nll(model, encode(text), prefix, model.config.block_size)
+            nll, n_bytes = nll + doc_nll, n_bytes + len(text.encode("utf-8"))
+    ours = nll / n_bytes / math.log(2)
+    assert theirs == pytest.approx(ours, rel=1e-4)
+    assert acc > 0.6, acc  # 100 items: chance would be 0.25 +- 0.04
+
+
+def test_the_tasks_need_a_checkpoint_and_a_writable_folder(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "tools.lm_eval_tasks", f"--out_dir={tmp_path}"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.startswith("error: no checkpoint at") and \
+        done.stderr.count("\n") == 1

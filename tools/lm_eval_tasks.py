@@ -1,0 +1,171 @@
+"""Evaluate an export with EleutherAI's lm-evaluation-harness, offline, on the run's held-out text.
+
+    pip install -r requirements-eval.txt
+    python -m tools.export --out_dir=out-x                        # out-x/hf
+    python -m tools.lm_eval_tasks --out_dir=out-x                 # out-x/lm_eval: two tasks; prints the command
+    lm_eval --model hf --model_args pretrained=out-x/hf,dtype=float32,... --include_path out-x/lm_eval \\
+        --tasks scalevec_val,scalevec_next_line --device cpu --batch_size 8
+
+Writes two lm-eval tasks whose data are local files made from the run's own
+validation split (val.bin decoded with the checkpoint's tokenizer), so nothing
+is downloaded:
+
+  scalevec_val        held-out perplexity: loglikelihood_rolling over each
+                      document (word and byte perplexity, bits per byte). Its
+                      windows are lm-eval's: block_size tokens at a time, the
+                      first conditioned on one prefix token.
+  scalevec_next_line  multiple choice: after --context_lines lines of held-out
+                      text, pick the true next line among 4 (the other 3 drawn
+                      from elsewhere in the split); chance is 0.25.
+
+Documents: BPE data split at the end-of-text token; character data (no such
+token) in chunks of about --doc_chars characters at line ends. A character
+vocabulary has no BOS or EOS token, so the command passes lm-eval the newline's
+id as the prefix token (prefix_token_id; for BPE data the end-of-text id,
+which preceded each document in training); the text is the split's own, so
+every character is in the vocabulary.
+"""
+
+import os
+import sys
+
+if __package__ in (None, ""):  # run by its path (python tools/lm_eval_tasks.py): imports live at the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import argparse
+import json
+
+import numpy as np
+
+from checkpoint import load_checkpoint
+from configurator import UserError, cli, folder_problem
+from dataset import codec_kind, dataset_dir, hf_tokenizer, make_codec
+
+TASKS = ("scalevec_val", "scalevec_next_line")
+
+
+def held_out_docs(ckpt, max_docs, doc_chars):
+    """(the validation split's documents as text, the id lm-eval conditions each document's first
+    token on: the end-of-text token for BPE data, the newline for character data). UserError when
+    the split or its tokenizer is gone."""
+    cfg, meta = ckpt["config"], ckpt.get("meta")
+    vocab = ckpt["config"].get("vocab_size") or (meta or {}).get("vocab_size")
+    codec = make_codec(meta, vocab)
+    if codec is None:
+        raise UserError("the checkpoint's data names no tokenizer (raw token ids): there is no text to evaluate on")
+    folder = dataset_dir(cfg["dataset"])
+    path = os.path.join(folder, "val.bin")
+    if not os.path.isfile(path):
+        raise UserError(f"{path} not found: the held-out text comes from the run's dataset ({cfg['dataset']})")
+    ids = np.fromfile(path, dtype=(meta or {}).get("dtype", "uint16")).tolist()
+    encode, decode = codec
+    kind = codec_kind(meta, vocab)
+    if kind == "char":
+        lines, docs, doc = decode(ids).split("\n"), [], ""
+        for line in lines:
+            doc += line + "\n"
+            if len(doc) >= doc_chars:
+                docs.append(doc)
+                doc = ""
+        prefix = encode("\n")[0]
+    else:
+        eos = (hf_tokenizer(meta).token_to_id(meta.get("eos_token", "")) if kind == "hf"
+               else encode("<|endoftext|>")[0])
+        docs, start = [], 0
+        for i, t in enumerate(ids + [eos]):
+            if t == eos:
+                if i > start:
+                    docs.append(decode(ids[start:i]))
+                start = i + 1
+        prefix = eos  # what the model saw before each document in training
+    docs = [d for d in docs if d.strip()][:max_docs]
+    if not docs:
+        raise UserError(f"{path} decodes to no documents")
+    return docs, prefix
+
+
+def next_line_items(docs, n_items, context_lines, seed):
+    """Multiple-choice items: {context, choices (4 lines), gold (the true next line's index)};
+    distractors are lines from other places of the split, each unlike the true line."""
+    lines = [ln for d in docs for ln in d.split("\n")]
+    usable = [i for i in range(context_lines, len(lines)) if lines[i].strip()]
+    pool = sorted({ln for ln in lines if ln.strip()})
+    if len(usable) < 1 or len(pool) < 4:
+        raise UserError("the held-out text has too few lines for the next-line task")
+    rng = np.random.default_rng(seed)
+    items = []
+    for i in rng.choice(usable, size=min(n_items, len(usable)), replace=False):
+        true = lines[i]
+        others = [ln for ln in rng.choice(pool, size=min(len(pool), 12), replace=False) if ln != true][:3]
+        if len(others) < 3:
+            continue
+        choices = others + [true]
+        order = rng.permutation(4)
+        choices = [choices[j] for j in order]
+        items.append({"context": "\n".join(lines[i - context_lines:i]) + "\n", "choices": choices,
+                      "gold": int(np.where(order == 3)[0][0])})
+    return items
+
+
+def write_jsonl(path, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def task_yaml(name, data, body):
+    return (f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {json.dumps(data)}\n"
+            f"test_split: test\n{body}metadata:\n  version: 1.0\n")
+
+
+def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, doc_chars=2000, seed=0):
+    """The two tasks' data and YAML files in tasks_dir for the run in out_dir; returns the lm_eval
+    command for its export (out_dir/hf). UserError for a missing checkpoint, dataset or folder."""
+    problem = folder_problem(tasks_dir)
+    if problem:
+        raise UserError(f"--tasks_dir={tasks_dir}: {problem}")
+    ckpt = load_checkpoint(os.path.join(out_dir, "ckpt.pt"))
+    docs, prefix = held_out_docs(ckpt, max_docs, doc_chars)
+    items = next_line_items(docs, n_items, context_lines, seed)
+    os.makedirs(tasks_dir, exist_ok=True)
+    val, mc = (os.path.abspath(os.path.join(tasks_dir, f"{t}.jsonl")) for t in TASKS)
+    write_jsonl(val, [{"text": d} for d in docs])
+    write_jsonl(mc, items)
+    with open(os.path.join(tasks_dir, "scalevec_val.yaml"), "w") as f:
+        f.write(task_yaml("scalevec_val", val, 'output_type: loglikelihood_rolling\ndoc_to_text: ""\n'
+                          'doc_to_target: "{{text}}"\nmetric_list:\n  - metric: word_perplexity\n'
+                          '  - metric: byte_perplexity\n  - metric: bits_per_byte\n'))
+    with open(os.path.join(tasks_dir, "scalevec_next_line.yaml"), "w") as f:
+        f.write(task_yaml("scalevec_next_line", mc, 'output_type: multiple_choice\ndoc_to_text: "{{context}}"\n'
+                          'doc_to_choice: "{{choices}}"\ndoc_to_target: "{{gold}}"\ntarget_delimiter: ""\n'
+                          'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n'))
+    export_dir = os.path.join(out_dir, "hf")
+    args = f"pretrained={export_dir},dtype=float32"
+    if os.path.exists(os.path.join(export_dir, "modeling_scalevec.py")) or not os.path.isdir(export_dir):
+        args += ",trust_remote_code=True"
+    args += f",prefix_token_id={prefix}"
+    print(f"wrote {tasks_dir}: {len(docs)} held-out documents, {len(items)} next-line items")
+    return (f"lm_eval --model hf --model_args {args} --include_path {tasks_dir} --tasks {','.join(TASKS)} "
+            f"--device cpu --batch_size 8")
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out_dir", default="out-shakespeare-char", help="the run's folder (ckpt.pt; its export in hf/)")
+    p.add_argument("--tasks_dir", default=None, help="where the tasks go (default: <out_dir>/lm_eval)")
+    p.add_argument("--max_docs", type=int, default=100, help="held-out documents in scalevec_val")
+    p.add_argument("--items", type=int, default=200, help="items of scalevec_next_line")
+    p.add_argument("--context_lines", type=int, default=3, help="lines before the one to pick")
+    p.add_argument("--doc_chars", type=int, default=2000, help="characters per document of character data")
+    p.add_argument("--seed", type=int, default=0, help="of the items' draw")
+    args = p.parse_args(argv)
+    for name in ("max_docs", "items", "context_lines", "doc_chars"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name}={getattr(args, name)}: must be >= 1")
+    command = write_tasks(args.out_dir, args.tasks_dir or os.path.join(args.out_dir, "lm_eval"), args.max_docs,
+                          args.items, args.context_lines, args.doc_chars, args.seed)
+    print(f"then: {command}")
+
+
+if __name__ == "__main__":
+    cli(main)
