@@ -1,0 +1,128 @@
+"""Convert an export to GGUF with llama.cpp's own converter, then check the file by reading it back.
+
+    pip download --no-deps --no-binary :all: llama-cpp-python && tar xzf llama_cpp_python-*.tar.gz
+    pip install gguf sentencepiece accelerate         # the converter's imports; transformers' GGUF loader
+    python -m tools.gguf_check --export_dir=out-x/hf --llama_cpp=llama_cpp_python-0.3.36/vendor/llama.cpp
+
+llama.cpp is not built: its convert_hf_to_gguf.py (with its gguf-py) runs
+under --python (default: this interpreter; the converter pins other versions
+of torch and transformers, which a separate environment can hold) and writes
+<export_dir>.f32.gguf (float32: no quantization, so the check is exact). The
+file is then read back twice: its metadata with the gguf package, checked
+against config.json (architecture, layers, heads, key/value heads, head width,
+RoPE base, experts, the tokenizer model and its end-of-text id), and its
+weights with transformers' GGUF loader (gguf_file=), whose logits on a random
+batch must equal the export's own. Prints one line per check; exit status 1
+when one fails.
+"""
+
+import os
+import sys
+
+if __package__ in (None, ""):  # run by its path: imports live at the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import argparse
+import json
+import subprocess
+
+from configurator import UserError, cli
+
+# transformers architecture -> llama.cpp's architecture name (Mixtral is llama with experts there)
+GGUF_ARCH = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "llama",
+             "Qwen2MoeForCausalLM": "qwen2moe", "Qwen3MoeForCausalLM": "qwen3moe"}
+TOLERANCE = 1e-4  # largest logit difference, relative to the largest logit
+
+
+def convert(export_dir, llama_cpp, python, outfile):
+    """Run llama.cpp's convert_hf_to_gguf.py on export_dir (float32); UserError with its last line."""
+    script = os.path.join(llama_cpp, "convert_hf_to_gguf.py")
+    if not os.path.isfile(script):
+        raise UserError(f"--llama_cpp={llama_cpp}: no convert_hf_to_gguf.py there (the llama.cpp folder; in the "
+                        f"llama-cpp-python source archive: vendor/llama.cpp)")
+    env = {**os.environ, "PYTHONPATH": os.path.join(llama_cpp, "gguf-py")}
+    done = subprocess.run([python, script, export_dir, "--outfile", outfile, "--outtype", "f32"], env=env,
+                          capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        raise UserError(f"convert_hf_to_gguf.py failed on {export_dir}: {last}")
+
+
+def metadata(path):
+    """{key: value} of the GGUF file's scalar and string fields (gguf's reader)."""
+    import gguf
+    reader, out = gguf.GGUFReader(path), {}
+    for name, f in reader.fields.items():
+        if len(f.data) != 1:
+            continue  # arrays (the vocabulary, merges)
+        value = f.parts[f.data[0]]
+        out[name] = bytes(value).decode() if f.types[0] == gguf.GGUFValueType.STRING else value.tolist()[0]
+    return out
+
+
+def expected(config):
+    """What the GGUF file's metadata must say, from the export's config.json."""
+    arch = GGUF_ARCH[config["architectures"][0]]
+    want = {"general.architecture": arch, f"{arch}.block_count": config["num_hidden_layers"],
+            f"{arch}.attention.head_count": config["num_attention_heads"],
+            f"{arch}.attention.head_count_kv": config["num_key_value_heads"],
+            f"{arch}.attention.key_length": config["head_dim"],
+            f"{arch}.rope.freq_base": float(config["rope_theta"]),
+            "tokenizer.ggml.model": "gpt2"}
+    if config.get("eos_token_id") is not None:
+        want["tokenizer.ggml.eos_token_id"] = config["eos_token_id"]
+    experts = config.get("num_local_experts") or config.get("num_experts")
+    if experts:
+        want[f"{arch}.expert_count"] = experts
+        want[f"{arch}.expert_used_count"] = config["num_experts_per_tok"]
+    return want
+
+
+def logit_difference(export_dir, path):
+    """The largest logit difference between the export and its GGUF file loaded by transformers, over
+    the export's largest logit, on a random batch."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    a = AutoModelForCausalLM.from_pretrained(export_dir, dtype=torch.float32).eval()
+    b = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                             dtype=torch.float32).eval()
+    idx = torch.randint(0, a.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        x, y = a(idx).logits, b(idx).logits
+    return ((x - y).abs().max() / x.abs().max()).item()
+
+
+def check(export_dir, llama_cpp, python=sys.executable):
+    """Convert and check one export; returns [(check, ok, detail)]."""
+    with open(os.path.join(export_dir, "config.json")) as f:
+        config = json.load(f)
+    arch = config["architectures"][0]
+    if arch not in GGUF_ARCH:
+        raise UserError(f"{export_dir} is a {arch}: llama.cpp has no architecture for it (only {', '.join(GGUF_ARCH)})")
+    path = os.path.abspath(export_dir.rstrip(os.sep)) + ".f32.gguf"
+    convert(export_dir, llama_cpp, python, path)
+    meta = metadata(path)
+    rows = [(key, meta.get(key) == value, f"{meta.get(key)!r} (config.json: {value!r})")
+            for key, value in expected(config).items()]
+    try:
+        diff = logit_difference(export_dir, path)
+        rows.append(("transformers gguf_file= logits", diff <= TOLERANCE, f"largest difference {diff:.2e}"))
+    except Exception as e:  # transformers' loader refuses an architecture or a tensor: say which
+        rows.append(("transformers gguf_file= logits", False, f"{type(e).__name__}: {str(e)[:160]}"))
+    return rows
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--export_dir", required=True, help="a folder tools/export.py wrote")
+    p.add_argument("--llama_cpp", required=True, help="llama.cpp's source folder (convert_hf_to_gguf.py, gguf-py)")
+    p.add_argument("--python", default=sys.executable, help="the interpreter that runs the converter")
+    args = p.parse_args(argv)
+    rows = check(args.export_dir, args.llama_cpp, args.python)
+    for name, ok, detail in rows:
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
+    return 0 if all(ok for _, ok, _ in rows) else 1
+
+
+if __name__ == "__main__":
+    cli(main)
