@@ -1,5 +1,6 @@
 """export.py: a folded checkpoint as a transformers model with the same logits, tokenizer ids and greedy text."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -392,3 +393,22 @@ def test_an_export_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_pat
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert re.match(r"error: File too large writing model\.safetensors: nothing written to .*out/hf;", done.stderr)
     assert sorted(os.listdir(out)) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("switches", [dict(HG_DP_OR, **GQA), dict(HG_DP_OR, qk_norm=True, head_dim=128)],
+                         ids=["llama-gqa", "qwen3-hd128"])
+def test_gguf_from_llama_cpps_converter_reads_back_whole(tmp_path, switches):
+    """With LLAMA_CPP_DIR (llama.cpp's source: its converter and gguf-py; see tools/gguf_check.py):
+    the converted file's metadata is the export's and transformers' GGUF loader gives its logits."""
+    needs_transformers()
+    llama_cpp = os.environ.get("LLAMA_CPP_DIR")
+    if not llama_cpp or importlib.util.find_spec("gguf") is None:
+        pytest.skip("set LLAMA_CPP_DIR to llama.cpp's source folder and pip install gguf sentencepiece accelerate "
+                    "(docs/reference.md: GGUF)")
+    needs_gpt2_bpe()
+    from tools import gguf_check
+    model = tiny_model(**switches, vocab_size=50257)
+    export.export(model, str(tmp_path / "hf"), meta={"vocab_size": 50257, "encoding": "r50k_base"})
+    rows = gguf_check.check(str(tmp_path / "hf"), llama_cpp)
+    assert all(ok for _, ok, _ in rows), rows
