@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from checkpoint import begin, lock_out_dir, resume_config, save_checkpoint
-from configurator import UserError, cli, complete, load_config, usage
+from configurator import UserError, cli, complete, folder_problem, load_config, usage
 from dataset import check_vocabulary, dataset_dir, load_data
 from model import GPT, model_config
 from ops import (STOP_NOTE, Progress, Run, StopSignals, check_config, choices, compile_errors, describe, diverged,
@@ -145,8 +145,8 @@ def setup(cfg, given, held):
     """The run's state before any model exists: config, device, processes, out_dir, data.
 
     Rank 0 owns out_dir (checkpoint.lock_out_dir) before it reads or writes anything
-    there: at once when the folder exists, else once the config is checked (a bad
-    config makes no folder); the lock goes into `held` (an ExitStack), which
+    there: at once when the folder exists, else once the config and the data are
+    checked (a refused run makes no folder); the lock goes into `held` (an ExitStack), which
     releases it. init_from="auto" becomes "resume" when out_dir holds a checkpoint,
     else "scratch". Returns (ops.Run, the checkpoint dict to resume from or None); a W&B
     tracker (wandb_log) is started here, unless the checkpoint's run is finished.
@@ -173,8 +173,9 @@ def setup(cfg, given, held):
     device_name, dtype = resolve_device(cfg.device, cfg.dtype)
     rank, local_rank, world = setup_distributed(cfg, device_name)
     ddp, master = torch.distributed.is_initialized(), rank == 0
-    if owner and not owned:
-        held.enter_context(lock_out_dir(cfg.out_dir))
+    problem = owner and not owned and folder_problem(cfg.out_dir)  # said now; the folder is made once the data pass
+    if problem:
+        raise UserError(f"out_dir={cfg.out_dir!r}: {problem}")
     device = torch.device(f"cuda:{local_rank}" if device_name == "cuda" and ddp else device_name)
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     if device.type == "cuda":
@@ -191,6 +192,8 @@ def setup(cfg, given, held):
     check_vocabulary(data["meta"], cfg.vocab_size, ckpt and ckpt.get("meta"), dataset_dir(cfg.dataset))
     if cfg.hf_model and ckpt is None:
         hf_init.check_data(cfg.hf_model, data["meta"], dataset_dir(cfg.dataset))
+    if owner and not owned:  # a refused config or dataset leaves no folder behind
+        held.enter_context(lock_out_dir(cfg.out_dir))
     model_cfg = model_config(cfg)
     cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
     finished = ckpt is not None and ckpt["iter"] == cfg.max_iters

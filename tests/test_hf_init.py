@@ -244,3 +244,32 @@ def test_a_fork_scale_without_set_is_one_line(tmp_path, monkeypatch):
     folder, _ = hf_folder(tmp_path / "hf")
     with pytest.raises(UserError, match="--hf_model: SoftplusScale cannot start from a loaded gamma: give it a set_"):
         ours(folder, **dict(BASELINE, reparam="softplus"))
+
+
+def test_data_in_another_tokenizer_of_the_same_size_is_refused_and_leaves_no_folder(tmp_path):
+    """Token files prepared with another tokenizer whose vocabulary has the model's size: train.py
+    --hf_model refuses them in one line before it makes out_dir; a shape the command line
+    contradicts is refused the same way."""
+    from test_corpus import corpus
+    folder, _ = hf_folder(tmp_path / "hf", tokenizer=True)
+    other = tmp_path / "other"
+    tokenizer_json(other)
+    with open(other / "tokenizer.json") as f:
+        tok = json.load(f)
+    vocab = tok["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[-2:]  # the same tokens, two ids swapped: another tokenizer
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    with open(other / "tokenizer.json", "w") as f:
+        json.dump(tok, f)
+    (tmp_path / "docs").mkdir()
+    for i in range(4):
+        (tmp_path / "docs" / f"{i}.txt").write_text(corpus_text(i))
+    corpus.main([str(tmp_path / "docs"), f"--out={tmp_path / 'ds'}", f"--tokenizer={other}", "--val_docs=1",
+                 "--workers=1"])
+    args = ["--block_size=16", "--batch_size=4", f"--dataset={tmp_path / 'ds'}", f"--out_dir={tmp_path / 'o'}",
+            f"--hf_model={folder}", "--max_iters=1"]
+    with pytest.raises(UserError, match="is encoded with another tokenizer than .*'s \\(their vocabularies differ\\)"):
+        run(args)
+    with pytest.raises(UserError, match="--n_embd=48 but .*config.json gives 32"):
+        run(args + ["--n_embd=48"])
+    assert not (tmp_path / "o").exists()
