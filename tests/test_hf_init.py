@@ -117,7 +117,8 @@ def test_or_and_er_reproduce_a_loaded_gamma_exactly():
 
 def test_what_the_checkpoint_never_had_is_said_and_measured(tmp_path):
     """DNP (the default run's MLP), in_norm and output norms add normalizations: one note each, and
-    the logits are no longer transformers'."""
+    the logits are no longer transformers'; scale="none" cannot hold a tied final-norm or a QK-norm
+    gamma: one note."""
     folder, hf = hf_folder(tmp_path / "hf")
     for switches, words in ((dict(mlp_placement="dual_norm", branch_scales=True, reparam="or"),
                              "mlp_placement='dual_norm' normalizes over d_ff"),
@@ -128,6 +129,11 @@ def test_what_the_checkpoint_never_had_is_said_and_measured(tmp_path):
         idx = torch.randint(0, 96, (1, 8), generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             assert not torch.allclose(model(idx, idx)[0], hf(idx).logits, atol=1e-3)
+    for arch, tied, words in (("llama", True, "scale='none' with a tied head has no final-norm gamma"),
+                              ("qwen3", False, "scale='none' has no QK-norm gamma")):
+        folder, _ = hf_folder(tmp_path / f"{arch}-{tied}", arch, tied)
+        _, notes = ours(folder, **dict(BASELINE, scale="none"))
+        assert len(notes) == 1 and words in notes[0]
 
 
 @pytest.mark.parametrize("edit, words", [
