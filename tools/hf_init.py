@@ -163,8 +163,9 @@ def load(model, folder):
                 gamma = take(p + f"self_attn.{name}.weight", (cfg.head_dim,))
                 if norm.scale is not None:
                     set_gamma(norm.scale, gamma)
-                elif i == 0 and not torch.equal(gamma, torch.ones_like(gamma)):
-                    notes.append("scale='none' has no QK-norm gamma to hold the checkpoint's: the function changes")
+                elif not torch.equal(gamma, torch.ones_like(gamma)):
+                    note = "scale='none' has no QK-norm gamma to hold the checkpoint's: the function changes"
+                    notes += [note] if note not in notes else []
     gamma = take("model.norm.weight", (cfg.n_embd,))
     if model.norm_f.scale is not None:
         set_gamma(model.norm_f.scale, gamma)
