@@ -4,6 +4,7 @@
     python -m research.sweep configs/ablations/c8_unified.py --parallel=2 # two runs at a time (CPU: 1 thread each)
     python -m research.sweep configs/ablations/*.py --dry_run --parallel=2  # the runs, their state, the open ones' time
     python -m research.plot configs/ablations/c8_unified.py               # then: tables and figures from results/
+    python -m research.sweep configs/ablations/c8_unified.py --slurm --partition=gpu --gpus_per_node=8  # as Slurm jobs
 
 The ablation file format, how runs are paired and named, and the records: ablation.py.
 
@@ -31,6 +32,7 @@ from research.ablation import (check_unchanged, code_state, data_hashes, load_ab
 from checkpoint import OutDirInUse, lock_out_dir, read_log
 from configurator import UserError, cli, folder_problem
 from ops import StopSignals, fmt_duration
+from research import slurm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
@@ -187,6 +189,26 @@ def run_queue(todo, parallel, threads, results, records, signals, skipped):
     return failed
 
 
+def submit_jobs(runs, states, args):
+    """--slurm: each open run as a job (research/slurm.py); with --dry_run, each job's sbatch script
+    and the command its nodes run, nothing submitted. Runs waiting for their LR sweep are submitted
+    by a later call, once the sweep's records exist."""
+    ready = [r for r, s in zip(runs, states) if s in ("new", "partial")]
+    waiting = sum(s == "waiting" for s in states)
+    threads = max(1, args.cpus_per_task // max(1, args.gpus_per_node))
+    if args.dry_run:
+        for run in ready:
+            job = slurm.TrainJob(run, args.results, args.gpus_per_node, args.nodes, threads)
+            head = slurm.FakeEnvironment() if args.nodes > 1 else None
+            print(f"--- {run['name']}\n{slurm.sbatch_script(os.path.join(args.out_root, 'slurm'), args, run['name'])}"
+                  f"# each node runs: {' '.join(job.command(head))}")
+        return 0
+    slurm.submit(ready, args, args.results, threads)
+    if waiting:
+        print(f"{waiting} runs wait for their LR sweep: submit again once its runs are recorded")
+    return 0
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ablations", nargs="+", help="ablation files (configs/ablations/*.py)")
@@ -195,7 +217,10 @@ def main(argv):
     p.add_argument("--parallel", type=int, default=0, help="runs at a time (default: GPUs present, else 1)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / parallel)")
     p.add_argument("--dry_run", action="store_true", help="list the runs and their state; run nothing")
+    slurm.add_flags(p)
     args = p.parse_args(argv)
+    if args.slurm:
+        slurm.check_flags(args)
 
     if args.parallel < 0 or args.threads < 0:
         raise UserError(f"--parallel={args.parallel} / --threads={args.threads}: must be >= 1 (0 = the default)")
@@ -217,6 +242,8 @@ def main(argv):
           + (f", {counts['damaged']} with a damaged log (skipped)" if counts["damaged"] else ""))
     for line in damaged + [r["damaged"] for r in runs if r.get("damaged")]:
         print(f"skipped: {line}")
+    if args.slurm:
+        return submit_jobs(runs, states, args)
     if args.dry_run:
         for r, s in zip(runs, states):
             print(f"  {s:8s} {r['name']}")

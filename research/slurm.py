@@ -1,0 +1,214 @@
+"""An ablation's open runs as Slurm jobs, through submitit (pip install -r requirements-cluster.txt).
+
+    python -m research.sweep configs/ablations/c8_unified.py --slurm --partition=gpu --gpus_per_node=8 \\
+        --time=24:00:00 [--nodes=2 --account=A --qos=Q] [--dry_run]
+
+One job per open run (neither recorded nor queued): a job runs torchrun on each
+node (one node: --standalone; several: c10d rendezvous at the first node's
+address, which submitit's job environment gives) over train.py with
+--init_from=auto, then writes the run's record exactly as a local sweep does
+(sweep.record), so research/plot.py reads cluster and local runs alike.
+
+Time limits and preemption: Slurm warns a job before its limit with SIGUSR2
+(submitit asks for it --signal_delay_s ahead; SIGTERM it does not pass on).
+submitit then calls TrainJob.checkpoint(), which forwards the warning to
+train.py as SIGTERM: train.py finishes its step, saves and exits; submitit
+requeues the job, and the requeued job starts train.py again with
+--init_from=auto, which resumes from that checkpoint. The job's id is kept in
+the run's folder (slurm_job), so a second submission of the same file skips
+what is still queued or running.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from configurator import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PORT = 29500  # the c10d rendezvous port on the first node
+JOB_FILE = "slurm_job"  # in a run's out_dir: the id of the job that trains it
+
+
+def import_submitit():
+    try:
+        import submitit
+        return submitit
+    except ImportError:
+        raise UserError("--slurm needs the package submitit: pip install -r requirements-cluster.txt") from None
+
+
+class TrainJob:
+    """One run as a submitit job: torchrun + train.py (--init_from=auto), then its record.
+
+    run: the sweep's run dict; results: the records folder; gpus_per_node (0: one CPU process);
+    nodes; threads: OMP_NUM_THREADS per process. __call__ returns the record's path on the node
+    that writes it (the first), None on the others; raises RuntimeError when train.py fails.
+    checkpoint() is submitit's hook for the time-limit warning (see the module docstring).
+    """
+
+    def __init__(self, run, results, gpus_per_node=0, nodes=1, threads=1):
+        self.run, self.results = run, results
+        self.gpus_per_node, self.nodes, self.threads = gpus_per_node, nodes, threads
+        self.proc = None
+
+    def command(self, env=None):
+        """The command each node runs: train.py alone (CPU, one process), else torchrun."""
+        train = [os.path.join(ROOT, "train.py"), *self.run["args"], "--init_from=auto"]
+        if not self.gpus_per_node:
+            return [sys.executable, *train]
+        launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={self.gpus_per_node}"]
+        if self.nodes == 1:
+            return [*launcher, "--standalone", *train]
+        head = env.hostnames[0]  # the first node of the allocation hosts the rendezvous
+        return [*launcher, f"--nnodes={self.nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={head}:{PORT}",
+                f"--rdzv_id={env.job_id}", *train]
+
+    def __call__(self):
+        from research.sweep import record, start_provenance, state
+        submitit = import_submitit()
+        env = submitit.JobEnvironment()
+        first = env.global_rank == 0
+        if first and state(self.run) == "new":
+            os.makedirs(self.run["out_dir"], exist_ok=True)
+            start_provenance(self.run, self.threads, None)
+        with open(os.path.join(self.run["out_dir"], "train.log"), "a") as log:
+            self.proc = subprocess.Popen(self.command(env), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                         env={**os.environ, "OMP_NUM_THREADS": str(self.threads)})
+            while self.proc.poll() is None:  # not proc.wait(): checkpoint() runs as a signal handler in this
+                time.sleep(1)                # thread, and a wait() it interrupted would hold the lock it needs
+            code = self.proc.returncode
+        if code:
+            raise RuntimeError(f"train.py exited with {code}: see {self.run['out_dir']}/train.log")
+        return record(self.run, self.results, {}, threads=self.threads) if first else None
+
+    def checkpoint(self, *args, **kwargs):
+        """The time-limit warning: train.py saves at its step and exits (SIGTERM); then the job is
+        requeued as a fresh TrainJob (its train.py resumes with --init_from=auto)."""
+        submitit = import_submitit()
+        if self.proc is not None and self.proc.returncode is None:
+            os.kill(self.proc.pid, signal.SIGTERM)  # train.py (or torchrun, which passes it on) saves and exits
+            try:
+                os.waitpid(self.proc.pid, 0)  # raw: this handler may have interrupted proc.poll() itself
+            except ChildProcessError:  # reaped already
+                pass
+        return submitit.helpers.DelayedSubmission(
+            TrainJob(self.run, self.results, self.gpus_per_node, self.nodes, self.threads))
+
+    def __getstate__(self):  # the process handle stays on the node that started it
+        return {**self.__dict__, "proc": None}
+
+
+class FakeEnvironment:
+    """What --dry_run shows for a job's nodes before Slurm has allocated them."""
+
+    hostnames, job_id = ["$HEAD_NODE"], "$SLURM_JOB_ID"
+
+
+def queued(run, folder):
+    """Whether run's job (the id in its out_dir) is still pending or running, as submitit sees it."""
+    path = os.path.join(run["out_dir"], JOB_FILE)
+    if not os.path.isfile(path):
+        return False
+    with open(path) as f:
+        job_id = f.read().strip()
+    submitit = import_submitit()
+    job = (submitit.SlurmJob if submitit.AutoExecutor.which() == "slurm" else submitit.local.local.LocalJob)(
+        folder=folder, job_id=job_id)
+    return job.state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+                             "FINISHED", "INTERRUPTED", "UNKNOWN", "NO PROCESS AND NO RESULT")
+
+
+def sbatch_parameters(args, name):
+    """One job's parameters in Slurm's own names (submitit's SlurmExecutor takes these)."""
+    params = {"job_name": name, "time": args.time_min, "nodes": args.nodes, "ntasks_per_node": 1,
+              "gpus_per_node": args.gpus_per_node or None, "cpus_per_task": args.cpus_per_task,
+              "partition": args.partition, "account": args.account, "qos": args.qos,
+              "signal_delay_s": args.signal_delay_s, "additional_parameters": {"requeue": True}}
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def executor(folder, args, name):
+    """A submitit executor for one job: Slurm where submitit finds it (sbatch, srun), else local
+    processes (the same TrainJob, run here: how the tests run it)."""
+    submitit = import_submitit()
+    if submitit.AutoExecutor.which() == "slurm":
+        ex = submitit.SlurmExecutor(folder=folder)
+        ex.update_parameters(**sbatch_parameters(args, name))
+    else:
+        ex = submitit.LocalExecutor(folder=folder)
+        ex.update_parameters(timeout_min=args.time_min, signal_delay_s=args.signal_delay_s)
+    return ex
+
+
+def sbatch_script(folder, args, name):
+    """The sbatch script submitit would submit for one job (--dry_run prints it; nothing is submitted)."""
+    import shlex
+    import_submitit()
+    from submitit.slurm.slurm import _make_sbatch_string  # what SlurmExecutor writes, without a cluster
+    command = " ".join([sys.executable, "-u -m submitit.core._submit", shlex.quote(folder)])
+    return _make_sbatch_string(command=command, folder=folder, **sbatch_parameters(args, name))
+
+
+def add_flags(parser):
+    """sweep.py's --slurm flags (one group)."""
+    g = parser.add_argument_group("Slurm, through submitit (--slurm)")
+    g.add_argument("--slurm", action="store_true",
+                   help="submit each open run as a job instead of running it here (Slurm where sbatch exists, "
+                        "else local processes); with --dry_run, print each job's sbatch script")
+    g.add_argument("--partition", default=None)
+    g.add_argument("--account", default=None)
+    g.add_argument("--qos", default=None)
+    g.add_argument("--nodes", type=int, default=1, help="nodes per run (torchrun on each)")
+    g.add_argument("--gpus_per_node", type=int, default=1, help="processes (GPUs) per node; 0: one CPU process")
+    g.add_argument("--cpus_per_task", type=int, default=8, help="CPU cores per node's task")
+    g.add_argument("--time_min", type=int, default=24 * 60, help="the job's time limit, minutes")
+    g.add_argument("--signal_delay_s", type=int, default=120,
+                   help="seconds before the limit at which Slurm warns (SIGUSR2): train.py saves, the job requeues")
+
+
+def check_flags(args):
+    """UserError (one line) for --slurm flags that cannot describe a job."""
+    for name in ("nodes", "time_min", "cpus_per_task"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name}={getattr(args, name)}: must be >= 1")
+    if args.gpus_per_node < 0 or args.signal_delay_s < 1:
+        raise UserError(f"--gpus_per_node={args.gpus_per_node} / --signal_delay_s={args.signal_delay_s}: need "
+                        f">= 0 GPUs and a warning >= 1 s before the limit")
+    if args.nodes > 1 and not args.gpus_per_node:
+        raise UserError(f"--nodes={args.nodes} with --gpus_per_node=0: several nodes run torchrun over GPUs")
+    if args.signal_delay_s >= 60 * args.time_min:
+        raise UserError(f"--signal_delay_s={args.signal_delay_s} is not before the end of --time_min="
+                        f"{args.time_min}: the warning must come while the job runs")
+
+
+def submit(runs, args, results, threads=1):
+    """Submit each run of `runs` (open: new or partial) that has no job pending or running; returns
+    the submitted submitit jobs. The job folder (logs, pickles) is <out_root>/slurm. Without Slurm
+    the jobs are local processes, and this waits for them (they are this process's children)."""
+    folder = os.path.join(args.out_root, "slurm")
+    # the job unpickles TrainJob, which lives in this repository: give the job its path (sbatch and
+    # submitit's local processes pass the environment on)
+    os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    jobs, local = [], False
+    for run in runs:
+        if queued(run, folder):
+            print(f"queued already: {run['name']} (job {open(os.path.join(run['out_dir'], JOB_FILE)).read().strip()})")
+            continue
+        ex = executor(folder, args, run["name"])
+        local = not isinstance(ex, import_submitit().SlurmExecutor)
+        job = ex.submit(TrainJob(run, results, args.gpus_per_node, args.nodes, threads))
+        os.makedirs(run["out_dir"], exist_ok=True)
+        with open(os.path.join(run["out_dir"], JOB_FILE), "w") as f:
+            f.write(f"{job.job_id}\n")
+        print(f"submitted {run['name']}: job {job.job_id}", flush=True)
+        jobs.append(job)
+    if local:  # local processes end with this one: wait for them, as a local sweep does
+        for job in jobs:
+            try:
+                print(f"recorded {job.result()}", flush=True)
+            except Exception as e:  # submitit re-raises the job's error with its traceback: its last line
+                print(f"FAILED job {job.job_id}: {str(e).strip().splitlines()[-1]}", flush=True)
+    return jobs

@@ -1,0 +1,110 @@
+"""research/slurm.py: an ablation's runs as Slurm jobs through submitit, tested with submitit's
+local executor (the same job code, local processes; no cluster)."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from research import slurm, sweep
+from test_sweep import write_ablation
+
+pytest.importorskip("submitit", reason="optional: pip install -r requirements-cluster.txt")
+
+TWO_RUNS = ("variants = {'baseline': {}, 'hg': {'branch_scales': True}}\nexpected = {'hg': 'lower'}\n"
+            "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1]\n")
+CPU = ["--gpus_per_node=0", "--cpus_per_task=1", "--time_min=10"]
+
+
+def records(folder):
+    return {name: json.load(open(os.path.join(folder, name))) for name in sorted(os.listdir(folder))}
+
+
+@pytest.mark.slow
+def test_jobs_record_what_the_local_sweep_records(tmp_path, monkeypatch):
+    """The same two runs, swept here and submitted as jobs: the same record names (config hashes) and
+    final losses; a second submission finds them recorded and submits nothing."""
+    monkeypatch.setattr(slurm.import_submitit().AutoExecutor, "which", staticmethod(lambda: "local"))
+    path = write_ablation(tmp_path, TWO_RUNS)
+    assert sweep.main([path, f"--results={tmp_path / 'r_local'}", f"--out_root={tmp_path / 'o_local'}",
+                       "--threads=1"]) == 0
+    assert sweep.main([path, "--slurm", *CPU, f"--results={tmp_path / 'r_jobs'}",
+                       f"--out_root={tmp_path / 'o_jobs'}"]) == 0
+    here, jobs = records(tmp_path / "r_local"), records(tmp_path / "r_jobs")
+    assert list(here) == list(jobs) and len(here) == 2
+    for name in here:
+        assert jobs[name]["final"] == here[name]["final"], name
+    before = sorted(os.listdir(tmp_path / "o_jobs" / "slurm"))
+    assert sweep.main([path, "--slurm", *CPU, f"--results={tmp_path / 'r_jobs'}",
+                       f"--out_root={tmp_path / 'o_jobs'}"]) == 0
+    assert sorted(os.listdir(tmp_path / "o_jobs" / "slurm")) == before  # nothing submitted
+
+
+@pytest.mark.slow
+def test_a_time_limit_warning_saves_requeues_and_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
+    """SIGUSR2 (Slurm's warning before the limit) mid-run: train.py saves at its step and exits, the
+    job is requeued and resumes with --init_from=auto; the record equals an uninterrupted run's."""
+    submitit = slurm.import_submitit()
+    path = write_ablation(tmp_path, TWO_RUNS.replace("'hg': {'branch_scales': True}", "")
+                          .replace("expected = {'hg': 'lower'}", "expected = {}"))
+    spec = sweep.load_ablation(path)
+    monkeypatch.setenv("PYTHONPATH", slurm.ROOT)
+    results = {}
+    for case in ("straight", "warned"):
+        run = {**sweep.plan(spec, str(tmp_path / case))[0], "ablation": spec["name"]}
+        run["args"] = [a for a in run["args"] if not a.startswith("--max_iters")] + ["--max_iters=300"]
+        run["config"] = {**run["config"], "max_iters": 300}
+        ex = submitit.AutoExecutor(folder=str(tmp_path / case / "slurm"), cluster="local")
+        ex.update_parameters(timeout_min=10)
+        job = ex.submit(slurm.TrainJob(run, str(tmp_path / f"r_{case}"), 0, 1, 1))
+        if case == "warned":
+            log = os.path.join(run["out_dir"], "log.jsonl")
+            deadline = time.time() + 120
+            while time.time() < deadline and not (os.path.exists(log) and open(log).read().count('"train"') >= 10):
+                time.sleep(0.2)
+            # what Slurm sends the job's task before the time limit (submitit's local controller,
+            # job._process, forwards only SIGTERM: signal its task, the process running TrainJob)
+            tasks = subprocess.run(["pgrep", "-P", str(job._process.pid)], capture_output=True, text=True)
+            for pid in tasks.stdout.split():
+                os.kill(int(pid), signal.SIGUSR2)
+        job.result()
+        rec = next(iter(records(tmp_path / f"r_{case}").values()))
+        rows = [json.loads(line) for line in open(os.path.join(run["out_dir"], "log.jsonl"))]
+        results[case], results[f"{case}_dir"] = (rec, rows), run["out_dir"]
+    (straight, rows_a), (warned, rows_b) = results["straight"], results["warned"]
+    printed = open(os.path.join(results["warned_dir"], "train.log")).read()
+    assert "SIGTERM" in printed and printed.count("parameters:") == 2  # stopped, saved, started again
+    assert warned["final"] == straight["final"]
+    train = lambda rows: [(r["iter"], r["loss"]) for r in rows if r["kind"] == "train"]  # noqa: E731
+    assert train(rows_b) == train(rows_a)
+
+
+def test_the_sbatch_script_of_a_two_node_run_and_its_torchrun_line(tmp_path, capsys):
+    """--dry_run prints, per open run, what sbatch would get: 2 nodes, one task per node, 8 GPUs
+    each, the partition, account, QoS and time limit, the requeue flag and the warning signal; and
+    the torchrun line with c10d rendezvous at the first node. Nothing is submitted."""
+    path = write_ablation(tmp_path, TWO_RUNS)
+    assert sweep.main([path, "--slurm", "--dry_run", "--nodes=2", "--gpus_per_node=8", "--partition=gpu",
+                       "--account=proj", "--qos=high", "--time_min=1440", "--signal_delay_s=300",
+                       f"--results={tmp_path / 'r'}", f"--out_root={tmp_path / 'o'}"]) == 0
+    out = capsys.readouterr().out
+    script = out.split("--- ")[1]
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
+                 "#SBATCH --partition=gpu", "#SBATCH --account=proj", "#SBATCH --qos=high", "#SBATCH --time=1440",
+                 "#SBATCH --requeue", "#SBATCH --signal=USR2@300"):
+        assert line in script, (line, script)
+    assert "--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=$HEAD_NODE:29500" in script
+    assert "--nproc_per_node=8" in script and "train.py" in script and "--init_from=auto" in script
+    assert out.count("--- ") == 2 and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flags, words", [(["--nodes=0"], "--nodes=0: must be >= 1"),
+                                          (["--nodes=2", "--gpus_per_node=0"], "several nodes run torchrun"),
+                                          (["--time_min=1", "--signal_delay_s=90"], "not before the end")])
+def test_bad_slurm_flags_are_one_line(tmp_path, flags, words):
+    from configurator import UserError
+    with pytest.raises(UserError, match=words):
+        sweep.main([write_ablation(tmp_path, TWO_RUNS), "--slurm", *flags])
