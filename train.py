@@ -69,10 +69,10 @@ def train(cfg, given=frozenset()):
         run, ckpt = setup(cfg, given, held)  # the config (on resume, the checkpoint's), device, processes, data
         cfg, device, ddp = run.cfg, run.device, run.ddp
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
-        if cfg.hf_model and ckpt is None:  # continued pre-training of a Hugging Face model
-            hf_init.start(raw_model, cfg.hf_model, get_batch(run.data, "val", 0, 0, cfg, device)[0], run.log)
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
         start = begin(run, ckpt, raw_model, optimizers)  # restore the checkpoint, or start a new log
+        if cfg.hf_model and ckpt is None:  # continued pre-training of a Hugging Face model
+            hf_init.start(raw_model, cfg.hf_model, get_batch(run.data, "val", 0, 0, cfg, device)[0], run.log)
         del ckpt  # its weights live in the model now
         start_iter, tokens, val_loss = start.iter, start.tokens, start.val_loss
         model = torch.compile(raw_model) if cfg.compile else raw_model
@@ -181,6 +181,8 @@ def setup(cfg, given, held):
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    if cfg.hf_model and ckpt is None:  # the model's tokenizer first: its advice beats the token files'
+        hf_init.check_data(cfg.hf_model, dataset_dir(cfg.dataset))
     data = load_data(cfg, prepare_here=local_rank == 0)
     if cfg.vocab_size == 0:
         if not data["meta"] or "vocab_size" not in data["meta"]:
@@ -190,8 +192,6 @@ def setup(cfg, given, held):
         if type(cfg.vocab_size) is not int:
             raise UserError(f"meta.pkl's vocab_size={cfg.vocab_size!r} must be an int")
     check_vocabulary(data["meta"], cfg.vocab_size, ckpt and ckpt.get("meta"), dataset_dir(cfg.dataset))
-    if cfg.hf_model and ckpt is None:
-        hf_init.check_data(cfg.hf_model, data["meta"], dataset_dir(cfg.dataset))
     if owner and not owned:  # a refused config or dataset leaves no folder behind
         held.enter_context(lock_out_dir(cfg.out_dir))
     model_cfg = model_config(cfg)

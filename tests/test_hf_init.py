@@ -138,7 +138,9 @@ def test_what_the_checkpoint_never_had_is_said_and_measured(tmp_path):
 
 @pytest.mark.parametrize("edit, words", [
     ({"architectures": ["GemmaForCausalLM"]}, r"architectures=\['GemmaForCausalLM'\] is not one this model computes"),
-    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "rope_scaling=.*yarn"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "rope_parameters=.*yarn"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling=.*linear"),  # beside rope_parameters
+    ({"num_attention_heads": None}, "config.json lacks 'num_attention_heads'"),
     ({"attention_bias": True}, "attention_bias=True is not computed here"),
     ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
 ])
@@ -148,7 +150,7 @@ def test_what_the_model_cannot_compute_is_refused_naming_the_field(tmp_path, edi
     with open(path) as f:
         config = json.load(f)
     with open(path, "w") as f:
-        json.dump({**config, **edit}, f)
+        json.dump({k: v for k, v in {**config, **edit}.items() if v is not None}, f)  # None: the key removed
     with pytest.raises(UserError, match=words) as e:
         hf_init.model_keys(folder)
     assert "\n" not in str(e.value)
@@ -164,6 +166,10 @@ def test_bad_folders_and_a_shape_the_command_line_contradicts_are_one_line(tmp_p
     os.remove(os.path.join(folder, "model.safetensors"))
     with pytest.raises(UserError, match="no model.safetensors"):
         ours(folder)
+    ds = make_dataset(tmp_path / "ds", vocab=96)
+    with pytest.raises(UserError, match="no model.safetensors"):  # said before out_dir is made
+        run(["--block_size=16", f"--dataset={ds}", f"--out_dir={tmp_path / 'o'}", f"--hf_model={folder}"])
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_model_continues_on_text_in_its_own_tokenizer_then_samples_and_exports_it(tmp_path, capsys):
@@ -215,7 +221,7 @@ def test_a_model_continues_on_text_in_its_own_tokenizer_then_samples_and_exports
     assert theirs("the king spoke", add_special_tokens=False).input_ids == tok.encode("the king spoke").ids
     assert theirs.eos_token_id == eos
 
-    chars = make_dataset(tmp_path / "chars", vocab=tok.get_vocab_size())
+    chars = make_dataset(tmp_path / "chars", vocab=80)  # another size too: still the tokenizer's line, first
     with pytest.raises(UserError, match="is encoded with a character vocabulary, not .*'s tokenizer: prepare it"):
         run([a for a in args if not a.startswith(("--dataset=", "--out_dir="))] +
             [f"--dataset={chars}", f"--out_dir={tmp_path / 'c'}"])

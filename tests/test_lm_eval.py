@@ -107,3 +107,35 @@ def test_the_tasks_need_a_checkpoint_and_a_writable_folder(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 1 and done.stderr.startswith("error: no checkpoint at") and \
         done.stderr.count("\n") == 1
+
+
+def test_tasks_fit_the_model_and_say_when_the_export_is_missing_or_old(tmp_path, capsys):
+    """Every next-line item (context and its longest choice) fits the run's block_size; no export
+    yet, or one older than the checkpoint, is said with the command that fixes it."""
+    from test_train import make_dataset
+    from tools import lm_eval_tasks
+    chars = "abc de\nfgh ij\nklm\nno pq\nrs tuv\n"
+    ds = make_dataset(tmp_path / "ds", vocab=len(set(chars)))
+    import pickle
+    itos = sorted(set(chars))
+    with open(os.path.join(ds, "meta.pkl"), "wb") as f:
+        pickle.dump({"vocab_size": len(itos), "itos": itos, "stoi": {c: i for i, c in enumerate(itos)}}, f)
+    rng = np.random.default_rng(0)
+    lines = ["".join(rng.choice(list("abcdefghij "), rng.integers(3, 20))) for _ in range(3000)]
+    ids = [itos.index(c) for c in "\n".join(lines)]
+    for split in ("train", "val"):
+        np.array(ids, dtype=np.uint16).tofile(os.path.join(ds, f"{split}.bin"))
+    out = tmp_path / "o"
+    run([f"--dataset={ds}", f"--out_dir={out}", "--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32",
+         "--batch_size=4", "--max_iters=2", "--eval_iters=1", "--sample_tokens=0"])
+    capsys.readouterr()
+    lm_eval_tasks.write_tasks(str(out), str(out / "lm_eval"), n_items=50, context_lines=4)
+    assert f"note: no export in {out / 'hf'} yet: python -m tools.export" in capsys.readouterr().out
+    with open(out / "lm_eval" / "scalevec_next_line.jsonl") as f:
+        items = [json.loads(line) for line in f]
+    assert len(items) >= 20 and all(len(i["context"] + max(i["choices"], key=len)) < 32 for i in items)
+    os.makedirs(out / "hf")
+    (out / "hf" / "config.json").write_text("{}")
+    os.utime(out / "hf" / "config.json", (0, 0))
+    lm_eval_tasks.write_tasks(str(out), str(out / "lm_eval2"))
+    assert "is older than" in capsys.readouterr().out

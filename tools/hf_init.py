@@ -58,29 +58,36 @@ def model_keys(folder):
     if arch not in ARCHITECTURES:
         raise UserError(f"hf_model={folder!r}: architectures={c.get('architectures')} is not one this model "
                         f"computes ({', '.join(ARCHITECTURES)})")
-    rope = c.get("rope_parameters") or {"rope_theta": c.get("rope_theta", 10000.0), **(c.get("rope_scaling") or {})}
-    refused = {"rope_scaling": rope.get("rope_type", rope.get("type", "default")) != "default",
+    def scaled(rope):  # a RoPE entry (either spelling) that asks for more than the default rotation
+        return bool(rope) and rope.get("rope_type", rope.get("type", "default")) != "default"
+
+    refused = {"rope_scaling": scaled(c.get("rope_scaling")), "rope_parameters": scaled(c.get("rope_parameters")),
                "attention_bias": c.get("attention_bias", False), "mlp_bias": c.get("mlp_bias", False),
                "hidden_act": c.get("hidden_act", "silu") != "silu",
                "use_sliding_window": c.get("use_sliding_window", False)}
     for field, bad in refused.items():
         if bad:
-            shown = rope if field == "rope_scaling" else c.get(field)
-            raise UserError(f"hf_model={folder!r}: config.json's {field}={shown!r} is not computed here (RoPE "
+            raise UserError(f"hf_model={folder!r}: config.json's {field}={c.get(field)!r} is not computed here (RoPE "
                             f"without scaling, no biases, SiLU, full attention): this model cannot reproduce it")
-    heads = c["num_attention_heads"]
-    return {"n_layer": c["num_hidden_layers"], "n_embd": c["hidden_size"], "n_head": heads,
-            "n_kv_head": c.get("num_key_value_heads") or heads,
-            "head_dim": c.get("head_dim") or c["hidden_size"] // heads, "d_ff": c["intermediate_size"],
-            "rope_theta": float(rope["rope_theta"]), "norm_eps": float(c["rms_norm_eps"]),
-            "tie_embeddings": bool(c.get("tie_word_embeddings", False)), "vocab_size": c["vocab_size"],
-            "qk_norm": ARCHITECTURES[arch]}
+    try:
+        heads = c["num_attention_heads"]
+        theta = (c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 10000.0))
+        return {"n_layer": c["num_hidden_layers"], "n_embd": c["hidden_size"], "n_head": heads,
+                "n_kv_head": c.get("num_key_value_heads") or heads,
+                "head_dim": c.get("head_dim") or c["hidden_size"] // heads, "d_ff": c["intermediate_size"],
+                "rope_theta": float(theta), "norm_eps": float(c["rms_norm_eps"]),
+                "tie_embeddings": bool(c.get("tie_word_embeddings", False)), "vocab_size": c["vocab_size"],
+                "qk_norm": ARCHITECTURES[arch]}
+    except KeyError as e:
+        raise UserError(f"hf_model={folder!r}: config.json lacks {e.args[0]!r}, which a {arch} config has: it is "
+                        f"incomplete (save the model with save_pretrained)") from None
 
 
 def merged_config(cfg, given):
     """cfg with the model keys of cfg["hf_model"]'s config.json. Raises UserError naming the key
     when the command line sets one of them to another value (the folder decides the shape)."""
     keys = model_keys(cfg["hf_model"])
+    weight_files(cfg["hf_model"])  # the weights exist: said before anything is made
     if cfg["n_experts"]:
         raise UserError(f"--n_experts={cfg['n_experts']} with --hf_model: the folder holds a dense model; drop "
                         f"--n_experts")
@@ -91,10 +98,19 @@ def merged_config(cfg, given):
     return {**cfg, **keys}
 
 
-def check_data(folder, meta, where):
-    """UserError (one line) when the data's ids are not this model's tokenizer's: meta.pkl records
-    another tokenizer (a char vocabulary, a tiktoken encoding, a tokenizer.json of another
-    vocabulary). Token files whose meta.pkl names no tokenizer pass on their size alone."""
+def check_data(folder, dataset_folder):
+    """UserError (one line) when the data's ids are not this model's tokenizer's: dataset_folder's
+    meta.pkl records another tokenizer (a char vocabulary, a tiktoken encoding, a tokenizer.json of
+    another vocabulary). Called before the token files' own checks, whose advice (--vocab_size)
+    does not apply here. Token files whose meta.pkl names no tokenizer pass on their size alone."""
+    import pickle
+    where, path = dataset_folder, os.path.join(dataset_folder, "meta.pkl")
+    try:
+        with open(path, "rb") as f:
+            meta = pickle.load(f)
+    except Exception:  # missing or unreadable: the data's own checks say which, after this
+        return
+    meta = meta if isinstance(meta, dict) else None
     fix = f"prepare it with the model's tokenizer: python data/corpus/prepare.py ... --tokenizer={folder}"
     if meta and ("itos" in meta or "encoding" in meta):
         what = "a character vocabulary" if "itos" in meta else f"tiktoken's {meta['encoding']}"
@@ -107,10 +123,9 @@ def check_data(folder, meta, where):
                             f"differ): {fix}")
 
 
-def read_weights(folder):
-    """{name: tensor} of folder's model.safetensors (or its shards, listed in
-    model.safetensors.index.json); UserError when there is none."""
-    from safetensors.torch import load_file
+def weight_files(folder):
+    """folder's safetensors files: model.safetensors, or the shards model.safetensors.index.json
+    lists; UserError when there is none or a listed shard is missing."""
     index = os.path.join(folder, "model.safetensors.index.json")
     if os.path.isfile(index):
         with open(index) as f:
@@ -120,9 +135,18 @@ def read_weights(folder):
     else:
         raise UserError(f"hf_model={folder!r}: no model.safetensors (or its index) there: save the model with "
                         f"save_pretrained (safetensors)")
+    missing = [f for f in files if not os.path.isfile(os.path.join(folder, f))]
+    if missing:
+        raise UserError(f"hf_model={folder!r}: its index lists {missing[0]}, which is not there")
+    return [os.path.join(folder, f) for f in files]
+
+
+def read_weights(folder):
+    """{name: tensor} of folder's safetensors files (weight_files)."""
+    from safetensors.torch import load_file
     weights = {}
-    for name in files:
-        weights.update(load_file(os.path.join(folder, name)))
+    for path in weight_files(folder):
+        weights.update(load_file(path))
     return weights
 
 

@@ -14,9 +14,10 @@ is downloaded:
                       document (word and byte perplexity, bits per byte). Its
                       windows are lm-eval's: block_size tokens at a time, the
                       first conditioned on one prefix token.
-  scalevec_next_line  multiple choice: after --context_lines lines of held-out
-                      text, pick the true next line among 4 (the other 3 drawn
-                      from elsewhere in the split); chance is 0.25.
+  scalevec_next_line  multiple choice: after up to --context_lines lines of
+                      held-out text (as many as fit the model's block_size with
+                      the longest choice), pick the true next line among 4 (the
+                      other 3 drawn from elsewhere in the split); chance is 0.25.
 
 Documents: BPE data split at the end-of-text token; character data (no such
 token) in chunks of about --doc_chars characters at line ends. A character
@@ -84,11 +85,13 @@ def held_out_docs(ckpt, max_docs, doc_chars):
     return docs, prefix
 
 
-def next_line_items(docs, n_items, context_lines, seed):
+def next_line_items(docs, n_items, context_lines, seed, fits=lambda text: True):
     """Multiple-choice items: {context, choices (4 lines), gold (the true next line's index)};
-    distractors are lines from other places of the split, each unlike the true line."""
+    distractors are lines from other places of the split, each unlike the true line. fits(text):
+    whether a context plus a choice fits the model's context (the earliest context lines are
+    dropped until it does; an item whose lines never fit is left out)."""
     lines = [ln for d in docs for ln in d.split("\n")]
-    usable = [i for i in range(context_lines, len(lines)) if lines[i].strip()]
+    usable = [i for i in range(1, len(lines)) if lines[i].strip()]
     pool = sorted({ln for ln in lines if ln.strip()})
     if len(usable) < 1 or len(pool) < 4:
         raise UserError("the held-out text has too few lines for the next-line task")
@@ -102,8 +105,12 @@ def next_line_items(docs, n_items, context_lines, seed):
         choices = others + [true]
         order = rng.permutation(4)
         choices = [choices[j] for j in order]
-        items.append({"context": "\n".join(lines[i - context_lines:i]) + "\n", "choices": choices,
-                      "gold": int(np.where(order == 3)[0][0])})
+        longest = max(choices, key=len)
+        for start in range(max(0, i - context_lines), i):
+            context = "\n".join(lines[start:i]) + "\n"
+            if fits(context + longest):
+                items.append({"context": context, "choices": choices, "gold": int(np.where(order == 3)[0][0])})
+                break
     return items
 
 
@@ -126,23 +133,34 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
         raise UserError(f"--tasks_dir={tasks_dir}: {problem}")
     ckpt = load_checkpoint(os.path.join(out_dir, "ckpt.pt"))
     docs, prefix = held_out_docs(ckpt, max_docs, doc_chars)
-    items = next_line_items(docs, n_items, context_lines, seed)
+    encode, _ = make_codec(ckpt.get("meta"), ckpt["config"].get("vocab_size") or ckpt["meta"]["vocab_size"])
+    block = ckpt["config"]["block_size"]
+    items = next_line_items(docs, n_items, context_lines, seed, fits=lambda text: len(encode(text)) < block)
     os.makedirs(tasks_dir, exist_ok=True)
     val, mc = (os.path.abspath(os.path.join(tasks_dir, f"{t}.jsonl")) for t in TASKS)
     write_jsonl(val, [{"text": d} for d in docs])
     write_jsonl(mc, items)
     with open(os.path.join(tasks_dir, "scalevec_val.yaml"), "w") as f:
         f.write(task_yaml("scalevec_val", val, 'output_type: loglikelihood_rolling\ndoc_to_text: ""\n'
-                          'doc_to_target: "{{text}}"\nmetric_list:\n  - metric: word_perplexity\n'
-                          '  - metric: byte_perplexity\n  - metric: bits_per_byte\n'))
+                          'doc_to_target: "{{text}}"\nmetric_list:\n'
+                          + "".join(f"  - metric: {m}\n    aggregation: {a}\n    higher_is_better: false\n"
+                                    for m, a in (("word_perplexity", "weighted_perplexity"),
+                                                 ("byte_perplexity", "weighted_perplexity"),
+                                                 ("bits_per_byte", "bits_per_byte")))))
     with open(os.path.join(tasks_dir, "scalevec_next_line.yaml"), "w") as f:
         f.write(task_yaml("scalevec_next_line", mc, 'output_type: multiple_choice\ndoc_to_text: "{{context}}"\n'
                           'doc_to_choice: "{{choices}}"\ndoc_to_target: "{{gold}}"\ntarget_delimiter: ""\n'
                           'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n'))
     export_dir = os.path.join(out_dir, "hf")
+    if not os.path.isfile(os.path.join(export_dir, "config.json")):
+        print(f"note: no export in {export_dir} yet: python -m tools.export --out_dir={out_dir} writes it (the "
+              f"command below runs on it)")
+    elif os.path.getmtime(os.path.join(export_dir, "config.json")) < os.path.getmtime(os.path.join(out_dir, "ckpt.pt")):
+        print(f"note: {export_dir} is older than {out_dir}/ckpt.pt (the run went on since): export it again, into "
+              f"another --export_dir, to evaluate the checkpoint as it is now")
     args = f"pretrained={export_dir},dtype=float32"
     if os.path.exists(os.path.join(export_dir, "modeling_scalevec.py")) or not os.path.isdir(export_dir):
-        args += ",trust_remote_code=True"
+        args += ",trust_remote_code=True"  # an export yet to be written: harmless for a standard one
     args += f",prefix_token_id={prefix}"
     print(f"wrote {tasks_dir}: {len(docs)} held-out documents, {len(items)} next-line items")
     return (f"lm_eval --model hf --model_args {args} --include_path {tasks_dir} --tasks {','.join(TASKS)} "
