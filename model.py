@@ -140,9 +140,11 @@ class GPTConfig:
             extras = {"reparam": self.reparam != "plain", "branch_scales": self.branch_scales,
                       "attn_placement": self.attn.dual, "mlp_placement": self.mlp.dual}
             bad = [k for k, on in extras.items() if on]
-            check(not bad, f"scale='none' removes every scale vector, so {', '.join(bad)} cannot be set: "
-                           "use reparam='plain', branch_scales=False and placements without dual scales, "
-                           "or scale='vector'")
+            now = ", ".join(f"{k}={getattr(self, k)!r}" for k in bad)
+            check(not bad, f"scale='none' removes every scale vector, so it cannot go with {now} (the default run's "
+                           f"unified strategy sets them): use reparam='plain', branch_scales=False and placements "
+                           f"without dual scales (configs/baseline_shakespeare_char.py --scale=none), or "
+                           f"scale='vector'")
         if self.n_experts:
             check(self.top_k <= self.n_experts, f"top_k={self.top_k} must be between 1 and n_experts={self.n_experts}")
         if self.d_ff == 0:

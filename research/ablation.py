@@ -571,3 +571,17 @@ def load_records(results, damaged=None):
                 continue
             records[rec["config_hash"]] = rec
     return records
+
+
+def record(run, results, records, wall_s=None, threads=None):
+    """Write the record of a finished run, pinned by its provenance.json (the code it started from,
+    unchanged since; its machine; versions) and its token files' SHA-256; returns the path.
+    UserError when the tree changed while it trained, or its log is not one run's."""
+    started = read_provenance(run)
+    check_unchanged(run, started)
+    if started:
+        started["data"] = data_hashes(run["config"])
+    rec = make_record(run, read_log(os.path.join(run["out_dir"], "log.jsonl")), run["ablation"], wall_s, threads,
+                      provenance=started)
+    records[run["hash"]] = rec
+    return write_record(results, rec)

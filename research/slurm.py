@@ -7,7 +7,7 @@ One job per open run (neither recorded nor queued): a job runs torchrun on each
 node (one node: --standalone; several: c10d rendezvous at the first node's
 address, which submitit's job environment gives) over train.py with
 --init_from=auto, then writes the run's record exactly as a local sweep does
-(sweep.record), so research/plot.py reads cluster and local runs alike.
+(research.ablation.record), so research/plot.py reads cluster and local runs alike.
 
 Time limits and preemption: Slurm warns a job before its limit with SIGUSR2
 (submitit asks for it --signal_delay_s ahead; SIGTERM it does not pass on).
@@ -67,7 +67,7 @@ class TrainJob:
                 f"--rdzv_id={env.job_id}", *train]
 
     def __call__(self):
-        from research.sweep import record, start_provenance, state
+        from research.ablation import record, start_provenance, state
         submitit = import_submitit()
         env = submitit.JobEnvironment()
         first = env.global_rank == 0

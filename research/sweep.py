@@ -27,9 +27,8 @@ import statistics
 import subprocess
 import time
 
-from research.ablation import (check_unchanged, code_state, data_hashes, load_ablation, load_records,
-                      make_record, plan, read_provenance, start_provenance, state, write_record)
-from checkpoint import OutDirInUse, lock_out_dir, read_log
+from research.ablation import code_state, load_ablation, load_records, plan, record, start_provenance, state
+from checkpoint import OutDirInUse, lock_out_dir
 from configurator import UserError, cli, folder_problem
 from ops import StopSignals, fmt_duration
 from research import slurm
@@ -105,20 +104,6 @@ def elsewhere(run, results):
         except OutDirInUse:
             return "trained by another process (its sweep records it)"
     return None
-
-
-def record(run, results, records, wall_s=None, threads=None):
-    """Write the record of a finished run, pinned by its provenance.json (the code it started from,
-    unchanged since; its machine; versions) and its token files' SHA-256; returns the path.
-    UserError when the tree changed while it trained, or its log is not one run's."""
-    started = read_provenance(run)
-    check_unchanged(run, started)
-    if started:
-        started["data"] = data_hashes(run["config"])
-    rec = make_record(run, read_log(os.path.join(run["out_dir"], "log.jsonl")), run["ablation"], wall_s, threads,
-                      provenance=started)
-    records[run["hash"]] = rec
-    return write_record(results, rec)
 
 
 def run_queue(todo, parallel, threads, results, records, signals, skipped):

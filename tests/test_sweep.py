@@ -51,7 +51,7 @@ def fake_rows(cfg, val_loss):
 def record_runs(spec, results, loss_of):
     """Write a record for every planned run, final val loss loss_of(run)."""
     for run in sweep.plan(spec, "runs"):
-        sweep.write_record(results, sweep.make_record(run, fake_rows(run["config"], loss_of(run)), spec["name"]))
+        ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], loss_of(run)), spec["name"]))
 
 
 # -----------------------------------------------------------------------------
@@ -62,8 +62,8 @@ def test_record_round_trips_and_is_small(tmp_path):
     spec = sweep.load_ablation(write_ablation(tmp_path))
     run = sweep.plan(spec, str(tmp_path / "runs"))[1]
     rows = fake_rows(run["config"], 2.5)
-    record = sweep.make_record(run, rows, "tiny", wall_s=12.34, threads=1, commit="abc")
-    path = sweep.write_record(str(tmp_path / "results"), record)
+    record = ablation.make_record(run, rows, "tiny", wall_s=12.34, threads=1, commit="abc")
+    path = ablation.write_record(str(tmp_path / "results"), record)
     assert os.path.basename(path) == run["name"] + ".json" and os.path.getsize(path) < 8000
     loaded = sweep.load_records(str(tmp_path / "results"))
     assert loaded == {run["hash"]: json.loads(json.dumps(record))}
@@ -74,7 +74,7 @@ def test_record_round_trips_and_is_small(tmp_path):
     assert rec["config"] == run["config"] and rec["seed"] == 1 and rec["variant"] == run["variant"]
     assert rec["wall_s"] == 12.3 and rec["threads"] == 1 and "torch" in rec
     with pytest.raises(UserError, match="no eval at max_iters"):
-        sweep.make_record(run, rows[:2], "tiny")
+        ablation.make_record(run, rows[:2], "tiny")
 
 
 def test_a_run_with_a_record_is_skipped_and_shared_runs_are_one(tmp_path):
@@ -157,7 +157,7 @@ def test_a_record_made_in_another_training_mode_is_left_out_of_the_pairs(tmp_pat
     for run in sweep.plan(spec, "runs"):
         loss = 2.0 + (run["seed"] == 3 and run["variant"] == "unified") * 0.5  # seed 3's pair: +0.5
         threads = 2 if run["seed"] == 3 and run["variant"] == "unified" else 1
-        sweep.write_record(results, sweep.make_record(run, fake_rows(run["config"], loss), spec["name"],
+        ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], loss), spec["name"],
                                                       threads=threads, commit="abc123"))
     assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
     md = open(tmp_path / "out" / "tiny.md").read()
@@ -220,7 +220,7 @@ def test_lr_table_names_no_best_until_every_multiplier_is_recorded(tmp_path):
     results_dir = str(tmp_path / "results")
     for run in sweep.plan(spec, "runs"):
         if run["lr_mult"] == 1.0 or run["variant"] == "baseline":  # unified at 2x not recorded
-            sweep.write_record(results_dir, sweep.make_record(run, fake_rows(run["config"], 2.0 + run["lr_mult"]), "tiny"))
+            ablation.write_record(results_dir, ablation.make_record(run, fake_rows(run["config"], 2.0 + run["lr_mult"]), "tiny"))
     results, _, _ = plot.collect(spec, sweep.load_records(results_dir))
     table = plot.lr_table(spec, results)
     assert next(r for r in table if r.startswith("| baseline |")).endswith("| 3.0000 (x1, edge) | - |")
@@ -246,7 +246,7 @@ def record_with_choices(spec, results, loss_of):
         records = sweep.load_records(results)
         for run in sweep.plan(spec, "runs", records):
             if not run.get("waiting") and run["hash"] not in records:
-                sweep.write_record(results, sweep.make_record(run, fake_rows(run["config"], loss_of(run)),
+                ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], loss_of(run)),
                                                               spec["name"]))
 
 
@@ -565,8 +565,8 @@ def test_token_multiplier_is_normalized_so_the_reference_scores_exactly_one(tmp_
 
     for run in sweep.plan(spec, "runs"):  # wall times: baseline 100 s, unified (1.4 + 0.1 seed) x that
         wall = 100.0 * ((1.4 + 0.1 * run["seed"]) if run["variant"] == "unified" else 1.0)
-        record = sweep.make_record(run, fake_rows(run["config"], loss(run)), "tiny", wall_s=wall)
-        sweep.write_record(results_dir, record)
+        record = ablation.make_record(run, fake_rows(run["config"], loss(run)), "tiny", wall_s=wall)
+        ablation.write_record(results_dir, record)
     results, _, _ = plot.collect(spec, sweep.load_records(results_dir))
     ref, fits, _, per_variant = plot.multipliers(spec, results, "adamw")
     assert ref == "baseline"
@@ -652,7 +652,7 @@ def test_tune_lr_runs_the_other_seeds_at_each_variants_best_lr(tmp_path):
     for run in runs:
         if not run.get("waiting"):
             loss = 2.0 - 0.1 * (run["lr_mult"] == best[run["variant"]])
-            sweep.write_record(results, sweep.make_record(run, fake_rows(run["config"], loss), "tiny"))
+            ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], loss), "tiny"))
     records = sweep.load_records(results)
     runs = sweep.plan(spec, "runs", records)
     assert not any(r.get("waiting") for r in runs)
@@ -777,9 +777,9 @@ def test_dry_run_estimates_the_open_runs_from_recorded_wall_times_of_the_same_sh
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     runs = sweep.plan(spec, "runs")
     first = next(r for r in runs if r["variant"] == "baseline" and r["lr_mult"] == 1.0)
-    sweep.write_record(results, sweep.make_record(first, fake_rows(first["config"], 2.0), "tiny", wall_s=40.0))
+    ablation.write_record(results, ablation.make_record(first, fake_rows(first["config"], 2.0), "tiny", wall_s=40.0))
     other = {**first, "name": "wide", "hash": "x" * 40, "config": {**first["config"], "n_embd": 64}}  # not counted
-    sweep.write_record(results, sweep.make_record(other, fake_rows(other["config"], 2.0), "tiny", wall_s=4000.0))
+    ablation.write_record(results, ablation.make_record(other, fake_rows(other["config"], 2.0), "tiny", wall_s=4000.0))
     assert sweep.main([path, "--dry_run", f"--results={results}", "--parallel=3"]) == 0
     # 3 open runs x 4 iterations x (40 s / 4 iterations), 3 at a time: 40 s
     assert "open: 3 runs; 3 of them at the pace of recorded runs of the same shape: about 40s at --parallel=3" \
@@ -886,7 +886,7 @@ def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
     diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03]}
     for run in sweep.plan(spec, "runs"):
         if run["variant"] != "b" or run["seed"] < 3:  # b's seed 3 still running
-            sweep.write_record(results, sweep.make_record(
+            ablation.write_record(results, ablation.make_record(
                 run, fake_rows(run["config"], 2.0 + diffs[run["variant"]][run["seed"] - 1]), spec["name"]))
     table = plot.summary(plot.collect_all([path], sweep.load_records(results))[0])
     row = {v: next(line for line in table.splitlines() if f"| {v} - baseline |" in line) for v in "ab"}
