@@ -216,6 +216,7 @@ def test_a_model_continues_on_text_in_its_own_tokenizer_then_samples_and_exports
     export.main([f"--out_dir={tmp_path / 'o'}"])  # its own logit check: transformers reloads it equal
     with open(os.path.join(folder, "tokenizer.json")) as f, open(tmp_path / "o" / "hf" / "tokenizer.json") as g:
         assert f.read() == g.read()
+    assert f"- Started from: the Hugging Face model `{folder}`" in (tmp_path / "o" / "hf" / "README.md").read_text()
     from transformers import AutoTokenizer
     theirs = AutoTokenizer.from_pretrained(str(tmp_path / "o" / "hf"))
     assert theirs("the king spoke", add_special_tokens=False).input_ids == tok.encode("the king spoke").ids

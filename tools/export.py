@@ -374,6 +374,9 @@ def readme(cfg, arch, tokenizer_note, diff, source, n_params, ckpt):
              f"- Parameters: {n_params:,} ({'tied' if cfg.tie_embeddings else 'untied'} embedding and LM head)",
              f"- Context: {cfg.block_size} tokens (block_size); beyond it the model was never trained",
              f"- Tokenizer: {tokenizer_note}"]
+    start = ((ckpt or {}).get("config") or {}).get("hf_model")
+    if start:
+        facts.append(f"- Started from: the Hugging Face model `{start}` (train.py --hf_model), then continued")
     if ckpt:
         loss = ckpt.get("val_loss")
         tokens = ckpt.get("tokens")
