@@ -85,8 +85,16 @@ def hf_codec(path, eos_token=None):
         raise SystemExit(f"{file} has no token {eos_token!r} to end each document with: name one with --eos_token")
     vocab = max(tokenizer.get_vocab_size(with_added_tokens=True),
                 read_json(os.path.join(folder, "config.json")).get("vocab_size", 0))
+    special = {}  # the folder's other special tokens and chat template, for export to write back
+    for key in ("bos_token", "unk_token", "pad_token"):
+        token = config.get(key)
+        token = token.get("content") if isinstance(token, dict) else token
+        if isinstance(token, str) and tokenizer.token_to_id(token) is not None:
+            special[key] = token
+    template = os.path.join(folder, "chat_template.jinja")
+    chat = open(template, encoding="utf-8").read() if os.path.isfile(template) else config.get("chat_template")
     meta = {"vocab_size": vocab, "dtype": "uint16" if vocab <= 1 << 16 else "uint32", "tokenizer": text,
-            "eos_token": eos_token}
+            "eos_token": eos_token, "special_tokens": special, **({"chat_template": chat} if chat else {})}
     return Codec(file, eos, meta)
 
 

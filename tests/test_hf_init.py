@@ -221,6 +221,8 @@ def test_a_model_continues_on_text_in_its_own_tokenizer_then_samples_and_exports
     theirs = AutoTokenizer.from_pretrained(str(tmp_path / "o" / "hf"))
     assert theirs("the king spoke", add_special_tokens=False).input_ids == tok.encode("the king spoke").ids
     assert theirs.eos_token_id == eos
+    with open(tmp_path / "o" / "hf" / "config.json") as f:
+        assert json.load(f)["bos_token_id"] == eos  # the tokenizer names no BOS of its own: GPT-2's convention
 
     chars = make_dataset(tmp_path / "chars", vocab=80)  # another size too: still the tokenizer's line, first
     with pytest.raises(UserError, match="is encoded with a character vocabulary, not .*'s tokenizer: prepare it"):

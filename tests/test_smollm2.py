@@ -10,6 +10,7 @@ conversion (about 40 s) runs once per machine.
 """
 
 import importlib.util
+import json
 import os
 import shutil
 
@@ -106,5 +107,11 @@ def test_smollm2_continues_on_its_own_tokens_and_exports(smol, tmp_path, capsys)
     assert len(evals) == 3 and evals[-1] < evals[0]  # the repeated toy vocabulary is quickly learned
     export.main([f"--out_dir={tmp_path / 'o'}"])
     from transformers import AutoTokenizer
-    assert AutoTokenizer.from_pretrained(str(tmp_path / "o" / "hf"))("the king").input_ids == \
-        tok("the king").input_ids
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "o" / "hf"))
+    assert exported("the king").input_ids == tok("the king").input_ids
+    # its special tokens, BOS id and chat template come back as the source folder has them
+    assert (exported.bos_token, exported.eos_token, exported.unk_token) == (tok.bos_token, tok.eos_token, tok.unk_token)
+    with open(tmp_path / "o" / "hf" / "config.json") as f:
+        assert json.load(f)["bos_token_id"] == tok.bos_token_id
+    with open(os.path.join(folder, "chat_template.jinja")) as f, open(tmp_path / "o" / "hf" / "chat_template.jinja") as g:
+        assert f.read() == g.read()

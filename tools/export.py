@@ -106,9 +106,10 @@ def architecture(cfg):
     return "Qwen2MoeForCausalLM" if cfg.shared_expert else "MixtralForCausalLM"
 
 
-def hf_config(cfg, arch, eos=None):
+def hf_config(cfg, arch, eos=None, bos=None):
     """config.json as a dict, in the keys the published checkpoints of `arch` use; `eos`: the
-    tokenizer's end-of-text id (also its BOS: GPT-2 uses one token for both), or None."""
+    tokenizer's end-of-text id, or None; `bos`: its beginning-of-text id (None: eos, as GPT-2
+    uses one token for both)."""
     d = {
         "architectures": [arch],
         "model_type": {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral",
@@ -129,7 +130,7 @@ def hf_config(cfg, arch, eos=None):
         "attention_bias": False,
         "attention_dropout": 0.0,
         "torch_dtype": "float32",
-        "bos_token_id": eos,  # sample.py adds no BOS token; the id is named, never prepended
+        "bos_token_id": eos if bos is None else bos,  # sample.py adds no BOS token: named, never prepended
         "eos_token_id": eos,
         "use_cache": True,
     }
@@ -292,16 +293,18 @@ def write_tokenizer(folder, meta, cfg):
 
     tokenizer_config.json names PreTrainedTokenizerFast, so AutoTokenizer takes tokenizer.json as
     it is on every target (without it, a Qwen3 folder gets Qwen2's tokenizer class, which replaces
-    the pre-tokenizer). Returns (end-of-text id or None, padding id or None, one line for the
-    model card); writes nothing and returns (None, None, why) when meta.pkl names no tokenizer.
+    the pre-tokenizer). Returns (beginning-of-text id (the end-of-text id unless the tokenizer has
+    its own), end-of-text id, padding id (each or None), one line for the model card); writes
+    nothing and returns (None, None, None, why) when meta.pkl names no tokenizer. A Hugging Face
+    tokenizer (kind "hf") is written back with its special tokens and chat template.
     A char vocabulary has no pad token: every id is a character, and decoding drops a special token
     wherever it appears, so a padding character would vanish from the generated text too.
     """
-    kind = codec_kind(meta, cfg.vocab_size)
+    kind, bos = codec_kind(meta, cfg.vocab_size), None
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.block_size,
               "clean_up_tokenization_spaces": False}
     if kind is None:
-        return None, None, ("none known: the dataset's meta.pkl had no char vocabulary and names no encoding, and the "
+        return None, None, None, ("none known: the dataset's meta.pkl had no char vocabulary and names no encoding, and the "
                             "vocabulary is not GPT-2's, so the ids are some other tokenizer's; pair it with that one")
     if kind == "char":
         itos = [meta["itos"][i] for i in range(len(meta["itos"]))]
@@ -311,11 +314,17 @@ def write_tokenizer(folder, meta, cfg):
         note = (f"character-level, {len(itos)} characters (also `char_vocab.json`: `itos`, id -> character); "
                 "no end-of-text token, so generation runs to max_new_tokens; no pad token (every id is a "
                 "character), so generate one prompt at a time")
-    elif kind == "hf":  # the model's own tokenizer.json (data/corpus/prepare.py --tokenizer), written back
-        text, eot = meta["tokenizer"], meta.get("eos_token")
-        eos = pad = hf_tokenizer(meta).token_to_id(eot) if eot else None
-        if eos is not None:
-            config |= {"eos_token": eot, "pad_token": eot}
+    elif kind == "hf":  # the model's own tokenizer (data/corpus/prepare.py --tokenizer), written back
+        tok, eot = hf_tokenizer(meta), meta.get("eos_token")
+        special = {"eos_token": eot, "pad_token": eot, **meta.get("special_tokens", {})}
+        special = {k: v for k, v in special.items() if v is not None}
+        text, config = meta["tokenizer"], config | special
+        eos, pad = (tok.token_to_id(special[k]) if k in special else None for k in ("eos_token", "pad_token"))
+        if "bos_token" in special:
+            bos = tok.token_to_id(special["bos_token"])
+        if meta.get("chat_template"):
+            with open(os.path.join(folder, "chat_template.jinja"), "w", encoding="utf-8") as f:
+                f.write(meta["chat_template"])
         note = f"the dataset's own Hugging Face tokenizer (tokenizer.json as it was), end of text `{eot}` (id {eos})"
     else:
         name = meta.get("encoding", "r50k_base") if meta else "r50k_base"
@@ -332,7 +341,7 @@ def write_tokenizer(folder, meta, cfg):
         f.write(text)
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, indent=2)
-    return eos, pad, note
+    return eos if bos is None else bos, eos, pad, note
 
 
 # -----------------------------------------------------------------------------
@@ -452,7 +461,7 @@ def write_folder(folder, model, meta, ckpt, check, tol, source):
     """Write export()'s files into the empty `folder` and check them; returns the logit difference."""
     _, st = import_transformers()
     cfg, arch = model.config, architecture(model.config)
-    eos, pad, tokenizer_note = write_tokenizer(folder, meta, cfg)
+    bos, eos, pad, tokenizer_note = write_tokenizer(folder, meta, cfg)
     run_config = (ckpt or {}).get("config") or dataclasses.asdict(cfg)
     metadata = {"format": "pt", "scalevec_config": json.dumps(run_config, sort_keys=True)}
     if ckpt:
@@ -467,8 +476,8 @@ def write_folder(folder, model, meta, ckpt, check, tol, source):
             raise OSError(e.errno, e.strerror, name) from None
 
     put("model.safetensors", st.save(weights, metadata=metadata))
-    put("config.json", json.dumps(hf_config(cfg, arch, eos), indent=2))
-    put("generation_config.json", json.dumps({"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": pad},
+    put("config.json", json.dumps(hf_config(cfg, arch, eos, bos), indent=2))
+    put("generation_config.json", json.dumps({"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad},
                                              indent=2))
     if needs_code(cfg):
         shutil.copyfile(os.path.join(HERE, MODELING_FILE), os.path.join(folder, MODELING_FILE))
