@@ -67,11 +67,11 @@ class TrainJob:
                 f"--rdzv_id={env.job_id}", *train]
 
     def __call__(self):
-        from research.ablation import record, start_provenance, state
+        from research.ablation import record, start_provenance
         submitit = import_submitit()
         env = submitit.JobEnvironment()
-        first = env.global_rank == 0
-        if first and state(self.run) == "new":
+        first, t0 = env.global_rank == 0, time.time()
+        if first:  # as a local sweep's launch: a requeued run must resume on the code it started from
             os.makedirs(self.run["out_dir"], exist_ok=True)
             start_provenance(self.run, self.threads, None)
         with open(os.path.join(self.run["out_dir"], "train.log"), "a") as log:
@@ -82,7 +82,8 @@ class TrainJob:
             code = self.proc.returncode
         if code:
             raise RuntimeError(f"train.py exited with {code}: see {self.run['out_dir']}/train.log")
-        return record(self.run, self.results, {}, threads=self.threads) if first else None
+        # wall_s: this attempt's time, as a local sweep's record of a resumed run has its last part's
+        return record(self.run, self.results, {}, time.time() - t0, self.threads) if first else None
 
     def checkpoint(self, *args, **kwargs):
         """The time-limit warning: train.py saves at its step and exits (SIGTERM); then the job is
