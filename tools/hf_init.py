@@ -1,13 +1,16 @@
 """Start from a Hugging Face Llama or Qwen3 folder: continued pre-training with scale vectors on top.
 
-    python train.py --hf_model=PATH --dataset=mine --max_iters=2000       # any scale-vector switches
+    python data/corpus/prepare.py 'texts/*.txt' --out=data/mine --tokenizer=PATH   # its own token ids
+    python train.py --hf_model=PATH --dataset=mine --branch_scales=True --reparam=or --mlp_placement=in ...
 
-train.py calls the two functions here when --hf_model is set and the run starts
-from scratch (a resume reads its own checkpoint): `model_keys` turns the
-folder's config.json into our model keys (layers, widths, heads, key/value
-heads, head width, d_ff, RoPE base, norm eps, tied head, vocabulary; Qwen3 adds
-QK-norm), and `load` copies the weights into the GPT those keys build: the
-inverse of tools/export.py's map.
+When --hf_model is set and the run starts from scratch (a resume reads its own
+checkpoint), train.py calls three functions here: `merged_config` puts the
+folder's config.json into the run's config as our model keys (`model_keys`:
+layers, widths, heads, key/value heads, head width, d_ff, RoPE base, norm eps,
+tied head, vocabulary; Qwen3 adds QK-norm), `check_data` checks that the
+dataset was encoded with the folder's tokenizer, and `start` copies the
+weights into the GPT those keys build (`load`: the inverse of
+tools/export.py's map) and says what changed.
 
 The checkpoint's RMSNorm weights become the scale vectors' start, so the loaded
 function is unchanged under every switch that only adds or reparameterizes
