@@ -196,7 +196,7 @@ def submit(runs, args, results, threads=1):
     jobs, local = [], False
     for run in runs:
         if queued(run, folder):
-            print(f"queued already: {run['name']} (job {open(os.path.join(run['out_dir'], JOB_FILE)).read().strip()})")
+            print(f"queued already: {run['name']} (its job id is in {os.path.join(run['out_dir'], JOB_FILE)})")
             continue
         ex = executor(folder, args, run["name"])
         local = not isinstance(ex, import_submitit().SlurmExecutor)

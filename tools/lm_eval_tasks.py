@@ -47,8 +47,8 @@ TASKS = ("scalevec_val", "scalevec_next_line")
 
 def held_out_docs(ckpt, max_docs, doc_chars):
     """(the validation split's documents as text, the id lm-eval conditions each document's first
-    token on: the end-of-text token for BPE data, the newline for character data). UserError when
-    the split or its tokenizer is gone."""
+    token on: the end-of-text token for BPE data, the newline for character data, the checkpoint's
+    encode function). UserError when the split or its tokenizer is gone."""
     cfg, meta = ckpt["config"], ckpt.get("meta")
     vocab = ckpt["config"].get("vocab_size") or (meta or {}).get("vocab_size")
     codec = make_codec(meta, vocab)
@@ -82,7 +82,7 @@ def held_out_docs(ckpt, max_docs, doc_chars):
     docs = [d for d in docs if d.strip()][:max_docs]
     if not docs:
         raise UserError(f"{path} decodes to no documents")
-    return docs, prefix
+    return docs, prefix, encode
 
 
 def next_line_items(docs, n_items, context_lines, seed, fits=lambda text: True):
@@ -132,8 +132,7 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
     if problem:
         raise UserError(f"--tasks_dir={tasks_dir}: {problem}")
     ckpt = load_checkpoint(os.path.join(out_dir, "ckpt.pt"))
-    docs, prefix = held_out_docs(ckpt, max_docs, doc_chars)
-    encode, _ = make_codec(ckpt.get("meta"), ckpt["config"].get("vocab_size") or ckpt["meta"]["vocab_size"])
+    docs, prefix, encode = held_out_docs(ckpt, max_docs, doc_chars)
     block = ckpt["config"]["block_size"]
     items = next_line_items(docs, n_items, context_lines, seed, fits=lambda text: len(encode(text)) < block)
     os.makedirs(tasks_dir, exist_ok=True)
