@@ -8,6 +8,12 @@ A run's out_dir holds
     log.jsonl  one JSON object per train step and per eval ("kind": "train" | "eval", "iter", "tokens",
                then "loss" and "lr", or "val_loss" and per-site scale statistics)
     .lock      the pid and host of the process training there (lock_out_dir): one owner per run
+A run with fsdp=True writes ckpt.dcp/ instead of ckpt.pt: a torch.distributed.checkpoint folder
+(each rank writes its shards of the weights and AdamW moments, keyed by parameter name) with
+run.pt beside them (ckpt.pt's other keys, and the optimizer groups' layout); also written so
+that a crash leaves the old one or the new one. Either form resumes under either mode and any
+number of processes (the folder is resharded on load), and load_model reads either, so sample.py
+and export.py need no conversion. A save removes the other form: out_dir holds one checkpoint.
 Resume (`--init_from=resume`) continues exactly: the model shape and every key the
 user does not set again come from the checkpoint; rows logged after it are dropped.
 """
@@ -16,9 +22,11 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -56,17 +64,87 @@ def save_checkpoint(path, state):
         torch.save(state, f)
 
 
+CKPT_NAMES = ("ckpt.pt", "ckpt.dcp")  # one file; the sharded folder of an fsdp=True run
+
+
+def checkpoint_path(out_dir, fsdp=False):
+    """Where a run writes its checkpoint: out_dir/ckpt.pt, or out_dir/ckpt.dcp under fsdp."""
+    return os.path.join(out_dir, CKPT_NAMES[bool(fsdp)])
+
+
+def checkpoint_in(out_dir):
+    """The checkpoint out_dir holds: ckpt.pt or ckpt.dcp; ckpt.pt's path when it holds neither
+    (load_checkpoint then says so)."""
+    sharded = checkpoint_path(out_dir, fsdp=True)
+    return sharded if os.path.exists(sharded) else checkpoint_path(out_dir)
+
+
+def clean_stale(out_dir):
+    """Remove what a save that a SIGKILL cut short left in out_dir (never the checkpoint): ckpt.pt.tmp,
+    ckpt.dcp.tmp; a ckpt.dcp.old whose replacement was not yet in place becomes ckpt.dcp again."""
+    dcp = checkpoint_path(out_dir, fsdp=True)
+    if os.path.exists(dcp + ".old") and not os.path.exists(dcp):
+        os.replace(dcp + ".old", dcp)
+    for stale in (checkpoint_path(out_dir) + ".tmp", dcp + ".tmp", dcp + ".old"):
+        if os.path.isdir(stale):
+            shutil.rmtree(stale)
+        elif os.path.exists(stale):
+            os.remove(stale)
+
+
+def optimizer_layout(optimizers):
+    """[[(group name, parameter count)] per optimizer]: how the parameters split into groups."""
+    return [[(g.get("name"), len(g["params"])) for g in o.param_groups] for o in optimizers]
+
+
+def save_run_checkpoint(path, model, optimizers, state, master):
+    """Write a run's checkpoint at path: `state` (config, iter, tokens, ...) with the weights and the
+    optimizer moments. path ckpt.pt: rank 0 saves the whole state dicts (save_checkpoint). path
+    ckpt.dcp (FSDP2: call on every rank): torch.distributed.checkpoint saves each rank's shards
+    into ckpt.dcp.tmp, rank 0 adds run.pt and swaps it in (old -> .old, tmp -> path, .old removed;
+    clean_stale completes a swap a kill cut). Then rank 0 removes the other form, if any."""
+    if path.endswith(".pt"):
+        if master:
+            save_checkpoint(path, {"model": model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
+                                   **state})
+    else:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        tmp = path + ".tmp"
+        if master and os.path.exists(tmp):
+            shutil.rmtree(tmp)
+        torch.distributed.barrier()
+        dcp.save({"model": get_model_state_dict(model), "optimizers": get_optimizer_state_dict(model, optimizers)},
+                 checkpoint_id=tmp)  # a collective: it returns once every rank's shards are written
+        if master:
+            save_checkpoint(os.path.join(tmp, "run.pt"), {**state, "layout": optimizer_layout(optimizers)})
+            if os.path.exists(path):
+                os.replace(path, path + ".old")
+            os.replace(tmp, path)
+            shutil.rmtree(path + ".old", ignore_errors=True)
+        torch.distributed.barrier()
+    other = checkpoint_path(os.path.dirname(path), fsdp=path.endswith(".pt"))
+    if master and os.path.exists(other):
+        shutil.rmtree(other) if os.path.isdir(other) else os.remove(other)
+
+
 def load_checkpoint(path):
-    """The checkpoint dict (tensors on the CPU); UserError if it is missing, unreadable or incomplete."""
+    """The checkpoint dict (tensors on the CPU); UserError if it is missing, unreadable or incomplete.
+    A sharded ckpt.dcp folder gives its run.pt (no tensors) with "dcp": path (restore, load_model
+    read the tensors from there)."""
     if not os.path.exists(path):
         raise UserError(f"no checkpoint at {path}: point --out_dir at a run that train.py wrote")
+    if os.path.isdir(path):
+        return {**load_checkpoint(os.path.join(path, "run.pt")), "dcp": path}
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for a damaged zip/pickle
         raise UserError(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}); "
                         f"it is damaged or not a scalevec checkpoint: restore it from a copy, or "
                         f"train again into a new --out_dir") from None
-    missing = {"model", "optimizers", "config", "iter"} - set(ckpt if isinstance(ckpt, dict) else ())
+    needed = {"config", "iter", "layout"} if path.endswith("run.pt") else {"model", "optimizers", "config", "iter"}
+    missing = needed - set(ckpt if isinstance(ckpt, dict) else ())
     if missing:
         raise UserError(f"checkpoint {path} lacks {sorted(missing)}: not a scalevec checkpoint")
     return ckpt
@@ -127,7 +205,8 @@ def lock_out_dir(out_dir):
 
 
 def resume_config(cfg, given):
-    """(config, checkpoint, tokens seen, changed, changes) for `--init_from=resume` from cfg["out_dir"]/ckpt.pt.
+    """(config, checkpoint, tokens seen, changed, changes) for `--init_from=resume` from cfg["out_dir"]'s
+    checkpoint (ckpt.pt or ckpt.dcp).
 
     The model's shape keys come from the checkpoint (UserError if the user set one
     to another value; d_ff and vocab_size of 0 mean "as before"); the keys the user
@@ -138,7 +217,7 @@ def resume_config(cfg, given):
     later checkpoint, and this resume's into the log).
     Raises UserError for a missing/damaged checkpoint or one past max_iters.
     """
-    ckpt = load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    ckpt = load_checkpoint(checkpoint_in(cfg["out_dir"]))
     saved = complete(ckpt["config"])  # a key added since it was written takes the value it meant then
     for key in MODEL_KEYS & given:
         if cfg[key] != saved[key] and not (key in ("d_ff", "vocab_size") and cfg[key] == 0):
@@ -172,9 +251,9 @@ def restore(ckpt, model, optimizers, cfg):
     the fix, when this config splits the parameters into other optimizer groups than the
     checkpoint's (another optimizer; scale_wd "iwd" vs "iwd_final" with a tied head).
     """
-    load_weights(model, ckpt["model"], "the checkpoint")
-    layout = [[(g.get("name"), len(g["params"])) for g in s["param_groups"]] for s in ckpt["optimizers"]]
-    if layout != [[(g.get("name"), len(g["params"])) for g in o.param_groups] for o in optimizers]:
+    layout = ckpt["layout"] if "dcp" in ckpt else \
+        [[(g.get("name"), len(g["params"])) for g in s["param_groups"]] for s in ckpt["optimizers"]]
+    if [[tuple(g) for g in o] for o in layout] != optimizer_layout(optimizers):
         saved = complete(ckpt["config"])
         changed = [k for k in GROUP_KEYS if vars(cfg)[k] != saved[k]]
         keys = " and ".join(f"{k}={vars(cfg)[k]!r} (the checkpoint's: {saved[k]!r})" for k in changed) or \
@@ -183,12 +262,80 @@ def restore(ckpt, model, optimizers, cfg):
         raise UserError(f"--init_from=resume: {keys} splits the parameters into other optimizer groups than the "
                         f"checkpoint's, so its optimizer state cannot be restored: resume with {fix or 'the code that saved it'}"
                         f", or start a new run in another --out_dir")
-    for opt, state in zip(optimizers, ckpt["optimizers"]):
-        hyper = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
-        opt.load_state_dict(state)  # restores the moments, and the checkpoint's hyperparameters:
-        for group, h in zip(opt.param_groups, hyper):  # this run's config wins
-            group.update(h)
+    hyper = [[{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] for opt in optimizers]
+    if "dcp" in ckpt:
+        load_sharded(ckpt["dcp"], model, optimizers)
+    else:
+        load_weights(model, ckpt["model"], "the checkpoint")
+        states = [reshaped_moments(state, opt) for opt, state in zip(optimizers, ckpt["optimizers"])]
+        if is_sharded(model):  # a ckpt.pt resumed under FSDP2: each rank takes its shards of the whole state
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+            set_optimizer_state_dict(model, optimizers, by_name(states, optimizers, model),
+                                     options=StateDictOptions(full_state_dict=True))
+        else:
+            for opt, state in zip(optimizers, states):
+                opt.load_state_dict(state)
+    for opt, h in zip(optimizers, hyper):  # the load restored the checkpoint's hyperparameters: this run's win
+        for group, this_run in zip(opt.param_groups, h):
+            group.update(this_run)
     return ckpt["iter"], ckpt.get("val_loss", float("nan"))  # None: saved between evals
+
+
+def is_sharded(model):
+    """Whether FSDP2 shards model (ops.shard)."""
+    from torch.distributed.fsdp import FSDPModule
+    return isinstance(model, FSDPModule)
+
+
+def by_name(states, optimizers, model):
+    """torch's optimizer state dicts (parameters as indices) as one keyed by parameter name, the form
+    torch.distributed.checkpoint.state_dict reads: the indices follow the optimizers' own order."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    state, groups = {}, []
+    for opt, saved in zip(optimizers, states):
+        params = [p for g in opt.param_groups for p in g["params"]]
+        index = [i for g in saved["param_groups"] for i in g["params"]]
+        name = {i: names[id(p)] for i, p in zip(index, params)}
+        state |= {name[i]: s for i, s in saved["state"].items()}
+        groups += [{**g, "params": [name[i] for i in g["params"]]} for g in saved["param_groups"]]
+    return {"state": state, "param_groups": groups}
+
+
+def load_sharded(path, model, optimizers=()):
+    """Read a ckpt.dcp folder's weights (and the optimizers' moments) into model, in place, whether FSDP2
+    shards it (each rank reads its shards) or not (the whole tensors), in one process or several:
+    torch.distributed.checkpoint reshards what was saved under any number of processes.
+    Raises UserError naming the folder when its tensors do not match this model."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                         set_model_state_dict, set_optimizer_state_dict)
+
+    state = {"model": get_model_state_dict(model)}
+    if optimizers:  # (a fresh optimizer's state is made first, by a step at LR 0, to have tensors to fill)
+        state["optimizers"] = get_optimizer_state_dict(model, optimizers)
+    try:
+        with warnings.catch_warnings():  # one process reading the folder whole is what load_model means
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninit")
+            dcp.load(state, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
+    except Exception as e:  # a missing key or another shape: other code, or another config
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise UserError(f"{path}'s tensors do not match the model its config describes ({type(e).__name__}: "
+                        f"{first}): use the checkpoint as saved, or train again") from None
+    set_model_state_dict(model, state["model"])
+    if optimizers:
+        set_optimizer_state_dict(model, optimizers, state["optimizers"])
+
+
+def reshaped_moments(state, opt):
+    """An optimizer state dict whose 0-d moments of (1,) parameters take their parameter's shape: the
+    OR/ER magnitudes were 0-d before they became (1,) (FSDP2 shards no 0-d tensor), and an in-place
+    update of a 0-d moment by a (1,) gradient fails. The step counts (0-d by design) stay."""
+    params = [p for g in opt.param_groups for p in g["params"]]
+    index = [i for g in state["param_groups"] for i in g["params"]]
+    shape = {i: p.shape for i, p in zip(index, params)}
+    moments = {i: {k: v.reshape(1) if k != "step" and torch.is_tensor(v) and v.dim() == 0 and shape.get(i) == (1,)
+                   else v for k, v in per_param.items()} for i, per_param in state["state"].items()}
+    return {**state, "state": moments}
 
 
 @dataclass(frozen=True)
@@ -211,7 +358,7 @@ def begin(run, ckpt, model, optimizers):
 
     run: ops.Run. A checkpoint a signal saved between evals (val_loss None) has no eval row
     to complete, unless it is at max_iters (the run's final eval is then still due).
-    Raises UserError when a scratch run would overwrite a run in out_dir, and as restore does.
+    Raises UserError as restore does.
     """
     start_iter, val_loss, evaluated = 0, float("nan"), True
     if ckpt is not None:
@@ -223,11 +370,7 @@ def begin(run, ckpt, model, optimizers):
             if run.changed:
                 append_log(run.log_path, {"kind": "resume", "iter": start_iter, "tokens": run.tokens,
                                           "changed": run.changed})
-    else:
-        if os.path.exists(run.ckpt_path):
-            raise UserError(f"out_dir={run.cfg.out_dir!r} already holds a run ({run.ckpt_path}): continue it "
-                            f"with --init_from=resume (or auto), or train from scratch in another --out_dir "
-                            f"(or delete it)")
+    else:  # (train.setup refused a scratch run on an out_dir that holds one)
         if run.master:
             open(run.log_path, "w").close()
     logged = read_log(run.log_path) if run.master and os.path.exists(run.log_path) else []
@@ -246,7 +389,8 @@ def begin(run, ckpt, model, optimizers):
 
 
 def load_model(ckpt_path, device="cpu"):
-    """(model.GPT in eval mode on device, checkpoint dict) for sampling and export.
+    """(model.GPT in eval mode on device, checkpoint dict) for sampling and export, from ckpt.pt or
+    a sharded ckpt.dcp folder (read whole in this process).
 
     Works for checkpoints saved with or without compile/DDP (their "_orig_mod." /
     "module." prefixes are stripped). Raises UserError if the file is unreadable.
@@ -255,7 +399,11 @@ def load_model(ckpt_path, device="cpu"):
 
     ckpt = load_checkpoint(ckpt_path)
     model = GPT(model_config(ckpt["config"]))
-    load_weights(model, ckpt["model"], ckpt_path)
+    if "dcp" in ckpt:
+        load_sharded(ckpt["dcp"], model)
+        load_weights(model, model.state_dict(), ckpt_path)  # its checks: no NaN or inf
+    else:
+        load_weights(model, ckpt["model"], ckpt_path)
     return model.to(device).eval(), ckpt
 
 
@@ -273,6 +421,9 @@ def load_weights(model, state, source):
             key = key[len(prefix):] if key.startswith(prefix) else key
         weights[key] = value
     expected = model.state_dict()
+    for key, value in weights.items():  # OR/ER magnitudes were 0-d before they became (1,) (for FSDP2)
+        if value.dim() == 0 and key in expected and expected[key].shape == (1,):
+            weights[key] = value.reshape(1)
     problems = [f"{k} missing" for k in expected if k not in weights]
     problems += [f"{k} not in this model" for k in weights if k not in expected]
     problems += [f"{k} is {tuple(weights[k].shape)}, the config makes {tuple(v.shape)}"
@@ -287,7 +438,11 @@ def load_weights(model, state, source):
         raise UserError(f"{source}'s weights hold NaN or inf (in {len(bad)} tensors, first {bad[0]}): the run "
                         f"diverged before it saved them, and nothing computed from them means anything; use an "
                         f"earlier checkpoint, or train again with a lower --learning_rate")
-    model.load_state_dict(weights)
+    if is_sharded(model):  # each rank takes its shards of the whole tensors
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+    else:
+        model.load_state_dict(weights)
 
 
 # -----------------------------------------------------------------------------

@@ -189,6 +189,8 @@ SECTIONS = {
                   '"auto" (bfloat16 on CUDA, else float32) | "float32" | "bfloat16"'),
         "compile": (False, None, "torch.compile the model"),
         "seed": (1337, Range(0, 2**32 - 1, why="numpy's generators need it"), "initial weights and batches"),
+        "fsdp": (False, None, "FSDP2 under torchrun: shard each block's parameters, gradients and AdamW state "
+                              "over the processes (for a model whose state does not fit one GPU under DDP)"),
         "ddp_timeout_s": (600, Range(1, 10**7, why="a timedelta of it must exist; 10**7 s is 115 days"),
                           "seconds a DDP collective may wait"),
     },
@@ -197,7 +199,7 @@ DEFAULTS = {key: default for keys in SECTIONS.values() for key, (default, _, _) 
 ALLOWED = {key: allowed for keys in SECTIONS.values() for key, (_, allowed, _) in keys.items()}
 # Keys added after runs were recorded, with the value those runs trained at: a config
 # (record, checkpoint) without the key means this value, and a run hash leaves it out.
-LEGACY = {"dual_sites": "all", "n_kv_head": 0, "head_dim": 0, "hf_model": ""}
+LEGACY = {"dual_sites": "all", "n_kv_head": 0, "head_dim": 0, "hf_model": "", "fsdp": False}
 TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name")  # where the numbers go, never the numbers
 MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
     {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's

@@ -572,6 +572,8 @@ class GPT(nn.Module):
         stats = {}
         for name, sv in self.scale_vectors():
             g = sv().float()
+            if hasattr(g, "full_tensor"):  # sharded by FSDP2: gathered (a collective: every rank calls this)
+                g = g.full_tensor()
             stats[name] = {"mean": g.mean().item(), "std": g.std().item() if g.numel() > 1 else 0.0,
                            "min": g.min().item(), "max": g.max().item()}
         return stats

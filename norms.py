@@ -193,7 +193,7 @@ class PlainScale(ScaleVector):
 class ORScale(ScaleVector):
     """Magnitude-direction reparameterization "OR": gamma = beta * sqrt(d) * a / ||a||.
 
-    beta (scalar) carries the magnitude and a (d,) the direction; both init 1,
+    beta (shape (1,): FSDP2 shards no 0-d tensor) carries the magnitude and a (d,) the direction; both init 1,
     so gamma == 1 at init. Weight decay (optim.py) acts on both: on beta it
     pulls gamma toward 0; on a, which only enters through a / ||a||, it only
     enlarges the direction's effective step. Paper section 3 (Theorem 3.2: an anisotropic
@@ -206,7 +206,7 @@ class ORScale(ScaleVector):
     def __init__(self, dim, role):
         super().__init__(dim, role)
         self.direction = nn.Parameter(torch.ones(dim))
-        self.magnitude = nn.Parameter(torch.ones(()))
+        self.magnitude = nn.Parameter(torch.ones(1))
 
     def forward(self):
         a = self.direction
@@ -237,7 +237,7 @@ class ERScale(ScaleVector):
     def __init__(self, dim, role):
         super().__init__(dim, role)
         self.direction = nn.Parameter(torch.ones(dim))
-        self.log_magnitude = nn.Parameter(torch.zeros(()))
+        self.log_magnitude = nn.Parameter(torch.zeros(1))
 
     def forward(self):
         a = self.direction

@@ -155,12 +155,33 @@ def setup_distributed(cfg, device_name):
             f"--gradient_accumulation_steps={accum * k} (then {cfg.batch_size * accum * k} sequences per iteration)"
         raise UserError(f"gradient_accumulation_steps={accum} does not divide by WORLD_SIZE={world} (it is the "
                         f"global count of micro-steps, shared among the processes): {same}")
+    if cfg.fsdp and "WORLD_SIZE" not in os.environ:
+        raise UserError("fsdp=True shards the model over torchrun's processes: launch with `torchrun "
+                        "--standalone --nproc_per_node=N train.py ...` (N >= 1), or drop --fsdp")
     if "WORLD_SIZE" in os.environ:
         backend = "nccl" if device_name.startswith("cuda") else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
         torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.ddp_timeout_s))
     return rank, local_rank, world
+
+
+def shard(model):
+    """FSDP2 (torch.distributed.fsdp.fully_shard) over the process group, in place: each block is
+    one unit (its parameters gathered for its forward and backward, then freed), the root holds the
+    embedding, final norm and head. Parameters become DTensors sharded along their first dimension,
+    so call it before the optimizers are built; gradients are reduce-scattered (averaged, as DDP's)
+    at every micro-step. Each rank keeps 1/world of the parameters, gradients and AdamW moments.
+    Every forward is a collective: all ranks run the same number of them (train.evaluate)."""
+    import warnings
+
+    from torch.distributed.fsdp import fully_shard
+
+    # the root returns the logits as a view (the padded vocabulary cut off); nothing writes to them in place
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
 
 
 # -----------------------------------------------------------------------------
@@ -173,8 +194,9 @@ def describe(run, raw_model, groups, given=frozenset()):
     cfg, log = run.cfg, run.log
     log(raw_model.param_report())
     log(format_groups(groups))
+    parallel = f" ({'FSDP2' if cfg.fsdp else 'DDP'}, {torch.distributed.get_backend()})" if run.ddp else ""
     log(f"device {run.device} ({run.dtype}{', compiled' if cfg.compile else ''}), {run.world} process(es)"
-        f"{f' (DDP, {torch.distributed.get_backend()})' if run.ddp else ''}, "
+        f"{parallel}, "
         f"{run.tokens_per_iter:,} tokens/iter = {cfg.batch_size} batch x {cfg.block_size} block x "
         f"{cfg.gradient_accumulation_steps} accumulation; {raw_model.flops_per_token() / 1e6:.1f} MFLOP/token")
     for note in inert_notes(vars(cfg), given) + unusual_notes(vars(cfg)):

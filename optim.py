@@ -173,6 +173,8 @@ class Optimizer:
     build: (param groups, cfg, device type) -> a torch.optim.Optimizer
     lr_key: the config key of its peak LR for the matrices
     keys: config keys only it reads (a note says they do nothing under another optimizer)
+    shards: whether it can step parameters FSDP2 has sharded (an update per element, as AdamW's;
+        Muon's orthogonalization needs whole matrices); False, the safe default, refuses fsdp=True
     """
 
     name: str
@@ -180,10 +182,11 @@ class Optimizer:
     lr_key: str
     keys: tuple
     meaning: str
+    shards: bool = False
 
 
 OPTIMIZERS = {o.name: o for o in (
-    Optimizer("adamw", build_adamw, "learning_rate", (), "AdamW for every parameter"),
+    Optimizer("adamw", build_adamw, "learning_rate", (), "AdamW for every parameter", shards=True),
     Optimizer("muon", build_muon, "muon_lr", ("muon_lr", "muon_momentum"),
               "Muon for the hidden matrices, AdamW for the rest"),
 )}
@@ -315,7 +318,8 @@ def check_choices(cfg, keys):
 
 def check(cfg):
     """ValueError naming the fix for an optimizer, schedule or decay recipe these registries do
-    not hold, and for schedule keys whose LR would jump, stall or reach 0.
+    not hold, an optimizer that cannot step FSDP2's shards under fsdp=True, and for schedule keys
+    whose LR would jump, stall or reach 0.
 
     For every accepted combination (tests/test_optim.py checks a grid): the LR
     is > 0 at every step, continuous after warmup (no step changes it by more
@@ -325,6 +329,9 @@ def check(cfg):
     accepted; train.py says so.
     """
     check_choices(cfg, CHOICES)
+    if cfg.fsdp and not OPTIMIZERS[cfg.optimizer].shards:
+        raise ValueError(f"optimizer={cfg.optimizer!r} cannot step FSDP2's sharded parameters (it needs whole "
+                         f"matrices): use --optimizer=adamw with --fsdp=True, or DDP (--fsdp=False)")
     schedule = LR_SCHEDULES[cfg.lr_schedule]
     if "min_lr" in schedule.keys and cfg.min_lr > cfg.learning_rate:
         raise ValueError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the decay would "

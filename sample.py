@@ -16,7 +16,7 @@ import warnings
 
 import torch
 
-from checkpoint import load_model
+from checkpoint import checkpoint_in, load_model
 from configurator import UserError, cli
 from dataset import make_codec
 from ops import resolve_device
@@ -24,7 +24,7 @@ from ops import resolve_device
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out_dir", default="out-shakespeare-char", help="folder holding ckpt.pt")
+    p.add_argument("--out_dir", default="out-shakespeare-char", help="the run's folder (its ckpt.pt or ckpt.dcp)")
     p.add_argument("--start", default="\n", help="prompt text")
     p.add_argument("--num_samples", type=int, default=1)
     p.add_argument("--max_new_tokens", type=int, default=300)
@@ -42,7 +42,7 @@ def main(argv):
             raise UserError(f"--{name}={getattr(args, name)}: need --max_new_tokens >= 1, --num_samples >= 1, "
                             f"--top_k >= 0 (0: all), a finite --temperature > 0 and 0 <= --seed < 2**63")
     args.device, _ = resolve_device(args.device)  # UserError for a device this machine lacks
-    model, ckpt = load_model(f"{args.out_dir}/ckpt.pt", args.device)
+    model, ckpt = load_model(checkpoint_in(args.out_dir), args.device)
     if args.fold:
         with warnings.catch_warnings(record=True) as caught:  # the untying warning, said as one line here
             warnings.simplefilter("always")
@@ -52,7 +52,7 @@ def main(argv):
                   "(same outputs)", file=sys.stderr)
     codec = make_codec(ckpt.get("meta"), model.config.vocab_size)
     if codec is None:
-        raise UserError(f"{args.out_dir}/ckpt.pt has no vocabulary to decode (its dataset had no meta.pkl)")
+        raise UserError(f"{checkpoint_in(args.out_dir)} has no vocabulary to decode (its dataset had no meta.pkl)")
     encode, decode = codec
     ids = encode(args.start)
     if not ids:

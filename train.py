@@ -46,12 +46,13 @@ configurator.set_omp_env()  # before torch loads: idle OpenMP threads sleep inst
 import numpy as np
 import torch
 
-from checkpoint import begin, lock_out_dir, resume_config, save_checkpoint
+from checkpoint import (begin, checkpoint_in, checkpoint_path, clean_stale, lock_out_dir, resume_config,
+                        save_run_checkpoint)
 from configurator import UserError, cli, complete, folder_problem, load_config, usage
 from dataset import check_vocabulary, dataset_dir, load_data
 from model import GPT, model_config
 from ops import (STOP_NOTE, Progress, Run, StopSignals, check_config, choices, compile_errors, describe, diverged,
-                 end_of_run_sample, resolve_device, setup_distributed, start_tracker, write_log)
+                 end_of_run_sample, resolve_device, setup_distributed, shard, start_tracker, write_log)
 from optim import build_optimizers, lr_multiplier, set_lr
 from tools import hf_init
 
@@ -69,15 +70,17 @@ def train(cfg, given=frozenset()):
         run, ckpt = setup(cfg, given, held)  # the config (on resume, the checkpoint's), device, processes, data
         cfg, device, ddp = run.cfg, run.device, run.ddp
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
-        optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
-        start = begin(run, ckpt, raw_model, optimizers)  # restore the checkpoint, or start a new log
         if cfg.hf_model and ckpt is None:  # continued pre-training of a Hugging Face model
             hf_init.start(raw_model, cfg.hf_model, get_batch(run.data, "val", 0, 0, cfg, device)[0], run.log)
+        if cfg.fsdp:
+            shard(raw_model)  # FSDP2 (ops.shard): before the optimizers see the parameters
+        optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
+        start = begin(run, ckpt, raw_model, optimizers)  # restore the checkpoint, or start a new log
         del ckpt  # its weights live in the model now
         start_iter, tokens, val_loss = start.iter, start.tokens, start.val_loss
         model = torch.compile(raw_model) if cfg.compile else raw_model
         fwd = model  # evals run without the DDP wrapper
-        if ddp:
+        if ddp and not cfg.fsdp:  # (FSDP2 reduce-scatters the gradients itself: ops.shard)
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[run.local_rank] if device.type == "cuda" else None)
         describe(run, raw_model, groups, given)
@@ -111,7 +114,7 @@ def train(cfg, given=frozenset()):
                 sums = torch.zeros(3, device=device)  # cross-entropy, lb_loss, z_loss over my micro-steps
                 for n, j in enumerate(my_micro_steps):
                     x, y = get_batch(run.data, "train", it, j, cfg, device)
-                    sync = not ddp or n == len(my_micro_steps) - 1  # DDP all-reduces on the last micro-step
+                    sync = model is fwd or n == len(my_micro_steps) - 1  # a DDP wrapper all-reduces on the last
                     with nullcontext() if sync else model.no_sync(), run.autocast:
                         _, loss, aux = model(x, y)
                         objective = loss + raw_model.aux_objective(aux)
@@ -158,11 +161,11 @@ def setup(cfg, given, held):
     owned = owner and os.path.isdir(cfg["out_dir"])  # it may hold a run: own it before reading the checkpoint
     if owned:
         held.enter_context(lock_out_dir(cfg["out_dir"]))
-    stale = os.path.join(cfg["out_dir"], "ckpt.pt.tmp")  # a save a SIGKILL cut short: never the checkpoint
-    if owned and os.path.exists(stale):
-        os.remove(stale)
+    if owned:
+        clean_stale(cfg["out_dir"])  # what a save a SIGKILL cut short left: never the checkpoint
+    held_run = checkpoint_in(cfg["out_dir"]) if os.path.exists(checkpoint_in(cfg["out_dir"])) else None
     if cfg["init_from"] == "auto":
-        cfg = {**cfg, "init_from": "resume" if os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")) else "scratch"}
+        cfg = {**cfg, "init_from": "resume" if held_run else "scratch"}
     ckpt, tokens, changed, changes = None, 0, {}, []
     if cfg["init_from"] == "resume":
         cfg, ckpt, tokens, changed, changes = resume_config(cfg, given)
@@ -192,6 +195,9 @@ def setup(cfg, given, held):
         if type(cfg.vocab_size) is not int:
             raise UserError(f"meta.pkl's vocab_size={cfg.vocab_size!r} must be an int")
     check_vocabulary(data["meta"], cfg.vocab_size, ckpt and ckpt.get("meta"), dataset_dir(cfg.dataset))
+    if cfg.init_from == "scratch" and held_run:
+        raise UserError(f"out_dir={cfg.out_dir!r} already holds a run ({held_run}): continue it with "
+                        f"--init_from=resume (or auto), or train from scratch in another --out_dir (or delete it)")
     if owner and not owned:  # a refused config or dataset leaves no folder behind
         held.enter_context(lock_out_dir(cfg.out_dir))
     model_cfg = model_config(cfg)
@@ -204,7 +210,7 @@ def setup(cfg, given, held):
         rank=rank, local_rank=local_rank, world=world, ddp=ddp, master=master, data=data, model_cfg=model_cfg,
         tokens_per_iter=cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps,
         n_moe=sum(model_cfg.is_moe(layer) for layer in range(model_cfg.n_layer)),
-        ckpt_path=os.path.join(cfg.out_dir, "ckpt.pt"), log_path=os.path.join(cfg.out_dir, "log.jsonl"),
+        ckpt_path=checkpoint_path(cfg.out_dir, cfg.fsdp), log_path=os.path.join(cfg.out_dir, "log.jsonl"),
         log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None),
         tracker=start_tracker(cfg, master, finished, held)), ckpt
 
@@ -248,13 +254,16 @@ def evaluate(run, fwd):
     fwd.eval()
     total = torch.zeros((), device=run.device)
     load = torch.zeros(run.n_moe, cfg.n_experts, device=run.device)
-    for k in range(run.rank, cfg.eval_iters, run.world):
-        x, y = get_batch(run.data, "val", k, 0, cfg, run.device)
+    # FSDP2: each forward is a collective, so every rank runs as many; a rank's extra one counts nothing
+    end = -(-cfg.eval_iters // run.world) * run.world if cfg.fsdp else cfg.eval_iters
+    for k in range(run.rank, end, run.world):
+        x, y = get_batch(run.data, "val", min(k, cfg.eval_iters - 1), 0, cfg, run.device)
         with run.autocast:
             _, loss, aux = fwd(x, y)
-        total += loss.float()
-        if run.n_moe:
-            load += aux["expert_load"]
+        if k < cfg.eval_iters:
+            total += loss.float()
+            if run.n_moe:
+                load += aux["expert_load"]
     fwd.train()
     if run.ddp:
         torch.distributed.all_reduce(total)
@@ -285,12 +294,11 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True):
 
 
 def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss):
-    """Write the checkpoint after `it` iterations (rank 0); val_loss None: saved between evals."""
-    if run.master:
-        save_checkpoint(run.ckpt_path, {
-            "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
-            "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"],
-            "changes": run.changes})
+    """Write the checkpoint after `it` iterations (every rank calls it; under FSDP2 each saves its
+    shards, else rank 0 saves it all); val_loss None: saved between evals."""
+    save_run_checkpoint(run.ckpt_path, raw_model, optimizers, {
+        "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"],
+        "changes": run.changes}, run.master)
 
 
 def stop_signal(signals, run):
@@ -336,7 +344,7 @@ def finish(run, raw_model, start, val_loss, train_loss, progress, stopped=None):
         return {"val_loss": val_loss, "train_loss": start.last_train_loss, "wall_s": 0.0, "model": raw_model,
                 "stopped": None}
     wall = time.perf_counter() - progress.t_start
-    if run.master and cfg.sample_tokens > 0 and not stopped:
+    if (run.master or cfg.fsdp) and cfg.sample_tokens > 0 and not stopped:  # FSDP2: every rank runs the forwards
         end_of_run_sample(raw_model, run)
     if not stopped:
         run.log(f"done: {cfg.max_iters - start_iter} iterations in {wall:.0f} s, final val loss {val_loss:.4f}")

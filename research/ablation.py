@@ -46,7 +46,7 @@ import math
 import os
 import subprocess
 
-from checkpoint import atomic_write, read_log
+from checkpoint import atomic_write, checkpoint_in, read_log
 from configurator import DEFAULTS, LEGACY, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
 from ops import check_config, inert_keys, resolve_device
 
@@ -276,7 +276,7 @@ def state(run, records=None):
         return "damaged"
     if any(r["kind"] == "eval" and r["iter"] == run["config"]["max_iters"] for r in rows):
         return "done"
-    return "partial" if os.path.exists(os.path.join(run["out_dir"], "ckpt.pt")) else "new"
+    return "partial" if os.path.exists(checkpoint_in(run["out_dir"])) else "new"
 
 
 # -----------------------------------------------------------------------------

@@ -37,8 +37,11 @@ def test_read_bench_names_a_missing_variant(tmp_path):
 def test_cuda_stage_commands_are_valid_configs(tmp_path, monkeypatch):
     """The GPU-only commands, checked here so that a typo cannot wait for a GPU to show."""
     monkeypatch.chdir(ROOT)
-    cmds = stage_commands("cuda", str(tmp_path), str(tmp_path))
+    cmds = stage_commands("cuda", str(tmp_path), str(tmp_path), gpus=4)
     cfg = {name: load_config(cmds[name][cmds[name].index("train.py") + 1:])[0] for name in ("ddp", "train", "resume")}
+    fsdp, fsdp_resume = (load_config(c[c.index("train.py") + 1:])[0] for c in cmds["fsdp"])
+    assert "--nproc_per_node=4" in cmds["fsdp"][0] and fsdp["fsdp"] and fsdp["device"] == "cuda"
+    assert fsdp_resume["init_from"] == "resume" and fsdp_resume["out_dir"] == fsdp["out_dir"]
     bench_only = ("--variants", "--steps", "--warmup", "--memory", "--json")
     cfg["bench"] = load_config([a for a in cmds["bench"][cmds["bench"].index("tools.bench") + 1:] if a.split("=")[0] not in bench_only])[0]
     assert "--nproc_per_node=1" in cmds["ddp"] and cfg["ddp"]["device"] == "cuda" and cfg["ddp"]["compile"]
@@ -61,17 +64,18 @@ def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
     assert proc.returncode == 0, (proc.stdout[-3000:], summary)
     assert summary["device"] == "cpu" and "goals not judged" in summary["note"]
     assert summary["note"] in proc.stdout
-    assert set(summary["stages"]) == {"tests", "ddp", "bench", "train", "resume"}
+    assert set(summary["stages"]) == {"tests", "ddp", "fsdp", "bench", "train", "resume"}
     slowdown = summary["cpu_slowdown"]  # a busy machine gets longer limits, in proportion
-    assert slowdown >= 1.0 and summary["budget_s"] == round(170 * slowdown)
+    assert slowdown >= 1.0 and summary["budget_s"] == round(190 * slowdown)
     assert summary["stages"]["tests"]["timeout_s"] == round(60 * slowdown)
     assert all(s["ok"] for s in summary["stages"].values())
     assert summary["stages"]["tests"]["passed"] >= 1 and summary["stages"]["ddp"]["backend_seen"]
+    assert summary["stages"]["fsdp"]["backend_seen"] and set(summary["stages"]["fsdp"]["val_loss"]) == {"0", "5", "10", "15"}
     assert summary["stages"]["bench"]["variants"]["baseline"]["ratio"] == 1.0
     val = summary["stages"]["train"]["val_loss"]
     assert val["0"] - 1.0 > val["30"] > summary["dataset"]["entropy_rate"] - 0.1  # no model beats the floor
     assert [g["pass"] for g in summary["goals"]] == [None, None, None]
-    for name in ("tests", "ddp", "bench", "train", "resume"):
+    for name in ("tests", "ddp", "fsdp", "fsdp_resume", "bench", "train", "resume"):
         assert (out / f"{name}.log").stat().st_size > 0
     assert (out / "train_log.jsonl").exists()
 
@@ -80,3 +84,11 @@ def test_cpu_slowdown_is_the_probe_time_over_the_reference_and_never_below_one()
     from tools.gpu_check import cpu_slowdown
     assert cpu_slowdown(reference_s=1e9, repeats=1) == 1.0  # a faster machine keeps the sized limits
     assert cpu_slowdown(reference_s=1e-6, repeats=1) > 1e3  # 10 GFLOP take more than 1 ms on any CPU
+
+
+def test_the_fsdp_stage_is_skipped_on_one_gpu_and_says_why(tmp_path):
+    from tools.gpu_check import Check, stage_fsdp
+    check = Check("cuda", {}, stage_commands("cuda", str(tmp_path), str(tmp_path), gpus=1), str(tmp_path),
+                  str(tmp_path / "train"), 0.0, gpus=1)
+    result = stage_fsdp(check, 60)
+    assert result["rc"] == 0 and "error" not in result and "has 1" in result["not_run"]

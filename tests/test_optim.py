@@ -181,7 +181,7 @@ def test_cpu_muon_update_matches_torch_muon(shape):
 
 def sched(**kw):
     base = dict(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=100, wsd_decay_frac=0.2,
-                lr_schedule="cosine", optimizer="adamw", scale_wd="iwd")
+                lr_schedule="cosine", optimizer="adamw", scale_wd="iwd", fsdp=False)
     return SimpleNamespace(**{**base, **kw})
 
 

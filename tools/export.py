@@ -54,7 +54,7 @@ import warnings
 
 import torch
 
-from checkpoint import load_model
+from checkpoint import checkpoint_in, load_model
 from configurator import MODEL_KEYS, UserError, cli, folder_problem
 from dataset import bpe_encoding, checked_encoding, codec_kind, hf_tokenizer
 
@@ -492,7 +492,7 @@ def write_folder(folder, model, meta, ckpt, check, tol, source):
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out_dir", default="out-shakespeare-char", help="folder holding ckpt.pt")
+    p.add_argument("--out_dir", default="out-shakespeare-char", help="the run's folder (its ckpt.pt or ckpt.dcp)")
     p.add_argument("--export_dir", default=None, help="folder to create (default: <out_dir>/hf)")
     p.add_argument("--tol", type=float, default=TOLERANCE,
                    help="largest logit difference allowed, relative to max(1, largest |logit|)")
@@ -501,7 +501,7 @@ def main(argv):
     if not args.tol > 0 or math.isinf(args.tol):
         raise UserError(f"--tol={args.tol:g}: need a finite number > 0 (default {TOLERANCE:g})")
     export_dir = args.export_dir or os.path.join(args.out_dir, "hf")
-    ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
+    ckpt_path = checkpoint_in(args.out_dir)
     model, ckpt = load_model(ckpt_path)
     # SIGTERM (a scheduler, kill) exits through export()'s cleanup as Ctrl-C does: no half-written folder
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

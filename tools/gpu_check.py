@@ -1,6 +1,6 @@
 """Prove or break the GPU path in one command; write the numbers to a folder.
 
-    python -m tools.gpu_check --out=gpu_check_out                 # one CUDA GPU: under 8 minutes
+    python -m tools.gpu_check --out=gpu_check_out                 # one CUDA GPU: under 9 minutes
     python -m tools.gpu_check --out=/tmp/check --device=cpu       # without CUDA: a CPU-sized run, < 1 minute
 
 Stages, each a separate process with its own timeout; a failure is recorded and
@@ -10,13 +10,16 @@ the next stage runs (all share one time budget, --budget_s):
           sampling, checkpoints moved between CUDA and CPU
   ddp     torchrun --nproc_per_node=1 train.py: the DDP path under NCCL, compiled
           and bf16 as in the configs (a small model)
+  fsdp    torchrun over every GPU with --fsdp=True (FSDP2, a small model), where there
+          are 2 or more (else skipped, said so): trains, saves its sharded checkpoint,
+          and resumes from it for 5 more iterations
   bench   bench.py at 124M, baseline vs unified, compile + bf16, 16 x 1024 tokens
           per micro-step: step-time ratio, tokens/s, MFU, peak-memory ratio
   train   200 iterations of configs/unified_124m.py (one micro-step per
           iteration) on a synthetic dataset: the validation loss must fall
   resume  that run resumed for 20 more iterations: the log continues, no loss jump
 Without CUDA (or with --device=cpu) each stage runs a tiny equivalent (gloo for
-the ddp stage, bench and train on a small model, a few iterations) and the
+the ddp stage, 2 gloo processes for fsdp, bench and train on a small model, a few iterations) and the
 summary says that CUDA was absent; the goals are then reported, not judged.
 The CPU limits follow the machine: a probe (cpu_slowdown) measures how much
 slower than a free 2-core machine it runs now, and every limit is scaled by that.
@@ -56,9 +59,9 @@ GOALS = {"step_time_ratio": 1.02, "memory_ratio": 1.01, "baseline_mfu": 45.0}
 
 # Per device: stage timeouts (s), dataset size, and the small models of the CPU run.
 SIZES = {
-    "cuda": dict(timeouts=dict(tests=120, ddp=75, bench=240, train=150, resume=75), n_states=2048,
+    "cuda": dict(timeouts=dict(tests=120, ddp=75, fsdp=75, bench=240, train=150, resume=75), n_states=2048,
                  vocab_size=50257, n_train=8_000_000, n_val=500_000, train_iters=200, resume_iters=20),
-    "cpu": dict(timeouts=dict(tests=60, ddp=60, bench=60, train=60, resume=60), n_states=64,
+    "cpu": dict(timeouts=dict(tests=60, ddp=60, fsdp=60, bench=60, train=60, resume=60), n_states=64,
                 vocab_size=512, n_train=200_000, n_val=20_000, train_iters=30, resume_iters=5),
 }
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64"]
@@ -129,10 +132,12 @@ def cpu_slowdown(reference_s=PROBE_REFERENCE_S, repeats=3):
 # Running a stage
 
 
-def stage_commands(device, work, out):
-    """{stage: argv} of every stage for device "cuda" or "cpu" (sizes from SIZES).
+def stage_commands(device, work, out, gpus=0):
+    """{stage: argv} of every stage for device "cuda" or "cpu" (sizes from SIZES); gpus: how many
+    processes the fsdp stage runs on CUDA (2 gloo processes on the CPU).
 
-    Paths: work/markov (the dataset), work/ddp and work/train (run folders), out (the junit file).
+    Paths: work/markov (the dataset), work/ddp, work/fsdp and work/train (run folders), out (the
+    junit file). "fsdp" is a list of two commands: the run, then its resume.
     """
     size, py = SIZES[device], sys.executable
     data = [f"--dataset={os.path.join(work, 'markov')}", f"--vocab_size={size['vocab_size']}", "--sample_tokens=0",
@@ -151,12 +156,18 @@ def stage_commands(device, work, out):
         train = [py, "train.py", *TINY, "--batch_size=8", "--warmup_iters=5", "--eval_interval=15", "--eval_iters=4",
                  "--log_interval=10", "--learning_rate=1e-2", "--min_lr=1e-3"]
     select = ["-k", "cuda" if device == "cuda" else "cpu and fused_adamw"]  # the CPU cases run in the suite
+    fsdp = [py, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus if device == 'cuda' else 2}",
+            "train.py"]
+    fsdp_dir = f"--out_dir={os.path.join(work, 'fsdp')}"
     return {
         "tests": [py, "-m", "pytest", "-q", "-rs", "tests/test_devices.py",
                   f"--junitxml={os.path.join(out, 'tests.xml')}", *select],
         "ddp": [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py", *TINY,
                 "--batch_size=8", "--max_iters=10", "--eval_interval=10", "--eval_iters=2", "--log_interval=5",
                 f"--compile={device == 'cuda'}", f"--out_dir={os.path.join(work, 'ddp')}", *data],
+        "fsdp": [[*fsdp, *TINY, "--fsdp=True", "--batch_size=8", "--gradient_accumulation_steps=2", "--max_iters=10",
+                  "--eval_interval=5", "--eval_iters=3", "--log_interval=5", fsdp_dir, *data],
+                 [*fsdp, "--init_from=resume", "--max_iters=15", fsdp_dir]],
         "bench": bench,
         "train": [*train, f"--max_iters={size['train_iters']}", f"--out_dir={run_dir}", *data],
         "resume": [py, "train.py", "--init_from=resume", f"--out_dir={run_dir}", f"--max_iters={total}"],
@@ -231,7 +242,8 @@ def mean(values):
 @dataclass
 class Check:
     """What the stages share: the device ("cuda" | "cpu"), SIZES[device], the commands of
-    stage_commands, the output folder, the training run's folder and the dataset's entropy rate."""
+    stage_commands, the output folder, the training run's folder, the dataset's entropy rate and
+    the number of CUDA devices (0 on the CPU)."""
 
     device: str
     size: dict
@@ -239,6 +251,7 @@ class Check:
     out: str
     run_dir: str
     entropy: float
+    gpus: int
 
 
 def stage_tests(check, timeout):
@@ -259,6 +272,30 @@ def stage_ddp(check, timeout):
     result["backend_seen"] = f"(DDP, {backend})" in text
     if result["rc"] == 0 and not result["backend_seen"]:
         result["error"] = f"train.py did not report running under DDP with {backend}"
+    return result
+
+
+def stage_fsdp(check, timeout):
+    from checkpoint import read_log
+
+    if check.device == "cuda" and check.gpus < 2:
+        return {"rc": 0, "seconds": 0, "not_run": f"FSDP2 needs 2 or more GPUs; this machine has {check.gpus}"}
+    t0 = time.perf_counter()
+    result, text = run_command("fsdp", check.commands["fsdp"][0], timeout, check.out)
+    if result["rc"] == 0:
+        result, more = run_command("fsdp_resume", check.commands["fsdp"][1], timeout - result["seconds"], check.out)
+        text += more
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    backend = "nccl" if check.device == "cuda" else "gloo"
+    result["backend_seen"] = f"(FSDP2, {backend})" in text
+    log_path = os.path.join(os.path.dirname(check.run_dir), "fsdp", "log.jsonl")
+    if result["rc"] == 0:
+        rows = read_log(log_path)
+        result["val_loss"] = {r["iter"]: round(r["val_loss"], 4) for r in rows if r["kind"] == "eval"}
+        if not result["backend_seen"]:
+            result["error"] = f"train.py did not report running under FSDP2 with {backend}"
+        elif [r["iter"] for r in rows if r["kind"] == "train"] != list(range(1, 16)):
+            result["error"] = "the log's train iterations are not 1..15 once each after the resume"
     return result
 
 
@@ -313,7 +350,8 @@ def stage_resume(check, timeout):
 
 
 # The stages, in their order: name -> stage(check, timeout) -> result dict (rc, seconds, error, ...).
-STAGES = {"tests": stage_tests, "ddp": stage_ddp, "bench": stage_bench, "train": stage_train, "resume": stage_resume}
+STAGES = {"tests": stage_tests, "ddp": stage_ddp, "fsdp": stage_fsdp, "bench": stage_bench, "train": stage_train,
+          "resume": stage_resume}
 
 
 def run_stages(check, summary, timeouts, budget, t_start):
@@ -352,7 +390,8 @@ def report(summary, judged, entropy, out):
     """The closing table: each stage, each goal, the training run's val losses."""
     print(f"\n{'stage':<8} {'result':<8} {'s':>6}  detail")
     for name, s in summary["stages"].items():
-        print(f"{name:<8} {'ok' if s['ok'] else 'FAILED':<8} {s.get('seconds', 0):>6}  {s.get('error', '')[:100]}")
+        print(f"{name:<8} {'ok' if s['ok'] else 'FAILED':<8} {s.get('seconds', 0):>6}  "
+              f"{s.get('error', s.get('not_run', ''))[:100]}")
     print(f"\n{'goal':<16} {'value':>8}  {'goal':<8} result")
     for g in summary["goals"]:
         verdict = {True: "pass", False: "FAIL", None: "not judged" if not judged else "no value"}[g["pass"]]
@@ -370,7 +409,7 @@ def main(argv):
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                    help="auto: cuda when available, else the CPU-sized run")
     p.add_argument("--budget_s", type=float, default=0,
-                   help="total time for all stages (0: 460 on CUDA, 170 on CPU times its measured slowdown)")
+                   help="total time for all stages (0: 520 on CUDA, 190 on CPU times its measured slowdown)")
     p.add_argument("--work", default="", help="folder for the dataset and checkpoints (default: a temporary one, removed)")
     args = p.parse_args(argv)
 
@@ -383,7 +422,7 @@ def main(argv):
     size = SIZES[device]
     slowdown = 1.0 if device == "cuda" else round(cpu_slowdown(), 2)
     timeouts = {name: limit * slowdown for name, limit in size["timeouts"].items()}
-    budget = args.budget_s or (460 if device == "cuda" else 170 * slowdown)
+    budget = args.budget_s or (520 if device == "cuda" else 190 * slowdown)
     args.out = os.path.abspath(args.out)  # the stages run with cwd = the repository
     os.makedirs(args.out, exist_ok=True)
     work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
@@ -412,7 +451,9 @@ def main(argv):
     summary["dataset"] = {"kind": "synthetic Markov chain (written by gpu_check.py)", "n_states": size["n_states"],
                           "vocab_size": size["vocab_size"],
                           "train_tokens": size["n_train"], "entropy_rate": round(entropy, 4)}
-    check = Check(device, size, stage_commands(device, work, args.out), args.out, os.path.join(work, "train"), entropy)
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    check = Check(device, size, stage_commands(device, work, args.out, gpus), args.out, os.path.join(work, "train"),
+                  entropy, gpus)
     if device == "cuda":
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(work, "inductor"))  # bench warms train
     run_stages(check, summary, timeouts, budget, t_start)

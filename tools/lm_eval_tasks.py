@@ -38,7 +38,7 @@ import json
 
 import numpy as np
 
-from checkpoint import load_checkpoint
+from checkpoint import checkpoint_in, load_checkpoint
 from configurator import UserError, cli, folder_problem
 from dataset import codec_kind, dataset_dir, hf_tokenizer, make_codec
 
@@ -131,7 +131,7 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
     problem = folder_problem(tasks_dir)
     if problem:
         raise UserError(f"--tasks_dir={tasks_dir}: {problem}")
-    ckpt = load_checkpoint(os.path.join(out_dir, "ckpt.pt"))
+    ckpt = load_checkpoint(checkpoint_in(out_dir))
     docs, prefix, encode = held_out_docs(ckpt, max_docs, doc_chars)
     block = ckpt["config"]["block_size"]
     items = next_line_items(docs, n_items, context_lines, seed, fits=lambda text: len(encode(text)) < block)
@@ -154,8 +154,8 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
     if not os.path.isfile(os.path.join(export_dir, "config.json")):
         print(f"note: no export in {export_dir} yet: python -m tools.export --out_dir={out_dir} writes it (the "
               f"command below runs on it)")
-    elif os.path.getmtime(os.path.join(export_dir, "config.json")) < os.path.getmtime(os.path.join(out_dir, "ckpt.pt")):
-        print(f"note: {export_dir} is older than {out_dir}/ckpt.pt (the run went on since): export it again, into "
+    elif os.path.getmtime(os.path.join(export_dir, "config.json")) < os.path.getmtime(checkpoint_in(out_dir)):
+        print(f"note: {export_dir} is older than {checkpoint_in(out_dir)} (the run went on since): export it again, into "
               f"another --export_dir, to evaluate the checkpoint as it is now")
     args = f"pretrained={export_dir},dtype=float32"
     if os.path.exists(os.path.join(export_dir, "modeling_scalevec.py")) or not os.path.isdir(export_dir):
@@ -168,7 +168,8 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out_dir", default="out-shakespeare-char", help="the run's folder (ckpt.pt; its export in hf/)")
+    p.add_argument("--out_dir", default="out-shakespeare-char",
+                   help="the run's folder (its checkpoint; its export in hf/)")
     p.add_argument("--tasks_dir", default=None, help="where the tasks go (default: <out_dir>/lm_eval)")
     p.add_argument("--max_docs", type=int, default=100, help="held-out documents in scalevec_val")
     p.add_argument("--items", type=int, default=200, help="items of scalevec_next_line")

@@ -1,0 +1,216 @@
+"""FSDP2 (--fsdp=True) on CPU with gloo: the same run as one process and as DDP, a sharded
+checkpoint (ckpt.dcp) that resumes exactly, into another mode or number of processes, and that
+sample.py and export read; and the refusals and the crash-safe save around it.
+
+The torchrun cases are marked slow (about a minute on 2 cores)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import configurator
+from checkpoint import checkpoint_path, clean_stale, load_checkpoint, load_model, save_checkpoint
+from configurator import UserError
+from conftest import ROOT
+from ops import check_config
+from test_ddp import torchrun
+from test_train import cli, make_dataset, read_log, tiny_args
+
+K = 4  # optimizer steps
+# a constant LR after warmup: a run stopped at K / 2 and resumed to K is the run of K from the start
+COMMON = [f"--max_iters={K}", f"--eval_interval={K // 2}", "--gradient_accumulation_steps=2", "--n_layer=2",
+          "--eval_iters=3", "--lr_schedule=constant"]  # 3 val batches: one rank runs an extra, uncounted forward
+
+
+def common(*extra):
+    """COMMON with extra's keys given as extra says."""
+    keys = {a.split("=", 1)[0] for a in extra}
+    return [a for a in COMMON if a.split("=", 1)[0] not in keys] + list(extra)
+
+
+def weights(out_dir):
+    """The final weights of the run in out_dir, whole, from ckpt.pt or ckpt.dcp (load_model)."""
+    model, _ = load_model(os.path.join(out_dir, "ckpt.dcp" if os.path.exists(os.path.join(out_dir, "ckpt.dcp"))
+                                       else "ckpt.pt"))
+    return model.state_dict()
+
+
+def assert_close_weights(a, b, rtol=1e-4):
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=rtol, atol=1e-5, msg=name)
+
+
+def evals(out_dir):
+    return [(r["iter"], r["val_loss"]) for r in read_log(out_dir) if r["kind"] == "eval"]
+
+
+def train_in_one_process(*args):
+    proc = cli(*map(str, args))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def train_in_two(*args):
+    proc = torchrun(2, "train.py", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """K steps of the same run: FSDP2 over 2 processes, 1 process, DDP over 2; and FSDP2 stopped
+    at K / 2 then resumed to K."""
+    tmp = tmp_path_factory.mktemp("fsdp")
+    ds = make_dataset(tmp / "ds")
+    out = {name: tmp / name for name in ("fsdp", "one", "ddp", "fsdp_resumed")}
+    train_in_two(*tiny_args(ds, out["fsdp"], *COMMON, "--fsdp=True"))
+    train_in_one_process(*tiny_args(ds, out["one"], *COMMON))
+    train_in_two(*tiny_args(ds, out["ddp"], *COMMON))
+    train_in_two(*tiny_args(ds, out["fsdp_resumed"], *common("--fsdp=True", f"--max_iters={K // 2}")))
+    train_in_two("--init_from=resume", f"--out_dir={out['fsdp_resumed']}", f"--max_iters={K}")
+    return SimpleNamespace(ds=ds, out=out, tmp=tmp)
+
+
+@pytest.mark.slow
+def test_fsdp_writes_a_sharded_checkpoint_and_no_ckpt_pt(runs):
+    folder = runs.out["fsdp"] / "ckpt.dcp"
+    assert sorted(os.listdir(folder)) == [".metadata", "__0_0.distcp", "__1_0.distcp", "run.pt"]
+    assert not (runs.out["fsdp"] / "ckpt.pt").exists()
+    ckpt = load_checkpoint(str(folder))
+    assert ckpt["iter"] == K and ckpt["config"]["fsdp"] is True
+
+
+@pytest.mark.slow
+def test_two_fsdp_processes_match_one_process_and_ddp(runs):
+    fsdp = weights(runs.out["fsdp"])
+    assert_close_weights(fsdp, weights(runs.out["one"]))
+    assert_close_weights(fsdp, weights(runs.out["ddp"]))
+    for ours, theirs in zip(evals(runs.out["fsdp"]), evals(runs.out["one"])):
+        assert ours[0] == theirs[0] and ours[1] == pytest.approx(theirs[1], rel=1e-5)
+    assert len(evals(runs.out["fsdp"])) == 3  # iterations 0, K/2, K
+
+
+@pytest.mark.slow
+def test_a_resumed_fsdp_run_is_the_uninterrupted_one(runs):
+    straight, resumed = read_log(runs.out["fsdp"]), read_log(runs.out["fsdp_resumed"])
+    trained = [r for r in resumed if r["kind"] != "resume"]  # the resume row records the new max_iters
+    assert [(r["kind"], r["iter"], r.get("loss"), r.get("val_loss")) for r in trained] == \
+        [(r["kind"], r["iter"], r.get("loss"), r.get("val_loss")) for r in straight]
+    a, b = weights(runs.out["fsdp"]), weights(runs.out["fsdp_resumed"])
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_checkpoints_resume_across_modes_and_process_counts(runs):
+    """FSDP2's ckpt.dcp resumed in one process without FSDP, and one process's ckpt.pt resumed by
+    FSDP2 over 2 processes, each K more steps: both equal the one-process run resumed the same way."""
+    copies = {name: runs.tmp / f"{name}_more" for name in ("fsdp", "one", "one_to_fsdp")}
+    for name, source in (("fsdp", "fsdp"), ("one", "one"), ("one_to_fsdp", "one")):
+        shutil.copytree(runs.out[source], copies[name])
+    more = [f"--max_iters={2 * K}", "--init_from=resume"]
+    train_in_one_process(*more, f"--out_dir={copies['fsdp']}", "--fsdp=False")
+    train_in_one_process(*more, f"--out_dir={copies['one']}")
+    train_in_two(*more, f"--out_dir={copies['one_to_fsdp']}", "--fsdp=True")
+    reference = weights(copies["one"])
+    for name in ("fsdp", "one_to_fsdp"):
+        assert_close_weights(weights(copies[name]), reference)
+        assert [i for i, _ in evals(copies[name])] == [0, K // 2, K, K + K // 2, 2 * K]
+    # a save removes the other form: one checkpoint per out_dir
+    assert os.listdir(copies["fsdp"]).count("ckpt.dcp") == 0 and (copies["fsdp"] / "ckpt.pt").exists()
+    assert not (copies["one_to_fsdp"] / "ckpt.pt").exists() and (copies["one_to_fsdp"] / "ckpt.dcp").is_dir()
+
+
+@pytest.mark.slow
+def test_sample_and_export_read_a_sharded_checkpoint(runs, tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "sample.py"), f"--out_dir={runs.out['fsdp']}",
+                           "--max_new_tokens=5", "--num_samples=1", "--start=a"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("a"), proc.stderr[-2000:]
+    pytest.importorskip("transformers")
+    export_dir = tmp_path / "hf"
+    proc = subprocess.run([sys.executable, "-m", "tools.export", f"--out_dir={runs.out['fsdp']}",
+                           f"--export_dir={export_dir}"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "largest logit difference" in proc.stdout and (export_dir / "config.json").exists()
+
+
+@pytest.mark.slow
+def test_moe_under_fsdp_matches_one_process(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    moe = [*COMMON, "--n_experts=4", "--top_k=2"]
+    train_in_two(*tiny_args(ds, tmp_path / "fsdp", *moe, "--fsdp=True"))
+    train_in_one_process(*tiny_args(ds, tmp_path / "one", *moe))
+    assert_close_weights(weights(tmp_path / "fsdp"), weights(tmp_path / "one"))
+
+
+# -----------------------------------------------------------------------------
+# Without torchrun
+
+
+def test_fsdp_without_torchrun_is_one_line(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    proc = cli(*tiny_args(ds, tmp_path / "out", "--fsdp=True"))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: fsdp=True shards the model over torchrun's processes: launch with `torchrun")
+    assert proc.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_fsdp_refuses_an_optimizer_that_needs_whole_matrices():
+    cfg = {**configurator.DEFAULTS, "vocab_size": 65, "fsdp": True, "optimizer": "muon"}
+    with pytest.raises(UserError, match=r"optimizer='muon' cannot step FSDP2's sharded parameters .* "
+                                        r"use --optimizer=adamw with --fsdp=True, or DDP \(--fsdp=False\)"):
+        check_config(cfg)
+    check_config({**cfg, "optimizer": "adamw"})  # AdamW's update is per element: accepted
+
+
+def test_a_save_cut_between_its_renames_keeps_the_old_checkpoint(tmp_path):
+    """The sharded save swaps folders in two renames (old -> .old, tmp -> ckpt.dcp): a kill between
+    them leaves ckpt.dcp.old and a finished ckpt.dcp.tmp; the next start takes the old one back (the
+    new one was never confirmed), and a kill during the write leaves only a .tmp, which goes."""
+    dcp = checkpoint_path(str(tmp_path), fsdp=True)
+    for folder, it in ((dcp + ".old", 2), (dcp + ".tmp", 4)):
+        os.makedirs(folder)
+        save_checkpoint(os.path.join(folder, "run.pt"), {"config": {}, "iter": it, "layout": []})
+    clean_stale(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.dcp"] and load_checkpoint(dcp)["iter"] == 2
+    os.makedirs(dcp + ".tmp")
+    clean_stale(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.dcp"]
+
+
+def test_a_sharded_folder_without_its_run_file_is_one_line(tmp_path):
+    os.makedirs(tmp_path / "ckpt.dcp")
+    with pytest.raises(UserError, match=r"no checkpoint at .*ckpt.dcp/run.pt"):
+        load_checkpoint(str(tmp_path / "ckpt.dcp"))
+
+
+def test_a_checkpoint_from_before_the_magnitude_was_a_vector_resumes_exactly(tmp_path):
+    """OR/ER magnitudes were 0-d tensors until FSDP2 (which shards no 0-d tensor) made them (1,):
+    an older checkpoint, its magnitudes and their AdamW moments 0-d, resumes to the same run."""
+    ds = make_dataset(tmp_path / "ds")
+    straight, cut = tmp_path / "straight", tmp_path / "cut"
+    train_in_one_process(*tiny_args(ds, straight, *COMMON))
+    train_in_one_process(*tiny_args(ds, cut, *common(f"--max_iters={K // 2}")))
+    path = str(cut / "ckpt.pt")
+    ckpt = torch.load(path, weights_only=True)
+    names = [k for k in ckpt["model"] if k.endswith("magnitude")]
+    assert names, "the default run has OR magnitudes"
+    for k in names:
+        ckpt["model"][k] = ckpt["model"][k].reshape(())
+    scalars = 0
+    for state in ckpt["optimizers"]:
+        for moments in state["state"].values():
+            for key in ("exp_avg", "exp_avg_sq"):
+                if moments[key].shape == (1,):
+                    moments[key], scalars = moments[key].reshape(()), scalars + 1
+    assert scalars == 2 * len(names)
+    save_checkpoint(path, ckpt)
+    train_in_one_process("--init_from=resume", f"--out_dir={cut}", f"--max_iters={K}")
+    a, b = weights(straight), weights(cut)
+    assert all(torch.equal(a[k], b[k]) for k in a)
