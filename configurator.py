@@ -512,31 +512,45 @@ def memory_limit(device):
         return None
 
 
+def state_bytes(params, fsdp, world):
+    """Bytes per process of the float32 weights, gradients and AdamW's two moments: 16 a parameter,
+    split over the `world` processes under FSDP2 (fsdp), whole on each under DDP."""
+    return 16 * params / (world if fsdp else 1)
+
+
 def check_memory(cfg):
     """UserError, one line with the estimate, when the float32 weights, gradients and AdamW states
-    (~16 bytes a parameter) and one micro-batch's activations and logits (estimate_size) cannot fit
-    in the memory the run trains in (per device: a micro-batch is per process). Names the largest
-    batch_size that fits when a smaller micro-batch is the fix."""
+    (state_bytes: ~16 bytes a parameter, over WORLD_SIZE under fsdp) and one micro-batch's
+    activations and logits (estimate_size) cannot fit in the memory the run trains in (per device:
+    a micro-batch is per process). Names the largest batch_size that fits when a smaller
+    micro-batch is the fix, and --fsdp=True with the processes it needs when sharding is."""
     params, activations = estimate_size(cfg)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    state = state_bytes(params, cfg.get("fsdp"), world)
     limit = memory_limit(cfg["device"])
-    if limit is None or 16 * params + activations <= limit[0]:
+    if limit is None or state + activations <= limit[0]:
         return
     gb = lambda b: f"{b / GB:.3g}" if b < 10**300 else "inf"  # noqa: E731
-    need = f"about {gb(16 * params)} GB for float32 weights, gradients and AdamW states and {gb(activations)} GB " \
-        f"of activations and logits for a micro-batch of batch_size={cfg['batch_size']} x " \
+    sharded = f" (sharded over {world} processes)" if cfg.get("fsdp") and world > 1 else ""
+    need = f"about {gb(state)} GB for float32 weights, gradients and AdamW states{sharded} and {gb(activations)} " \
+        f"GB of activations and logits for a micro-batch of batch_size={cfg['batch_size']} x " \
         f"block_size={cfg['block_size']} tokens"
-    fits = int((limit[0] - 16 * params) / (activations / cfg["batch_size"])) if 16 * params < limit[0] else 0
+    fits = int((limit[0] - state) / (activations / cfg["batch_size"])) if state < limit[0] else 0
+    room = limit[0] - activations / cfg["batch_size"]  # beside a micro-batch of one sequence
+    shards = math.ceil(16 * params / room) if room > 0 and 16 * params / room < 1e6 else 0
+    shard = f", or shard them with --fsdp=True under torchrun over {shards} or more processes (GPUs)" \
+        if shards > max(world, 1) else ""
     if fits >= 1:
         keep = max(1, cfg["batch_size"] // fits)
         raise UserError(f"{need}, more than the {gb(limit[0])} GB of {limit[1]}: use --batch_size={fits} or less "
                         f"(--gradient_accumulation_steps={cfg['gradient_accumulation_steps'] * keep} keeps about "
-                        f"the same tokens per iteration)")
+                        f"the same tokens per iteration){shard}")
     heads = ("n_head", "n_kv_head", "head_dim") if cfg.get("n_kv_head") or cfg.get("head_dim") else ()
     size = ", ".join(f"{k}={cfg[k]}" for k in ("n_layer", "n_embd", *heads, "d_ff", "vocab_size", "n_experts",
                                                "expert_d_ff") if cfg[k])
     raise UserError(f"{size}: about {gb(params)} billion parameters need {need}, more than the {gb(limit[0])} GB of "
                     f"{limit[1]}: lower --n_embd, --n_layer, --d_ff or --n_experts"
-                    + (" (or the heads' widths)" if heads else ""))
+                    + (" (or the heads' widths)" if heads else "") + shard)
 
 
 def complete(cfg):

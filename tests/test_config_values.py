@@ -2,6 +2,7 @@
 refusal; config files that exit; keys repeated on the command line."""
 
 import glob
+import math
 import re
 import os
 from types import SimpleNamespace
@@ -213,3 +214,21 @@ def test_the_memory_check_counts_activations_and_logits_and_names_a_batch_that_f
     fits = int(re.search(r"--batch_size=(\d+)", str(e.value))[1])
     assert fits == int((8e9 - 16 * params) / (activations / 256))
     check_config({**cfg, "batch_size": fits})
+
+
+def test_a_model_past_one_device_is_told_how_many_fsdp_processes_hold_it(monkeypatch):
+    """Weights, gradients and AdamW states that no micro-batch fits beside under DDP name --fsdp=True
+    with the processes whose shards (16 bytes a parameter over N) fit; with that many it passes."""
+    monkeypatch.setattr(configurator, "memory_limit", lambda device: (4e9, "a GPU of 4 GB"))
+    cfg = {**DEFAULTS, "n_layer": 24, "n_embd": 1024, "n_head": 16, "vocab_size": 50304, "batch_size": 4}
+    params, activations = estimate_size(cfg)
+    need = math.ceil(16 * params / (4e9 - activations / 4))
+    assert 16 * params > 4e9 and need > 1  # ~0.35B parameters: ~5.6 GB of state
+    with pytest.raises(UserError, match=rf"shard them with --fsdp=True under torchrun over {need} or more processes"):
+        check_config(cfg)
+    monkeypatch.setenv("WORLD_SIZE", str(need))
+    with pytest.raises(UserError, match=r"more than the 4 GB of a GPU of 4 GB"):  # DDP: a whole copy per GPU
+        check_config(cfg)
+    with pytest.raises(UserError, match=r"sharded over"):  # still a micro-batch of 4 too many
+        check_config({**cfg, "fsdp": True, "batch_size": 64})
+    check_config({**cfg, "fsdp": True, "batch_size": 1})
