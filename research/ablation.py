@@ -20,7 +20,13 @@ An ablation file (plain Python, configs/ablations/) sets
                      runs at it, and a best at the grid's smallest or largest multiplier is
                      not chosen (the table runs wait: extend lr_multipliers)
     tune_setting     with tuning_seeds: the setting whose sweep chooses the LR of every setting
-                     (e.g. one token budget for all); default: each setting its own
+                     (e.g. one token budget for all), or {setting: the setting whose sweep chooses
+                     its LR} (a ladder: each optimizer's smallest rung for its larger ones); a
+                     setting it does not name chooses its own; default: each setting its own
+    ladders          {name: [setting, ...]}: settings of growing size (a ladder of model sizes at
+                     one optimizer and tokens per parameter, >= 3) over which plot.py fits the
+                     first variant's final loss against training compute (FLOPs) for the compute
+                     multiplier of the others
     planned_seeds    n: only seeds[:n] were planned before any result was seen; the later ones
                      were added after a look (sequential testing), and plot.py marks each verdict
                      that uses them as nominal, beside the verdict of the planned seeds alone
@@ -53,7 +59,7 @@ from ops import check_config, inert_keys, resolve_device
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
 OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
-            "planned_seeds": 0, "tuning_seeds": [], "tune_setting": ""}
+            "planned_seeds": 0, "tuning_seeds": [], "tune_setting": "", "ladders": {}}
 DIRECTIONS = ("lower", "higher")
 LR_KEYS = ("learning_rate", "min_lr", "muon_lr")
 ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
@@ -78,7 +84,8 @@ def load_ablation(path):
               "lr_multipliers": ((list, tuple), "a list of numbers, e.g. [0.5, 2]"), "tune_lr": (bool, "True or False"),
               "iter_multipliers": (dict, "{variant: [multipliers]}"), "planned_seeds": (int, "a count, e.g. 5"),
               "tuning_seeds": ((list, tuple), "a list of ints, e.g. [101, 102]"),
-              "tune_setting": (str, "a setting's name")}
+              "tune_setting": ((str, dict), "a setting's name, or {setting: setting}"),
+              "ladders": (dict, "{name: [setting, ...]}")}
     for key, (kind, example) in shapes.items():
         if not isinstance(spec[key], kind):
             raise UserError(f"{path}: {key} = {spec[key]!r} is of type {type(spec[key]).__name__}; write {example}")
@@ -117,9 +124,18 @@ def load_ablation(path):
                    or len(set(tuners)) != len(tuners) or set(tuners) & set(seeds)):
         raise UserError(f"{path}: tuning_seeds = {tuners!r}: with tune_lr = True, a list of distinct ints "
                         f"none of which is in seeds")
-    if spec["tune_setting"] and (not tuners or spec["tune_setting"] not in spec["settings"]):
-        raise UserError(f"{path}: tune_setting = {spec['tune_setting']!r}: name one of {list(spec['settings'])}, "
-                        f"with tuning_seeds")
+    named = spec["tune_setting"].items() if isinstance(spec["tune_setting"], dict) else \
+        [(s, spec["tune_setting"]) for s in spec["settings"] if spec["tune_setting"]]
+    for setting, tuner in named:
+        if not tuners or setting not in spec["settings"] or tuner not in spec["settings"] \
+                or tuning_setting(spec, tuner) != tuner:
+            raise UserError(f"{path}: tune_setting = {spec['tune_setting']!r}: name one of {list(spec['settings'])} "
+                            f"(or map settings to those, each of which tunes itself), with tuning_seeds")
+    for name, ladder in spec["ladders"].items():
+        if not (isinstance(ladder, (list, tuple)) and len(set(ladder)) == len(ladder) >= 3
+                and set(ladder) <= set(spec["settings"])):
+            raise UserError(f"{path}: ladders[{name!r}] = {ladder!r}: write a list of 3 or more settings of "
+                            f"{list(spec['settings'])}, smallest model first")
     spec["base"] = os.path.join(ROOT, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
     if not os.path.isfile(spec["base"]):
         raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")
@@ -203,12 +219,18 @@ def tuning_seeds(spec):
     return list(spec["tuning_seeds"]) or spec["seeds"][:1]
 
 
+def tuning_setting(spec, setting):
+    """The setting whose LR sweep chooses `setting`'s LR (tune_setting), setting itself by default."""
+    named = spec["tune_setting"]
+    return (named.get(setting, setting) if isinstance(named, dict) else named) or setting
+
+
 def lr_choice(spec, setting, variant, records):
     """(multiplier, why): the LR multiplier with the lowest mean final val loss over the tuning
     seeds, in tune_setting's sweep if one is named, else this setting's; (None, "sweep") until
     every sweep run is recorded; with tuning_seeds, (None, "edge") when the best is the grid's
     smallest or largest multiplier (the optimum may lie beyond: extend lr_multipliers)."""
-    sweep_setting = spec["tune_setting"] or setting
+    sweep_setting = tuning_setting(spec, setting)
     finals = {}
     for m in spec["lr_multipliers"]:
         recs = [(records or {}).get(run_config(spec, sweep_setting, variant, s, m)[1]) for s in tuning_seeds(spec)]
@@ -232,11 +254,12 @@ def plan(spec, out_root, records=None):
     chosen LR, 1x tokens). Under tune_lr, before the LR sweep is recorded, seeds[1:] are
     placeholders with waiting=True. records: {hash: record} (load_records)."""
     runs, seeds, table = [], spec["seeds"], table_seeds(spec)
+    sweeps = {tuning_setting(spec, s) for s in spec["settings"]}
     for setting in spec["settings"]:
         for variant in spec["variants"]:
             chosen, why = lr_choice(spec, setting, variant, records) if spec["tune_lr"] else (1.0, "")
             jobs = [] if spec["tune_lr"] else [(s, 1.0, 1.0) for s in seeds]
-            if spec["tune_setting"] in ("", setting):
+            if setting in sweeps:
                 jobs += [(s, m, 1.0) for s in tuning_seeds(spec) for m in spec["lr_multipliers"]]
             if spec["tune_lr"] and chosen is not None:
                 jobs += [(s, chosen, 1.0) for s in table]

@@ -89,7 +89,7 @@ import torch  # noqa: E402
 from model import GPT, model_config  # noqa: E402
 from optim import lr_multiplier  # noqa: E402
 from research.ablation import (ROOT, load_ablation, load_records, lr_choice, plan,  # noqa: E402
-                               planned_table_seeds, tuning_seeds)
+                               planned_table_seeds, tuning_setting, tuning_seeds)
 from research.stats import (bh_adjust, fit_power_law, fmt_ci, interpolated_tokens, mean_ci,  # noqa: E402
                             paired_t_p, tokens_to_reach, verdict)
 from checkpoint import read_log  # noqa: E402
@@ -101,6 +101,18 @@ from configurator import UserError, cli  # noqa: E402
 
 def final_val(rec):
     return rec["final"]["val_loss"]
+
+
+def train_flops(config):
+    """Training FLOPs of a run: its model's FLOPs per token (forward and backward, attention
+    included: GPT.flops_per_token, meta device) times its tokens; None for a config model.py rejects."""
+    cfg = dict(config)
+    cfg["vocab_size"] = cfg["vocab_size"] or 80
+    try:
+        with torch.device("meta"):
+            return GPT(model_config(cfg)).flops_per_token() * run_tokens(cfg)
+    except UserError:
+        return None
 
 
 def param_count(config):
@@ -334,7 +346,8 @@ def decay_caption(decayed):
 
 
 def tables(spec, results):
-    """Markdown: a results table per setting, the extra comparisons, the LR sweep, the compute multiplier."""
+    """Markdown: a results table per setting, the extra comparisons, the LR sweep, the token multiplier,
+    the compute multiplier along each ladder."""
     variants, base = list(spec["variants"]), list(spec["variants"])[0]
     rows = {(c["setting"], c["variant"], c["reference"]): c for c in comparisons(spec, results)}
     out = [f"**{spec['claim']}** (`{spec['name']}`; seeds {', '.join(map(str, spec['seeds']))})", "",
@@ -385,6 +398,8 @@ def tables(spec, results):
         out += lr_table(spec, results)
     if spec["iter_multipliers"]:
         out += multiplier_table(spec, results)
+    if spec["ladders"]:
+        out += ladder_table(spec, results)
     return "\n".join(out)
 
 
@@ -533,7 +548,7 @@ def lr_table(spec, results):
 
 
 def tuning_lr_table(spec, results):
-    """Markdown: the LR sweep on the tuning seeds, in tune_setting (or per setting when none is named):
+    """Markdown: the LR sweep on the tuning seeds, in each setting whose sweep chooses an LR (tune_setting):
     per variant and multiplier the mean final val loss over the tuning seeds, then each seed's (a mean
     only once every tuning seed is recorded); the multiplier ablation.lr_choice chooses, in bold and in
     the `chosen` column, or "edge: extend lr_multipliers" when lr_choice finds the lowest mean at the
@@ -541,9 +556,13 @@ def tuning_lr_table(spec, results):
     shown (those of the tables' training mode)."""
     mults, variants, tuners = sorted(spec["lr_multipliers"]), list(spec["variants"]), tuning_seeds(spec)
     base, out = variants[0], []
-    for setting in [spec["tune_setting"]] if spec["tune_setting"] else list(spec["settings"]):
-        serves = (f"for every setting ({', '.join(f'`{s}`' for s in spec['settings'])})" if spec["tune_setting"]
-                  else "for this setting")
+    chooses = {}  # sweep setting -> the settings its choice serves
+    for s in spec["settings"]:
+        chooses.setdefault(tuning_setting(spec, s), []).append(s)
+    for setting, served in chooses.items():
+        serves = "for this setting" if served == [setting] else \
+            f"for {'every setting' if len(served) == len(spec['settings']) else 'the settings'} " \
+            f"({', '.join(f'`{s}`' for s in served)})"
         out += [f"LR sweep, `{setting}`, tuning seeds {', '.join(map(str, tuners))} (LR keys scaled by the "
                 f"multiplier; each cell: the mean final val loss over the tuning seeds, then per seed). Each "
                 f"variant runs at the multiplier of its lowest mean (in bold) {serves}, with every seed of the "
@@ -675,6 +694,92 @@ def multiplier_table(spec, results):
             out.append(f"| {v} | {', '.join('-' if m is None else f'{m:.3f}' for m in read)} | {read_txt} | "
                        f"{', '.join(f'{m:.3f}' for m in vals)} | {fitted_txt} | {'; '.join(note) or '-'} | "
                        f"{wall_txt} |")
+        out.append("")
+    return out
+
+
+# The paper's regime for its compute multiplier: about 100 (BPE) tokens per parameter.
+PAPER_TPP = (80, 125)
+
+
+def ladder_fit(spec, results, ladder):
+    """The compute multiplier along a ladder (spec["ladders"][ladder]: settings of growing size).
+
+    Per seed, the reference's (first variant's) final loss at each rung against its training compute
+    C (train_flops) is fitted by L(C) = E + A C^-alpha (stats.fit_power_law, as the token multiplier's
+    fit); a variant's multiplier at a rung is C_ref(L_variant) / C_variant (the compute the reference
+    needs to reach the variant's loss over the variant's own), divided by the same ratio for the
+    reference's own run at that rung, so the reference scores exactly 1. Returns (reference, {seed: fit
+    or error text}, {seed: (lowest, highest) compute of the reference's rungs}, {variant: {setting:
+    {seed: (multiplier, compute needed)}}}, tokens per parameter per rung)."""
+    ref, settings = list(spec["variants"])[0], spec["ladders"][ladder]
+    fits, span, points = {}, {}, {}
+    seeds = sorted({seed for st in settings for seed in results[(st, ref)]["seeds"]})
+    for seed in seeds:
+        pts = sorted((train_flops(results[(st, ref)]["seeds"][seed]["config"]), final_val(results[(st, ref)]["seeds"][seed]))
+                     for st in settings if seed in results[(st, ref)]["seeds"])
+        points[seed] = pts
+        span[seed] = (pts[0][0], pts[-1][0])
+        try:
+            fits[seed] = fit_power_law(*zip(*pts)) if len(pts) >= 3 else f"{len(pts)} rungs recorded"
+        except ValueError as e:
+            fits[seed] = str(e)
+    per_variant = {}
+    for v in (v for v in spec["variants"] if v != ref):
+        for st in settings:
+            for seed, rec in results[(st, v)]["seeds"].items():
+                own = results[(st, ref)]["seeds"].get(seed)
+                if not isinstance(fits.get(seed), tuple) or own is None:
+                    continue
+                need = tokens_to_reach(fits[seed], final_val(rec))
+                norm = tokens_to_reach(fits[seed], final_val(own)) / train_flops(own["config"])
+                per_variant.setdefault(v, {}).setdefault(st, {})[seed] = (need / train_flops(rec["config"]) / norm,
+                                                                          need)
+    tpp = {st: run_tokens(results[(st, ref)]["config"]) / results[(st, ref)]["params"]
+           for st in settings if results[(st, ref)]["config"] and results[(st, ref)]["params"]}
+    return ref, fits, span, per_variant, tpp
+
+
+def ladder_table(spec, results):
+    """Markdown: per ladder, the fit and each variant's compute multiplier per rung and over the rungs
+    (ladder_fit); called the paper's quantity only where every rung is at its regime (PAPER_TPP, BPE)."""
+    out = []
+    for ladder, settings in spec["ladders"].items():
+        ref, fits, span, per_variant, tpp = ladder_fit(spec, results, ladder)
+        cfg = results[(settings[0], ref)]["config"] or {}
+        paper = unit(cfg) == "tokens" and len(tpp) == len(settings) and \
+            all(PAPER_TPP[0] <= t <= PAPER_TPP[1] for t in tpp.values())
+        regime_txt = ", ".join(f"`{st}` {t:.3g}" for st, t in tpp.items())
+        what = ("the paper's compute multiplier (its regime: about 100 tokens per parameter)" if paper else
+                f"a compute multiplier, not the paper's quantity (its regime is about 100 BPE tokens per parameter; "
+                f"these rungs: {regime_txt or 'no config yet'} {unit(cfg)} per parameter)")
+        out += [f"Ladder `{ladder}` ({', '.join(f'`{s}`' for s in settings)}): {what}. Per seed, `{ref}`'s final "
+                f"loss at each rung against its training compute C (FLOPs per token x tokens) is fitted by "
+                f"L(C) = E + A C^-alpha; a variant's multiplier at a rung is the compute `{ref}` needs to reach "
+                f"the variant's loss over the variant's compute, divided by the same ratio for `{ref}`'s own run "
+                f"there (> 1: the variant is more compute-efficient). With n rungs the fit has n - 3 degrees of "
+                f"freedom.", ""]
+        for seed in sorted(fits):
+            f = fits[seed]
+            out.append(f"- seed {seed}: " + (f"E = {f[0]:.4f}, A = {f[1]:.4g}, alpha = {f[2]:.3f}"
+                                             if isinstance(f, tuple) else f"no fit ({f})"))
+        out += ["", "| variant | " + " | ".join(f"`{s}`" for s in settings) + " | mean over rungs | note |",
+                "|---|" + "---|" * len(settings) + "---|---|"]
+        for v, by_setting in per_variant.items():
+            cells, means, outside = [], [], []
+            for st in settings:
+                vals = [m for m, _ in by_setting.get(st, {}).values()]
+                cells.append(", ".join(f"{m:.3f}" for m in vals) or "-")
+                means += vals
+                outside += [st for seed, (_, need) in by_setting.get(st, {}).items()
+                            if not span[seed][0] <= need <= span[seed][1]]
+            finite = all(math.isfinite(m) for m in means)
+            note = "; ".join(filter(None, [
+                "" if finite else "a loss below the fit's floor E: unbounded",
+                f"extrapolated beyond the ladder's compute at {', '.join(f'`{s}`' for s in outside)}" if outside
+                else ""])) or "-"
+            mean = f"{statistics.fmean(means):.3f}" if means and finite else "-"
+            out.append(f"| {v} | " + " | ".join(cells) + f" | {mean} | {note} |")
         out.append("")
     return out
 
@@ -926,6 +1031,33 @@ def plot_fit(spec, results, path):
     plt.close(fig)
 
 
+def plot_ladder(spec, results, path):
+    """Per ladder: each variant's final loss against training compute at each rung, and the
+    reference's fit L(C) = E + A C^-alpha per seed (ladder_fit)."""
+    ladders = list(spec["ladders"])
+    fig, axes = plt.subplots(1, len(ladders), figsize=(6 * len(ladders), 4.5), squeeze=False)
+    for ax, ladder in zip(axes[0], ladders):
+        ref, fits, span, _, _ = ladder_fit(spec, results, ladder)
+        for j, v in enumerate(spec["variants"]):
+            pts = sorted((train_flops(r["config"]), final_val(r)) for st in spec["ladders"][ladder]
+                         for r in results[(st, v)]["seeds"].values())
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "osD^v<>"[j % 7], color=f"C{j % 10}", label=v,
+                    mfc=None if v == ref else "none")
+        for seed, f in fits.items():
+            if isinstance(f, tuple):
+                c = np.geomspace(span[seed][0] * 0.8, span[seed][1] * 1.25, 100)
+                ax.plot(c, f[0] + f[1] * c ** -f[2], "-", color="C0", lw=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("training compute (FLOPs, log)")
+        ax.set_ylabel("final validation loss (nats/token)")
+        ax.set_title(f"{spec['name']}: {ladder}; fit of {ref}: L(C) = E + A C^-alpha", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def draw_gaps(ax, spec, series):
     """Per variant, its paired differences to the baseline at each x (dots: seeds) and their mean
     with a 95% t interval; series: [(variant, [(x, comparison dict with "diffs" and "ci")])]."""
@@ -1056,6 +1188,8 @@ def main(argv):
         plot_scales(spec, results, os.path.join(args.out, f"{spec['name']}_scales.png"))
         if spec["iter_multipliers"]:
             plot_fit(spec, results, os.path.join(args.out, f"{spec['name']}_fit.png"))
+        if spec["ladders"]:
+            plot_ladder(spec, results, os.path.join(args.out, f"{spec['name']}_ladder.png"))
         trend = width_trend(spec, results)
         if trend:
             plot_width(trend, spec, os.path.join(args.out, f"{spec['name']}_width.png"))

@@ -1,7 +1,7 @@
 """An ablation's open runs as Slurm jobs, through submitit (pip install -r requirements-cluster.txt).
 
     python -m research.sweep configs/ablations/c8_unified.py --slurm --partition=gpu --gpus_per_node=8 \\
-        --time=24:00:00 [--nodes=2 --account=A --qos=Q] [--dry_run]
+        --time_min=1440 [--nodes=2 --account=A --qos=Q] [--dry_run]
 
 One job per open run (neither recorded nor queued): a job runs torchrun on each
 node (one node: --standalone; several: c10d rendezvous at the first node's

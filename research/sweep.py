@@ -5,6 +5,7 @@
     python -m research.sweep configs/ablations/*.py --dry_run --parallel=2  # the runs, their state, the open ones' time
     python -m research.plot configs/ablations/c8_unified.py               # then: tables and figures from results/
     python -m research.sweep configs/ablations/c8_unified.py --slurm --partition=gpu --gpus_per_node=8  # as Slurm jobs
+    python -m research.sweep configs/ablations/ladder.py --settings='*_tpp20' --dry_run  # some settings only
 
 The ablation file format, how runs are paired and named, and the records: ablation.py.
 
@@ -22,12 +23,14 @@ if __package__ in (None, ""):  # run by its path (python research/sweep.py): its
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import argparse
+import fnmatch
 import signal
 import statistics
 import subprocess
 import time
 
-from research.ablation import code_state, load_ablation, load_records, plan, record, start_provenance, state
+from research.ablation import (code_state, load_ablation, load_records, plan, record, start_provenance, state,
+                               tuning_seeds, tuning_setting)
 from checkpoint import OutDirInUse, lock_out_dir
 from configurator import UserError, cli, folder_problem
 from ops import StopSignals, fmt_duration
@@ -81,13 +84,19 @@ def launch(run, threads, gpu):
     return proc, log
 
 
-def all_runs(specs, out_root, records):
-    """The runs of several ablations, a run they share (same config hash) once."""
+def all_runs(specs, out_root, records, patterns=()):
+    """The runs of several ablations, a run they share (same config hash) once. patterns (fnmatch,
+    e.g. "*_tpp20"): only the settings they match, with the LR sweeps that choose those settings'
+    LRs (ablation.tuning_setting), wherever those live."""
     runs, seen = [], set()
     for spec in specs:
+        chosen = [s for s in spec["settings"] if not patterns or any(fnmatch.fnmatch(s, p) for p in patterns)]
+        sweeps = {tuning_setting(spec, s) for s in chosen}
         for run in plan(spec, out_root, records):
             key = run["hash"] or run["name"]
-            if key not in seen:
+            keep = run["setting"] in chosen or (run["setting"] in sweeps and run["seed"] in tuning_seeds(spec)
+                                                and not run["main"])
+            if keep and key not in seen:
                 seen.add(key)
                 runs.append({**run, "ablation": spec["name"]})
     return runs
@@ -202,6 +211,8 @@ def main(argv):
     p.add_argument("--parallel", type=int, default=0, help="runs at a time (default: GPUs present, else 1)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / parallel)")
     p.add_argument("--dry_run", action="store_true", help="list the runs and their state; run nothing")
+    p.add_argument("--settings", default="", help="comma-separated patterns (e.g. '*_tpp20'): only the settings "
+                   "they match, with the LR sweeps that choose their LRs")
     slurm.add_flags(p)
     args = p.parse_args(argv)
     if args.slurm:
@@ -216,9 +227,14 @@ def main(argv):
         if problem and not (args.dry_run and os.path.isdir(folder)):  # a dry run writes nothing
             raise UserError(f"{flag}={folder}: {problem}")
     specs = [load_ablation(path) for path in args.ablations]
+    patterns = [p for p in args.settings.split(",") if p]
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatch(s, p) for spec in specs for s in spec["settings"])]
+    if unmatched:
+        raise UserError(f"--settings: {', '.join(map(repr, unmatched))} match no setting of "
+                        f"{', '.join(args.ablations)}: choose from {', '.join(s for sp in specs for s in sp['settings'])}")
     damaged = []  # records that cannot be read: skipped, their runs run again (a new record replaces each)
     records = load_records(args.results, damaged)
-    runs = all_runs(specs, args.out_root, records)
+    runs = all_runs(specs, args.out_root, records, patterns)
     states = [state(r, records) for r in runs]
     counts = {s: states.count(s) for s in ("recorded", "done", "partial", "new", "waiting", "damaged")}
     print(f"{len(runs)} runs: {counts['recorded']} recorded, {counts['done']} finished without a record, "
@@ -261,7 +277,7 @@ def main(argv):
     note = "passing SIGTERM to the running runs: each saves its checkpoint and exits, then the sweep exits"
     with StopSignals(note, repeat_quits=False) as signals:
         while True:  # again after a pass: an LR sweep that finished may unlock its seeds (tune_lr)
-            todo = [r for r in all_runs(specs, args.out_root, records)
+            todo = [r for r in all_runs(specs, args.out_root, records, patterns)
                     if state(r, records) in ("new", "partial") and r["name"] not in skipped]
             if not todo or failed or signals.received:
                 break

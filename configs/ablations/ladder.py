@@ -1,0 +1,68 @@
+# The paper's size ladder on GPUs: baseline vs the paper's unified at 4 dense sizes (0.12B,
+# 0.5B, 1B, 2B) and 3 MoE sizes of the same active parameters, under AdamW + cosine and Muon
+# + WSD, each at about 100 tokens per parameter (the paper's regime) and at 20 (a cheaper
+# first pass). Not for a CPU: `python -m research.ladder configs/ablations/ladder.py` prints
+# every rung's parameters, tokens, iterations, FineWeb subset, FLOPs, GPU-hours and memory
+# per GPU; `python -m research.sweep configs/ablations/ladder.py --settings='*_tpp20' --slurm
+# ...` runs the first pass, `--settings='*_tpp100'` the ladder; plot.py then fits each ladder
+# (the `ladders` below) for the compute multiplier.
+# Shapes: ours (the paper does not give its own), Llama-style: head width 64 (d012, d05) or
+# 128 (d1, d2), SwiGLU at 8/3 n_embd, GPT-2 BPE (50,257 tokens), tied embeddings, context
+# 2048. MoE rungs: the dense rung's layers and width, 8 experts of half its d_ff, top-2, so
+# a token uses the dense rung's parameters (active) out of 2.4-2.8x as many.
+# Tokens per parameter count the parameters a token uses (model.GPT.num_active_params: all
+# of a dense tied model's; for MoE the active ones).
+# Learning rates: tuned on seeds 101 and 102 (never in a table) at the smallest rung and 20
+# tokens per parameter, per optimizer and family (dense, MoE), on a grid whose best must be
+# interior (an edge best makes the table runs wait: extend lr_multipliers); the chosen
+# multiplier then serves every rung of that optimizer and family through the transfer rule:
+# AdamW's LR (learning_rate, also Muon's AdamW part) scales as 1 / n_embd from 6e-4 at width
+# 768 (close to published ladders: Pythia's 6e-4 at 768, 3e-4 at 2048, 1.6e-4 at 2560), with
+# min_lr a tenth of it; Muon's LR (muon_lr) stays 0.02 at every width (its update is scaled
+# to the matrix's shape). One table seed per rung, planned: the ladder's evidence is the fit
+# across rungs, not an interval over seeds.
+claim = "C8 across sizes: the paper's unified is more compute-efficient than the baseline (0.12B-2B, dense and MoE)"
+base = "configs/baseline_124m.py"
+variants = {
+    "baseline": {},
+    "unified": {"branch_scales": True, "mlp_placement": "dual_norm", "reparam": "or", "scale_wd": "iwd"},
+}
+expected = {"unified": "lower"}
+
+_BLOCK = 2048
+# name: (shape, parameters a token uses (checked against the model by tests/test_ladder.py),
+#        sequences per iteration, sequences per micro-step (a GPU's micro-batch))
+_RUNGS = {
+    "d012": ({"n_layer": 12, "n_embd": 768, "n_head": 12}, 123_587_328, 256, 16),
+    "d05": ({"n_layer": 24, "n_embd": 1280, "n_head": 20}, 540_243_200, 512, 8),
+    "d1": ({"n_layer": 18, "n_embd": 2048, "n_head": 16}, 1_013_786_624, 1024, 8),
+    "d2": ({"n_layer": 24, "n_embd": 2560, "n_head": 20}, 2_020_272_640, 1024, 4),
+    "m012": ({"n_layer": 12, "n_embd": 768, "n_head": 12, "n_experts": 8, "top_k": 2, "expert_d_ff": 1024},
+             123_661_056, 256, 16),
+    "m05": ({"n_layer": 24, "n_embd": 1280, "n_head": 20, "n_experts": 8, "top_k": 2, "expert_d_ff": 1728},
+            540_488_960, 512, 8),
+    "m1": ({"n_layer": 18, "n_embd": 2048, "n_head": 16, "n_experts": 8, "top_k": 2, "expert_d_ff": 2752},
+           1_014_081_536, 1024, 4),
+}
+_OPTIMIZERS = {"adamw": {"optimizer": "adamw", "lr_schedule": "cosine"},
+               "muon": {"optimizer": "muon", "lr_schedule": "wsd", "muon_lr": 0.02}}
+
+
+def _setting(optimizer, rung, tpp):
+    shape, active, sequences, micro = _RUNGS[rung]
+    iters = round(tpp * active / (sequences * _BLOCK))
+    lr = 6e-4 * 768 / shape["n_embd"]
+    return {**_OPTIMIZERS[optimizer], **shape, "device": "cuda", "block_size": _BLOCK, "batch_size": micro,
+            "gradient_accumulation_steps": sequences // micro, "max_iters": iters,
+            "warmup_iters": max(250, iters // 100), "eval_interval": max(250, iters // 20),
+            "learning_rate": lr, "min_lr": lr / 10, "compile": "n_experts" not in shape}  # MoE: recompiles
+
+
+settings = {f"{o}_{r}_tpp{t}": _setting(o, r, t) for o in _OPTIMIZERS for t in (20, 100) for r in _RUNGS}
+ladders = {f"{o} {family} {t} tokens/parameter": [f"{o}_{r}_tpp{t}" for r in _RUNGS if r[0] == family[0]]
+           for o in _OPTIMIZERS for family in ("dense", "moe") for t in (20, 100)}
+seeds = [1]
+tuning_seeds = [101, 102]
+lr_multipliers = [0.25, 0.5, 1.0, 2.0, 4.0]
+tune_lr = True
+tune_setting = {name: f"{name.split('_')[0]}_{name.split('_')[1][0]}012_tpp20" for name in settings}

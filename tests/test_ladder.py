@@ -1,0 +1,168 @@
+"""The size ladder: its file (shapes, budgets, LR transfer), its plan (research/ladder.py), the
+compute-multiplier fit across rungs (research/plot.py), and the sweep's --settings selection."""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from configurator import UserError, estimate_size
+from conftest import ROOT
+from model import GPT, model_config
+from research import ablation, plot, sweep
+from research.ladder import plan_table, subset_for
+from test_sweep import fake_rows, write_ablation
+
+LADDER = os.path.join(ROOT, "configs", "ablations", "ladder.py")
+
+
+def test_the_ladder_files_stated_parameters_are_the_models_and_its_budgets_its_labels():
+    spec = ablation.load_ablation(LADDER)
+    rungs = ablation.run_config_file(LADDER)["_RUNGS"]
+    for setting in spec["settings"]:
+        cfg, _ = ablation.run_config(spec, setting, "baseline", 1)
+        with torch.device("meta"):
+            model = GPT(model_config({**cfg, "vocab_size": 50257}))
+        rung = setting.split("_")[1]
+        assert model.num_active_params() == rungs[rung][1], setting  # the file's count is the model's
+        tokens = cfg["max_iters"] * cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
+        label = int(setting.rsplit("_tpp", 1)[1])
+        assert tokens / model.num_active_params() == pytest.approx(label, rel=2e-3), setting
+        assert cfg["gradient_accumulation_steps"] % 16 == 0  # divides among 8 or 16 GPUs
+        # the LR transfer rule: 1 / n_embd from 6e-4 at 768; Muon's LR the same at every width
+        assert cfg["learning_rate"] == pytest.approx(6e-4 * 768 / cfg["n_embd"]) and cfg["min_lr"] == \
+            pytest.approx(cfg["learning_rate"] / 10)
+        if cfg["optimizer"] == "muon":
+            assert cfg["muon_lr"] == 0.02 and cfg["lr_schedule"] == "wsd"
+        # every setting takes its LR from its optimizer's and family's smallest rung at 20 tokens/parameter
+        assert ablation.tuning_setting(spec, setting) == f"{setting.split('_')[0]}_{rung[0]}012_tpp20"
+    for name, settings in spec["ladders"].items():  # one optimizer, family and budget per ladder, smallest first
+        assert len({s.split("_")[0] for s in settings}) == 1 and len({s[-6:] for s in settings}) == 1, name
+        actives = [rungs[s.split("_")[1]][1] for s in settings]
+        assert actives == sorted(actives) and len(settings) >= 3, name
+
+
+def test_the_committed_plan_is_what_the_planning_command_prints():
+    """configs/ablations/ladder.md states the ladder's figures; it is regenerated, never edited."""
+    proc = subprocess.run([sys.executable, "-m", "research.ladder", LADDER], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(os.path.join(ROOT, "configs", "ablations", "ladder.md")) as f:
+        assert f.read() == proc.stdout, "regenerate: python -m research.ladder configs/ablations/ladder.py " \
+                                        "--out=configs/ablations/ladder.md"
+
+
+def test_the_plan_says_which_rung_needs_fsdp_and_how_many_gpus():
+    spec = ablation.load_ablation(LADDER)
+    table = plan_table(spec, 40, 989, 0.4, "assumed").splitlines()  # a 40 GB GPU
+    row = next(line for line in table if line.startswith("| `adamw_d2_tpp100` |"))
+    cfg, _ = ablation.run_config(spec, "adamw_d2_tpp100", "baseline", 1)
+    with torch.device("meta"):
+        total = GPT(model_config({**cfg, "vocab_size": 50257})).num_params()
+    _, activations = estimate_size({**cfg, "vocab_size": 50257})
+    assert 16 * total + activations > 40e9 > activations  # DDP does not fit; shards beside the micro-batch do
+    assert f"| no: --fsdp=True over >= {math.ceil(16 * total / (40e9 - activations))} GPUs |" in row
+    assert "| yes |" in next(line for line in table if line.startswith("| `adamw_d012_tpp100` |"))
+    # GPU-hours: FLOPs over peak x MFU
+    tokens = cfg["max_iters"] * cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
+    with torch.device("meta"):
+        flops = GPT(model_config({**cfg, "vocab_size": 50257})).flops_per_token() * tokens
+    assert f" | {flops / (989e12 * 0.4) / 3600:,.0f} | " in row
+    assert subset_for(9e9) == "sample-10BT" and subset_for(2.02e11) == "sample-350BT" and subset_for(4e11) is None
+
+
+def test_a_missing_or_cpu_gpu_check_summary_is_one_line(tmp_path):
+    from research.ladder import measured_mfu
+    with pytest.raises(UserError, match="not a gpu_check summary.json"):
+        measured_mfu(str(tmp_path / "none.json"))
+    (tmp_path / "s.json").write_text('{"stages": {"train": {"mfu_percent": null}}}')
+    with pytest.raises(UserError, match="measured no MFU"):
+        measured_mfu(str(tmp_path / "s.json"))
+    (tmp_path / "s.json").write_text('{"stages": {"train": {"mfu_percent": 42.5}}}')
+    assert measured_mfu(str(tmp_path / "s.json")) == 0.425
+
+
+# -----------------------------------------------------------------------------
+# The fit across rungs
+
+
+def ladder_file(tmp_path, iters):
+    """Four rungs of growing width; `iters(n_embd)` sets each one's max_iters."""
+    rungs = {f"w{w}": {"n_embd": w, "n_head": 2, "max_iters": iters(w), "warmup_iters": 2, "eval_interval": iters(w)}
+             for w in (16, 32, 48, 64)}
+    return write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': {'reparam': 'or'}}\nexpected = {'unified': 'lower'}\n"
+        f"settings = {rungs!r}\nseeds = [1]\nladders = {{'widths': {list(rungs)!r}}}\n"))
+
+
+E, A, ALPHA = 1.5, 40.0, 0.3
+
+
+def record_law(spec, results, k):
+    """Records whose final losses follow L(C) = E + A C^-alpha: the baseline at its compute C, the
+    other variant as if it had k times its compute (a compute multiplier of exactly k)."""
+    for run in sweep.plan(spec, "runs"):
+        c = plot.train_flops(run["config"]) * (k if run["variant"] != "baseline" else 1)
+        ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], E + A * c ** -ALPHA),
+                                                            spec["name"]))
+
+
+def test_the_ladder_fit_recovers_a_known_compute_multiplier(tmp_path):
+    path = ladder_file(tmp_path, lambda w: 4)
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    record_law(spec, results, k=1.25)
+    collected = plot.collect(spec, sweep.load_records(results))[0]
+    ref, fits, span, per_variant, tpp = plot.ladder_fit(spec, collected, "widths")
+    assert ref == "baseline" and fits[1][2] == pytest.approx(ALPHA, rel=1e-3)
+    for setting in spec["settings"]:
+        assert per_variant["unified"][setting][1][0] == pytest.approx(1.25, rel=1e-3)
+    md = "\n".join(plot.ladder_table(spec, collected))
+    assert "| unified | 1.250 | 1.250 | 1.250 | 1.250 | 1.250 |" in md
+    assert "not the paper's quantity" in md  # 4 iterations of 64 tokens: far below 100 tokens per parameter
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
+    assert (tmp_path / "out" / "tiny_ladder.png").stat().st_size > 0
+
+
+def test_the_ladder_is_called_the_papers_quantity_only_at_its_regime(tmp_path):
+    def iters(width):  # about 100 tokens per parameter: params / 64 tokens per iteration x 100
+        cfg = {**ablation.build_config(sweep.load_ablation(ladder_file(tmp_path / "probe", lambda w: 4)),
+                                       f"w{width}", "baseline", 1), "vocab_size": 40}
+        return round(100 * plot.param_count(cfg) / 64)
+    path = ladder_file(tmp_path, iters)
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    record_law(spec, results, k=1.1)
+    md = "\n".join(plot.ladder_table(spec, plot.collect(spec, sweep.load_records(results))[0]))
+    assert "the paper's compute multiplier (its regime: about 100 tokens per parameter)" in md
+
+
+@pytest.mark.parametrize("line, match", [
+    ("ladders = {'l': ['a', 'b']}", r"ladders\['l'\] = \['a', 'b'\]: write a list of 3 or more settings"),
+    ("ladders = {'l': ['a', 'b', 'nope']}", r"ladders\['l'\]"),
+    ("tune_lr = True\nlr_multipliers = [1, 2]\ntuning_seeds = [9]\ntune_setting = {'b': 'nope'}", "tune_setting"),
+    # a setting that tunes another must tune itself: no chains
+    ("tune_lr = True\nlr_multipliers = [1, 2]\ntuning_seeds = [9]\ntune_setting = {'b': 'a', 'a': 'c'}", "tune_setting"),
+])
+def test_malformed_ladders_and_tuning_maps_are_named(tmp_path, line, match):
+    path = write_ablation(tmp_path, body=("variants = {'baseline': {}, 'unified': {'reparam': 'or'}}\n"
+                                          "settings = {'a': {}, 'b': {}, 'c': {}}\nseeds = [1]\n" + line + "\n"))
+    with pytest.raises(UserError, match=match):
+        sweep.load_ablation(path)
+
+
+def test_a_tuning_map_runs_one_sweep_per_source_and_the_settings_flag_keeps_it(tmp_path, capsys):
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': {'reparam': 'or'}}\n"
+        "settings = {'small': {}, 'big': {'n_embd': 64}, 'other': {'max_iters': 6}}\nseeds = [1]\n"
+        "tune_lr = True\nlr_multipliers = [0.5, 1, 2]\ntuning_seeds = [9]\ntune_setting = {'big': 'small'}\n"))
+    spec = sweep.load_ablation(path)
+    runs = sweep.plan(spec, "runs")
+    sweeps = {r["setting"] for r in runs if r["seed"] == 9}
+    assert sweeps == {"small", "other"}  # big takes small's choice; other, named by nobody, tunes itself
+    assert ablation.tuning_setting(spec, "big") == "small" and ablation.tuning_setting(spec, "other") == "other"
+    picked = sweep.all_runs([spec], "runs", {}, ["big"])
+    assert {(r["setting"], r["seed"]) for r in picked} == {("small", 9), ("big", 1)}  # its LR's sweep comes along
+    with pytest.raises(UserError, match=r"--settings: 'huge' match no setting"):
+        sweep.main([path, "--settings=huge", "--dry_run", f"--results={tmp_path / 'r'}"])
