@@ -1,8 +1,9 @@
-"""Pre-train a scale-vector GPT. Single process, or several with torchrun (DDP).
+"""Pre-train a scale-vector GPT. Single process, or several with torchrun (DDP, or FSDP2 with --fsdp=True).
 
     python train.py                                   # unified strategy, shakespeare_char, CPU, ~3.5 min
     python train.py configs/unified_124m.py --max_iters=1000
     torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py
+    torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py --fsdp=True  # sharded (ops.shard)
     python train.py --help                            # every config key, its default and meaning
 
 The knobs (configurator.py holds every default; set them in a config file or
@@ -16,8 +17,8 @@ Read top to bottom: train() sets up, builds, restores (checkpoint.begin), runs
 the loop and finishes; the pieces it calls follow it. A run's operations (its
 processes, the description and warnings at start, progress lines, log rows and
 W&B, the end-of-run sample) live in ops.py. Outputs in out_dir: ckpt.pt
-(written atomically at every eval and at the end) and log.jsonl (see
-checkpoint.py).
+(written atomically at every eval and at the end; under FSDP2 the sharded
+ckpt.dcp/) and log.jsonl (see checkpoint.py).
 
 One process owns an out_dir while it trains (out_dir/.lock): a second train.py
 on it stops at once with an error naming the owner's pid. SIGTERM (a cluster's
