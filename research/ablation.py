@@ -23,6 +23,9 @@ An ablation file (plain Python, configs/ablations/) sets
                      (e.g. one token budget for all), or {setting: the setting whose sweep chooses
                      its LR} (a ladder: each optimizer's smallest rung for its larger ones); a
                      setting it does not name chooses its own; default: each setting its own
+    slurm            {flag: value}: defaults of sweep.py's --slurm job flags for this file's runs
+                     (research/slurm.py's JOB_FLAGS: nodes, gpus_per_node, time_min, partition, ...);
+                     a flag on the command line wins
     ladders          {name: [setting, ...]}: settings of growing size (a ladder of model sizes at
                      one optimizer and tokens per parameter, >= 3) over which plot.py fits the
                      first variant's final loss against training compute (FLOPs) for the compute
@@ -59,7 +62,7 @@ from ops import check_config, inert_keys, resolve_device
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
 OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
-            "planned_seeds": 0, "tuning_seeds": [], "tune_setting": "", "ladders": {}}
+            "planned_seeds": 0, "tuning_seeds": [], "tune_setting": "", "ladders": {}, "slurm": {}}
 DIRECTIONS = ("lower", "higher")
 LR_KEYS = ("learning_rate", "min_lr", "muon_lr")
 ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
@@ -85,7 +88,7 @@ def load_ablation(path):
               "iter_multipliers": (dict, "{variant: [multipliers]}"), "planned_seeds": (int, "a count, e.g. 5"),
               "tuning_seeds": ((list, tuple), "a list of ints, e.g. [101, 102]"),
               "tune_setting": ((str, dict), "a setting's name, or {setting: setting}"),
-              "ladders": (dict, "{name: [setting, ...]}")}
+              "ladders": (dict, "{name: [setting, ...]}"), "slurm": (dict, "{flag: value}, e.g. {'gpus_per_node': 8}")}
     for key, (kind, example) in shapes.items():
         if not isinstance(spec[key], kind):
             raise UserError(f"{path}: {key} = {spec[key]!r} is of type {type(spec[key]).__name__}; write {example}")
@@ -131,6 +134,11 @@ def load_ablation(path):
                 or tuning_setting(spec, tuner) != tuner:
             raise UserError(f"{path}: tune_setting = {spec['tune_setting']!r}: name one of {list(spec['settings'])} "
                             f"(or map settings to those, each of which tunes itself), with tuning_seeds")
+    from research.slurm import JOB_FLAGS
+    for flag, value in spec["slurm"].items():
+        if flag not in JOB_FLAGS or type(value) is not JOB_FLAGS[flag][0]:
+            raise UserError(f"{path}: slurm[{flag!r}] = {value!r}: name one of {list(JOB_FLAGS)}, each with a value "
+                            f"of its type (an int, or a str for partition, account, qos)")
     for name, ladder in spec["ladders"].items():
         if not (isinstance(ladder, (list, tuple)) and len(set(ladder)) == len(ladder) >= 3
                 and set(ladder) <= set(spec["settings"])):

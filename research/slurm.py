@@ -153,21 +153,44 @@ def sbatch_script(folder, args, name):
     return _make_sbatch_string(command=command, folder=folder, **sbatch_parameters(args, name))
 
 
+# A job's settings: flag -> (type, default, meaning). An ablation file may set them too (its `slurm`
+# entry, e.g. the GPUs its runs need); a flag given on the command line wins.
+JOB_FLAGS = {
+    "partition": (str, None, "the Slurm partition"),
+    "account": (str, None, "the Slurm account"),
+    "qos": (str, None, "the Slurm QOS"),
+    "nodes": (int, 1, "nodes per run (torchrun on each)"),
+    "gpus_per_node": (int, 1, "processes (GPUs) per node; 0: one CPU process"),
+    "cpus_per_task": (int, 8, "CPU cores per node's task"),
+    "time_min": (int, 24 * 60, "the job's time limit, minutes"),
+    "signal_delay_s": (int, 120, "seconds before the limit at which Slurm warns (SIGUSR2): train.py saves, "
+                                 "the job requeues"),
+}
+
+
 def add_flags(parser):
-    """sweep.py's --slurm flags (one group)."""
-    g = parser.add_argument_group("Slurm, through submitit (--slurm)")
+    """sweep.py's --slurm flags (one group); their defaults come in resolve_flags."""
+    g = parser.add_argument_group("Slurm, through submitit (--slurm); an ablation file's `slurm` entry sets "
+                                  "defaults of its own")
     g.add_argument("--slurm", action="store_true",
                    help="submit each open run as a job instead of running it here (Slurm where sbatch exists, "
                         "else local processes); with --dry_run, print each job's sbatch script")
-    g.add_argument("--partition", default=None)
-    g.add_argument("--account", default=None)
-    g.add_argument("--qos", default=None)
-    g.add_argument("--nodes", type=int, default=1, help="nodes per run (torchrun on each)")
-    g.add_argument("--gpus_per_node", type=int, default=1, help="processes (GPUs) per node; 0: one CPU process")
-    g.add_argument("--cpus_per_task", type=int, default=8, help="CPU cores per node's task")
-    g.add_argument("--time_min", type=int, default=24 * 60, help="the job's time limit, minutes")
-    g.add_argument("--signal_delay_s", type=int, default=120,
-                   help="seconds before the limit at which Slurm warns (SIGUSR2): train.py saves, the job requeues")
+    for name, (kind, default, meaning) in JOB_FLAGS.items():
+        g.add_argument(f"--{name}", type=kind, default=None, help=f"{meaning} (default: {default})")
+
+
+def resolve_flags(args, specs):
+    """Fill each job flag not given on the command line from the ablation files' `slurm` entries, else
+    JOB_FLAGS' default, in place; UserError when two files given together set a flag differently
+    (submit them in separate commands)."""
+    for name, (_, default, _) in JOB_FLAGS.items():
+        if getattr(args, name) is not None:
+            continue
+        values = {repr(spec["slurm"][name]): spec["name"] for spec in specs if name in spec["slurm"]}
+        if len(values) > 1:
+            raise UserError(f"--{name}: the ablation files set it differently ({', '.join(f'{f}: {v}' for v, f in values.items())}): "
+                            f"give --{name} or submit the files in separate commands")
+        setattr(args, name, next((spec["slurm"][name] for spec in specs if name in spec["slurm"]), default))
 
 
 def check_flags(args):

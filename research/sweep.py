@@ -215,8 +215,6 @@ def main(argv):
                    "they match, with the LR sweeps that choose their LRs")
     slurm.add_flags(p)
     args = p.parse_args(argv)
-    if args.slurm:
-        slurm.check_flags(args)
 
     if args.parallel < 0 or args.threads < 0:
         raise UserError(f"--parallel={args.parallel} / --threads={args.threads}: must be >= 1 (0 = the default)")
@@ -227,6 +225,9 @@ def main(argv):
         if problem and not (args.dry_run and os.path.isdir(folder)):  # a dry run writes nothing
             raise UserError(f"{flag}={folder}: {problem}")
     specs = [load_ablation(path) for path in args.ablations]
+    slurm.resolve_flags(args, specs)
+    if args.slurm:
+        slurm.check_flags(args)
     patterns = [p for p in args.settings.split(",") if p]
     unmatched = [p for p in patterns if not any(fnmatch.fnmatch(s, p) for spec in specs for s in spec["settings"])]
     if unmatched:

@@ -108,3 +108,32 @@ def test_bad_slurm_flags_are_one_line(tmp_path, flags, words):
     from configurator import UserError
     with pytest.raises(UserError, match=words):
         sweep.main([write_ablation(tmp_path, TWO_RUNS), "--slurm", *flags])
+
+
+def test_an_ablation_files_slurm_entry_sets_the_jobs_and_a_flag_wins(tmp_path, capsys):
+    path = write_ablation(tmp_path, TWO_RUNS + "slurm = {'nodes': 2, 'gpus_per_node': 8, 'partition': 'gpu', "
+                                               "'time_min': 600}\n")
+    assert sweep.main([path, "--slurm", "--dry_run", "--time_min=30", f"--results={tmp_path / 'r'}",
+                       f"--out_root={tmp_path / 'o'}"]) == 0
+    script = capsys.readouterr().out.split("--- ")[1]
+    for line in ("#SBATCH --nodes=2", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu", "#SBATCH --time=30"):
+        assert line in script, (line, script)
+
+
+@pytest.mark.parametrize("entry, words", [("{'gpus': 8}", r"slurm\['gpus'\] = 8: name one of"),
+                                          ("{'nodes': '2'}", r"slurm\['nodes'\] = '2'")])
+def test_a_bad_slurm_entry_is_one_line_at_load(tmp_path, entry, words):
+    from configurator import UserError
+    with pytest.raises(UserError, match=words):
+        sweep.load_ablation(write_ablation(tmp_path, TWO_RUNS + f"slurm = {entry}\n"))
+
+
+def test_two_files_that_set_a_job_flag_differently_need_the_flag(tmp_path):
+    from configurator import UserError
+    a = write_ablation(tmp_path / "a", TWO_RUNS + "slurm = {'gpus_per_node': 8}\n", name="a")
+    b = write_ablation(tmp_path / "b", TWO_RUNS + "slurm = {'gpus_per_node': 4}\n", name="b")
+    with pytest.raises(UserError, match=r"--gpus_per_node: the ablation files set it differently .* give "
+                                        r"--gpus_per_node or submit the files in separate commands"):
+        sweep.main([a, b, "--slurm", "--dry_run", f"--results={tmp_path / 'r'}"])
+    assert sweep.main([a, b, "--slurm", "--dry_run", "--gpus_per_node=2", f"--results={tmp_path / 'r'}",
+                       f"--out_root={tmp_path / 'o'}"]) == 0

@@ -66,3 +66,4 @@ tuning_seeds = [101, 102]
 lr_multipliers = [0.25, 0.5, 1.0, 2.0, 4.0]
 tune_lr = True
 tune_setting = {name: f"{name.split('_')[0]}_{name.split('_')[1][0]}012_tpp20" for name in settings}
+slurm = {"gpus_per_node": 8}  # one node of 8 GPUs a run (--nodes=2 on the command line for more)
