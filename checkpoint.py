@@ -305,8 +305,10 @@ def load_sharded(path, model, optimizers=()):
     """Read a ckpt.dcp folder's weights (and the optimizers' moments) into model, in place, whether FSDP2
     shards it (each rank reads its shards) or not (the whole tensors), in one process or several:
     torch.distributed.checkpoint reshards what was saved under any number of processes.
-    Raises UserError naming the folder when its tensors do not match this model."""
+    Raises UserError naming the folder when it cannot be read into this model (a shard file
+    missing or cut, another shape)."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
                                                          set_model_state_dict, set_optimizer_state_dict)
 
@@ -317,13 +319,16 @@ def load_sharded(path, model, optimizers=()):
         with warnings.catch_warnings():  # one process reading the folder whole is what load_model means
             warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninit")
             dcp.load(state, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
-    except Exception as e:  # a missing key or another shape: other code, or another config
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise UserError(f"{path}'s tensors do not match the model its config describes ({type(e).__name__}: "
-                        f"{first}): use the checkpoint as saved, or train again") from None
-    set_model_state_dict(model, state["model"])
-    if optimizers:
-        set_optimizer_state_dict(model, optimizers, state["optimizers"])
+        set_model_state_dict(model, state["model"])
+        if optimizers:
+            set_optimizer_state_dict(model, optimizers, state["optimizers"])
+    except (Exception, CheckpointException) as e:  # (a BaseException): a shard missing or cut, another shape
+        cause = e.failures[min(e.failures)] if isinstance(e, CheckpointException) and e.failures else e
+        cause = cause[0] if isinstance(cause, tuple) else cause  # a rank's failure: (exception, its stack)
+        first = (str(cause).strip().splitlines() or [""])[0][:200]
+        raise UserError(f"{path} cannot be read into the model its config describes ({type(cause).__name__}: "
+                        f"{first}): a file of the folder is missing or damaged, or run.pt was edited; use the "
+                        f"checkpoint as saved, or train again") from None
 
 
 def reshaped_moments(state, opt):

@@ -518,12 +518,13 @@ def state_bytes(params, fsdp, world):
     return 16 * params / (world if fsdp else 1)
 
 
-def check_memory(cfg):
+def check_memory(cfg, can_shard=True):
     """UserError, one line with the estimate, when the float32 weights, gradients and AdamW states
     (state_bytes: ~16 bytes a parameter, over WORLD_SIZE under fsdp) and one micro-batch's
     activations and logits (estimate_size) cannot fit in the memory the run trains in (per device:
     a micro-batch is per process). Names the largest batch_size that fits when a smaller
-    micro-batch is the fix, and --fsdp=True with the processes it needs when sharding is."""
+    micro-batch is the fix, and --fsdp=True with the processes it needs when sharding is (and the
+    optimizer can step shards: can_shard)."""
     params, activations = estimate_size(cfg)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     state = state_bytes(params, cfg.get("fsdp"), world)
@@ -539,7 +540,7 @@ def check_memory(cfg):
     room = limit[0] - activations / cfg["batch_size"]  # beside a micro-batch of one sequence
     shards = math.ceil(16 * params / room) if room > 0 and 16 * params / room < 1e6 else 0
     shard = f", or shard them with --fsdp=True under torchrun over {shards} or more processes (GPUs)" \
-        if shards > max(world, 1) else ""
+        if can_shard and shards > max(world, 1) else ""
     if fits >= 1:
         keep = max(1, cfg["batch_size"] // fits)
         raise UserError(f"{need}, more than the {gb(limit[0])} GB of {limit[1]}: use --batch_size={fits} or less "
@@ -559,9 +560,10 @@ def complete(cfg):
     return {**DEFAULTS, **LEGACY, **cfg}
 
 
-def check(cfg_dict):
+def check(cfg_dict, can_shard=True):
     """UserError for any value out of its range (ALLOWED), a W&B setting W&B would refuse, and a
-    size whose weights cannot fit in memory: all this module can check alone. ops.check_config
+    size whose weights cannot fit in memory (check_memory; can_shard: whether the optimizer can
+    step FSDP2's shards, which optim knows): all this module can check alone. ops.check_config
     adds the model's and optimizer's checks."""
     check_values(cfg_dict)
     project = cfg_dict.get("wandb_project", "")
@@ -570,7 +572,7 @@ def check(cfg_dict):
                         f"/ \\ # ? % :")
     if cfg_dict.get("wandb_log") and importlib.util.find_spec("wandb") is None:
         raise UserError("wandb_log=True needs the wandb package: pip install wandb (or drop --wandb_log)")
-    check_memory(cfg_dict)
+    check_memory(cfg_dict, can_shard)
 
 
 # OpenMP (torch's CPU threads) spins an idle thread before it sleeps. Alone that is fastest (sleeping

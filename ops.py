@@ -94,7 +94,8 @@ def check_config(cfg):
     anything: every value's range (configurator.check, with the memory estimate), the optimizer's
     and schedule's keys (optim.check) and the model's (model.model_config). sweep.py checks every
     run of an ablation this way before starting any."""
-    check(cfg)
+    chosen = optim.OPTIMIZERS.get(cfg["optimizer"])
+    check(cfg, can_shard=bool(chosen and chosen.shards))
     try:
         optim.check(SimpleNamespace(**cfg))
     except ValueError as e:
@@ -156,8 +157,9 @@ def setup_distributed(cfg, device_name):
         raise UserError(f"gradient_accumulation_steps={accum} does not divide by WORLD_SIZE={world} (it is the "
                         f"global count of micro-steps, shared among the processes): {same}")
     if cfg.fsdp and "WORLD_SIZE" not in os.environ:
-        raise UserError("fsdp=True shards the model over torchrun's processes: launch with `torchrun "
-                        "--standalone --nproc_per_node=N train.py ...` (N >= 1), or drop --fsdp")
+        raise UserError("fsdp=True (given, or a resumed run's own) shards the model over torchrun's processes: "
+                        "launch with `torchrun --standalone --nproc_per_node=N train.py ...` (N >= 1), or pass "
+                        "--fsdp=False (a sharded checkpoint resumes in one process too)")
     if "WORLD_SIZE" in os.environ:
         backend = "nccl" if device_name.startswith("cuda") else "gloo"
         if backend == "nccl":

@@ -325,14 +325,16 @@ def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, saved
     """
     if it > start_iter and not saved:
         write_checkpoint(run, raw_model, optimizers, it, tokens, None)
+    if it == start_iter == 0:
+        run.log(f"stopped by {stopped} before the first step; nothing to save: start it again with the same command")
+        return
     if it > start_iter:
         what = f"stopped by {stopped} after iteration {it}/{run.cfg.max_iters}, saved in {run.ckpt_path}"
-    elif start_iter > 0:
-        what = f"stopped by {stopped} before the first step; {run.ckpt_path} (iteration {it}) is unchanged"
     else:
-        what = f"stopped by {stopped} before the first step; nothing to save"
-    run.log(f"{what}: continue with `python train.py --init_from=resume --out_dir={run.cfg.out_dir}` "
-            f"(or --init_from=auto, which also starts a run that has no checkpoint)")
+        what = f"stopped by {stopped} before the first step; {run.ckpt_path} (iteration {it}) is unchanged"
+    how = f"the same torchrun command with `--init_from=resume --out_dir={run.cfg.out_dir}`" if run.ddp else \
+        f"`python train.py --init_from=resume --out_dir={run.cfg.out_dir}`"
+    run.log(f"{what}: continue with {how} (or --init_from=auto, which also starts a run that has no checkpoint)")
 
 
 def finish(run, raw_model, start, val_loss, train_loss, progress, stopped=None):

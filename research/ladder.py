@@ -1,6 +1,6 @@
 """A size ladder's plan before anything runs: per setting, what it trains, what it costs, whether it fits.
 
-    python -m research.ladder configs/ablations/ladder.py                    # 80 GB GPUs, 8 a job, MFU 40%
+    python -m research.ladder configs/ablations/ladder.py                    # 80 GB GPUs, MFU 40%
     python -m research.ladder configs/ablations/ladder.py --gpu_check=gpu_check_out/summary.json  # measured MFU
     python -m research.ladder configs/ablations/ladder.py --gpu_memory_gb=141 --out=plan.md
 
@@ -15,12 +15,15 @@ configs and the model itself (built on the meta device, nothing allocated):
   FLOPs        per token (GPT.flops_per_token: 6 N_active + attention), and per run
   GPU-hours    a run's training FLOPs over (peak bf16 FLOP/s x MFU); MFU: the --gpu_check summary's
                measured value (its 124M training stage, assumed to carry over), else 40%, assumed
-  memory/GPU   under DDP: float32 weights and gradients (8 bytes a parameter) and optimizer state
-               (AdamW: 8; Muon: 4 for the matrices it steps, AdamW's 8 for the rest, from the
-               model's own parameter groups), plus the activations of one micro-batch
-               (configurator.estimate_size: a float32 estimate, an upper bound under bf16);
-               when AdamW's does not fit --gpu_memory_gb, the --fsdp=True switch and the GPUs
-               it needs (16 bytes a parameter over N), as train.py's check says at launch
+  memory/GPU   under DDP, for the variant with the most parameters: float32 weights, gradients
+               and DDP's gradient buckets (12 bytes a parameter) and optimizer state (AdamW: 8;
+               Muon: 4 for the matrices it steps, AdamW's 8 for the rest, from the model's own
+               parameter groups), plus the activations of one micro-batch (configurator.
+               estimate_size, a float32 estimate: measured peaks can exceed it, MoE's most).
+               "fits?" judges the setting's own optimizer; where it does not fit --gpu_memory_gb:
+               the largest micro-batch that does, and for an optimizer that can step shards
+               (AdamW) --fsdp=True with the fewest GPUs, a power of two, whose shards (16 bytes a
+               parameter over N) fit beside the micro-batch
 Totals: every run the file plans (LR sweeps included), in GPU-hours, by tokens per parameter.
 """
 
@@ -38,7 +41,7 @@ import torch
 
 from configurator import GB, UserError, cli, estimate_size
 from model import GPT, model_config
-from optim import param_groups
+from optim import OPTIMIZERS, param_groups
 from research.ablation import load_ablation, plan, run_config, tuning_setting
 from types import SimpleNamespace
 
@@ -52,10 +55,12 @@ def measured_mfu(path):
     try:
         with open(path) as f:
             mfu = json.load(f)["stages"]["train"].get("mfu_percent")
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UserError(f"--gpu_check={path}: not a gpu_check summary.json ({type(e).__name__}: {e})") from None
-    if not mfu:
+    if mfu is None:
         raise UserError(f"--gpu_check={path}: its training stage measured no MFU (a CPU run, or an unknown GPU)")
+    if type(mfu) not in (int, float) or not 0 < mfu <= 100:
+        raise UserError(f"--gpu_check={path}: mfu_percent={mfu!r} is not a percentage in (0, 100]")
     return mfu / 100
 
 
@@ -64,23 +69,44 @@ def subset_for(tokens):
     return next((name for name, size in FINEWEB_SUBSETS if tokens <= size), None)
 
 
-def rung(cfg, gpu_bytes):
-    """The figures of one run config (a dict with vocab_size set): see the module docstring."""
-    with torch.device("meta"):
-        model = GPT(model_config(cfg))
-    total, active = model.num_params(), model.num_active_params()
+def rung(cfgs):
+    """The figures of one setting from its variants' run configs (dicts with vocab_size set; the first
+    one's for all but memory, the largest model's for memory): see the module docstring."""
+    models = []
+    for cfg in cfgs:
+        with torch.device("meta"):
+            models.append(GPT(model_config(cfg)))
+    model, cfg = models[0], cfgs[0]
+    largest = max(range(len(models)), key=lambda i: models[i].num_params())
+    total = models[largest].num_params()
+    muon_cfg = SimpleNamespace(**{**cfgs[largest], "optimizer": "muon"})
+    matrices = sum(p.numel() for g in param_groups(models[largest], muon_cfg) if g["optimizer"] == "muon"
+                   for p in g["params"])
     tokens_per_iter = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
     tokens = cfg["max_iters"] * tokens_per_iter
-    flops_token = model.flops_per_token()
-    steps_matrices = {"muon": sum(p.numel() for g in param_groups(model, SimpleNamespace(**{**cfg, "optimizer": "muon"}))
-                                  if g["optimizer"] == "muon" for p in g["params"])}
     _, activations = estimate_size(cfg)
-    adamw = 16 * total + activations
-    muon = 16 * total - 4 * steps_matrices["muon"] + activations
-    fsdp = math.ceil(16 * total / (gpu_bytes - activations)) if gpu_bytes > activations else None
-    return dict(total=total, embedding=model.wte.weight.numel(), active=active, tokens=tokens,
-                tokens_per_iter=tokens_per_iter, flops_token=flops_token, flops=flops_token * tokens,
-                adamw_bytes=adamw, muon_bytes=muon, activations=activations, fsdp_gpus=fsdp)
+    return dict(total=model.num_params(), embedding=model.wte.weight.numel(), active=model.num_active_params(),
+                tokens=tokens, tokens_per_iter=tokens_per_iter, flops_token=model.flops_per_token(),
+                flops=model.flops_per_token() * tokens, memory_params=total, activations=activations,
+                state={"adamw": 20 * total, "muon": 20 * total - 4 * matrices})
+
+
+def fits(r, cfg, gpu_bytes, shards):
+    """'yes', or 'no: ' and what does fit (module docstring); shards: the optimizer can step FSDP2's shards."""
+    state, activations = r["state"][cfg["optimizer"]], r["activations"]
+    if state + activations <= gpu_bytes:
+        return "yes"
+    fixes, sequences = [], cfg["batch_size"] * cfg["gradient_accumulation_steps"]
+    per_sequence = activations / cfg["batch_size"]
+    micro = int((gpu_bytes - state) / per_sequence) if gpu_bytes > state else 0
+    micro = max((b for b in range(1, min(micro, cfg["batch_size"]) + 1) if sequences % b == 0), default=0)
+    if micro:
+        fixes.append(f"--batch_size={micro} --gradient_accumulation_steps={sequences // micro}")
+    if shards and gpu_bytes > activations:
+        gpus = 2 ** math.ceil(math.log2(max(2, 16 * r["memory_params"] / (gpu_bytes - activations))))
+        if cfg["gradient_accumulation_steps"] % gpus == 0:
+            fixes.append(f"--fsdp=True over {gpus} GPUs")
+    return "no: " + (" or ".join(fixes) or "a GPU with more memory")
 
 
 def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
@@ -90,26 +116,27 @@ def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
     base = list(spec["variants"])[0]
     out = [f"Plan of `{spec['name']}`: {gpu_memory_gb:g} GB GPUs at {peak_tflops:g} TFLOP/s bf16 peak, MFU "
            f"{mfu:.0%} ({mfu_source}); figures of `{base}` (the other variants differ by their scale vectors "
-           f"only). Parameters in millions; memory per GPU under DDP in GB (activations: a float32 estimate).", "",
+           f"only), memory of the largest variant. Parameters in millions; memory per GPU under DDP in GB "
+           f"(activations: a float32 estimate; measured peaks can exceed it).", "",
            "| setting | params total / no emb. / active | tokens (B) | tokens per active param | iters | batch: "
            "seqs x block = micro x accum | FineWeb-Edu subset | GFLOP/token | GPU-h per run | DDP AdamW GB | "
            "DDP Muon GB | fits? | peak LR x the tuned multiplier |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for setting in spec["settings"]:
-        cfg, _ = run_config(spec, setting, base, spec["seeds"][0])
-        cfg = {**cfg, "vocab_size": cfg["vocab_size"] or 50257}
-        r = rung(cfg, gpu_bytes)
+        cfgs = [run_config(spec, setting, v, spec["seeds"][0])[0] for v in spec["variants"]]
+        cfgs = [{**c, "vocab_size": c["vocab_size"] or 50257} for c in cfgs]
+        cfg, r = cfgs[0], rung(cfgs)
         subset = subset_for(r["tokens"])
-        fits = "yes" if r["adamw_bytes"] <= gpu_bytes else \
-            f"no: --fsdp=True over >= {r['fsdp_gpus']} GPUs" if r["fsdp_gpus"] else "no: a smaller micro-batch"
+        verdict = fits(r, cfg, gpu_bytes, OPTIMIZERS[cfg["optimizer"]].shards)
         out.append(
             f"| `{setting}` | {r['total'] / 1e6:,.0f} / {(r['total'] - r['embedding']) / 1e6:,.0f} / "
             f"{r['active'] / 1e6:,.0f} | {r['tokens'] / 1e9:.3g} | {r['tokens'] / r['active']:.3g} | "
             f"{cfg['max_iters']:,} | {r['tokens_per_iter'] // cfg['block_size']} x {cfg['block_size']} = "
             f"{cfg['batch_size']} x {cfg['gradient_accumulation_steps']} | "
             f"{subset or 'more than ' + FINEWEB_SUBSETS[-1][0]} (--train_tokens={r['tokens']:.3g}) | "
-            f"{r['flops_token'] / 1e9:.3g} | {hours(r['flops']):,.0f} | {r['adamw_bytes'] / GB:.0f} | "
-            f"{r['muon_bytes'] / GB:.0f} | {fits} | {lr_text(cfg)} (from `{tuning_setting(spec, setting)}`) |")
+            f"{r['flops_token'] / 1e9:.3g} | {hours(r['flops']):,.0f} | "
+            f"{(r['state']['adamw'] + r['activations']) / GB:.0f} | {(r['state']['muon'] + r['activations']) / GB:.0f} | "
+            f"{verdict} | {lr_text(cfg)} (from `{tuning_setting(spec, setting)}`) |")
     totals, per_token = {}, {}
     for run in plan(spec, "runs"):
         cfg = {**run["config"], "vocab_size": run["config"]["vocab_size"] or 50257}
@@ -143,12 +170,14 @@ def main(argv):
     p.add_argument("--gpu_memory_gb", type=float, default=80, help="memory of one GPU (H100: 80, H200: 141)")
     p.add_argument("--peak_tflops", type=float, default=989, help="its dense bf16 peak (H100/H200 SXM: 989)")
     p.add_argument("--mfu", type=float, default=0, help=f"model FLOPs utilization, 0-1 (default: --gpu_check's, "
-                   f"else {MFU_ASSUMED:.0%} assumed)")
+                   f"else {MFU_ASSUMED:g} assumed)")
     p.add_argument("--gpu_check", default="", help="a tools/gpu_check summary.json: its measured MFU")
     p.add_argument("--out", default="", help="also write the table to this markdown file")
     args = p.parse_args(argv)
-    if not 0 <= args.mfu <= 1 or args.gpu_memory_gb <= 0 or args.peak_tflops <= 0:
-        raise UserError(f"--mfu={args.mfu} must be in (0, 1], --gpu_memory_gb and --peak_tflops > 0")
+    for name, ok, need in (("mfu", 0 <= args.mfu <= 1, "in (0, 1] (0: --gpu_check's, else assumed)"),
+                           ("gpu_memory_gb", args.gpu_memory_gb > 0, "> 0"), ("peak_tflops", args.peak_tflops > 0, "> 0")):
+        if not ok or not math.isfinite(getattr(args, name)):
+            raise UserError(f"--{name}={getattr(args, name)}: must be {need}")
     if args.mfu:
         mfu, source = args.mfu, "--mfu"
     elif args.gpu_check:

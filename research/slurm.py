@@ -44,14 +44,16 @@ class TrainJob:
     """One run as a submitit job: torchrun + train.py (--init_from=auto), then its record.
 
     run: the sweep's run dict; results: the records folder; gpus_per_node (0: one CPU process);
-    nodes; threads: OMP_NUM_THREADS per process. __call__ returns the record's path on the node
+    nodes; threads: OMP_NUM_THREADS per process; grace_s: how long torchrun lets its processes
+    finish their step and save after the warning before it kills them (torchrun's
+    --shutdown_timeout; its default, 30 s, can be short of a large model's save). __call__ returns the record's path on the node
     that writes it (the first), None on the others; raises RuntimeError when train.py fails.
     checkpoint() is submitit's hook for the time-limit warning (see the module docstring).
     """
 
-    def __init__(self, run, results, gpus_per_node=0, nodes=1, threads=1):
+    def __init__(self, run, results, gpus_per_node=0, nodes=1, threads=1, grace_s=30):
         self.run, self.results = run, results
-        self.gpus_per_node, self.nodes, self.threads = gpus_per_node, nodes, threads
+        self.gpus_per_node, self.nodes, self.threads, self.grace_s = gpus_per_node, nodes, threads, grace_s
         self.proc = None
 
     def command(self, env=None):
@@ -59,7 +61,8 @@ class TrainJob:
         train = [os.path.join(ROOT, "train.py"), *self.run["args"], "--init_from=auto"]
         if not self.gpus_per_node:
             return [sys.executable, *train]
-        launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={self.gpus_per_node}"]
+        launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={self.gpus_per_node}",
+                    f"--shutdown_timeout={self.grace_s}"]
         if self.nodes == 1:
             return [*launcher, "--standalone", *train]
         head = env.hostnames[0]  # the first node of the allocation hosts the rendezvous
@@ -193,6 +196,11 @@ def resolve_flags(args, specs):
         setattr(args, name, next((spec["slurm"][name] for spec in specs if name in spec["slurm"]), default))
 
 
+def grace_s(args):
+    """Seconds torchrun waits for its processes to save after the warning: all but 10 of the warning's lead."""
+    return max(10, args.signal_delay_s - 10)
+
+
 def check_flags(args):
     """UserError (one line) for --slurm flags that cannot describe a job."""
     for name in ("nodes", "time_min", "cpus_per_task"):
@@ -223,7 +231,7 @@ def submit(runs, args, results, threads=1):
             continue
         ex = executor(folder, args, run["name"])
         local = not isinstance(ex, import_submitit().SlurmExecutor)
-        job = ex.submit(TrainJob(run, results, args.gpus_per_node, args.nodes, threads))
+        job = ex.submit(TrainJob(run, results, args.gpus_per_node, args.nodes, threads, grace_s(args)))
         os.makedirs(run["out_dir"], exist_ok=True)
         with open(os.path.join(run["out_dir"], JOB_FILE), "w") as f:
             f.write(f"{job.job_id}\n")

@@ -192,7 +192,7 @@ def submit_jobs(runs, states, args):
     threads = max(1, args.cpus_per_task // max(1, args.gpus_per_node))
     if args.dry_run:
         for run in ready:
-            job = slurm.TrainJob(run, args.results, args.gpus_per_node, args.nodes, threads)
+            job = slurm.TrainJob(run, args.results, args.gpus_per_node, args.nodes, threads, slurm.grace_s(args))
             head = slurm.FakeEnvironment() if args.nodes > 1 else None
             print(f"--- {run['name']}\n{slurm.sbatch_script(os.path.join(args.out_root, 'slurm'), args, run['name'])}"
                   f"# each node runs: {' '.join(job.command(head))}")

@@ -232,3 +232,7 @@ def test_a_model_past_one_device_is_told_how_many_fsdp_processes_hold_it(monkeyp
     with pytest.raises(UserError, match=r"sharded over"):  # still a micro-batch of 4 too many
         check_config({**cfg, "fsdp": True, "batch_size": 64})
     check_config({**cfg, "fsdp": True, "batch_size": 1})
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(UserError) as e:  # Muon cannot step shards: no such advice
+        check_config({**cfg, "optimizer": "muon"})
+    assert "fsdp" not in str(e.value)

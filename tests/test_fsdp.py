@@ -141,6 +141,19 @@ def test_sample_and_export_read_a_sharded_checkpoint(runs, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_damaged_sharded_checkpoint_is_one_line(runs, tmp_path):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(runs.out["fsdp"], damaged)
+    os.remove(damaged / "ckpt.dcp" / "__1_0.distcp")
+    for args in ([sys.executable, os.path.join(ROOT, "sample.py"), f"--out_dir={damaged}"],
+                 [sys.executable, os.path.join(ROOT, "train.py"), "--init_from=resume", f"--out_dir={damaged}",
+                  "--fsdp=False", f"--max_iters={2 * K}"]):
+        proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+        assert "ckpt.dcp cannot be read into the model" in proc.stderr and "__1_0.distcp" in proc.stderr
+
+
+@pytest.mark.slow
 def test_moe_under_fsdp_matches_one_process(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     moe = [*COMMON, "--n_experts=4", "--top_k=2"]
@@ -157,7 +170,8 @@ def test_fsdp_without_torchrun_is_one_line(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     proc = cli(*tiny_args(ds, tmp_path / "out", "--fsdp=True"))
     assert proc.returncode == 1
-    assert proc.stderr.startswith("error: fsdp=True shards the model over torchrun's processes: launch with `torchrun")
+    assert proc.stderr.startswith("error: fsdp=True (given, or a resumed run's own) shards the model over torchrun's "
+                                  "processes: launch with `torchrun")
     assert proc.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
 
 

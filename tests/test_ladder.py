@@ -55,22 +55,38 @@ def test_the_committed_plan_is_what_the_planning_command_prints():
                                         "--out=configs/ablations/ladder.md"
 
 
-def test_the_plan_says_which_rung_needs_fsdp_and_how_many_gpus():
+def test_the_plan_says_what_fits_a_smaller_gpu_and_what_a_run_costs():
+    """On a 40 GB GPU: AdamW's 2B rung does not fit under DDP (20 bytes a parameter of weights,
+    gradients, DDP's buckets and moments, beside its micro-batch) and no micro-batch fixes it, so
+    FSDP2 over the fewest GPUs (a power of two) whose 16 bytes a parameter fit beside the micro-batch;
+    Muon cannot shard. The 0.5B rung fits with a smaller micro-batch."""
     spec = ablation.load_ablation(LADDER)
-    table = plan_table(spec, 40, 989, 0.4, "assumed").splitlines()  # a 40 GB GPU
-    row = next(line for line in table if line.startswith("| `adamw_d2_tpp100` |"))
-    cfg, _ = ablation.run_config(spec, "adamw_d2_tpp100", "baseline", 1)
-    with torch.device("meta"):
-        total = GPT(model_config({**cfg, "vocab_size": 50257})).num_params()
-    _, activations = estimate_size({**cfg, "vocab_size": 50257})
-    assert 16 * total + activations > 40e9 > activations  # DDP does not fit; shards beside the micro-batch do
-    assert f"| no: --fsdp=True over >= {math.ceil(16 * total / (40e9 - activations))} GPUs |" in row
-    assert "| yes |" in next(line for line in table if line.startswith("| `adamw_d012_tpp100` |"))
+    table = plan_table(spec, 40, 989, 0.4, "assumed").splitlines()
+    row = {line.split(" | ")[0][3:-1]: line for line in table if line.startswith("| `")}
+
+    def sizes(setting):
+        cfgs = [{**ablation.run_config(spec, setting, v, 1)[0], "vocab_size": 50257} for v in spec["variants"]]
+        with torch.device("meta"):
+            total = max(GPT(model_config(c)).num_params() for c in cfgs)
+        return cfgs[0], total, estimate_size(cfgs[0])[1]
+
+    cfg, total, activations = sizes("adamw_d2_tpp100")
+    assert 20 * total + activations > 40e9 and 20 * total > 40e9 - activations / cfg["batch_size"]
+    gpus = 2 ** math.ceil(math.log2(16 * total / (40e9 - activations)))
+    assert f"| no: --fsdp=True over {gpus} GPUs |" in row["adamw_d2_tpp100"]
+    assert "| no: a GPU with more memory |" in row["muon_d2_tpp100"]
+    cfg, total, activations = sizes("adamw_d05_tpp100")
+    fit = int((40e9 - 20 * total) / (activations / cfg["batch_size"]))  # sequences beside the state
+    micro = max(b for b in range(1, fit + 1) if 512 % b == 0)  # that divide the iteration's 512
+    assert 0 < micro < cfg["batch_size"]
+    assert f"| no: --batch_size={micro} --gradient_accumulation_steps={512 // micro}" in row["adamw_d05_tpp100"]
+    assert "| yes |" in row["adamw_d012_tpp100"]
     # GPU-hours: FLOPs over peak x MFU
+    cfg, _, _ = sizes("adamw_d2_tpp100")
     tokens = cfg["max_iters"] * cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
     with torch.device("meta"):
-        flops = GPT(model_config({**cfg, "vocab_size": 50257})).flops_per_token() * tokens
-    assert f" | {flops / (989e12 * 0.4) / 3600:,.0f} | " in row
+        flops = GPT(model_config(cfg)).flops_per_token() * tokens
+    assert f" | {flops / (989e12 * 0.4) / 3600:,.0f} | " in row["adamw_d2_tpp100"]
     assert subset_for(9e9) == "sample-10BT" and subset_for(2.02e11) == "sample-350BT" and subset_for(4e11) is None
 
 
@@ -81,6 +97,10 @@ def test_a_missing_or_cpu_gpu_check_summary_is_one_line(tmp_path):
     (tmp_path / "s.json").write_text('{"stages": {"train": {"mfu_percent": null}}}')
     with pytest.raises(UserError, match="measured no MFU"):
         measured_mfu(str(tmp_path / "s.json"))
+    for bad in ('[1]', '{"stages": {"train": {"mfu_percent": "x"}}}'):
+        (tmp_path / "s.json").write_text(bad)
+        with pytest.raises(UserError, match=r"not a gpu_check summary.json|is not a percentage"):
+            measured_mfu(str(tmp_path / "s.json"))
     (tmp_path / "s.json").write_text('{"stages": {"train": {"mfu_percent": 42.5}}}')
     assert measured_mfu(str(tmp_path / "s.json")) == 0.425
 

@@ -98,6 +98,7 @@ def test_the_sbatch_script_of_a_two_node_run_and_its_torchrun_line(tmp_path, cap
         assert line in script, (line, script)
     assert "--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=$HEAD_NODE:29500" in script
     assert "--nproc_per_node=8" in script and "train.py" in script and "--init_from=auto" in script
+    assert "--shutdown_timeout=290" in script  # torchrun lets its processes save for the warning's lead less 10 s
     assert out.count("--- ") == 2 and not (tmp_path / "o").exists()
 
 

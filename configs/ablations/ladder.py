@@ -10,6 +10,10 @@
 # 128 (d1, d2), SwiGLU at 8/3 n_embd, GPT-2 BPE (50,257 tokens), tied embeddings, context
 # 2048. MoE rungs: the dense rung's layers and width, 8 experts of half its d_ff, top-2, so
 # a token uses the dense rung's parameters (active) out of 2.4-2.8x as many.
+# Memory: research/ladder.py's estimate per GPU under DDP is at most 58 GB of 80 for every rung
+# but m1 (68 GB, 57 of them the weights, gradients and AdamW state of its 2.8B parameters):
+# should m1's first steps run out of memory on 80 GB GPUs (MoE activations can exceed the
+# estimate), its AdamW settings take --fsdp=True and its Muon settings a larger GPU.
 # Tokens per parameter count the parameters a token uses (model.GPT.num_active_params: all
 # of a dense tied model's; for MoE the active ones).
 # Learning rates: tuned on seeds 101 and 102 (never in a table) at the smallest rung and 20
@@ -31,18 +35,19 @@ expected = {"unified": "lower"}
 
 _BLOCK = 2048
 # name: (shape, parameters a token uses (checked against the model by tests/test_ladder.py),
-#        sequences per iteration, sequences per micro-step (a GPU's micro-batch))
+#        sequences per iteration, sequences per micro-step (a GPU's micro-batch: research/ladder.py's
+#        memory per GPU at most ~60% of 80 GB, as MoE's measured activations exceed the estimate))
 _RUNGS = {
     "d012": ({"n_layer": 12, "n_embd": 768, "n_head": 12}, 123_587_328, 256, 16),
     "d05": ({"n_layer": 24, "n_embd": 1280, "n_head": 20}, 540_243_200, 512, 8),
-    "d1": ({"n_layer": 18, "n_embd": 2048, "n_head": 16}, 1_013_786_624, 1024, 8),
-    "d2": ({"n_layer": 24, "n_embd": 2560, "n_head": 20}, 2_020_272_640, 1024, 4),
+    "d1": ({"n_layer": 18, "n_embd": 2048, "n_head": 16}, 1_013_786_624, 1024, 4),
+    "d2": ({"n_layer": 24, "n_embd": 2560, "n_head": 20}, 2_020_272_640, 1024, 2),
     "m012": ({"n_layer": 12, "n_embd": 768, "n_head": 12, "n_experts": 8, "top_k": 2, "expert_d_ff": 1024},
-             123_661_056, 256, 16),
+             123_661_056, 256, 8),
     "m05": ({"n_layer": 24, "n_embd": 1280, "n_head": 20, "n_experts": 8, "top_k": 2, "expert_d_ff": 1728},
-            540_488_960, 512, 8),
+            540_488_960, 512, 4),
     "m1": ({"n_layer": 18, "n_embd": 2048, "n_head": 16, "n_experts": 8, "top_k": 2, "expert_d_ff": 2752},
-           1_014_081_536, 1024, 4),
+           1_014_081_536, 1024, 2),
 }
 _OPTIMIZERS = {"adamw": {"optimizer": "adamw", "lr_schedule": "cosine"},
                "muon": {"optimizer": "muon", "lr_schedule": "wsd", "muon_lr": 0.02}}
