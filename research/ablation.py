@@ -24,8 +24,8 @@ An ablation file (plain Python, configs/ablations/) sets
                      its LR} (a ladder: each optimizer's smallest rung for its larger ones); a
                      setting it does not name chooses its own; default: each setting its own
     slurm            {flag: value}: defaults of sweep.py's --slurm job flags for this file's runs
-                     (research/slurm.py's JOB_FLAGS: nodes, gpus_per_node, time_min, partition, ...);
-                     a flag on the command line wins
+                     (research/slurm.py's JOB_FLAGS: nodes, gpus_per_node, time_min, partition, ...,
+                     checked there); a flag on the command line wins
     ladders          {name: [setting, ...]}: settings of growing size (a ladder of model sizes at
                      one optimizer and tokens per parameter, >= 3) over which plot.py fits the
                      first variant's final loss against training compute (FLOPs) for the compute
@@ -134,11 +134,6 @@ def load_ablation(path):
                 or tuning_setting(spec, tuner) != tuner:
             raise UserError(f"{path}: tune_setting = {spec['tune_setting']!r}: name one of {list(spec['settings'])} "
                             f"(or map settings to those, each of which tunes itself), with tuning_seeds")
-    from research.slurm import JOB_FLAGS
-    for flag, value in spec["slurm"].items():
-        if flag not in JOB_FLAGS or type(value) is not JOB_FLAGS[flag][0]:
-            raise UserError(f"{path}: slurm[{flag!r}] = {value!r}: name one of {list(JOB_FLAGS)}, each with a value "
-                            f"of its type (an int, or a str for partition, account, qos)")
     for name, ladder in spec["ladders"].items():
         if not (isinstance(ladder, (list, tuple)) and len(set(ladder)) == len(ladder) >= 3
                 and set(ladder) <= set(spec["settings"])):

@@ -88,7 +88,8 @@ def rung(cfgs):
     return dict(total=model.num_params(), embedding=model.wte.weight.numel(), active=model.num_active_params(),
                 tokens=tokens, tokens_per_iter=tokens_per_iter, flops_token=model.flops_per_token(),
                 flops=model.flops_per_token() * tokens, memory_params=total, activations=activations,
-                state={"adamw": 20 * total, "muon": 20 * total - 4 * matrices})
+                state={"adamw": 20 * total, "muon": 20 * total - 4 * matrices},
+                per_variant_flops_token=[m.flops_per_token() for m in models])
 
 
 def fits(r, cfg, gpu_bytes, shards):
@@ -122,10 +123,12 @@ def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
            "seqs x block = micro x accum | FineWeb-Edu subset | GFLOP/token | GPU-h per run | DDP AdamW GB | "
            "DDP Muon GB | fits? | peak LR x the tuned multiplier |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    per_token = {}  # (setting, variant) -> FLOPs per token, for the totals (the LR and seed change none)
     for setting in spec["settings"]:
         cfgs = [run_config(spec, setting, v, spec["seeds"][0])[0] for v in spec["variants"]]
         cfgs = [{**c, "vocab_size": c["vocab_size"] or 50257} for c in cfgs]
         cfg, r = cfgs[0], rung(cfgs)
+        per_token |= {(setting, v): f for v, f in zip(spec["variants"], r["per_variant_flops_token"])}
         subset = subset_for(r["tokens"])
         verdict = fits(r, cfg, gpu_bytes, OPTIMIZERS[cfg["optimizer"]].shards)
         out.append(
@@ -137,18 +140,14 @@ def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
             f"{r['flops_token'] / 1e9:.3g} | {hours(r['flops']):,.0f} | "
             f"{(r['state']['adamw'] + r['activations']) / GB:.0f} | {(r['state']['muon'] + r['activations']) / GB:.0f} | "
             f"{verdict} | {lr_text(cfg)} (from `{tuning_setting(spec, setting)}`) |")
-    totals, per_token = {}, {}
-    for run in plan(spec, "runs"):
-        cfg = {**run["config"], "vocab_size": run["config"]["vocab_size"] or 50257}
-        key = (run["setting"], run["variant"])  # the LR and the seed change no FLOPs
-        if key not in per_token:
-            with torch.device("meta"):
-                per_token[key] = GPT(model_config(cfg)).flops_per_token()
-        flops = per_token[key]
+    totals, runs = {}, plan(spec, "runs")
+    for run in runs:
+        cfg = run["config"]
+        flops = per_token[(run["setting"], run["variant"])]
         tpp = setting_tpp(run["setting"])
         totals[tpp] = totals.get(tpp, 0) + hours(flops * cfg["max_iters"] * cfg["batch_size"] * cfg["block_size"]
                                                  * cfg["gradient_accumulation_steps"])
-    out += ["", f"Every run the file plans ({len(plan(spec, 'runs'))}, LR sweeps on tuning seeds included): "
+    out += ["", f"Every run the file plans ({len(runs)}, LR sweeps on tuning seeds included): "
             + "; ".join(f"{label}: {h:,.0f} GPU-hours" for label, h in totals.items())
             + f"; in all {sum(totals.values()):,.0f} GPU-hours (training FLOPs only; evaluation adds a few %).", ""]
     return "\n".join(out)

@@ -184,8 +184,14 @@ def add_flags(parser):
 
 def resolve_flags(args, specs):
     """Fill each job flag not given on the command line from the ablation files' `slurm` entries, else
-    JOB_FLAGS' default, in place; UserError when two files given together set a flag differently
-    (submit them in separate commands)."""
+    JOB_FLAGS' default, in place. UserError naming the file for an entry that is no job flag or not
+    of its type, and when two files given together set a flag differently (submit them in separate
+    commands). sweep.py calls it on every file it reads, --slurm or not."""
+    for spec in specs:
+        for flag, value in spec["slurm"].items():
+            if flag not in JOB_FLAGS or type(value) is not JOB_FLAGS[flag][0]:
+                raise UserError(f"{spec['name']}.py: slurm[{flag!r}] = {value!r}: name one of {list(JOB_FLAGS)}, each "
+                                f"with a value of its type (an int, or a str for partition, account, qos)")
     for name, (_, default, _) in JOB_FLAGS.items():
         if getattr(args, name) is not None:
             continue

@@ -19,7 +19,7 @@ from configurator import UserError
 from conftest import ROOT
 from ops import check_config
 from test_ddp import torchrun
-from test_train import cli, make_dataset, read_log, tiny_args
+from test_train import cli, make_dataset, read_log, run, tiny_args
 
 K = 4  # optimizer steps
 # a constant LR after warmup: a run stopped at K / 2 and resumed to K is the run of K from the start
@@ -209,8 +209,8 @@ def test_a_checkpoint_from_before_the_magnitude_was_a_vector_resumes_exactly(tmp
     an older checkpoint, its magnitudes and their AdamW moments 0-d, resumes to the same run."""
     ds = make_dataset(tmp_path / "ds")
     straight, cut = tmp_path / "straight", tmp_path / "cut"
-    train_in_one_process(*tiny_args(ds, straight, *COMMON))
-    train_in_one_process(*tiny_args(ds, cut, *common(f"--max_iters={K // 2}")))
+    run(tiny_args(ds, straight, *COMMON))  # in this process: no start-up to pay
+    run(tiny_args(ds, cut, *common(f"--max_iters={K // 2}")))
     path = str(cut / "ckpt.pt")
     ckpt = torch.load(path, weights_only=True)
     names = [k for k in ckpt["model"] if k.endswith("magnitude")]
@@ -225,6 +225,6 @@ def test_a_checkpoint_from_before_the_magnitude_was_a_vector_resumes_exactly(tmp
                     moments[key], scalars = moments[key].reshape(()), scalars + 1
     assert scalars == 2 * len(names)
     save_checkpoint(path, ckpt)
-    train_in_one_process("--init_from=resume", f"--out_dir={cut}", f"--max_iters={K}")
+    run(["--init_from=resume", f"--out_dir={cut}", f"--max_iters={K}"])
     a, b = weights(straight), weights(cut)
     assert all(torch.equal(a[k], b[k]) for k in a)

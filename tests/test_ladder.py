@@ -3,8 +3,6 @@ compute-multiplier fit across rungs (research/plot.py), and the sweep's --settin
 
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -13,7 +11,7 @@ from configurator import UserError, estimate_size
 from conftest import ROOT
 from model import GPT, model_config
 from research import ablation, plot, sweep
-from research.ladder import plan_table, subset_for
+from research.ladder import main as ladder_main, plan_table, subset_for
 from test_sweep import fake_rows, write_ablation
 
 LADDER = os.path.join(ROOT, "configs", "ablations", "ladder.py")
@@ -45,14 +43,13 @@ def test_the_ladder_files_stated_parameters_are_the_models_and_its_budgets_its_l
         assert actives == sorted(actives) and len(settings) >= 3, name
 
 
-def test_the_committed_plan_is_what_the_planning_command_prints():
+def test_the_committed_plan_is_what_the_planning_command_prints(tmp_path):
     """configs/ablations/ladder.md states the ladder's figures; it is regenerated, never edited."""
-    proc = subprocess.run([sys.executable, "-m", "research.ladder", LADDER], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = tmp_path / "plan.md"
+    assert ladder_main([LADDER, f"--out={out}"]) == 0  # the command, in this process
     with open(os.path.join(ROOT, "configs", "ablations", "ladder.md")) as f:
-        assert f.read() == proc.stdout, "regenerate: python -m research.ladder configs/ablations/ladder.py " \
-                                        "--out=configs/ablations/ladder.md"
+        assert f.read() == out.read_text(), "regenerate: python -m research.ladder configs/ablations/ladder.py " \
+                                            "--out=configs/ablations/ladder.md"
 
 
 def test_the_plan_says_what_fits_a_smaller_gpu_and_what_a_run_costs():

@@ -123,10 +123,11 @@ def test_an_ablation_files_slurm_entry_sets_the_jobs_and_a_flag_wins(tmp_path, c
 
 @pytest.mark.parametrize("entry, words", [("{'gpus': 8}", r"slurm\['gpus'\] = 8: name one of"),
                                           ("{'nodes': '2'}", r"slurm\['nodes'\] = '2'")])
-def test_a_bad_slurm_entry_is_one_line_at_load(tmp_path, entry, words):
+def test_a_bad_slurm_entry_is_one_line_in_any_sweep(tmp_path, entry, words):
     from configurator import UserError
     with pytest.raises(UserError, match=words):
-        sweep.load_ablation(write_ablation(tmp_path, TWO_RUNS + f"slurm = {entry}\n"))
+        sweep.main([write_ablation(tmp_path, TWO_RUNS + f"slurm = {entry}\n"), "--dry_run",
+                    f"--results={tmp_path / 'r'}"])
 
 
 def test_two_files_that_set_a_job_flag_differently_need_the_flag(tmp_path):
