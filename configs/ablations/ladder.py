@@ -35,8 +35,7 @@ expected = {"unified": "lower"}
 
 _BLOCK = 2048
 # name: (shape, parameters a token uses (checked against the model by tests/test_ladder.py),
-#        sequences per iteration, sequences per micro-step (a GPU's micro-batch: research/ladder.py's
-#        memory per GPU at most ~60% of 80 GB, as MoE's measured activations exceed the estimate))
+#        sequences per iteration, sequences per micro-step (a GPU's micro-batch; see Memory above))
 _RUNGS = {
     "d012": ({"n_layer": 12, "n_embd": 768, "n_head": 12}, 123_587_328, 256, 16),
     "d05": ({"n_layer": 24, "n_embd": 1280, "n_head": 20}, 540_243_200, 512, 8),
