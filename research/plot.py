@@ -1020,12 +1020,21 @@ def plot_fit(spec, results, path):
                 if rec:
                     ax.plot(rec["final"]["tokens"] / 1e6, final_val(rec), "sD^v<>"[j % 6], color=color, mfc="none",
                             label=v if i == 0 else None)
-        ax.set_xscale("log")
-        ax.set_xlabel("training tokens (millions, log)")
-        ax.set_ylabel("final validation loss (nats/token)")
-        ax.set_title(f"{spec['name']}: {setting}; fit L(D) = E + A D^-alpha", fontsize=9)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        loss_against_log(ax, "training tokens (millions, log)", f"{spec['name']}: {setting}; fit L(D) = E + A D^-alpha")
+    save_figure(fig, path)
+
+
+def loss_against_log(ax, xlabel, title):
+    """An axis of final val loss against a log-scaled x (tokens, compute), with its legend."""
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("final validation loss (nats/token)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+
+
+def save_figure(fig, path):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -1047,15 +1056,9 @@ def plot_ladder(spec, results, path):
             if isinstance(f, tuple):
                 c = np.geomspace(span[seed][0] * 0.8, span[seed][1] * 1.25, 100)
                 ax.plot(c, f[0] + f[1] * c ** -f[2], "-", color="C0", lw=1)
-        ax.set_xscale("log")
-        ax.set_xlabel("training compute (FLOPs, log)")
-        ax.set_ylabel("final validation loss (nats/token)")
-        ax.set_title(f"{spec['name']}: {ladder}; fit of {ref}: L(C) = E + A C^-alpha", fontsize=9)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        loss_against_log(ax, "training compute (FLOPs, log)", f"{spec['name']}: {ladder}; fit of {ref}: "
+                         f"L(C) = E + A C^-alpha")
+    save_figure(fig, path)
 
 
 def draw_gaps(ax, spec, series):
