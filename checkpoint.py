@@ -92,9 +92,17 @@ def clean_stale(out_dir):
             os.remove(stale)
 
 
-def optimizer_layout(optimizers):
-    """[[(group name, parameter count)] per optimizer]: how the parameters split into groups."""
-    return [[(g.get("name"), len(g["params"])) for g in o.param_groups] for o in optimizers]
+def optimizer_layout(param_groups):
+    """[[(group name, parameter count)] per optimizer] from each optimizer's param_groups (live, or a
+    saved state dict's): how the parameters split into groups."""
+    return [[(g.get("name"), len(g["params"])) for g in groups] for groups in param_groups]
+
+
+def saved_params(saved, opt):
+    """{index in a saved optimizer state dict: this run's parameter}: the indices follow the
+    optimizer's own order (restore checks that the groups match first)."""
+    return dict(zip((i for g in saved["param_groups"] for i in g["params"]),
+                    (p for g in opt.param_groups for p in g["params"])))
 
 
 def save_run_checkpoint(path, model, optimizers, state, master):
@@ -118,7 +126,7 @@ def save_run_checkpoint(path, model, optimizers, state, master):
         dcp.save({"model": get_model_state_dict(model), "optimizers": get_optimizer_state_dict(model, optimizers)},
                  checkpoint_id=tmp)  # a collective: it returns once every rank's shards are written
         if master:
-            save_checkpoint(os.path.join(tmp, "run.pt"), {**state, "layout": optimizer_layout(optimizers)})
+            save_checkpoint(os.path.join(tmp, "run.pt"), {**state, "layout": optimizer_layout(o.param_groups for o in optimizers)})
             if os.path.exists(path):
                 os.replace(path, path + ".old")
             os.replace(tmp, path)
@@ -251,9 +259,8 @@ def restore(ckpt, model, optimizers, cfg):
     the fix, when this config splits the parameters into other optimizer groups than the
     checkpoint's (another optimizer; scale_wd "iwd" vs "iwd_final" with a tied head).
     """
-    layout = ckpt["layout"] if "dcp" in ckpt else \
-        [[(g.get("name"), len(g["params"])) for g in s["param_groups"]] for s in ckpt["optimizers"]]
-    if [[tuple(g) for g in o] for o in layout] != optimizer_layout(optimizers):
+    layout = ckpt["layout"] if "dcp" in ckpt else optimizer_layout(s["param_groups"] for s in ckpt["optimizers"])
+    if [[tuple(g) for g in o] for o in layout] != optimizer_layout(o.param_groups for o in optimizers):
         saved = complete(ckpt["config"])
         changed = [k for k in GROUP_KEYS if vars(cfg)[k] != saved[k]]
         keys = " and ".join(f"{k}={vars(cfg)[k]!r} (the checkpoint's: {saved[k]!r})" for k in changed) or \
@@ -293,9 +300,7 @@ def by_name(states, optimizers, model):
     names = {id(p): n for n, p in model.named_parameters()}
     state, groups = {}, []
     for opt, saved in zip(optimizers, states):
-        params = [p for g in opt.param_groups for p in g["params"]]
-        index = [i for g in saved["param_groups"] for i in g["params"]]
-        name = {i: names[id(p)] for i, p in zip(index, params)}
+        name = {i: names[id(p)] for i, p in saved_params(saved, opt).items()}
         state |= {name[i]: s for i, s in saved["state"].items()}
         groups += [{**g, "params": [name[i] for i in g["params"]]} for g in saved["param_groups"]]
     return {"state": state, "param_groups": groups}
@@ -335,9 +340,7 @@ def reshaped_moments(state, opt):
     """An optimizer state dict whose 0-d moments of (1,) parameters take their parameter's shape: the
     OR/ER magnitudes were 0-d before they became (1,) (FSDP2 shards no 0-d tensor), and an in-place
     update of a 0-d moment by a (1,) gradient fails. The step counts (0-d by design) stay."""
-    params = [p for g in opt.param_groups for p in g["params"]]
-    index = [i for g in state["param_groups"] for i in g["params"]]
-    shape = {i: p.shape for i, p in zip(index, params)}
+    shape = {i: p.shape for i, p in saved_params(state, opt).items()}
     moments = {i: {k: v.reshape(1) if k != "step" and torch.is_tensor(v) and v.dim() == 0 and shape.get(i) == (1,)
                    else v for k, v in per_param.items()} for i, per_param in state["state"].items()}
     return {**state, "state": moments}

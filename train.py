@@ -164,7 +164,8 @@ def setup(cfg, given, held):
         held.enter_context(lock_out_dir(cfg["out_dir"]))
     if owned:
         clean_stale(cfg["out_dir"])  # what a save a SIGKILL cut short left: never the checkpoint
-    held_run = checkpoint_in(cfg["out_dir"]) if os.path.exists(checkpoint_in(cfg["out_dir"])) else None
+    held_run = checkpoint_in(cfg["out_dir"])
+    held_run = held_run if os.path.exists(held_run) else None
     if cfg["init_from"] == "auto":
         cfg = {**cfg, "init_from": "resume" if held_run else "scratch"}
     ckpt, tokens, changed, changes = None, 0, {}, []
