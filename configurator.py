@@ -88,10 +88,19 @@ class Path:
 GE0, GE1, POSITIVE, FRACTION = Range(0), Range(1), Range(0, low_open=True), Range(0, 1, high_open=True)
 
 
+def added(default, allowed, meaning, *, absent):
+    """The row of a key added after runs were recorded: `absent` is the value those runs trained
+    at, which a stored config without the key means (complete) and which a run hash leaves out
+    (ABSENT), so adding the key renames no recorded run. A key older than every record has a plain
+    3-tuple row and is always hashed."""
+    return default, allowed, meaning, absent
+
+
 # -----------------------------------------------------------------------------
 # The one table of config keys: {section: {key: (default, allowed values, meaning)}}. The
 # default run is the paper's unified strategy on shakespeare_char, sized to train on 2 CPU
-# cores in a few minutes; model.GPTConfig takes its defaults from here. Allowed values beyond
+# cores in a few minutes; model.GPTConfig takes its defaults from here. A key added after runs
+# were recorded is an `added(...)` row that declares the value those runs had (absent=). Allowed values beyond
 # the default's type: a Range (every float also finite), Choices, or None: any value of the
 # type (a path, a bool), or a name of the registry the meaning names (model.CHOICES,
 # optim.CHOICES: the code that implements the choices checks them, and --help lists them).
@@ -103,9 +112,9 @@ SECTIONS = {
         "init_from": ("scratch", Choices("scratch", "resume", "auto"),
                       '"scratch" | "resume" (from out_dir/ckpt.pt) | "auto" (resume when out_dir holds '
                       'a checkpoint, else scratch: the one command for a job that may be preempted)'),
-        "hf_model": ("", Path(), "a Hugging Face Llama or Qwen3 folder to start from: its config.json sets the "
-                                 "model's shape, its weights the start, the scale-vector switches go on top "
-                                 "(tools/hf_init.py)"),
+        "hf_model": added("", Path(), "a Hugging Face Llama or Qwen3 folder to start from: its config.json sets "
+                                      "the model's shape, its weights the start, the scale-vector switches go on "
+                                      "top (tools/hf_init.py)", absent=""),
         "eval_interval": (100, GE0, "iterations between evals + checkpoints (0: only at the end)"),
         "eval_iters": (20, GE1, "validation batches per eval (a fixed set)"),
         "log_interval": (50, GE1, "iterations between progress lines"),
@@ -125,8 +134,9 @@ SECTIONS = {
         "block_size": (128, GE1, "context length (tokens)"),
         "n_layer": (4, GE1, "transformer blocks"),
         "n_head": (4, GE1, "attention (query) heads"),
-        "n_kv_head": (0, GE0, "key/value heads, grouped-query attention (0: n_head; n_head must divide by it)"),
-        "head_dim": (0, GE0, "width of a head, even (0: n_embd / n_head, which must divide)"),
+        "n_kv_head": added(0, GE0, "key/value heads, grouped-query attention (0: n_head; n_head must divide by it)",
+                           absent=0),
+        "head_dim": added(0, GE0, "width of a head, even (0: n_embd / n_head, which must divide)", absent=0),
         "n_embd": (128, GE1, "width"),
         "d_ff": (0, GE0, "SwiGLU hidden width (0: 8/3 n_embd rounded up to a multiple of 64)"),
         "vocab_size": (0, GE0, "0: from the dataset's meta.pkl; padded to a multiple of 64 inside the model"),
@@ -141,10 +151,10 @@ SECTIONS = {
         "attn_placement": ("in", None, "where attention's scale vectors sit (model.ATTN_PLACEMENTS)"),
         "mlp_placement": ("dual_norm", None,
                           "where the MLP's scale vectors and normalizations sit (model.MLP_PLACEMENTS)"),
-        "dual_sites": ("prenorm", None,
-                       '"prenorm": dual placements put scales on the maps that read the normalized '
-                       'input (q, k, v; gate, up) | "all": also around W_o and W_down (the earlier '
-                       'reading) (model.DUAL_SITES)'),
+        "dual_sites": added("prenorm", None,
+                            '"prenorm": dual placements put scales on the maps that read the normalized '
+                            'input (q, k, v; gate, up) | "all": also around W_o and W_down (the earlier '
+                            'reading) (model.DUAL_SITES)', absent="all"),
         "qk_norm": (False, None, "RMSNorm on q and k per head, with output-role scales"),
         "output_norms": (False, None, "Gemma-style RMSNorm on each branch's output before the residual add"),
         "norm_eps": (1e-6, Range(0, low_open=True, usual=(1e-12, 1e-3)),
@@ -189,17 +199,16 @@ SECTIONS = {
                   '"auto" (bfloat16 on CUDA, else float32) | "float32" | "bfloat16"'),
         "compile": (False, None, "torch.compile the model"),
         "seed": (1337, Range(0, 2**32 - 1, why="numpy's generators need it"), "initial weights and batches"),
-        "fsdp": (False, None, "FSDP2 under torchrun: shard each block's parameters, gradients and AdamW state "
-                              "over the processes (for a model whose state does not fit one GPU under DDP)"),
+        "fsdp": added(False, None, "FSDP2 under torchrun: shard each block's parameters, gradients and AdamW "
+                                   "state over the processes (for a model whose state does not fit one GPU under "
+                                   "DDP)", absent=False),
         "ddp_timeout_s": (600, Range(1, 10**7, why="a timedelta of it must exist; 10**7 s is 115 days"),
                           "seconds a DDP collective may wait"),
     },
 }
-DEFAULTS = {key: default for keys in SECTIONS.values() for key, (default, _, _) in keys.items()}
-ALLOWED = {key: allowed for keys in SECTIONS.values() for key, (_, allowed, _) in keys.items()}
-# Keys added after runs were recorded, with the value those runs trained at: a config
-# (record, checkpoint) without the key means this value, and a run hash leaves it out.
-LEGACY = {"dual_sites": "all", "n_kv_head": 0, "head_dim": 0, "hf_model": "", "fsdp": False}
+DEFAULTS = {key: row[0] for keys in SECTIONS.values() for key, row in keys.items()}
+ALLOWED = {key: row[1] for keys in SECTIONS.values() for key, row in keys.items()}
+ABSENT = {key: row[3] for keys in SECTIONS.values() for key, row in keys.items() if len(row) > 3}  # added() rows
 TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name")  # where the numbers go, never the numbers
 MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
     {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
@@ -290,7 +299,7 @@ def usage(doc, choices=None):
     lines = [doc.strip(), "", "config keys (--key=value; default, then meaning):"]
     for section, keys in SECTIONS.items():
         lines.append(f"\n  {section}")
-        for key, (default, allowed, meaning) in keys.items():
+        for key, (default, allowed, meaning, *_) in keys.items():
             arg = f"--{key}={default!r}" if isinstance(default, str) else f"--{key}={default}"
             listed = (choices or {}).get(key, {})
             named = listed and not any(listed.values()) and not all(f'"{v}"' in meaning for v in listed)
@@ -556,8 +565,8 @@ def check_memory(cfg, can_shard=True):
 
 def complete(cfg):
     """A stored config (a record's or a checkpoint's, a dict) with every key: a key added after it
-    was written takes the value it meant then (LEGACY), else its default."""
-    return {**DEFAULTS, **LEGACY, **cfg}
+    was written takes the value it meant then (its row's absent=: ABSENT), else its default."""
+    return {**DEFAULTS, **ABSENT, **cfg}
 
 
 def check(cfg_dict, can_shard=True):

@@ -56,7 +56,7 @@ import os
 import subprocess
 
 from checkpoint import atomic_write, checkpoint_in, read_log
-from configurator import DEFAULTS, LEGACY, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
+from configurator import ABSENT, DEFAULTS, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
 from ops import check_config, inert_keys, resolve_device
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
@@ -193,15 +193,16 @@ def build_config(spec, setting, variant, seed, lr_mult=1.0, iter_mult=1.0):
 def config_hash(cfg):
     """SHA-1 hex digest of a run config (without out_dir and TRACKING_KEYS), stable when keys are added.
 
-    A key added after runs were recorded (configurator.LEGACY) is left out of the hash
-    when it has the value those runs trained at, or when it does nothing in this config
-    (dual_sites without a dual placement, as ops.inert_keys says): every record made before the key existed keeps
-    its hash and its meaning, and only runs the new key changes get new hashes.
+    The rule: a key whose row was added after runs were recorded (configurator's `added`, its
+    absent= value in ABSENT) is left out when it has that value, or when it does nothing in this
+    config (dual_sites without a dual placement, as ops.inert_keys says). So adding a key at the
+    value the recorded runs had renames none of them, and only runs the new key changes get new
+    hashes. Keys older than the records are always hashed.
     """
-    changed = [k for k in LEGACY if k in cfg and cfg[k] != LEGACY[k]]
+    changed = [k for k in ABSENT if k in cfg and cfg[k] != ABSENT[k]]
     inert = dict(inert_keys(cfg)) if changed else {}  # read from the registries (ops.inert_keys)
     kept = {k: v for k, v in cfg.items()
-            if k not in TRACKING_KEYS and not (k in LEGACY and (v == LEGACY[k] or k in inert))}
+            if k not in TRACKING_KEYS and not (k in ABSENT and (v == ABSENT[k] or k in inert))}
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 

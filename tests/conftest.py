@@ -15,5 +15,16 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and os.path.isdir(_cache):
 from model import BASELINE  # noqa: E402
 
 
+def add_row(monkeypatch, section, key, row):
+    """A config key added at run time as a fork adds its row to configurator.SECTIONS in the source
+    (with the tables configurator derives from the rows at import: DEFAULTS, ALLOWED, ABSENT)."""
+    import configurator
+    monkeypatch.setitem(configurator.SECTIONS[section], key, row)
+    monkeypatch.setitem(configurator.DEFAULTS, key, row[0])
+    monkeypatch.setitem(configurator.ALLOWED, key, row[1])
+    if len(row) > 3:
+        monkeypatch.setitem(configurator.ABSENT, key, row[3])
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a real pre-trained model, lm-eval (a minute each on 2 cores); -m 'not slow' skips them")

@@ -19,8 +19,11 @@ import norms
 import optim
 import test_norms
 from research.ablation import config_hash
+import configurator
 from configurator import DEFAULTS, UserError, load_config
+from conftest import add_row
 from ops import inert_keys
+from test_records import renamed_records
 from test_train import make_dataset, read_log, run, tiny_args
 
 
@@ -47,10 +50,18 @@ TOY_PLACEMENT = model.Placement(dual=True, norm=True, meaning="toy: DNP's sites,
 
 
 def build_sgd(groups, cfg, device_type):
-    return torch.optim.SGD(groups, lr=cfg.learning_rate, momentum=0.9)
+    """SGD with momentum; each group's weight_decay reaches it as coupled L2 (added to the gradient)."""
+    return torch.optim.SGD(groups, lr=cfg.sgd_lr, momentum=cfg.sgd_momentum)
 
 
-TOY_OPTIMIZER = optim.Optimizer("sgd", build_sgd, "learning_rate", (), "SGD with momentum for the hidden matrices")
+TOY_OPTIMIZER = optim.Optimizer("sgd", build_sgd, "sgd_lr", ("sgd_lr", "sgd_momentum"),
+                                "SGD with momentum for the hidden matrices")
+SGD_ROWS = {  # the guide's two rows in configurator.SECTIONS["optimizer"]
+    "sgd_lr": configurator.added(0.05, configurator.Range(0, low_open=True, usual=(1e-4, 10)),
+                                 "SGD's peak LR for the matrices", absent=0.05),
+    "sgd_momentum": configurator.added(0.9, configurator.Range(0, 1, high_open=True, usual=(0.5, 0.99)),
+                                       "SGD's momentum", absent=0.9),
+}
 
 
 @pytest.fixture
@@ -68,7 +79,9 @@ def placement(monkeypatch):
 @pytest.fixture
 def optimizer(monkeypatch):
     monkeypatch.setitem(optim.OPTIMIZERS, "sgd", TOY_OPTIMIZER)
-    return {"optimizer": "sgd"}
+    for key, row in SGD_ROWS.items():
+        add_row(monkeypatch, "optimizer", key, row)
+    return {"optimizer": "sgd", "sgd_lr": 0.1}
 
 
 def flags(switches):
@@ -179,11 +192,34 @@ def test_a_new_optimizer_steps_its_groups_trains_resumes_hashes_and_notes(tmp_pa
     assert len(sgd["state"]) == len(sgd["param_groups"][0]["params"]) > 0
     assert all("momentum_buffer" in s for s in sgd["state"].values())
     hashes_differ("optimizer", "sgd")
+    hashes_differ("sgd_lr", 0.2, optimizer="sgd")
+    assert renamed_records() == ([], "")  # its two keys, added at their absent values, rename no record
     cfg = load_config([*flags(optimizer), "--muon_lr=0.1"])
     assert ("muon_lr", "optimizer is 'sgd' (only optimizer 'muon' reads it)") in inert_keys(cfg[0])
+    cfg = load_config(["--sgd_momentum=0.5"])[0]
+    assert ("sgd_momentum", "optimizer is 'adamw' (only optimizer 'sgd' reads it)") in inert_keys(cfg)
     bench.main(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--vocab_size=40",
                 "--variants=baseline", "--steps=1", "--warmup=1", "--memory=False", *flags(optimizer)])
     assert "baseline" in capsys.readouterr().out
+
+
+def test_the_optimizer_guides_sgd_reads_its_own_keys_and_takes_weight_decay_coupled(optimizer):
+    """One step by hand: the matrices move by sgd_lr * (g + weight_decay * W), the first momentum
+    buffer being that gradient (torch.optim.SGD's coupled L2, as the guide says), not AdamW's LR."""
+    cfg = SimpleNamespace(**{**DEFAULTS, "vocab_size": 40, "n_layer": 1, "n_embd": 16, "n_head": 2, "block_size": 8,
+                             **optimizer, "sgd_momentum": 0.7})
+    gpt = model.GPT(model.model_config(vars(cfg)))
+    opts, groups = optim.build_optimizers(gpt, cfg, "cpu")
+    sgd = opts[1]
+    assert [(g["name"], g["lr"], g["momentum"], g["weight_decay"]) for g in sgd.param_groups] == \
+        [("matrix", 0.1, 0.7, cfg.weight_decay)]
+    w = sgd.param_groups[0]["params"][0]
+    before = w.detach().clone()
+    x = torch.randint(0, 40, (2, 8))
+    gpt(x, x)[1].backward()
+    g = w.grad.clone()
+    sgd.step()
+    assert torch.allclose(w.detach(), before - 0.1 * (g + cfg.weight_decay * before), atol=1e-7)
 
 
 def test_an_optimizer_name_no_registry_holds_is_an_error_not_a_group_never_stepped(monkeypatch):

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from research.ablation import config_hash, load_ablation, load_records, plan, run_config
-from conftest import ROOT
-from configurator import DEFAULTS, LEGACY, TRACKING_KEYS, complete, load_config
+from conftest import ROOT, add_row
+from configurator import ABSENT, DEFAULTS, TRACKING_KEYS, complete, load_config
 from model import model_config
 
 RECORDS = load_records(os.path.join(ROOT, "results"))
@@ -22,10 +22,39 @@ def stored_config(record):
     return {k: v for k, v in complete(record["config"]).items() if k != "out_dir"}
 
 
+def renamed_records():
+    """The committed records whose config no longer hashes to their stored hash, and the fix: each key
+    some of them lack that declares no absent value (a row added without configurator.added)."""
+    changed = [r for h, r in RECORDS.items() if config_hash(stored_config(r)) != h]
+    undeclared = sorted({k for r in changed for k in DEFAULTS if k not in r["config"] and k not in ABSENT})
+    fix = "; ".join(f"{k}'s row in configurator.SECTIONS must be added({DEFAULTS[k]!r}, ..., absent=<the value "
+                    f"the recorded runs trained at>)" for k in undeclared)
+    return [r["name"] for r in changed], fix
+
+
 def test_every_committed_record_rehashes_to_its_stored_hash():
     assert RECORDS
-    changed = [r["name"] for h, r in RECORDS.items() if config_hash(stored_config(r)) != h]
-    assert not changed, f"{len(changed)} records would get a new hash, e.g. {changed[:3]}"
+    changed, fix = renamed_records()
+    assert not changed, f"{len(changed)} records would get a new hash, e.g. {changed[:3]}: {fix}"
+
+
+@pytest.mark.parametrize("default", [0.05, "sgd", True])
+def test_a_key_added_at_its_absent_value_renames_no_committed_record(monkeypatch, default):
+    """The rule, not a list: a key added after the records (an added() row) is left out of every hash
+    at its absent value, so each committed record, completed with it as a run today would be,
+    rehashes to its stored hash; without absent= the same key renames them all and the failure
+    names the fix."""
+    import configurator
+    add_row(monkeypatch, "optimizer", "fork_key", configurator.added(default, None, "a fork's key", absent=default))
+    assert all("fork_key" in stored_config(r) for r in RECORDS.values())
+    assert renamed_records() == ([], "")
+    # the key at another value is hashed: a run that sets it is a new run
+    cfg = stored_config(next(iter(RECORDS.values())))
+    assert config_hash(cfg | {"fork_key": "other"}) != config_hash(cfg)
+    add_row(monkeypatch, "optimizer", "fork_key", (default, None, "a fork's key"))  # no absent= declared
+    monkeypatch.delitem(ABSENT, "fork_key")
+    changed, fix = renamed_records()
+    assert len(changed) == len(RECORDS) and "fork_key's row" in fix and "absent=" in fix
 
 
 def test_every_committed_record_is_a_run_of_some_ablation_file():
@@ -52,7 +81,7 @@ def test_a_record_made_before_dual_sites_existed_builds_the_earlier_sites():
 def test_dual_sites_enters_the_hash_only_where_it_acts_and_all_hashes_as_before(variant, acts):
     baseline = dict(branch_scales=False, reparam="plain", attn_placement="in", mlp_placement="in")
     cfg = {k: v for k, v in DEFAULTS.items() if k not in ("out_dir", *TRACKING_KEYS)} | baseline | variant
-    without = {k: v for k, v in cfg.items() if k not in LEGACY}  # keys added later (their values: LEGACY's)
+    without = {k: v for k, v in cfg.items() if k not in ABSENT}  # keys added later (their values: absent=)
     old = hashlib.sha1(json.dumps(without, sort_keys=True).encode()).hexdigest()  # the hash before the keys
     assert config_hash(cfg | {"dual_sites": "all"}) == old
     assert (config_hash(cfg | {"dual_sites": "prenorm"}) != old) == acts
@@ -62,7 +91,7 @@ def test_where_a_run_is_tracked_never_enters_its_hash():
     """wandb_log and its keys change where the numbers go, not the numbers: a run tracked or not,
     under any project or name, has one hash (and every record made before the keys keeps its own)."""
     cfg = {k: v for k, v in DEFAULTS.items() if k not in ("out_dir", *TRACKING_KEYS)
-           and not (k in LEGACY and v == LEGACY[k])}  # keys added later, at the value runs before them had
+           and not (k in ABSENT and v == ABSENT[k])}  # keys added later, at the value runs before them had
     tracked = cfg | {"wandb_log": True, "wandb_project": "mine", "wandb_run_name": "seed 1"}
     assert config_hash(tracked) == config_hash(cfg) == hashlib.sha1(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
 
