@@ -28,7 +28,6 @@ import sys
 import tempfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 
@@ -344,56 +343,6 @@ def reshaped_moments(state, opt):
     moments = {i: {k: v.reshape(1) if k != "step" and torch.is_tensor(v) and v.dim() == 0 and shape.get(i) == (1,)
                    else v for k, v in per_param.items()} for i, per_param in state["state"].items()}
     return {**state, "state": moments}
-
-
-@dataclass(frozen=True)
-class Start:
-    """Where a run starts (begin): iteration (0 from scratch), tokens seen, the last val loss
-    (nan before any eval), eval_due (a kill fell between the checkpoint and its eval row in the
-    log, which the loop then completes: same model, same batches; every rank agrees), and the
-    last logged train loss (nan when none)."""
-
-    iter: int
-    tokens: int
-    val_loss: float
-    eval_due: bool
-    last_train_loss: float
-
-
-def begin(run, ckpt, model, optimizers):
-    """Resume: restore ckpt (or None: start from scratch, with an empty log) into model and
-    optimizers, trim the log to its iteration; returns the Start. The one resume block.
-
-    run: ops.Run. A checkpoint a signal saved between evals (val_loss None) has no eval row
-    to complete, unless it is at max_iters (the run's final eval is then still due).
-    Raises UserError as restore does.
-    """
-    start_iter, val_loss, evaluated = 0, float("nan"), True
-    if ckpt is not None:
-        start_iter, val_loss = restore(ckpt, model, optimizers, run.cfg)
-        evaluated = val_loss is not None
-        val_loss = float("nan") if val_loss is None else val_loss
-        if run.master:
-            trim_log(run.log_path, start_iter)
-            if run.changed:
-                append_log(run.log_path, {"kind": "resume", "iter": start_iter, "tokens": run.tokens,
-                                          "changed": run.changed})
-    else:  # (train.setup refused a scratch run on an out_dir that holds one)
-        if run.master:
-            open(run.log_path, "w").close()
-    logged = read_log(run.log_path) if run.master and os.path.exists(run.log_path) else []
-    trained = [r["iter"] for r in logged if r["kind"] == "train"]
-    if run.master and ckpt is not None and trained != list(range(1, start_iter + 1)):
-        gap = next((i for i in range(1, start_iter + 1) if i not in set(trained)), None)
-        run.log(f"note: {run.log_path} has {len(trained)} train rows for the checkpoint's {start_iter} iterations"
-                + (f" (none for iteration {gap})" if gap else "") + ": truncated or edited; the run continues "
-                "from its checkpoint, but its log is not one run's (a sweep refuses to record it)")
-    missing = torch.tensor(float(start_iter > 0 and (evaluated or start_iter == run.cfg.max_iters) and not any(
-        r["kind"] == "eval" and r["iter"] == start_iter for r in logged)), device=run.device)
-    if run.ddp:
-        torch.distributed.broadcast(missing, 0)  # rank 0 holds the log; every rank evaluates
-    last_train_loss = next((r["loss"] for r in reversed(logged) if r["kind"] == "train"), float("nan"))
-    return Start(start_iter, run.tokens, val_loss, bool(missing.item()), last_train_loss)
 
 
 def load_model(ckpt_path, device="cpu"):

@@ -114,7 +114,7 @@ SECTIONS = {
                       'a checkpoint, else scratch: the one command for a job that may be preempted)'),
         "hf_model": added("", Path(), "a Hugging Face Llama or Qwen3 folder to start from: its config.json sets "
                                       "the model's shape, its weights the start, the scale-vector switches go on "
-                                      "top (tools/hf_init.py)", absent=""),
+                                      "top (start.py)", absent=""),
         "eval_interval": (100, GE0, "iterations between evals + checkpoints (0: only at the end)"),
         "eval_iters": (20, GE1, "validation batches per eval (a fixed set)"),
         "log_interval": (50, GE1, "iterations between progress lines"),

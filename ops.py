@@ -3,8 +3,8 @@ processes, its log and tracker, its progress lines and warnings, its end-of-run 
 process utilities commands share (devices, SIGTERM/SIGINT as a clean stop, compile errors).
 
 train.py reads as set up -> build -> restore -> loop -> finish; what those steps need beyond
-the model and the optimizer is here. The state of a run is one declared `Run`, built once by
-train.setup. The config check: the config module checks what it can alone (types, ranges,
+the model, the optimizer and the start (start.py, which builds the run's one declared `Run`) is
+here. The config check: the config module checks what it can alone (types, ranges,
 memory); the choices of a switch live with the code that implements them (model.CHOICES: scale
 classes, placements; optim.CHOICES: optimizers, schedules, decay recipes), and so do the rules
 that say when a key does nothing (GPTConfig.inert_keys, optim.inert_keys); check_config and
@@ -18,10 +18,8 @@ import re
 import signal
 import threading
 import time
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any, Callable
 
 import torch
 
@@ -36,45 +34,6 @@ from optim import format_groups, lr_multiplier
 PROGRESS_EVERY_S = 15  # a progress line at least this often, whatever log_interval says
 CPU_FLOPS = 2e11  # FLOP/s a free, fast CPU reaches on these models (the default run: ~1.4e11 on 2 cores)
 STOP_NOTE = "stopping after this step: the checkpoint is saved, then the run exits (a second Ctrl-C quits at once)"
-
-
-@dataclass(frozen=True)
-class Run:
-    """Everything a run knows before its model exists, built once by train.setup.
-
-    cfg: the full config (a namespace; on resume, the checkpoint's with this run's changes;
-    device and dtype kept as asked, so each machine resolves its own); resumed_from:
-    (iteration, the checkpoint's completed config) or None; tokens: seen before this run
-    (0 from scratch); changed: the keys this resume changes, {key: [old, new]}; changes: every
-    resume's, [{"iter", "changed"}] (checkpoint.resume_config); device, dtype ("float32" | "bfloat16"), ptdtype and autocast (a context,
-    a null one in float32); rank, local_rank, world, ddp, master (rank 0) of the processes;
-    data: dataset.load_data's dict; model_cfg: the model.GPTConfig; tokens_per_iter; n_moe:
-    MoE blocks; ckpt_path, log_path in out_dir; log: prints on rank 0 only; tracker: a W&B run
-    or None.
-    """
-
-    cfg: SimpleNamespace
-    resumed_from: Any
-    tokens: int
-    changed: dict
-    changes: list
-    device: torch.device
-    dtype: str
-    ptdtype: torch.dtype
-    autocast: AbstractContextManager
-    rank: int
-    local_rank: int
-    world: int
-    ddp: bool
-    master: bool
-    data: dict
-    model_cfg: Any
-    tokens_per_iter: int
-    n_moe: int
-    ckpt_path: str
-    log_path: str
-    log: Callable
-    tracker: Any
 
 
 def choices():

@@ -13,8 +13,8 @@ attn_placement, mlp_placement, qk_norm, output_norms, scale_wd), the size
 weight_decay, lr_schedule, warmup_iters) and the budget (max_iters,
 batch_size, block_size, gradient_accumulation_steps).
 
-Read top to bottom: train() sets up, builds, restores (checkpoint.begin), runs
-the loop and finishes; the pieces it calls follow it. A run's operations (its
+Read top to bottom: train() sets up (start.setup), builds, restores (start.begin),
+runs the loop and finishes; the pieces it calls follow it. A run's operations (its
 processes, the description and warnings at start, progress lines, log rows and
 W&B, the end-of-run sample) live in ops.py. Outputs in out_dir: ckpt.pt
 (written atomically at every eval and at the end; under FSDP2 the sharded
@@ -34,11 +34,9 @@ after the same step.
 """
 
 import math
-import os
 import signal
 import time
 from contextlib import ExitStack, nullcontext
-from types import SimpleNamespace
 
 import configurator
 
@@ -47,15 +45,13 @@ configurator.set_omp_env()  # before torch loads: idle OpenMP threads sleep inst
 import numpy as np
 import torch
 
-from checkpoint import (begin, checkpoint_in, checkpoint_path, clean_stale, lock_out_dir, resume_config,
-                        save_run_checkpoint)
-from configurator import UserError, cli, complete, folder_problem, load_config, usage
-from dataset import check_vocabulary, dataset_dir, load_data
-from model import GPT, model_config
-from ops import (STOP_NOTE, Progress, Run, StopSignals, check_config, choices, compile_errors, describe, diverged,
-                 end_of_run_sample, resolve_device, setup_distributed, shard, start_tracker, write_log)
+from checkpoint import save_run_checkpoint
+from configurator import UserError, cli, load_config, usage
+from model import GPT
+from ops import (STOP_NOTE, Progress, StopSignals, choices, compile_errors, describe, diverged, end_of_run_sample,
+                 shard, write_log)
 from optim import build_optimizers, lr_multiplier, set_lr
-from tools import hf_init
+from start import begin, setup
 
 
 def train(cfg, given=frozenset()):
@@ -68,15 +64,14 @@ def train(cfg, given=frozenset()):
     when another process trains in out_dir) and FloatingPointError for a non-finite loss.
     """
     with ExitStack() as held:  # what setup takes (the out_dir's lock) is released however the run ends
-        run, ckpt = setup(cfg, given, held)  # the config (on resume, the checkpoint's), device, processes, data
+        run, ckpt = setup(cfg, given, held)  # scratch, resume, auto or a Hugging Face folder (start.py)
         cfg, device, ddp = run.cfg, run.device, run.ddp
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
-        if cfg.hf_model and ckpt is None:  # continued pre-training of a Hugging Face model
-            hf_init.start(raw_model, cfg.hf_model, get_batch(run.data, "val", 0, 0, cfg, device)[0], run.log)
         if cfg.fsdp:
             shard(raw_model)  # FSDP2 (ops.shard): before the optimizers see the parameters
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
-        start = begin(run, ckpt, raw_model, optimizers)  # restore the checkpoint, or start a new log
+        # the checkpoint's weights and moments, a Hugging Face folder's (checked on a val batch), or the init
+        start = begin(run, ckpt, raw_model, optimizers, get_batch(run.data, "val", 0, 0, cfg, device)[0])
         del ckpt  # its weights live in the model now
         start_iter, tokens, val_loss = start.iter, start.tokens, start.val_loss
         model = torch.compile(raw_model) if cfg.compile else raw_model
@@ -89,7 +84,7 @@ def train(cfg, given=frozenset()):
         # The loop. Iteration `it` first evaluates and saves when one is due (so the final
         # eval/save at it == max_iters takes the same path), then stops if a SIGTERM/SIGINT
         # came during the step before (every rank agrees), then trains one step.
-        my_micro_steps = [j for j in range(cfg.gradient_accumulation_steps) if j % run.world == run.rank]
+        my_micro_steps = range(run.rank, cfg.gradient_accumulation_steps, run.world)  # j % world == rank
         zero = torch.zeros((), device=device)
         progress = Progress(run, raw_model, start_iter)
         loss_val, stopped = float("nan"), None
@@ -124,9 +119,8 @@ def train(cfg, given=frozenset()):
                                          aux.get("z_loss", zero).detach()])
                 if cfg.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-                for opt in optimizers:
+                for opt in optimizers:  # (each steps its own groups: optim.build_optimizers)
                     opt.step()
-                for opt in optimizers:
                     opt.zero_grad(set_to_none=True)
                 loss_val, lb_loss, z_loss = all_reduce_mean(sums / len(my_micro_steps), run).tolist()
                 tokens += run.tokens_per_iter
@@ -142,79 +136,7 @@ def train(cfg, given=frozenset()):
 
 
 # -----------------------------------------------------------------------------
-# Set up, evaluate, save, report: the pieces train() calls, in its order
-
-
-def setup(cfg, given, held):
-    """The run's state before any model exists: config, device, processes, out_dir, data.
-
-    Rank 0 owns out_dir (checkpoint.lock_out_dir) before it reads or writes anything
-    there: at once when the folder exists, else once the config and the data are
-    checked (a refused run makes no folder); the lock goes into `held` (an ExitStack), which
-    releases it. init_from="auto" becomes "resume" when out_dir holds a checkpoint,
-    else "scratch". Returns (ops.Run, the checkpoint dict to resume from or None); a W&B
-    tracker (wandb_log) is started here, unless the checkpoint's run is finished.
-    """
-    if not cfg["out_dir"].strip():
-        raise UserError(f"out_dir={cfg['out_dir']!r} is empty: set --out_dir=DIR (the run's checkpoint and log go "
-                        f"there)")
-    owner = int(os.environ.get("RANK", "0")) == 0  # rank 0, as setup_distributed reads it
-    owned = owner and os.path.isdir(cfg["out_dir"])  # it may hold a run: own it before reading the checkpoint
-    if owned:
-        held.enter_context(lock_out_dir(cfg["out_dir"]))
-    if owned:
-        clean_stale(cfg["out_dir"])  # what a save a SIGKILL cut short left: never the checkpoint
-    held_run = checkpoint_in(cfg["out_dir"])
-    held_run = held_run if os.path.exists(held_run) else None
-    if cfg["init_from"] == "auto":
-        cfg = {**cfg, "init_from": "resume" if held_run else "scratch"}
-    ckpt, tokens, changed, changes = None, 0, {}, []
-    if cfg["init_from"] == "resume":
-        cfg, ckpt, tokens, changed, changes = resume_config(cfg, given)
-    elif cfg["hf_model"]:
-        cfg = hf_init.merged_config(cfg, given)  # the folder's config.json sets the model's shape
-    check_config(cfg)
-    cfg = SimpleNamespace(**cfg)
-    device_name, dtype = resolve_device(cfg.device, cfg.dtype)
-    rank, local_rank, world = setup_distributed(cfg, device_name)
-    ddp, master = torch.distributed.is_initialized(), rank == 0
-    problem = owner and not owned and folder_problem(cfg.out_dir)  # said now; the folder is made once the data pass
-    if problem:
-        raise UserError(f"out_dir={cfg.out_dir!r}: {problem}")
-    device = torch.device(f"cuda:{local_rank}" if device_name == "cuda" and ddp else device_name)
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    if cfg.hf_model and ckpt is None:  # the model's tokenizer first: its advice beats the token files'
-        hf_init.check_data(cfg.hf_model, dataset_dir(cfg.dataset))
-    data = load_data(cfg, prepare_here=local_rank == 0)
-    if cfg.vocab_size == 0:
-        if not data["meta"] or "vocab_size" not in data["meta"]:
-            raise UserError(f"vocab_size=0 means 'from meta.pkl', but {dataset_dir(cfg.dataset)} has "
-                            f"none: set --vocab_size (50257 for GPT-2 BPE)")
-        cfg.vocab_size = data["meta"]["vocab_size"]
-        if type(cfg.vocab_size) is not int:
-            raise UserError(f"meta.pkl's vocab_size={cfg.vocab_size!r} must be an int")
-    check_vocabulary(data["meta"], cfg.vocab_size, ckpt and ckpt.get("meta"), dataset_dir(cfg.dataset))
-    if cfg.init_from == "scratch" and held_run:
-        raise UserError(f"out_dir={cfg.out_dir!r} already holds a run ({held_run}): continue it with "
-                        f"--init_from=resume (or auto), or train from scratch in another --out_dir (or delete it)")
-    if owner and not owned:  # a refused config or dataset leaves no folder behind
-        held.enter_context(lock_out_dir(cfg.out_dir))
-    model_cfg = model_config(cfg)
-    cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
-    finished = ckpt is not None and ckpt["iter"] == cfg.max_iters
-    return Run(
-        cfg=cfg, tokens=tokens, changed=changed, changes=changes, device=device,
-        resumed_from=(ckpt["iter"], complete(ckpt["config"])) if ckpt else None, dtype=dtype, ptdtype=ptdtype,
-        autocast=torch.autocast(device.type, dtype=ptdtype) if ptdtype != torch.float32 else nullcontext(),
-        rank=rank, local_rank=local_rank, world=world, ddp=ddp, master=master, data=data, model_cfg=model_cfg,
-        tokens_per_iter=cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps,
-        n_moe=sum(model_cfg.is_moe(layer) for layer in range(model_cfg.n_layer)),
-        ckpt_path=checkpoint_path(cfg.out_dir, cfg.fsdp), log_path=os.path.join(cfg.out_dir, "log.jsonl"),
-        log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None),
-        tracker=start_tracker(cfg, master, finished, held)), ckpt
+# Batches, evaluate, save, report: the pieces train() calls, in its order
 
 
 def get_batch(data, split, index, micro_step, cfg, device):

@@ -114,6 +114,23 @@ def load_ablation(path):
                 and item[1] in variants and item[0] != item[1] and item[2] in (*DIRECTIONS, None)):
             raise UserError(f"{path}: comparisons entry {item!r}: write (variant, reference, 'lower' | "
                             f"'higher' | None) with two different variants of {list(variants)}")
+    check_tuning(spec, path)
+    spec["base"] = os.path.join(ROOT, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
+    if not os.path.isfile(spec["base"]):
+        raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")
+    for group in ("variants", "settings"):
+        for name, overrides in spec[group].items():
+            for key in overrides:
+                if key not in DEFAULTS:
+                    raise UserError(f"{path}: {group}[{name!r}] sets unknown config key {key!r}")
+    check_runs(spec, path)
+    spec["name"] = os.path.splitext(os.path.basename(path))[0]
+    return spec
+
+
+def check_tuning(spec, path):
+    """UserError naming the entry for a bad LR or token multiplier, LR tuning entry or ladder."""
+    variants, seeds, tuners = spec["variants"], spec["seeds"], spec["tuning_seeds"]
     mults = list(spec["lr_multipliers"]) + [m for ms in spec["iter_multipliers"].values() for m in ms]
     if not all(isinstance(m, (int, float)) and m > 0 for m in mults):
         raise UserError(f"{path}: lr_multipliers and iter_multipliers must be positive numbers, got {mults}")
@@ -122,7 +139,6 @@ def load_ablation(path):
                         f"{sorted(set(spec['iter_multipliers']) - set(variants))}")
     if spec["tune_lr"] and (not spec["lr_multipliers"] or spec["iter_multipliers"]):
         raise UserError(f"{path}: tune_lr=True needs lr_multipliers to choose from, and no iter_multipliers")
-    tuners = spec["tuning_seeds"]
     if tuners and (not spec["tune_lr"] or not all(type(x) is int for x in tuners)
                    or len(set(tuners)) != len(tuners) or set(tuners) & set(seeds)):
         raise UserError(f"{path}: tuning_seeds = {tuners!r}: with tune_lr = True, a list of distinct ints "
@@ -139,17 +155,6 @@ def load_ablation(path):
                 and set(ladder) <= set(spec["settings"])):
             raise UserError(f"{path}: ladders[{name!r}] = {ladder!r}: write a list of 3 or more settings of "
                             f"{list(spec['settings'])}, smallest model first")
-    spec["base"] = os.path.join(ROOT, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
-    if not os.path.isfile(spec["base"]):
-        raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")
-    for group in ("variants", "settings"):
-        for name, overrides in spec[group].items():
-            for key in overrides:
-                if key not in DEFAULTS:
-                    raise UserError(f"{path}: {group}[{name!r}] sets unknown config key {key!r}")
-    check_runs(spec, path)
-    spec["name"] = os.path.splitext(os.path.basename(path))[0]
-    return spec
 
 
 def check_runs(spec, path):

@@ -203,7 +203,9 @@ def submit_jobs(runs, states, args):
     return 0
 
 
-def main(argv):
+def parse_flags(argv):
+    """The command's flags, checked (UserError, one line): counts >= 0; --out_root and --results
+    absolute (train.py runs with cwd = this folder) and writable, before any training."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ablations", nargs="+", help="ablation files (configs/ablations/*.py)")
     p.add_argument("--out_root", default="runs", help="where runs train (checkpoints, logs; not committed)")
@@ -215,15 +217,31 @@ def main(argv):
                    "they match, with the LR sweeps that choose their LRs")
     slurm.add_flags(p)
     args = p.parse_args(argv)
-
     if args.parallel < 0 or args.threads < 0:
         raise UserError(f"--parallel={args.parallel} / --threads={args.threads}: must be >= 1 (0 = the default)")
-    # train.py runs with cwd = this folder: give it absolute paths so that `runs` means the same to both
     args.out_root, args.results = os.path.abspath(args.out_root), os.path.abspath(args.results)
-    for flag, folder in (("--out_root", args.out_root), ("--results", args.results)):  # before any training
+    for flag, folder in (("--out_root", args.out_root), ("--results", args.results)):
         problem = folder_problem(folder)
         if problem and not (args.dry_run and os.path.isdir(folder)):  # a dry run writes nothing
             raise UserError(f"{flag}={folder}: {problem}")
+    return args
+
+
+def print_plan(runs, states, records, parallel):
+    """--dry_run: each run's state, then the open runs' time at the pace of recorded runs of their shape."""
+    for r, s in zip(runs, states):
+        print(f"  {s:8s} {r['name']}")
+    total, known, n_open = estimate_open(runs, states, records)
+    if n_open and not known:
+        print(f"open: {n_open} runs; no recorded run of the same shape to estimate their time from")
+    elif n_open:
+        print(f"open: {n_open} runs; {known} of them at the pace of recorded runs of the same shape: about "
+              f"{fmt_duration(total / parallel)} at --parallel={parallel}"
+              + (f" (the other {n_open - known} have no comparable record)" if known < n_open else ""))
+
+
+def main(argv):
+    args = parse_flags(argv)
     specs = [load_ablation(path) for path in args.ablations]
     slurm.resolve_flags(args, specs)
     if args.slurm:
@@ -247,16 +265,7 @@ def main(argv):
     if args.slurm:
         return submit_jobs(runs, states, args)
     if args.dry_run:
-        for r, s in zip(runs, states):
-            print(f"  {s:8s} {r['name']}")
-        total, known, n_open = estimate_open(runs, states, records)
-        if n_open and not known:
-            print(f"open: {n_open} runs; no recorded run of the same shape to estimate their time from")
-        elif n_open:
-            parallel = args.parallel or 1
-            print(f"open: {n_open} runs; {known} of them at the pace of recorded runs of the same shape: about "
-                  f"{fmt_duration(total / parallel)} at --parallel={parallel}"
-                  + (f" (the other {n_open - known} have no comparable record)" if known < n_open else ""))
+        print_plan(runs, states, records, args.parallel or 1)
         return 0
 
     import torch  # only to count GPUs

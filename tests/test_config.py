@@ -61,6 +61,25 @@ def test_commands_import_the_small_modules_never_train_py_or_each_other():
         assert not used, f"{name} imports the command(s) {sorted(used)}: move what it needs to a small module"
 
 
+def test_no_top_level_module_imports_a_folder_and_train_py_stays_readable():
+    """The reading path and its small modules import nothing from tools/ or research/ (the folders hold
+    commands and the workflow, which import the top level, never the reverse); train.py stays about
+    nanoGPT's size, and no function of the product runs past ~80 lines."""
+    import ast
+    modules = project_modules()
+    for name, path in modules.items():
+        if "." not in name:
+            upward = {m for m in imported_modules(path) & modules.keys() if "." in m}
+            assert not upward, f"{name}.py imports {sorted(upward)}: move what it needs to the top level"
+    assert sum(1 for _ in open(modules["train"])) <= 330
+    long = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
+                long.append(f"{name}.{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, f"functions over ~80 lines: {long}"
+
+
 def test_the_config_module_is_a_leaf_and_the_imports_have_no_cycle():
     modules = project_modules()
     graph = {name: imported_modules(path) & modules.keys() - {name} for name, path in modules.items()}

@@ -1,5 +1,5 @@
 """--hf_model: a Hugging Face Llama or Qwen3 folder loaded into our GPT gives transformers' logits,
-with the scale-vector switches on top (tools/hf_init.py)."""
+with the scale-vector switches on top (tools/start.py)."""
 
 import json
 import os
@@ -13,7 +13,7 @@ from configurator import DEFAULTS, UserError
 from model import BASELINE, GPT, model_config
 from test_export import needs_transformers
 from test_train import make_dataset, read_log, run, tiny_args
-from tools import hf_init
+import start
 
 # 4 query heads of 12 over 2 key/value heads on a width of 32 (grouped, and heads wider than 32 / 4)
 SHAPE = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -69,9 +69,9 @@ def hf_folder(path, arch="llama", tied=False, tokenizer=False, **extra):
 
 
 def ours(folder, **switches):
-    cfg = hf_init.merged_config({**DEFAULTS, "hf_model": folder, "n_experts": 0}, set())
+    cfg = start.merged_config({**DEFAULTS, "hf_model": folder, "n_experts": 0}, set())
     model = GPT(model_config({**cfg, **switches})).eval()
-    return model, hf_init.load(model, folder)
+    return model, start.load(model, folder)
 
 
 def assert_same_logits(model, hf):
@@ -153,17 +153,17 @@ def test_what_the_model_cannot_compute_is_refused_naming_the_field(tmp_path, edi
     with open(path, "w") as f:
         json.dump({k: v for k, v in {**config, **edit}.items() if v is not None}, f)  # None: the key removed
     with pytest.raises(UserError, match=words) as e:
-        hf_init.model_keys(folder)
+        start.model_keys(folder)
     assert "\n" not in str(e.value)
 
 
 def test_bad_folders_and_a_shape_the_command_line_contradicts_are_one_line(tmp_path):
     with pytest.raises(UserError, match="no config.json there"):
-        hf_init.model_keys(str(tmp_path))
+        start.model_keys(str(tmp_path))
     folder, _ = hf_folder(tmp_path / "hf")
     with pytest.raises(UserError, match="--n_layer=4 but .*config.json gives 2: drop --n_layer"):
-        hf_init.merged_config({**DEFAULTS, "hf_model": folder}, {"n_layer"})
-    assert hf_init.merged_config({**DEFAULTS, "hf_model": folder, "n_layer": 2}, {"n_layer"})["n_layer"] == 2
+        start.merged_config({**DEFAULTS, "hf_model": folder}, {"n_layer"})
+    assert start.merged_config({**DEFAULTS, "hf_model": folder, "n_layer": 2}, {"n_layer"})["n_layer"] == 2
     os.remove(os.path.join(folder, "model.safetensors"))
     with pytest.raises(UserError, match="no model.safetensors"):
         ours(folder)

@@ -20,7 +20,7 @@ import torch
 from configurator import DEFAULTS
 from model import BASELINE, GPT, model_config
 from test_train import read_log, run
-from tools import hf_init
+import start
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 pytestmark = pytest.mark.slow
@@ -59,9 +59,9 @@ def smol():
 
 
 def ours(folder, **switches):
-    cfg = hf_init.merged_config({**DEFAULTS, "hf_model": folder, "block_size": 64}, set())
+    cfg = start.merged_config({**DEFAULTS, "hf_model": folder, "block_size": 64}, set())
     model = GPT(model_config({**cfg, **switches})).eval()
-    assert hf_init.load(model, folder) == []
+    assert start.load(model, folder) == []
     return model
 
 

@@ -14,9 +14,10 @@ import torch
 
 import sample
 import ops
+import start
 import train as train_mod
 from conftest import ROOT
-from model import GPT
+from model import GPT, model_config
 from checkpoint import load_checkpoint
 from configurator import DEFAULTS, UserError, load_config
 from dataset import load_data
@@ -405,8 +406,8 @@ def test_checkpoint_keeps_the_requested_device_and_each_machine_resolves_it(tmp_
     config = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["config"]
     assert (config["device"], config["dtype"]) == ("auto", "auto")
     seen = []
-    real = train_mod.resolve_device
-    monkeypatch.setattr(train_mod, "resolve_device", lambda device, dtype: (seen.append((device, dtype)), real(device, dtype))[1])
+    real = start.resolve_device
+    monkeypatch.setattr(start, "resolve_device", lambda device, dtype: (seen.append((device, dtype)), real(device, dtype))[1])
     run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=3"])
     assert seen == [("auto", "auto")]  # resolved again on this machine
     run(tiny_args(ds, tmp_path / "p", "--max_iters=2", "--device=cpu", "--dtype=float32"))
@@ -554,7 +555,7 @@ def test_a_gpu_sized_config_on_a_cpu_is_warned_before_its_first_step(tmp_path, c
     takes minutes is warned before it, and a small one on a busy machine is not called GPU-sized."""
     from types import SimpleNamespace
     cfg, _ = load_config(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--vocab_size=40"])
-    model = GPT(train_mod.model_config(cfg))
+    model = GPT(model_config(cfg))
     flops_per_iter = model.flops_per_token() * 512
     lines = []
     for max_iters in (10, int(2 * 3600 * ops.CPU_FLOPS / flops_per_iter)):  # ~0 s, then ~2 hours
@@ -582,7 +583,7 @@ def test_a_run_that_ends_before_its_lr_decays_is_noted_from_the_schedule_itself(
     lines = []
     run = SimpleNamespace(cfg=SimpleNamespace(**cfg), log=lines.append, device=torch.device("cpu"), dtype="float32",
                           world=1, ddp=False, tokens_per_iter=512, resumed_from=None, changed={})
-    ops.describe(run, GPT(train_mod.model_config(cfg)), [])
+    ops.describe(run, GPT(model_config(cfg)), [])
     assert any("ends before the LR decays" in ln for ln in lines) == noted, lines
 
 
@@ -629,11 +630,11 @@ def test_the_time_warning_counts_evaluation_and_the_sample(extra):
     lines = []
     run = SimpleNamespace(cfg=SimpleNamespace(**cfg), log=lines.append, device=torch.device("cpu"), dtype="float32",
                           world=1, ddp=False, tokens_per_iter=512, resumed_from=None, changed={})
-    ops.describe(run, GPT(train_mod.model_config(cfg)), [])
+    ops.describe(run, GPT(model_config(cfg)), [])
     warned = [ln for ln in lines if "sized for a GPU" in ln]
     part = "evaluation" if "eval" in extra[0] else "sample"
     assert len(warned) == 1 and f"{part} " in warned[0]
-    assert ops.run_flops(run, GPT(train_mod.model_config(cfg)))[part] > 10 * 3600 * ops.CPU_FLOPS / 10
+    assert ops.run_flops(run, GPT(model_config(cfg)))[part] > 10 * 3600 * ops.CPU_FLOPS / 10
 
 
 @pytest.mark.parametrize("config, noted", [([], True), (["configs/unified_bpe_cpu.py"], False)])
@@ -643,7 +644,7 @@ def test_a_bpe_vocabulary_on_a_cpu_names_the_cpu_sized_bpe_config(config, noted)
     and is not told to use itself."""
     from types import SimpleNamespace
     cfg, _ = load_config([os.path.join(ROOT, c) for c in config] + ["--vocab_size=50304"])
-    model = GPT(train_mod.model_config(cfg))
+    model = GPT(model_config(cfg))
     assert 6 * 50304 * cfg["n_embd"] / model.flops_per_token() > 0.5  # the logits dominate either way
     lines = []
     run = SimpleNamespace(cfg=SimpleNamespace(**cfg), log=lines.append, device=torch.device("cpu"), dtype="float32",
