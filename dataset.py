@@ -52,6 +52,58 @@ def plain(value, where):
                     f"values there (ints, floats, strings, lists, dicts)")
 
 
+class PlainUnpickler(pickle.Unpickler):
+    """An unpickler that builds plain data only: dict, list, tuple, str, bytes, int, float, bool and
+    None (pickle's own opcodes), plus numpy scalars and arrays (what `arr.max() + 1` leaves in a
+    nanoGPT-style meta.pkl; `plain` turns them into Python values). Any other global a pickle names
+    (os.system, a class with __reduce__) is refused before anything runs: find_class is where a
+    pickle gets the callables it would call. The Python docs' "Restricting Globals" pattern, as
+    torch.load(weights_only=True) applies it to checkpoints."""
+
+    ALLOWED = {("_codecs", "encode"),  # bytes under protocol 2
+               *((f"numpy.{core}.{m}", name) for core in ("core", "_core")  # (renamed in numpy 2)
+                 for m, name in (("multiarray", "scalar"), ("multiarray", "_reconstruct"), ("numeric", "_frombuffer"))),
+               ("numpy", "dtype"), ("numpy", "ndarray")}
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it would build {module}.{name}")
+
+
+def read_meta(path):
+    """path's meta.pkl as a dict of plain Python values (PlainUnpickler, then `plain`).
+
+    Raises UserError naming the file: one whose pickle names anything but plain data (code such as
+    os.system never runs: nothing is built before the refusal), one that is damaged, or one that
+    holds something other than a dict.
+    """
+    try:
+        with open(path, "rb") as f:
+            meta = PlainUnpickler(f).load()
+    except pickle.UnpicklingError as e:
+        if str(e).startswith("it would build"):
+            raise UserError(f"{path} is refused: {e}, and meta.pkl may hold plain data only (dicts, lists, "
+                            f"strings, numbers); nothing of it ran. Write it again with pickle.dump(dict("
+                            f"vocab_size=...), f), or delete it and set --vocab_size") from None
+        raise UserError(f"{path} is unreadable (UnpicklingError: {str(e)[:100]}): write it again with "
+                        f"pickle.dump(dict(vocab_size=...), f), or delete it and set --vocab_size") from None
+    except Exception as e:  # a pickle can fail in many ways; each is a bad file
+        raise UserError(f"{path} is unreadable ({type(e).__name__}: {str(e)[:100]}): write it again with "
+                        f"pickle.dump(dict(vocab_size=...), f), or delete it and set --vocab_size") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{path} holds a {type(meta).__name__}, not a dict such as {{'vocab_size': 50257}}")
+    return plain(meta, path)
+
+
+def recorded_vocab_size(dataset):
+    """The vocab_size the dataset's meta.pkl records (read_meta), or 0 when it has no meta.pkl or
+    records none: what vocab_size=0 will mean once the data is loaded, for checks made before."""
+    path = os.path.join(dataset_dir(dataset), "meta.pkl")
+    vocab = read_meta(path).get("vocab_size") if os.path.isfile(path) else 0
+    return vocab if type(vocab) is int and vocab > 0 else 0
+
+
 def prepare_hint(prepare):
     """How to make a dataset's bins: run its prepare.py, after the `pip install` its docstring names."""
     with open(prepare) as f:
@@ -95,17 +147,7 @@ def load_data(cfg, prepare_here=True):
                 "write uint16 token ids to train.bin and val.bin there (see data/*/prepare.py)"
             raise UserError(f"data file {path} not found for dataset={cfg.dataset!r}: {hint}")
     meta_path = os.path.join(folder, "meta.pkl")
-    meta = None
-    if os.path.exists(meta_path):
-        try:
-            with open(meta_path, "rb") as f:
-                meta = pickle.load(f)
-        except Exception as e:  # a pickle can fail in many ways; each is a bad file
-            raise UserError(f"{meta_path} is unreadable ({type(e).__name__}: {str(e)[:100]}): write it again "
-                            f"with pickle.dump(dict(vocab_size=...), f), or delete it and set --vocab_size") from None
-        if not isinstance(meta, dict):
-            raise UserError(f"{meta_path} holds a {type(meta).__name__}, not a dict such as {{'vocab_size': 50257}}")
-        meta = plain(meta, meta_path)
+    meta = read_meta(meta_path) if os.path.exists(meta_path) else None
     recorded = (meta or {}).get("dtype")
     if recorded is not None and recorded not in DTYPES:
         raise UserError(f"{meta_path} records dtype={recorded!r}: token files must be 'uint16' or 'uint32'; set "

@@ -25,7 +25,7 @@ import torch
 from checkpoint import (append_log, checkpoint_in, checkpoint_path, clean_stale, is_sharded, load_weights,
                         lock_out_dir, read_log, restore, resume_config, trim_log)
 from configurator import UserError, complete, folder_problem
-from dataset import check_vocabulary, dataset_dir, load_data
+from dataset import check_vocabulary, dataset_dir, load_data, read_meta, recorded_vocab_size
 from model import BASELINE, GPT, model_config
 from ops import check_config, resolve_device, setup_distributed, start_tracker
 
@@ -89,7 +89,7 @@ def setup(cfg, given, held):
         held.enter_context(lock_out_dir(cfg["out_dir"]))
         clean_stale(cfg["out_dir"])  # what a save a SIGKILL cut short left: never the checkpoint
     cfg, ckpt, held_run = start_config(cfg, given)
-    check_config(cfg)
+    check_config({**cfg, "vocab_size": cfg["vocab_size"] or recorded_vocab_size(cfg["dataset"])})  # the real logits
     cfg = SimpleNamespace(**cfg)
     device_name, dtype = resolve_device(cfg.device, cfg.dtype)
     rank, local_rank, world = setup_distributed(cfg, device_name)
@@ -311,14 +311,10 @@ def check_data(folder, dataset_folder):
     meta.pkl records another tokenizer (a char vocabulary, a tiktoken encoding, a tokenizer.json of
     another vocabulary). Called before the token files' own checks, whose advice (--vocab_size)
     does not apply here. Token files whose meta.pkl names no tokenizer pass on their size alone."""
-    import pickle
     where, path = dataset_folder, os.path.join(dataset_folder, "meta.pkl")
-    try:
-        with open(path, "rb") as f:
-            meta = pickle.load(f)
-    except Exception:  # missing or unreadable: the data's own checks say which, after this
+    if not os.path.isfile(path):  # missing: the data's own checks say what is, after this
         return
-    meta = meta if isinstance(meta, dict) else None
+    meta = read_meta(path)  # plain data only: a meta.pkl that would run code is refused
     fix = f"prepare it with the model's tokenizer: python data/corpus/prepare.py ... --tokenizer={folder}"
     if meta and ("itos" in meta or "encoding" in meta):
         what = "a character vocabulary" if "itos" in meta else f"tiktoken's {meta['encoding']}"

@@ -203,3 +203,53 @@ def test_a_model_meets_only_its_own_vocabulary(tmp_path):
     with pytest.raises(UserError, match="the checkpoint trained on another vocabulary"):
         run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", f"--dataset={other}", "--max_iters=4"])
     assert (tmp_path / "o" / "ckpt.pt").read_bytes() == before
+
+
+class RunsACommand:
+    """What a hostile meta.pkl holds: unpickling it calls os.system (here: touch a marker file)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("protocol", [0, 2, pickle.HIGHEST_PROTOCOL])
+def test_a_meta_pkl_that_would_run_code_is_refused_and_its_code_never_runs(tmp_path, capsys, protocol):
+    """train.py (load_data) and --hf_model's data check read meta.pkl through the plain-data unpickler:
+    the object's os.system is named in one line and the command it carried never runs. Plain data
+    (numpy scalars and arrays included) of every protocol still loads."""
+    import start
+    marker = tmp_path / "ran"
+    for payload in (RunsACommand(marker), {"vocab_size": VOCAB, "itos": [RunsACommand(marker)]}):
+        folder = write_dataset(tmp_path / f"ds{protocol}")
+        with open(os.path.join(folder, "meta.pkl"), "wb") as f:
+            pickle.dump(payload, f, protocol=protocol)
+        with pytest.raises(UserError, match=r"meta.pkl is refused: it would build (posix|os)\.system.*nothing of it ran"):
+            load_data(cfg_for(folder))
+        with pytest.raises(UserError, match=r"would build (posix|os)\.system") as e:
+            train(load_config([f"--dataset={folder}", f"--out_dir={tmp_path / 'o'}", "--n_layer=1", "--n_embd=32",
+                               "--n_head=2", "--block_size=16", "--max_iters=1"])[0])
+        assert "\n" not in str(e.value)
+        with pytest.raises(UserError, match=r"would build (posix|os)\.system"):
+            start.check_data(str(tmp_path), folder)
+        assert not marker.exists() and not (tmp_path / "o").exists()
+    with open(os.path.join(folder, "meta.pkl"), "wb") as f:
+        pickle.dump({"vocab_size": np.uint16(VOCAB), "ids": np.arange(3), "pairs": [(1, 2.5)], "none": None}, f,
+                    protocol=protocol)
+    assert load_data(cfg_for(folder))["meta"] == {"vocab_size": VOCAB, "ids": [0, 1, 2], "pairs": [(1, 2.5)],
+                                                  "none": None}
+
+
+def test_the_memory_check_counts_the_vocabulary_meta_pkl_records(tmp_path):
+    """vocab_size=0 (every BPE config's default) means meta.pkl's: the start-up memory check sees its
+    logits, so a micro-batch whose GPT-2-sized logits cannot fit is one line before anything is
+    allocated, as it is with --vocab_size given."""
+    folder = write_dataset(tmp_path / "ds", meta={"vocab_size": 50257})
+    args = [f"--dataset={folder}", "--n_layer=1", "--n_embd=32", "--n_head=2", "--block_size=1024",
+            "--batch_size=4096", "--max_iters=1", "--device=cpu"]
+    for extra in ([], ["--vocab_size=50257"]):
+        with pytest.raises(UserError, match=r"GB of activations and logits.*use --batch_size=\d+ or less"):
+            train(load_config([*args, *extra, f"--out_dir={tmp_path / 'o'}"])[0])
+    assert not (tmp_path / "o").exists()

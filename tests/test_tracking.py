@@ -81,8 +81,8 @@ def test_wandb_log_without_the_package_is_one_line_before_anything_is_built(tmp_
 
 def test_the_core_never_imports_wandb_when_tracking_is_off(tmp_path):
     ds = make_dataset(tmp_path / "ds")
-    code = ("import sys, train\n"
-            f"train.train(train.complete(train.load_config({tiny_args(ds, tmp_path / 'o', '--max_iters=2')!r})[0]))\n"
+    code = ("import sys, train, configurator\n"
+            f"train.train(configurator.complete(configurator.load_config({tiny_args(ds, tmp_path / 'o', '--max_iters=2')!r})[0]))\n"
             "assert 'wandb' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, timeout=120)
 

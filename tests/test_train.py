@@ -396,7 +396,7 @@ def test_numpy_values_in_meta_pkl_give_a_checkpoint_its_own_readers_load(tmp_pat
     assert capsys.readouterr().out.startswith("ab")
     with open(os.path.join(ds, "meta.pkl"), "wb") as f:
         pickle.dump({"vocab_size": 40, "tokenizer": object()}, f)  # a value no reader could load
-    with pytest.raises(UserError, match="meta.pkl holds a object"):
+    with pytest.raises(UserError, match="meta.pkl is refused: it would build builtins.object"):
         run(tiny_args(ds, tmp_path / "p", "--max_iters=2"))
 
 
