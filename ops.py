@@ -71,6 +71,8 @@ def inert_keys(cfg):
     user gave explicitly (inert_notes); ablation.config_hash leaves a key added later out of a
     run's hash where it does nothing."""
     found = optim.inert_keys(SimpleNamespace(**cfg)) + model.model_config(cfg).inert_keys()
+    if not cfg.get("hf_model"):
+        found.append(("hf_check", "hf_model is '' (no folder to check)"))
     if not cfg.get("wandb_log"):
         found += [(k, "wandb_log is False (nothing goes to W&B)") for k in ("wandb_project", "wandb_run_name")]
     inert = {}

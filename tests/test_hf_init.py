@@ -2,6 +2,7 @@
 with the scale-vector switches on top (tools/start.py)."""
 
 import json
+import shutil
 import os
 import pickle
 
@@ -71,7 +72,7 @@ def hf_folder(path, arch="llama", tied=False, tokenizer=False, **extra):
 def ours(folder, **switches):
     cfg = start.merged_config({**DEFAULTS, "hf_model": folder, "n_experts": 0}, set())
     model = GPT(model_config({**cfg, **switches})).eval()
-    return model, start.load(model, folder)
+    return model, start.load(model, start.FolderWeights(folder))[0]
 
 
 def assert_same_logits(model, hf):
@@ -291,3 +292,165 @@ def test_data_in_another_tokenizer_of_the_same_size_is_refused_and_leaves_no_fol
     with pytest.raises(UserError, match="--n_embd=48 but .*config.json gives 32"):
         run(args + ["--n_embd=48"])
     assert not (tmp_path / "o").exists()
+
+
+# -----------------------------------------------------------------------------
+# A folder is what transformers makes of it, or one line
+
+
+def edit_weights(folder, change):
+    """Rewrite folder/model.safetensors as change(tensors) returns it (metadata kept as save_pretrained's)."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(folder, "model.safetensors")
+    save_file(change(load_file(path)), path, metadata={"format": "pt"})
+
+
+def edit_config(folder, **fields):
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**config, **fields}, f)
+
+
+def start_args(tmp_path, folder, *extra):
+    ds = tmp_path / "ds"
+    if not ds.exists():  # token files of the model's vocabulary, named by no tokenizer
+        make_dataset(ds, vocab=SHAPE["vocab_size"])
+        with open(ds / "meta.pkl", "wb") as f:
+            pickle.dump({"vocab_size": SHAPE["vocab_size"]}, f)
+    return ["--block_size=16", "--batch_size=2", "--eval_iters=1", "--sample_tokens=0", "--warmup_iters=1",
+            "--max_iters=1", f"--dataset={ds}", f"--out_dir={tmp_path / 'o'}", f"--hf_model={folder}",
+            *(f"--{k}={v}" for k, v in BASELINE.items()), *extra]
+
+
+def refused(args, words):
+    """train.py on args: one line matching words, and no out_dir made."""
+    with pytest.raises(UserError, match=words) as e:
+        run(args)
+    assert "\n" not in str(e.value)
+    out = [a.split("=", 1)[1] for a in args if a.startswith("--out_dir=")][0]
+    assert not os.path.exists(out)
+
+
+def fp8(tensors):
+    """The matrices as float8_e4m3fn codes with a per-matrix weight_scale_inv, as FP8 checkpoints store them."""
+    out = {}
+    for name, t in tensors.items():
+        if t.dim() == 2 and "layers" in name:
+            scale = t.abs().max() / 448.0
+            out[name], out[name + "_scale_inv"] = (t / scale).to(torch.float8_e4m3fn), scale.reshape(1, 1)
+        else:
+            out[name] = t
+    return out
+
+
+def test_quantized_or_integer_coded_weights_are_refused_naming_the_field_or_the_tensor(tmp_path):
+    """An FP8 folder (codes, their weight_scale_inv and a quantization_config) is refused by its
+    config field; codes without the field by the first such tensor, as an int8 tensor is: never
+    cast to float and trained as a wrong function."""
+    folder, _ = hf_folder(tmp_path / "hf", "qwen3")
+    edit_weights(folder, fp8)
+    edit_config(folder, quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]})
+    refused(start_args(tmp_path, folder), r"quantization_config \(quant_method='fp8'\) says its weights are "
+                                          r"quantized.*model.dequantize\(\)")
+    edit_config(folder, quantization_config=None)
+    refused(start_args(tmp_path, folder), r"model.layers.0.(mlp|self_attn).\w+.weight is stored as F8_E4M3, not as a float")
+    folder, _ = hf_folder(tmp_path / "int8")
+    edit_weights(folder, lambda w: {**w, "model.layers.1.mlp.up_proj.weight":
+                                    w["model.layers.1.mlp.up_proj.weight"].to(torch.int8)})
+    refused(start_args(tmp_path, folder), "model.layers.1.mlp.up_proj.weight is stored as I8")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_a_tied_config_with_a_distinct_stored_head_loads_untied_as_transformers_does(tmp_path, capsys, arch):
+    """transformers loads a stored lm_head.weight that differs from the embedding, untied, whatever
+    tie_word_embeddings says: so does --hf_model (said at start, tie_embeddings=False in the
+    checkpoint, the final-norm scale input-role); a stored head equal to the embedding stays tied."""
+    import transformers
+    folder, _ = hf_folder(tmp_path / "hf", arch, tied=True)
+    gen = torch.Generator().manual_seed(7)
+    edit_weights(folder, lambda w: {**w, "lm_head.weight": torch.randn(w["model.embed_tokens.weight"].shape,
+                                                                       generator=gen)})
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model, notes = ours(folder, **BASELINE)
+    assert not model.config.tie_embeddings and notes == []
+    assert_same_logits(model, hf)
+    assert model.norm_f.scale.role == "input"
+    run(start_args(tmp_path, folder))
+    out = capsys.readouterr().out
+    assert "config.json ties the head to the embedding, but the folder stores a distinct lm_head.weight" in out
+    assert "not read" not in out
+    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["config"]["tie_embeddings"] is False
+    edit_weights(folder, lambda w: {**w, "lm_head.weight": w["model.embed_tokens.weight"].clone()})
+    model, _ = ours(folder, **BASELINE)
+    assert model.config.tie_embeddings
+
+
+@pytest.mark.parametrize("damage, words", [
+    (dict(config={"rms_norm_eps": "abc"}), r"config.json: rms_norm_eps='abc' is not a positive number"),
+    (dict(config={"rms_norm_eps": None}), r"config.json: rms_norm_eps=None is not a positive number"),
+    (dict(config={"num_hidden_layers": "2"}), r"num_hidden_layers='2' is not a positive int"),
+    (dict(config={"tie_word_embeddings": "yes"}), r"tie_word_embeddings='yes' is not true or false"),
+    (dict(config={"rope_parameters": {"rope_type": "default", "rope_theta": "1e4"}}), "rope_theta='1e4' is not a "),
+    (dict(config_text="[1, 2]"), r"config.json holds a JSON list, not the object"),
+    (dict(weights_bytes=lambda b: b[:len(b) // 2]), r"model.safetensors is damaged"),  # truncated
+    (dict(weights_bytes=lambda b: b"\x00" * 64), r"model.safetensors is damaged"),  # junk
+    (dict(weights_bytes=lambda b: b""), r"model.safetensors is damaged"),  # empty
+    (dict(index="{not json"), r"model.safetensors.index.json is not a safetensors index"),
+    (dict(index='{"metadata": {}}'), r"model.safetensors.index.json is not a safetensors index"),
+    (dict(nan="model.layers.1.mlp.up_proj.weight"), r"the folder's tensor model.layers.1.mlp.up_proj.weight holds "
+                                                    r"NaN or inf"),
+])
+def test_damaged_config_and_weight_files_are_one_line_naming_the_file(tmp_path, damage, words):
+    folder, _ = hf_folder(tmp_path / "hf")
+    path = os.path.join(folder, "model.safetensors")
+    if "config" in damage:
+        edit_config(folder, **damage["config"])
+    if "config_text" in damage:
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            f.write(damage["config_text"])
+    if "weights_bytes" in damage:
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(damage["weights_bytes"](data))
+    if "index" in damage:
+        os.rename(path, os.path.join(folder, "model-00001-of-00001.safetensors"))
+        with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+            f.write(damage["index"])
+    if "nan" in damage:
+        edit_weights(folder, lambda w: {**w, damage["nan"]: torch.full_like(w[damage["nan"]], float("nan"))})
+    refused(start_args(tmp_path, folder), words)
+
+
+def test_every_tensor_of_the_folder_is_read_or_named(tmp_path, capsys):
+    folder, _ = hf_folder(tmp_path / "hf")
+    edit_weights(folder, lambda w: {**w, "model.layers.0.self_attn.rotary_emb.inv_freq": torch.ones(6)})
+    run(start_args(tmp_path, folder))
+    assert "note: 1 tensors of the folder are not read (no part of this model or of transformers' model for its " \
+           "config.json has them): model.layers.0.self_attn.rotary_emb.inv_freq" in capsys.readouterr().out
+
+
+def test_the_start_compares_every_block_with_transformers_and_refuses_a_wrong_reading(tmp_path, capsys,
+                                                                                      monkeypatch):
+    """At start our reading of the folder (as the baseline) runs beside transformers' own, block by
+    block: they agree on a faithful reading, and a reading that misplaces one tensor (gate and up
+    swapped in block 1, as a bug in the map would) is refused naming that block; --hf_check=False
+    skips the comparison (a folder already checked)."""
+    folder, _ = hf_folder(tmp_path / "hf", "qwen3")
+    run(start_args(tmp_path, folder))
+    assert f"checked {folder} against transformers: every block and the logits agree" in capsys.readouterr().out
+    real = start.load_block
+
+    def misread(b, i, cfg, take):
+        swap = {f"model.layers.1.mlp.gate_proj.weight": "model.layers.1.mlp.up_proj.weight",
+                f"model.layers.1.mlp.up_proj.weight": "model.layers.1.mlp.gate_proj.weight"}
+        return real(b, i, cfg, lambda name, shape=None: take(swap.get(name, name), shape))
+
+    monkeypatch.setattr(start, "load_block", misread)
+    shutil.rmtree(tmp_path / "o")
+    refused(start_args(tmp_path, folder), r"our reading of the folder differs from transformers' at block 1 "
+                                          r"\(.* of its largest value; tolerance 0.0001")
+    run(start_args(tmp_path, folder, "--hf_check=False"))
+    assert "checked" not in capsys.readouterr().out

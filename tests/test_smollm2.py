@@ -61,7 +61,7 @@ def smol():
 def ours(folder, **switches):
     cfg = start.merged_config({**DEFAULTS, "hf_model": folder, "block_size": 64}, set())
     model = GPT(model_config({**cfg, **switches})).eval()
-    assert start.load(model, folder) == []
+    assert start.load(model, start.FolderWeights(folder))[0] == []
     return model
 
 
