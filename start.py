@@ -267,6 +267,9 @@ def read_config(folder):
     """folder/config.json as a dict, every field of CONFIG_FIELDS checked. UserError (one line) when
     the folder or file is missing, the file is not a JSON object, or a field is of another type."""
     path = os.path.join(folder, "config.json")
+    if os.path.isfile(folder):
+        raise UserError(f"hf_model={folder!r} is a file, not a folder: point --hf_model at the folder that holds "
+                        f"config.json and the weights")
     if not os.path.isdir(folder):
         raise UserError(f"hf_model={folder!r}: no such folder (point --hf_model at a Hugging Face model folder, as "
                         f"save_pretrained writes it)")
@@ -628,15 +631,15 @@ def their_parts(hf, weights, idx):
     yield hf.model.norm(h) @ weights.get(head).T
 
 
-def check_batch(cfg):
-    """The fixed batch the folder is checked on: 2 sequences of min(block_size, HF_CHECK_TOKENS) token
-    ids drawn from a generator of fixed seed (the same for every run of a folder)."""
+def check_batch(cfg, tokens=HF_CHECK_TOKENS):
+    """The fixed batch the folder is checked on: 2 sequences of min(block_size, tokens) token ids drawn
+    from a generator of fixed seed (the same for every run of a folder)."""
     gen = torch.Generator().manual_seed(0)
-    return torch.randint(0, cfg.vocab_size, (2, min(cfg.block_size, HF_CHECK_TOKENS)), generator=gen)
+    return torch.randint(0, cfg.vocab_size, (2, min(cfg.block_size, tokens)), generator=gen)
 
 
 @torch.no_grad()
-def check_folder(cfg, log):
+def check_folder(cfg, log, tokens=HF_CHECK_TOKENS):
     """Check the folder cfg.hf_model (a model.GPTConfig's keys, merged_config's) against transformers'
     own reading of it, layer by layer on check_batch (baseline_logits), and say so. UserError naming
     the first layer past HF_TOLERANCE. Without transformers, a note that nothing was compared."""
@@ -646,9 +649,10 @@ def check_folder(cfg, log):
         log("note: transformers is not installed, so the folder is not checked against its reading "
             "(pip install -r requirements-export.txt)")
         return
-    baseline_logits(model_config(cfg), weights, check_batch(cfg), hf)
+    idx = check_batch(cfg, tokens)
+    baseline_logits(model_config(cfg), weights, idx, hf)
     log(f"checked {cfg.hf_model} against transformers: every block and the logits agree to {HF_TOLERANCE:g} "
-        f"({cfg.n_layer} blocks, {2 * min(cfg.block_size, HF_CHECK_TOKENS)} tokens)")
+        f"({cfg.n_layer} blocks, {idx.numel()} tokens)")
 
 
 @torch.no_grad()

@@ -454,3 +454,19 @@ def test_the_start_compares_every_block_with_transformers_and_refuses_a_wrong_re
                                           r"\(.* of its largest value; tolerance 0.0001")
     run(start_args(tmp_path, folder, "--hf_check=False"))
     assert "checked" not in capsys.readouterr().out
+
+
+def test_hf_check_checks_a_folder_without_training_and_bad_input_is_one_line(tmp_path, capsys):
+    from tools import hf_check
+    folder, _ = hf_folder(tmp_path / "hf", "qwen3")
+    assert hf_check.main([folder, "--tokens=8"]) == 0
+    out = capsys.readouterr().out
+    assert "2 blocks, width 32, 4 heads (2 key/value) of 12" in out and "agree to 0.0001 (2 blocks, 16 tokens)" in out
+    for argv, words in (([str(tmp_path / "none")], "no such folder"),
+                        ([os.path.join(folder, "config.json")], "is a file, not a folder"),
+                        ([folder, "--tokens=0"], "--tokens=0: give a count from 1 to 65536"),
+                        ([folder, "--tokens=100000000000"], "--tokens=100000000000: give a count")):
+        with pytest.raises(UserError, match=words) as e:
+            hf_check.main(argv)
+        assert "\n" not in str(e.value)
+    assert not os.listdir(tmp_path / "hf") == []  # nothing removed, nothing trained: the folder as it was
