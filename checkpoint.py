@@ -72,10 +72,47 @@ def checkpoint_path(out_dir, fsdp=False):
 
 
 def checkpoint_in(out_dir):
-    """The checkpoint out_dir holds: ckpt.pt or ckpt.dcp; ckpt.pt's path when it holds neither
-    (load_checkpoint then says so)."""
-    sharded = checkpoint_path(out_dir, fsdp=True)
-    return sharded if os.path.exists(sharded) else checkpoint_path(out_dir)
+    """The checkpoint out_dir holds (newest_checkpoint): ckpt.pt or ckpt.dcp; ckpt.pt's path when it
+    holds neither (load_checkpoint then says so)."""
+    return newest_checkpoint(out_dir)[0]
+
+
+def newest_checkpoint(out_dir):
+    """(path, passed): the whole checkpoint of either form in out_dir that holds the most iterations,
+    and [(path, why)] for each one it passes over (damaged, or older). Both forms exist only when a
+    kill fell between a save and the removal of the other form, so either may be the newer one, and a
+    half-removed one is damaged. When none is whole, path is a damaged one (load_checkpoint then says
+    why) or, when there is none, ckpt.pt's path."""
+    found = []
+    for path in (checkpoint_path(out_dir), checkpoint_path(out_dir, fsdp=True)):
+        if os.path.exists(path):
+            found.append((path, *whole_iteration(path)))
+    good = sorted((it, path) for path, it, _ in found if it is not None)
+    if not good:
+        return (found[0][0] if found else checkpoint_path(out_dir)), []
+    newest = good[-1][1]
+    passed = [(path, why or f"older: iteration {it}, the newer one holds {good[-1][0]}") for path, it, why in found
+              if path != newest]
+    return newest, passed
+
+
+def whole_iteration(path):
+    """(iteration, None) when the checkpoint at path reads whole, else (None, why), without loading its
+    weights: ckpt.pt by torch.load(mmap=True) (its tensors stay on disk); ckpt.dcp by its run.pt and
+    the shard files its metadata names, each as long as the metadata says."""
+    try:
+        if os.path.isdir(path):
+            import torch.distributed.checkpoint as dcp
+            it = load_checkpoint(os.path.join(path, "run.pt"))["iter"]
+            for info in dcp.FileSystemReader(path).read_metadata().storage_data.values():
+                shard = os.path.join(path, info.relative_path)
+                if not os.path.isfile(shard) or os.path.getsize(shard) < info.offset + info.length:
+                    return None, f"damaged: {info.relative_path} is missing or cut short"
+            return it, None
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return ckpt["iter"], None
+    except Exception as e:  # (UserError too: run.pt missing or unreadable)
+        return None, f"damaged ({type(e).__name__}: {str(e)[:80]})"
 
 
 def clean_stale(out_dir):

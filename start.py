@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import torch
 
-from checkpoint import (append_log, checkpoint_in, checkpoint_path, clean_stale, is_sharded, load_weights,
-                        lock_out_dir, read_log, restore, resume_config, trim_log)
+from checkpoint import (append_log, checkpoint_path, clean_stale, is_sharded, load_weights,
+                        lock_out_dir, newest_checkpoint, read_log, restore, resume_config, trim_log)
 from configurator import UserError, complete, folder_problem
 from dataset import check_vocabulary, dataset_dir, load_data, read_meta, recorded_vocab_size
 from model import BASELINE, GPT, model_config, rope_tables
@@ -139,8 +139,11 @@ def start_config(cfg, given):
     carries "resume": (tokens seen, changed, changes) for setup); a Hugging Face start's model keys
     are its config.json's (merged_config).
     """
-    held_run = checkpoint_in(cfg["out_dir"])
+    held_run, passed = newest_checkpoint(cfg["out_dir"])
     held_run = held_run if os.path.exists(held_run) else None
+    if held_run and int(os.environ.get("RANK", "0")) == 0:
+        for path, why in passed:
+            print(f"note: {held_run} is the checkpoint to resume; {path} is passed over ({why})", flush=True)
     if cfg["init_from"] == "auto":
         cfg = {**cfg, "init_from": "resume" if held_run else "scratch"}
     if cfg["init_from"] == "resume":

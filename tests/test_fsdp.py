@@ -228,3 +228,69 @@ def test_a_checkpoint_from_before_the_magnitude_was_a_vector_resumes_exactly(tmp
     run(["--init_from=resume", f"--out_dir={cut}", f"--max_iters={K}"])
     a, b = weights(straight), weights(cut)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def as_sharded(pt_dir, dcp_dir):
+    """pt_dir's ckpt.pt written as a sharded ckpt.dcp in dcp_dir (one process: torch.distributed.checkpoint
+    without a process group), as an fsdp=True run would have saved it."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    from checkpoint import optimizer_layout, restore
+    from model import GPT, model_config
+    from optim import build_optimizers
+    ckpt = load_checkpoint(os.path.join(pt_dir, "ckpt.pt"))
+    cfg = SimpleNamespace(**configurator.complete(ckpt["config"]))
+    model = GPT(model_config(vars(cfg)))
+    optimizers, _ = build_optimizers(model, cfg, "cpu")
+    restore(ckpt, model, optimizers, cfg)
+    path = checkpoint_path(str(dcp_dir), fsdp=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": get_model_state_dict(model), "optimizers": get_optimizer_state_dict(model, optimizers)},
+                 checkpoint_id=path, no_dist=True)
+    state = {k: v for k, v in ckpt.items() if k not in ("model", "optimizers")}
+    save_checkpoint(os.path.join(path, "run.pt"), {**state, "layout": optimizer_layout(o.param_groups for o in optimizers)})
+    return path
+
+
+def test_resume_takes_the_newest_whole_checkpoint_of_either_form_and_names_the_other(tmp_path, capsys):
+    """Both forms sit in out_dir when a kill falls between a save and the removal of the other form: the
+    resume takes the one that holds more iterations, names the one it passes over (older, or damaged:
+    a shard removed or cut short by a half-done removal), and continues the run exactly; it never
+    refuses while a whole checkpoint exists. Each state the save of a ckpt.pt over a ckpt.dcp can be
+    cut in: before the rename (the old ckpt.dcp alone: iteration 2), after it (both whole: 4 wins),
+    during the removal (a damaged ckpt.dcp beside ckpt.pt: 4)."""
+    from checkpoint import newest_checkpoint
+    ds = make_dataset(tmp_path / "ds")
+    args = common("--max_iters=6", "--eval_interval=2")
+    run(tiny_args(ds, tmp_path / "straight", *args))
+    run(tiny_args(ds, tmp_path / "two", *common("--max_iters=2", "--eval_interval=2")))
+    run(tiny_args(ds, tmp_path / "four", *common("--max_iters=4", "--eval_interval=2")))
+    states = {"cut before the rename": (None, 2), "both whole": ("whole", 4), "cut during the removal": ("cut", 4),
+              "a shard missing": ("missing", 4)}
+    for name, (pt, expected) in states.items():
+        out = tmp_path / name.replace(" ", "_")
+        shutil.copytree(tmp_path / ("four" if pt else "two"), out)  # the log, and ckpt.pt at 4 when saved
+        dcp_path = as_sharded(tmp_path / "two", out)  # the older sharded checkpoint, iteration 2
+        if pt is None:
+            os.remove(out / "ckpt.pt")
+        shards = sorted(f for f in os.listdir(dcp_path) if f.endswith(".distcp"))
+        if pt == "cut":
+            with open(os.path.join(dcp_path, shards[0]), "r+b") as f:
+                f.truncate(10)
+        if pt == "missing":
+            os.remove(os.path.join(dcp_path, shards[0]))
+        path, passed = newest_checkpoint(str(out))
+        assert load_checkpoint(path)["iter"] == expected, name
+        assert [why.split(" ")[0].rstrip(":") for _, why in passed] == \
+            ([] if pt is None else ["older"] if pt == "whole" else ["damaged"]), (name, passed)
+        capsys.readouterr()
+        run(tiny_args(ds, out, *args, "--init_from=auto"))
+        said = capsys.readouterr().out
+        assert ("is passed over" in said) == (pt is not None), name
+        got, want = evals(out), evals(tmp_path / "straight")
+        assert [i for i, _ in got] == [i for i, _ in want], name
+        assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6), name
