@@ -177,6 +177,16 @@ def describe(run, raw_model, groups, given=frozenset()):
             f"iteration): even at {CPU_FLOPS:.0e} FLOP/s a CPU takes about {fmt_duration(cpu_seconds(run, raw_model))}"
             f". It is sized for a GPU: use --device=cuda there, or a smaller model, fewer --max_iters, --eval_iters "
             f"or --sample_tokens here")
+    speed = device_flops(run)
+    slow = {part: flops / speed for part, flops in run_flops(run, raw_model).items()
+            if speed and part != "training" and flops / speed > 60}
+    if slow:
+        evals = (cfg.max_iters // cfg.eval_interval + 1 if cfg.eval_interval > 0 else 1) + 1
+        what = {"evaluation": f"the {evals} evaluations of eval_iters={cfg.eval_iters} batches take",
+                "sample": f"the end-of-run sample of sample_tokens={cfg.sample_tokens} (no KV cache) takes"}
+        log("note: " + " and ".join(f"{what[p]} at least {fmt_duration(t)}" for p, t in slow.items())
+            + f" ({speed:.2g} FLOP/s, {run.device.type}'s best): lower --eval_iters (or raise --eval_interval) or "
+            f"--sample_tokens to shorten them; a SIGTERM stops either at its next batch or token")
     head = 6 * raw_model.config.vocab_size * cfg.n_embd / raw_model.flops_per_token()  # the logits' share
     if run.device.type == "cpu" and head > 0.5 and cpu_seconds(run, raw_model) > 300:  # (softmax over V: slower still)
         log(f"note: the logits over {raw_model.config.vocab_size:,} tokens are {head:.0%} of this model's FLOPs: "
@@ -209,6 +219,12 @@ def run_flops(run, raw_model):
     return {"training": per_token * run.tokens_per_iter * cfg.max_iters,
             "evaluation": per_token / 3 * evals * cfg.eval_iters * cfg.batch_size * cfg.block_size,
             "sample": per_token / 3 * cfg.sample_tokens * cfg.block_size}
+
+
+def device_flops(run):
+    """The FLOP/s this run's device reaches at best (a time from it is a lower bound): CPU_FLOPS on a
+    CPU, the bf16 peak on a CUDA device the peak table knows (model.peak_flops), else None."""
+    return CPU_FLOPS if run.device.type == "cpu" else peak_flops(run.device)
 
 
 def cpu_seconds(run, raw_model):
@@ -312,8 +328,10 @@ class Progress:
         self.restart_window()
 
 
-def end_of_run_sample(model, run):
-    """Print a sample from "\\n"; a sample that cannot be made is one line, never a failed run."""
+def end_of_run_sample(model, run, signals=None):
+    """Print a sample from "\\n"; a sample that cannot be made is one line, never a failed run. A
+    SIGTERM/SIGINT (signals: StopSignals) ends it after the token in hand (under FSDP2, where every
+    rank samples, after the token all ranks agree on), and what was sampled is printed."""
     cfg = run.cfg
     try:
         codec = make_codec(run.data["meta"], cfg.vocab_size)
@@ -325,11 +343,18 @@ def end_of_run_sample(model, run):
             prompt = encode("\n")
         except UserError:  # a vocabulary without "\n": start from token 0
             prompt = [0]
-        start = torch.tensor([prompt], dtype=torch.long, device=run.device)
+        out = torch.tensor([prompt], dtype=torch.long, device=run.device)
         model.eval()
-        with run.autocast:
-            out = model.generate(start, cfg.sample_tokens, temperature=0.8, top_k=200)
-        run.log(f"--- sample ({cfg.sample_tokens} tokens) ---\n{decode(out[0].tolist())}\n---")
+        cut = ""
+        for _ in range(cfg.sample_tokens):  # a token at a time: a signal is honoured at the next one
+            with run.autocast:
+                out = model.generate(out, 1, temperature=0.8, top_k=200)
+            received = signals and (stop_signal(signals, run) if cfg.fsdp else signals.received)
+            if received:
+                cut = f", cut short by {received}"
+                break
+        n = out.shape[1] - len(prompt)
+        run.log(f"--- sample ({n} tokens{cut}) ---\n{decode(out[0].tolist())}\n---")
     except Exception as e:  # the run is finished and saved: a sample is a courtesy
         run.log(f"no sample ({e if isinstance(e, UserError) else f'{type(e).__name__}: {e}'}); "
                 f"the run itself finished and is saved")
@@ -392,6 +417,21 @@ def compile_errors(enabled):
             first = (str(e).strip().splitlines() or [""])[0][:200]
             raise UserError(f"torch.compile failed ({type(e).__name__}: {first}): run with --compile=False") from None
         raise
+
+
+def stop_signal(signals, run):
+    """The signal ("SIGTERM", "SIGINT") that asks this run to stop, received by any rank, or None.
+
+    Called by every rank at the same point (of every iteration, eval batch, FSDP2 sample token):
+    under DDP or FSDP2 (world > 1) the ranks all-reduce the largest signal number, so all stop at
+    the same point.
+    """
+    number = signal.Signals[signals.received].value if signals.received else 0
+    if run.ddp and run.world > 1:
+        t = torch.tensor(number, device=run.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        number = int(t.item())
+    return signal.Signals(number).name if number else None
 
 
 class StopSignals:

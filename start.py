@@ -185,7 +185,8 @@ def begin(run, ckpt, model, optimizers, val_batch):
     iteration. Otherwise a new log, and with --hf_model the folder's weights (load_folder, which
     measures a changed function on val_batch, (B, T) token ids); else the fresh initialization.
     run: Run. A checkpoint a signal saved between evals (val_loss None) has no eval row to
-    complete, unless it is at max_iters (the run's final eval is then still due).
+    complete, unless it is at max_iters (the run's final eval is then still due) or the signal cut
+    its eval short ("eval_pending").
     Raises UserError as restore and load_folder do.
     """
     start_iter, val_loss, evaluated = 0, float("nan"), True
@@ -193,7 +194,7 @@ def begin(run, ckpt, model, optimizers, val_batch):
         load_folder(model, run.cfg.hf_model, val_batch, run.log)
     if ckpt is not None:
         start_iter, val_loss = restore(ckpt, model, optimizers, run.cfg)
-        evaluated = val_loss is not None
+        evaluated = val_loss is not None or ckpt.get("eval_pending", False)  # (an eval a signal cut short)
         val_loss = float("nan") if val_loss is None else val_loss
         if run.master:
             trim_log(run.log_path, start_iter)

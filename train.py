@@ -22,8 +22,8 @@ ckpt.dcp/) and log.jsonl (see checkpoint.py).
 
 One process owns an out_dir while it trains (out_dir/.lock): a second train.py
 on it stops at once with an error naming the owner's pid. SIGTERM (a cluster's
-warning before SIGKILL) or SIGINT (Ctrl-C) finishes the current step, saves the
-checkpoint and exits with 128 + the signal's number (143, 130; what a shell
+warning before SIGKILL) or SIGINT (Ctrl-C) finishes the current step (or the current
+batch of an evaluation, which the resume then runs again), saves the checkpoint and exits with 128 + the signal's number (143, 130; what a shell
 reports for a process that signal killed) and a line saying how to continue:
 `--init_from=resume`, or `--init_from=auto` (resume if out_dir holds a
 checkpoint, else start), the one command for a job that may be preempted and
@@ -49,7 +49,7 @@ from checkpoint import save_run_checkpoint
 from configurator import UserError, cli, load_config, usage
 from model import GPT
 from ops import (STOP_NOTE, Progress, StopSignals, choices, compile_errors, describe, diverged, end_of_run_sample,
-                 shard, write_log)
+                 shard, stop_signal, write_log)
 from optim import build_optimizers, lr_multiplier, set_lr
 from start import begin, setup
 
@@ -95,15 +95,14 @@ def train(cfg, given=frozenset()):
                     due = (it == 0 and (cfg.eval_interval > 0 or last)) or start.eval_due
                 else:
                     due = last or (cfg.eval_interval > 0 and it % cfg.eval_interval == 0)
-                if due:
-                    val_loss = eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=it > start_iter)
+                if due:  # (None: a SIGTERM/SIGINT stopped the evaluation; it is left for the resume)
+                    val_loss = eval_and_save(run, raw_model, fwd, optimizers, it, tokens, it > start_iter, signals)
                     progress.restart_window()  # eval time is not training time
-                if last:
+                if last and val_loss is not None:
                     break
-                stopped = stop_signal(signals, run)  # a SIGTERM/SIGINT during the step before, on any rank
+                stopped = stop_signal(signals, run)  # a SIGTERM/SIGINT during the step or eval before, on any rank
                 if stopped:
-                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped,
-                              saved=due and it > start_iter)
+                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss)
                     break
                 set_lr(optimizers, lr_multiplier(it, cfg))
                 torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)  # dropout masks: same on resume
@@ -132,7 +131,7 @@ def train(cfg, given=frozenset()):
                     row |= {"lb_loss": lb_loss, "z_loss": z_loss}
                 write_log(run, row)
                 progress.step(row, aux)
-        return finish(run, raw_model, start, val_loss, loss_val, progress, stopped)
+            return finish(run, raw_model, start, val_loss, loss_val, progress, stopped, signals)
 
 
 # -----------------------------------------------------------------------------
@@ -172,22 +171,28 @@ def all_reduce_mean(t, run):
 
 
 @torch.no_grad()
-def evaluate(run, fwd):
-    """(val loss, expert load (n_moe, n_experts) as lists or None) over the fixed val batches, all ranks."""
+def evaluate(run, fwd, signals=None):
+    """(val loss, expert load (n_moe, n_experts) as lists or None) over the fixed val batches, all
+    ranks; (None, None) when a SIGTERM/SIGINT (signals: ops.StopSignals) stops it at a batch."""
     cfg = run.cfg
     fwd.eval()
     total = torch.zeros((), device=run.device)
     load = torch.zeros(run.n_moe, cfg.n_experts, device=run.device)
-    # FSDP2: each forward is a collective, so every rank runs as many; a rank's extra one counts nothing
-    end = -(-cfg.eval_iters // run.world) * run.world if cfg.fsdp else cfg.eval_iters
-    for k in range(run.rank, end, run.world):
-        x, y = get_batch(run.data, "val", min(k, cfg.eval_iters - 1), 0, cfg, run.device)
-        with run.autocast:
-            _, loss, aux = fwd(x, y)
-        if k < cfg.eval_iters:
-            total += loss.float()
-            if run.n_moe:
-                load += aux["expert_load"]
+    # Every rank runs as many rounds (each a stop check every rank agrees on, and under FSDP2 a
+    # forward, a collective): a rank's extra batch in the last round counts nothing.
+    for r in range(-(-cfg.eval_iters // run.world)):
+        k = r * run.world + run.rank
+        if k < cfg.eval_iters or cfg.fsdp:
+            x, y = get_batch(run.data, "val", min(k, cfg.eval_iters - 1), 0, cfg, run.device)
+            with run.autocast:
+                _, loss, aux = fwd(x, y)
+            if k < cfg.eval_iters:
+                total += loss.float()
+                if run.n_moe:
+                    load += aux["expert_load"]
+        if signals is not None and stop_signal(signals, run):
+            fwd.train()
+            return None, None
     fwd.train()
     if run.ddp:
         torch.distributed.all_reduce(total)
@@ -195,13 +200,16 @@ def evaluate(run, fwd):
     return total.item() / cfg.eval_iters, (load / cfg.eval_iters).tolist() if run.n_moe else None
 
 
-def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True):
-    """Evaluate, write the checkpoint (rank 0, it > 0, save) and then the eval row; returns the val loss.
+def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True, signals=None):
+    """Evaluate, write the checkpoint (rank 0, it > 0, save) and then the eval row; returns the val
+    loss, or None when a signal stopped the evaluation (nothing written: stop_here saves).
 
     The checkpoint comes first: a logged final eval means a finished run.
     Raises FloatingPointError for a non-finite val loss.
     """
-    val, load = evaluate(run, fwd)
+    val, load = evaluate(run, fwd, signals)
+    if val is None:
+        return None
     if not math.isfinite(val):
         raise FloatingPointError(diverged(run, "val", val, it, first_step=it == 0))
     row = {"kind": "eval", "iter": it, "tokens": tokens, "val_loss": val, "scales": raw_model.scale_stats()}
@@ -217,37 +225,26 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True):
     return val
 
 
-def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss):
+def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss, eval_pending=False):
     """Write the checkpoint after `it` iterations (every rank calls it; under FSDP2 each saves its
-    shards, else rank 0 saves it all); val_loss None: saved between evals."""
+    shards, else rank 0 saves it all); val_loss None: saved between evals, or (eval_pending) during
+    the eval at `it`, which a resume then runs."""
     save_run_checkpoint(run.ckpt_path, raw_model, optimizers, {
         "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"],
-        "changes": run.changes}, run.master)
+        "changes": run.changes, **({"eval_pending": True} if eval_pending else {})}, run.master)
 
 
-def stop_signal(signals, run):
-    """The signal ("SIGTERM", "SIGINT") that asks this run to stop, received by any rank, or None.
+def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss):
+    """Stop after `it` iterations: save them (unless the eval at `it` just did: due, val_loss not None)
+    and say how to go on.
 
-    Called by every rank at the same point of every iteration: under DDP (world > 1)
-    the ranks all-reduce the largest signal number, so all stop after the same step.
+    The checkpoint has "val_loss": None (no eval finished at this iteration; the log has its train
+    rows up to `it` and its evals up to the last one finished), so a resumed run continues exactly as
+    if never stopped: same batches, LRs and dropout masks, and an eval the signal cut short (due,
+    val_loss None) runs first.
     """
-    number = signal.Signals[signals.received].value if signals.received else 0
-    if run.ddp and run.world > 1:
-        t = torch.tensor(number, device=run.device)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        number = int(t.item())
-    return signal.Signals(number).name if number else None
-
-
-def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, saved):
-    """Stop after `it` iterations: save them (unless the eval at `it` just did) and say how to go on.
-
-    The checkpoint has "val_loss": None (no eval at this iteration; the log has
-    its train rows up to `it` and its evals up to the last one due), so a resumed
-    run continues exactly as if never stopped: same batches, LRs and dropout masks.
-    """
-    if it > start_iter and not saved:
-        write_checkpoint(run, raw_model, optimizers, it, tokens, None)
+    if it > start_iter and not (due and val_loss is not None):
+        write_checkpoint(run, raw_model, optimizers, it, tokens, None, eval_pending=due)
     if it == start_iter == 0:
         run.log(f"stopped by {stopped} before the first step; nothing to save: start it again with the same command")
         return
@@ -260,9 +257,10 @@ def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, saved
     run.log(f"{what}: continue with {how} (or --init_from=auto, which also starts a run that has no checkpoint)")
 
 
-def finish(run, raw_model, start, val_loss, train_loss, progress, stopped=None):
-    """Print a sample and the final line (not for a stopped run: stop_here said it);
-    returns dict(val_loss (the last eval's), train_loss, wall_s, model, stopped)."""
+def finish(run, raw_model, start, val_loss, train_loss, progress, stopped=None, signals=None):
+    """Print a sample (a SIGTERM/SIGINT in `signals` ends it at the next token: the run is saved) and the
+    final line (not for a stopped run: stop_here said it); returns dict(val_loss (the last eval's),
+    train_loss, wall_s, model, stopped)."""
     cfg, start_iter = run.cfg, start.iter
     if start_iter > 0 and start_iter == cfg.max_iters:  # resumed a finished run: nothing trained
         run.log(f"done: the run in {cfg.out_dir} is finished ({start_iter} iterations = max_iters), final val "
@@ -271,7 +269,7 @@ def finish(run, raw_model, start, val_loss, train_loss, progress, stopped=None):
                 "stopped": None}
     wall = time.perf_counter() - progress.t_start
     if (run.master or cfg.fsdp) and cfg.sample_tokens > 0 and not stopped:  # FSDP2: every rank runs the forwards
-        end_of_run_sample(raw_model, run)
+        end_of_run_sample(raw_model, run, signals)
     if not stopped:
         run.log(f"done: {cfg.max_iters - start_iter} iterations in {wall:.0f} s, final val loss {val_loss:.4f}")
     return {"val_loss": val_loss, "train_loss": train_loss, "wall_s": wall, "model": raw_model, "stopped": stopped}

@@ -150,11 +150,12 @@ def signal_at(iteration, signals=(signal.SIGTERM,)):
     return get_batch
 
 
-@pytest.mark.parametrize("stop_in_step, saved_at, evaluated", [(4, 5, False), (3, 4, True)])
+@pytest.mark.parametrize("stop_in_step, saved_at, pending", [(4, 5, False), (3, 4, True)])
 def test_a_signal_stops_after_the_step_and_resume_is_the_uninterrupted_run(
-        tmp_path, monkeypatch, capsys, stop_in_step, saved_at, evaluated):
-    """SIGTERM during step k (0-based): the step finishes and is saved; at an eval iteration the
-    eval comes first (so the log never lacks a due eval), elsewhere the checkpoint has no val loss."""
+        tmp_path, monkeypatch, capsys, stop_in_step, saved_at, pending):
+    """SIGTERM during step k (0-based): the step finishes and is saved, with no val loss; an eval due
+    at that iteration stops at its first batch (a preempted job's grace is not spent evaluating) and
+    is left pending, and the resume runs it first: the log ends as the uninterrupted run's."""
     ds = make_dataset(tmp_path / "ds")
     common = ["--max_iters=8", "--eval_interval=4", "--gradient_accumulation_steps=2", "--dropout=0.1"]
     run(tiny_args(ds, tmp_path / "a", *common))
@@ -163,12 +164,12 @@ def test_a_signal_stops_after_the_step_and_resume_is_the_uninterrupted_run(
     monkeypatch.undo()
     assert result["stopped"] == "SIGTERM"
     ckpt = torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)
-    assert ckpt["iter"] == saved_at and (ckpt["val_loss"] is not None) == evaluated
+    assert ckpt["iter"] == saved_at and ckpt["val_loss"] is None and ckpt.get("eval_pending", False) == pending
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith(f"stopped by SIGTERM after iteration {saved_at}/8, saved in ") and \
         f"--init_from=resume --out_dir={tmp_path / 'b'}" in out[-1] and "--init_from=auto" in out[-1]
     straight, stopped = read_log(tmp_path / "a"), read_log(tmp_path / "b")
-    assert stopped == [r for r in straight if r["iter"] <= saved_at]  # an eval row only where one was due
+    assert stopped == [r for r in straight if r["iter"] < saved_at or r["kind"] == "train" and r["iter"] == saved_at]
     assert run(["--init_from=auto", f"--out_dir={tmp_path / 'b'}"])["stopped"] is None
     assert read_log(tmp_path / "b") == straight  # no eval row at the stop, every due one
     for name, tensor in final_weights(tmp_path / "a").items():
@@ -548,3 +549,66 @@ def test_weights_that_mean_nothing_are_one_line_in_sample_export_and_resume(tmp_
             assert "\n" not in str(err.value), case
         after = {p: open(out / p, "rb").read() for p in os.listdir(out) if os.path.isfile(out / p)}
         assert after == before and not (out / "hf").exists(), case
+
+
+def signal_at_val_batch(n):
+    """A get_batch that sends this process SIGTERM while reading the n-th validation batch (1-based,
+    counting from the start of train(): the batch begin reads for a Hugging Face check is the first)."""
+    real, seen = train_mod.get_batch, []
+
+    def get_batch(data, split, *rest):
+        if split == "val":
+            seen.append(1)
+            if len(seen) == n:
+                signal.raise_signal(signal.SIGTERM)
+        return real(data, split, *rest)
+    return get_batch
+
+
+def test_a_signal_during_an_evaluation_stops_it_at_the_next_batch_and_the_resume_runs_it(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """SIGTERM at the second batch of the eval at iteration 4: the eval stops there (not logged), the 4
+    iterations are saved with the eval pending, and the resume runs it first: the log and weights
+    end as the uninterrupted run's."""
+    ds = make_dataset(tmp_path / "ds")
+    common = ["--max_iters=6", "--eval_interval=4", "--eval_iters=3"]
+    run(tiny_args(ds, tmp_path / "a", *common))
+    monkeypatch.setattr(train_mod, "get_batch", signal_at_val_batch(1 + 3 + 2))  # begin's, eval 0's, eval 4's 2nd
+    assert run(tiny_args(ds, tmp_path / "b", *common))["stopped"] == "SIGTERM"
+    monkeypatch.undo()
+    ckpt = torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)
+    assert (ckpt["iter"], ckpt["val_loss"], ckpt["eval_pending"]) == (4, None, True)
+    assert [r["iter"] for r in read_log(tmp_path / "b") if r["kind"] == "eval"] == [0]
+    assert "stopped by SIGTERM after iteration 4/6" in capsys.readouterr().out
+    run(["--init_from=auto", f"--out_dir={tmp_path / 'b'}"])
+    assert read_log(tmp_path / "b") == read_log(tmp_path / "a")
+    for name, tensor in final_weights(tmp_path / "a").items():
+        assert torch.equal(tensor, final_weights(tmp_path / "b")[name]), name
+
+
+def test_a_huge_evaluation_or_sample_is_named_at_start_and_a_signal_ends_it_at_once(tmp_path, monkeypatch, capsys):
+    """--eval_iters=100000000: the start names the evaluations' time (from FLOPs at the device's best),
+    and a SIGTERM at its third batch ends the run there, nothing to save; --sample_tokens=1000000000:
+    named too, and a SIGTERM ends the sample after the token in hand, the run finished and saved."""
+    import model
+    ds = make_dataset(tmp_path / "ds")
+    monkeypatch.setattr(train_mod, "get_batch", signal_at_val_batch(1 + 3))
+    assert run(tiny_args(ds, tmp_path / "e", "--max_iters=2", "--eval_iters=100000000"))["stopped"] == "SIGTERM"
+    monkeypatch.undo()
+    out = capsys.readouterr().out
+    assert "note: the 2 evaluations of eval_iters=100000000 batches take at least" in out
+    assert "stopped by SIGTERM before the first step; nothing to save" in out
+    real, calls = model.GPT.generate, []
+
+    def generate(self, idx, n, **kw):
+        calls.append(n)
+        if len(calls) == 5:
+            signal.raise_signal(signal.SIGTERM)
+        return real(self, idx, n, **kw)
+
+    monkeypatch.setattr(model.GPT, "generate", generate)
+    result = run(tiny_args(ds, tmp_path / "s", "--max_iters=2", "--sample_tokens=1000000000"))
+    out = capsys.readouterr().out
+    assert "the end-of-run sample of sample_tokens=1000000000 (no KV cache) takes at least" in out
+    assert "--- sample (5 tokens, cut short by SIGTERM) ---" in out and "done: 2 iterations" in out
+    assert result["stopped"] is None and torch.load(tmp_path / "s" / "ckpt.pt", weights_only=True)["iter"] == 2

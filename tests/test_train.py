@@ -653,3 +653,25 @@ def test_a_bpe_vocabulary_on_a_cpu_names_the_cpu_sized_bpe_config(config, noted)
     ops.describe(run, model, [])
     assert any("configs/unified_bpe_cpu.py sizes a BPE run" in ln for ln in lines) == noted, lines
     assert (ops.cpu_seconds(run, model) < 300) != noted
+
+
+@pytest.mark.parametrize("device, peak", [("cpu", None), ("cuda", 989e12), ("mps", None)])
+def test_a_long_evaluation_is_named_at_start_on_every_device_whose_speed_is_known(monkeypatch, device, peak):
+    """The evaluations' time from their FLOPs at the device's best (CPU_FLOPS on a CPU, the bf16 peak of
+    a known GPU: an H200 here, by a stubbed peak table): named when over a minute, on a GPU too; a
+    device of unknown speed (MPS) gets no figure it could not stand behind."""
+    from types import SimpleNamespace
+    monkeypatch.setattr(ops, "peak_flops", lambda d: peak if d.type == "cuda" else None)
+    cfg, _ = load_config(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--vocab_size=40",
+                          "--max_iters=2", "--eval_iters=100000000000"])
+    lines = []
+    run = SimpleNamespace(cfg=SimpleNamespace(**cfg), log=lines.append, device=torch.device(device),
+                          dtype="float32", world=1, ddp=False, tokens_per_iter=512, resumed_from=None, changed={})
+    model = GPT(model_config(cfg))
+    ops.describe(run, model, [])
+    named = [ln for ln in lines if "evaluations of eval_iters=100000000000 batches take at least" in ln]
+    speed = {"cpu": ops.CPU_FLOPS, "cuda": peak}[device] if device != "mps" else None
+    assert bool(named) == (speed is not None), lines
+    if speed:
+        seconds = ops.run_flops(run, model)["evaluation"] / speed
+        assert seconds > 60 and f"at least {ops.fmt_duration(seconds)} ({speed:.2g} FLOP/s" in named[0]
