@@ -85,7 +85,7 @@ class Path:
         return True
 
 
-GE0, GE1, POSITIVE, FRACTION = Range(0), Range(1), Range(0, low_open=True), Range(0, 1, high_open=True)
+GE0, GE1 = Range(0), Range(1)
 
 
 def added(default, allowed, meaning, *, absent):
@@ -178,20 +178,21 @@ SECTIONS = {
                                         usual=(1e-6, 1)),
                           "AdamW's peak LR"),
         "muon_lr": (0.02, Range(0, usual=(1e-5, 1)), "Muon's peak LR"),
-        "muon_momentum": (0.95, FRACTION, "in [0, 1)"),
+        "muon_momentum": (0.95, Range(0, 1, high_open=True, usual=(0.5, 0.99)), "in [0, 1)"),
         "magnitude_lr_mult": (1.0, Range(0, usual=(1e-3, 1e3)),
                               "LR of the OR/ER magnitude scalar over learning_rate"),
         "weight_decay": (0.1, Range(0, usual=(1e-6, 10), zero_ok=True),
                          "on matrices, the LM head, the router; on scales as scale_wd says"),
-        "beta1": (0.9, FRACTION, "AdamW, in [0, 1)"),
-        "beta2": (0.95, FRACTION, "AdamW, in [0, 1)"),
+        "beta1": (0.9, Range(0, 1, high_open=True, usual=(0.5, 0.99), zero_ok=True), "AdamW, in [0, 1)"),
+        "beta2": (0.95, Range(0, 1, high_open=True, usual=(0.9, 0.9999)), "AdamW, in [0, 1)"),
         "grad_clip": (1.0, Range(0, usual=(1e-3, 1e3), zero_ok=True), "global gradient-norm clip (0: off)"),
     },
     "schedule": {
         "lr_schedule": ("cosine", None, "the LR after warmup (optim.LR_SCHEDULES)"),
         "warmup_iters": (50, GE0, "linear warmup iterations"),
         "max_iters": (600, GE0, "training iterations"),
-        "min_lr": (3e-4, GE0, "the LR the decay ends at (as a share of each group's peak: min_lr / learning_rate)"),
+        "min_lr": (3e-4, Range(0, usual=(1e-8, 1), zero_ok=True),
+                   "the LR the decay ends at (as a share of each group's peak: min_lr / learning_rate)"),
         "wsd_decay_frac": (0.2, Range(0, 1, usual=(0.01, 0.5)), "WSD: share of max_iters spent decaying, in [0, 1]"),
     },
     "system": {

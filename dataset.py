@@ -153,6 +153,8 @@ def load_data(cfg, prepare_here=True):
         raise UserError(f"{meta_path} records dtype={recorded!r}: token files must be 'uint16' or 'uint32'; set "
                         f"meta.pkl's 'dtype' to the dtype train.bin and val.bin were written with")
     dtype = recorded or DEFAULT_DTYPE
+    if getattr(cfg, "vocab_size", 0):  # another size than meta.pkl's is the first thing to say, before the ids
+        check_vocabulary(meta, cfg.vocab_size, None, folder)
     vocab = getattr(cfg, "vocab_size", 0) or (meta or {}).get("vocab_size")
     data = {}
     for split, path in paths.items():

@@ -278,9 +278,12 @@ def diverged(run, which, value, it, first_step):
     configuration made it (the notes at start name unusual values), else try a lower LR."""
     kept = f"the last good checkpoint {run.ckpt_path} is kept" if os.path.exists(run.ckpt_path) else \
         "no checkpoint was written yet"
+    odd = [f"{k}={vars(run.cfg)[k]!r}" for k, _ in unusual(vars(run.cfg))]
     fix = "no optimizer step had acted on it yet, so the configuration makes it (check the notes at start and " \
         "keys such as rope_theta, norm_eps, the initial scales), not the learning rate" if first_step else \
         "try a lower learning_rate"
+    if odd:  # a value outside its usual range is the likelier cause than a learning rate in range
+        fix = f"first check {', '.join(odd)}, outside the usual range (the notes at start), then: {fix}"
     return f"{which} loss is {value} at iter {it}: the run diverged; {kept}; {fix}"
 
 

@@ -182,6 +182,43 @@ def test_a_legal_but_implausible_value_gets_a_note_naming_it(key, value):
     assert [n for n in ops.unusual_notes(cfg) if n.startswith(f"note: {key}=")], (key, value)
 
 
+# Keys whose every value in range is a size, a count or a seed: no value is "degenerate", so none
+# declares a usual range (an HF folder's or the ladder's sizes get no notes). Every other numeric key
+# (rates, betas, momenta, eps, coefficients, dropout, fractions) must declare one.
+SIZES_COUNTS_SEEDS = {"eval_interval", "eval_iters", "log_interval", "sample_tokens", "batch_size",
+                      "gradient_accumulation_steps", "block_size", "n_layer", "n_head", "n_kv_head", "head_dim",
+                      "n_embd", "d_ff", "vocab_size", "n_experts", "top_k", "moe_every", "expert_d_ff",
+                      "warmup_iters", "max_iters", "seed", "ddp_timeout_s"}
+
+
+@pytest.mark.parametrize("key", [k for k, v in DEFAULTS.items() if type(v) in (int, float)])
+def test_every_numeric_key_but_sizes_counts_and_seeds_declares_a_usual_range(key):
+    assert (ALLOWED[key].usual is None) == (key in SIZES_COUNTS_SEEDS), \
+        f"{key}: declare Range(..., usual=(low, high)) in its configurator row, or list it here as a size/count/seed"
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--beta2=0"], {"beta2"}), (["--beta1=0.999999", "--beta2=0"], {"beta1", "beta2"}),
+    (["--optimizer=muon", "--muon_momentum=0.999999"], {"muon_momentum"}), (["--min_lr=5"], {"min_lr"}),
+])
+def test_degenerate_betas_and_momenta_are_noted(flags, named):
+    import ops
+    cfg, _ = load_config(flags)
+    assert {n.split("=")[0].removeprefix("note: ") for n in ops.unusual_notes(cfg)} == named
+
+
+@pytest.mark.parametrize("flags", [["--weight_decay=1e30"], ["--magnitude_lr_mult=1e30"], ["--beta2=0"]])
+def test_a_divergence_names_the_keys_outside_their_usual_range_before_the_learning_rate(tmp_path, flags):
+    import ops
+    cfg, _ = load_config(flags)
+    run = SimpleNamespace(cfg=SimpleNamespace(**cfg), ckpt_path=str(tmp_path / "ckpt.pt"))
+    message = ops.diverged(run, "train", float("nan"), 7, first_step=False)
+    key = flags[0].split("=")[0].removeprefix("--")
+    assert f"first check {key}=" in message and message.index(key) < message.index("lower learning_rate")
+    assert "first check" not in ops.diverged(SimpleNamespace(cfg=SimpleNamespace(**DEFAULTS), ckpt_path="x"),
+                                             "train", float("nan"), 7, first_step=False)
+
+
 def test_moe_coefficients_and_a_frozen_muon_are_noted_only_where_they_act():
     import ops
 

@@ -253,3 +253,11 @@ def test_the_memory_check_counts_the_vocabulary_meta_pkl_records(tmp_path):
         with pytest.raises(UserError, match=r"GB of activations and logits.*use --batch_size=\d+ or less"):
             train(load_config([*args, *extra, f"--out_dir={tmp_path / 'o'}"])[0])
     assert not (tmp_path / "o").exists()
+
+
+def test_a_vocab_size_other_than_meta_pkls_is_told_meta_pkls_size_first(tmp_path):
+    """--vocab_size=100000 on data whose meta.pkl says 40: the line names meta.pkl's 40 (the likely
+    typo), not the token files' uint16 limit that the larger size would also pass."""
+    folder = write_dataset(tmp_path / "ds", meta=char_meta())
+    with pytest.raises(UserError, match=r"vocab_size=100000 but .*meta.pkl says 40"):
+        load_data(cfg_for(folder, vocab_size=100_000))
