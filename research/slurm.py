@@ -14,13 +14,25 @@ Time limits and preemption: Slurm warns a job before its limit with SIGUSR2
 submitit then calls TrainJob.checkpoint(), which forwards the warning to
 train.py as SIGTERM: train.py finishes its step, saves and exits; submitit
 requeues the job, and the requeued job starts train.py again with
---init_from=auto, which resumes from that checkpoint. The job's id is kept in
-the run's folder (slurm_job), so a second submission of the same file skips
-what is still queued or running.
+--init_from=auto, which resumes from that checkpoint. A requeued attempt is
+the first one's job, every field kept (TrainJob.requeued).
+
+Claims: before a run's job is submitted, the submission takes the run's claim
+file (slurm_job in its out_dir) under an exclusive lock, so two submissions of
+the same file never submit a run twice; the claim then holds the job's id, and the
+job releases it when it ends (removed when recorded; "failed ..." with
+train.py's exit status and last error line when train.py failed). A claim
+whose job Slurm no longer has (a node failure, a killed job) is stale and the
+next submission takes it over. A run that finished but whose job died before
+recording it is recorded from its own log by the next submission, as a local
+sweep does. `--slurm --status` lists each planned run as recorded, queued,
+running, failed or open.
 """
 
+import copy
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,7 +41,7 @@ from configurator import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORT = 29500  # the c10d rendezvous port on the first node
-JOB_FILE = "slurm_job"  # in a run's out_dir: the id of the job that trains it
+JOB_FILE = "slurm_job"  # in a run's out_dir: its claim ("submitting ...", "job <id>", or "failed <id> ...")
 
 
 def import_submitit():
@@ -84,9 +96,16 @@ class TrainJob:
                 time.sleep(1)                # thread, and a wait() it interrupted would hold the lock it needs
             code = self.proc.returncode
         if code:
-            raise RuntimeError(f"train.py exited with {code}: see {self.run['out_dir']}/train.log")
+            why = f"train.py exited with {code}: {last_error(os.path.join(self.run['out_dir'], 'train.log'))}"
+            if first:
+                write_claim(self.run, f"failed {env.job_id} {why}")  # released: the next submission retries it
+            raise RuntimeError(why)
+        if not first:
+            return None
         # wall_s: this attempt's time, as a local sweep's record of a resumed run has its last part's
-        return record(self.run, self.results, {}, time.time() - t0, self.threads) if first else None
+        path = record(self.run, self.results, {}, time.time() - t0, self.threads)
+        release(self.run)
+        return path
 
     def checkpoint(self, *args, **kwargs):
         """The time-limit warning: train.py saves at its step and exits (SIGTERM); then the job is
@@ -98,11 +117,26 @@ class TrainJob:
                 os.waitpid(self.proc.pid, 0)  # raw: this handler may have interrupted proc.poll() itself
             except ChildProcessError:  # reaped already
                 pass
-        return submitit.helpers.DelayedSubmission(
-            TrainJob(self.run, self.results, self.gpus_per_node, self.nodes, self.threads))
+        return submitit.helpers.DelayedSubmission(self.requeued())
+
+    def requeued(self):
+        """The job of the next attempt: this one, every field kept (grace_s too), without its process."""
+        job = copy.copy(self)
+        job.proc = None
+        return job
 
     def __getstate__(self):  # the process handle stays on the node that started it
         return {**self.__dict__, "proc": None}
+
+
+def last_error(log_path):
+    """The last line of a train.log that starts with "error:", else its last non-empty line."""
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        return "no train.log"
+    return next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "no output")
 
 
 class FakeEnvironment:
@@ -111,18 +145,93 @@ class FakeEnvironment:
     hostnames, job_id = ["$HEAD_NODE"], "$SLURM_JOB_ID"
 
 
-def queued(run, folder):
-    """Whether run's job (the id in its out_dir) is still pending or running, as submitit sees it."""
-    path = os.path.join(run["out_dir"], JOB_FILE)
-    if not os.path.isfile(path):
-        return False
-    with open(path) as f:
-        job_id = f.read().strip()
+def claim_path(run):
+    return os.path.join(run["out_dir"], JOB_FILE)
+
+
+def read_claim(run):
+    """The run's claim line, or None when it has none."""
+    try:
+        with open(claim_path(run)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def write_claim(run, line):
+    """Replace the run's claim by `line`, atomically (a reader sees the old line or the new one)."""
+    tmp = f"{claim_path(run)}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(line + "\n")
+    os.replace(tmp, claim_path(run))
+
+
+def release(run):
+    """Remove the run's claim (its job recorded the run)."""
+    try:
+        os.remove(claim_path(run))
+    except FileNotFoundError:
+        pass
+
+
+def job_state(job_id, folder):
+    """Slurm's (or the local executor's) state of the job, as submitit reads it."""
     submitit = import_submitit()
     job = (submitit.SlurmJob if submitit.AutoExecutor.which() == "slurm" else submitit.local.local.LocalJob)(
         folder=folder, job_id=job_id)
-    return job.state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
-                             "FINISHED", "INTERRUPTED", "UNKNOWN", "NO PROCESS AND NO RESULT")
+    return job.state
+
+
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "FINISHED", "INTERRUPTED",
+         "UNKNOWN", "NO PROCESS AND NO RESULT", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+
+
+def claim_state(run, folder):
+    """(state, detail) of the run's claim: ("open", "") with none; ("submitting", who) while another
+    submission submits it; ("queued" | "running", job id) while its job is pending or running;
+    ("failed", "job N: train.py exited with ...: <its last error line>") after train.py failed;
+    ("stale", why) when the job it names ended without releasing it (a node failure, a kill), or
+    the submission that took it died before it submitted."""
+    line = read_claim(run)
+    if line is None:
+        return "open", ""
+    kind, _, rest = line.partition(" ")
+    if kind == "failed":
+        job_id, _, why = rest.partition(" ")
+        return "failed", f"job {job_id}: {why}"
+    if kind == "submitting":
+        pid, _, host = rest.partition(" ")
+        alive = host != socket.gethostname() or pid_alive(int(pid))
+        return ("submitting", f"process {pid} on {host}") if alive else ("stale", f"its submitter {pid} died")
+    state = job_state(rest, folder)
+    if state in ENDED:
+        return "stale", f"job {rest} ended ({state}) without recording the run"
+    return ("running" if state == "RUNNING" else "queued"), rest
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def take_claim(run, folder):
+    """Claim the run for a submission: True when this process now holds it (written "submitting
+    <pid> <host>"), False when another holds it (queued, running, being submitted). The check and
+    the write happen under an exclusive lock (flock on the claim's .lock file), so of two
+    submissions, however close, one takes an open, stale or failed claim and the other sees it held."""
+    import fcntl
+    os.makedirs(run["out_dir"], exist_ok=True)
+    with open(claim_path(run) + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if claim_state(run, folder)[0] not in ("open", "stale", "failed"):
+            return False
+        write_claim(run, f"submitting {os.getpid()} {socket.gethostname()}")
+        return True
 
 
 def sbatch_parameters(args, name):
@@ -178,6 +287,9 @@ def add_flags(parser):
     g.add_argument("--slurm", action="store_true",
                    help="submit each open run as a job instead of running it here (Slurm where sbatch exists, "
                         "else local processes); with --dry_run, print each job's sbatch script")
+    g.add_argument("--status", action="store_true",
+                   help="with --slurm: list each planned run as recorded, queued, running, failed (train.py's exit "
+                        "status and last error line) or open; submit nothing; exit status 1 while a run failed")
     for name, (kind, default, meaning) in JOB_FLAGS.items():
         g.add_argument(f"--{name}", type=kind, default=None, help=f"{meaning} (default: {default})")
 
@@ -223,30 +335,56 @@ def check_flags(args):
 
 
 def submit(runs, args, results, threads=1):
-    """Submit each run of `runs` (open: new or partial) that has no job pending or running; returns
-    the submitted submitit jobs. The job folder (logs, pickles) is <out_root>/slurm. Without Slurm
-    the jobs are local processes, and this waits for them (they are this process's children)."""
+    """Submit each run of `runs` (open: new or partial) that no other submission or job holds
+    (take_claim); returns the number of runs whose job failed (known here only for local jobs,
+    which this waits for: they are this process's children). The job folder (logs, pickles) is
+    <out_root>/slurm."""
     folder = os.path.join(args.out_root, "slurm")
     # the job unpickles TrainJob, which lives in this repository: give the job its path (sbatch and
     # submitit's local processes pass the environment on)
     os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     jobs, local = [], False
     for run in runs:
-        if queued(run, folder):
-            print(f"queued already: {run['name']} (its job id is in {os.path.join(run['out_dir'], JOB_FILE)})")
+        before = claim_state(run, folder) if os.path.exists(claim_path(run)) else ("open", "")
+        if not take_claim(run, folder):
+            state, detail = claim_state(run, folder)
+            print(f"{state} already: {run['name']} ({detail})")
             continue
+        if before[0] == "failed":
+            print(f"resubmitting {run['name']}: its last {before[1]}")
         ex = executor(folder, args, run["name"])
         local = not isinstance(ex, import_submitit().SlurmExecutor)
-        job = ex.submit(TrainJob(run, results, args.gpus_per_node, args.nodes, threads, grace_s(args)))
-        os.makedirs(run["out_dir"], exist_ok=True)
-        with open(os.path.join(run["out_dir"], JOB_FILE), "w") as f:
-            f.write(f"{job.job_id}\n")
+        try:
+            job = ex.submit(TrainJob(run, results, args.gpus_per_node, args.nodes, threads, grace_s(args)))
+        except BaseException:
+            release(run)
+            raise
+        write_claim(run, f"job {job.job_id}")
         print(f"submitted {run['name']}: job {job.job_id}", flush=True)
-        jobs.append(job)
+        jobs.append((run, job))
+    failed = 0
     if local:  # local processes end with this one: wait for them, as a local sweep does
-        for job in jobs:
+        for run, job in jobs:
             try:
                 print(f"recorded {job.result()}", flush=True)
-            except Exception as e:  # submitit re-raises the job's error with its traceback: its last line
-                print(f"FAILED job {job.job_id}: {str(e).strip().splitlines()[-1]}", flush=True)
-    return jobs
+            except Exception:  # train.py's exit and last error line, as the job left them in the claim
+                failed += 1
+                state, detail = claim_state(run, folder)
+                print(f"FAILED {run['name']} ({detail if state == 'failed' else f'job {job.job_id}: {state}'})",
+                      flush=True)
+    return failed
+
+
+def status(runs, states, folder):
+    """--status: each planned run as recorded, queued, running, failed (train.py's exit status and last
+    error line), waiting (for its LR sweep) or open; returns how many failed."""
+    failed = 0
+    for run, st in zip(runs, states):
+        if st in ("recorded", "waiting"):
+            print(f"  {st:9s} {run['name']}")
+            continue
+        state, detail = claim_state(run, folder)
+        state = {"stale": "open", "submitting": "queued"}.get(state, state)
+        failed += state == "failed"
+        print(f"  {state:9s} {run['name']}" + (f" ({detail})" if detail else ""))
+    return failed

@@ -183,6 +183,17 @@ def run_queue(todo, parallel, threads, results, records, signals, skipped):
     return failed
 
 
+def record_finished(runs, states, results, records):
+    """Record each run that finished without a record (its job or sweep died before recording it, or
+    it ran before records existed) from its own log, as its sweep would have; updates records."""
+    for r, s in zip(runs, states):
+        if s == "done":
+            try:
+                print(f"recorded {record(r, results, records)} (from an existing log)")
+            except UserError as e:
+                print(f"FAILED {r['name']}: {e}", flush=True)
+
+
 def submit_jobs(runs, states, args):
     """--slurm: each open run as a job (research/slurm.py); with --dry_run, each job's sbatch script
     and the command its nodes run, nothing submitted. Runs waiting for their LR sweep are submitted
@@ -190,6 +201,8 @@ def submit_jobs(runs, states, args):
     ready = [r for r, s in zip(runs, states) if s in ("new", "partial")]
     waiting = sum(s == "waiting" for s in states)
     threads = max(1, args.cpus_per_task // max(1, args.gpus_per_node))
+    if args.status:
+        return 1 if slurm.status(runs, states, os.path.join(args.out_root, "slurm")) else 0
     if args.dry_run:
         for run in ready:
             job = slurm.TrainJob(run, args.results, args.gpus_per_node, args.nodes, threads, slurm.grace_s(args))
@@ -197,10 +210,10 @@ def submit_jobs(runs, states, args):
             print(f"--- {run['name']}\n{slurm.sbatch_script(os.path.join(args.out_root, 'slurm'), args, run['name'])}"
                   f"# each node runs: {' '.join(job.command(head))}")
         return 0
-    slurm.submit(ready, args, args.results, threads)
+    failed = slurm.submit(ready, args, args.results, threads)
     if waiting:
         print(f"{waiting} runs wait for their LR sweep: submit again once its runs are recorded")
-    return 0
+    return 1 if failed else 0
 
 
 def parse_flags(argv):
@@ -217,6 +230,8 @@ def parse_flags(argv):
                    "they match, with the LR sweeps that choose their LRs")
     slurm.add_flags(p)
     args = p.parse_args(argv)
+    if args.status and not args.slurm:
+        raise UserError("--status lists the runs' Slurm jobs: give it with --slurm")
     if args.parallel < 0 or args.threads < 0:
         raise UserError(f"--parallel={args.parallel} / --threads={args.threads}: must be >= 1 (0 = the default)")
     args.out_root, args.results = os.path.abspath(args.out_root), os.path.abspath(args.results)
@@ -262,11 +277,13 @@ def main(argv):
           + (f", {counts['damaged']} with a damaged log (skipped)" if counts["damaged"] else ""))
     for line in damaged + [r["damaged"] for r in runs if r.get("damaged")]:
         print(f"skipped: {line}")
-    if args.slurm:
-        return submit_jobs(runs, states, args)
-    if args.dry_run:
+    if args.dry_run and not args.slurm:
         print_plan(runs, states, records, args.parallel or 1)
         return 0
+    if not args.dry_run and not args.status:
+        record_finished(runs, states, args.results, records)
+    if args.slurm:
+        return submit_jobs(runs, [state(r, records) for r in runs], args)
 
     import torch  # only to count GPUs
 
@@ -277,12 +294,6 @@ def main(argv):
         print(f"note: the tracked files differ from commit {code['commit'][:12]} "
               f"({code['diff'].count(chr(10))} diff lines): each record stores that diff; for results, run "
               f"sweeps from a clean clone of a commit")
-    for r, s in zip(runs, states):  # finished before records existed, or the record was lost
-        if s == "done":
-            try:
-                print(f"recorded {record(r, args.results, records)} (from an existing log)")
-            except UserError as e:
-                print(f"FAILED {r['name']}: {e}", flush=True)
     t0, failed, skipped = time.time(), [], set()  # skipped: runs another process has (a second sweep)
     note = "passing SIGTERM to the running runs: each saves its checkpoint and exits, then the sweep exits"
     with StopSignals(note, repeat_quits=False) as signals:

@@ -139,3 +139,110 @@ def test_two_files_that_set_a_job_flag_differently_need_the_flag(tmp_path):
         sweep.main([a, b, "--slurm", "--dry_run", f"--results={tmp_path / 'r'}"])
     assert sweep.main([a, b, "--slurm", "--dry_run", "--gpus_per_node=2", f"--results={tmp_path / 'r'}",
                        f"--out_root={tmp_path / 'o'}"]) == 0
+
+
+# -----------------------------------------------------------------------------
+# Nothing a cluster does to a job loses a record, runs a run twice or hides a failure
+
+
+def test_a_requeued_attempt_carries_every_field_of_the_first():
+    job = slurm.TrainJob({"name": "r", "out_dir": "/o", "args": ["--x=1"]}, "/results", gpus_per_node=8, nodes=2,
+                         threads=4, grace_s=290)
+    job.proc = object()  # a live process handle stays behind
+    again = job.requeued()
+    assert {k: v for k, v in vars(again).items() if k != "proc"} == {k: v for k, v in vars(job).items() if k != "proc"}
+    assert again.proc is None and again is not job
+
+
+def test_a_run_is_claimed_by_one_submission_and_a_stale_claim_by_one_taker(tmp_path, monkeypatch):
+    """take_claim checks and writes under a lock: of eight submissions racing on one run exactly one holds it; a
+    claim whose job ended without a record (a node failure) is stale, and of eight racing takers
+    exactly one takes it over."""
+    import threading
+    run = {"name": "r", "out_dir": str(tmp_path / "run")}
+    folder = str(tmp_path / "slurm")
+
+    def race():
+        won, go = [], threading.Barrier(8)
+
+        def one():
+            go.wait()
+            won.append(slurm.take_claim(run, folder))
+
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return won.count(True)
+
+    assert race() == 1 and slurm.claim_state(run, folder)[0] == "submitting"
+    slurm.write_claim(run, "job 4242")
+    monkeypatch.setattr(slurm, "job_state", lambda job_id, folder: "RUNNING")
+    assert race() == 0 and slurm.claim_state(run, folder) == ("running", "4242")
+    monkeypatch.setattr(slurm, "job_state", lambda job_id, folder: "NODE_FAIL")
+    assert slurm.claim_state(run, folder)[0] == "stale"
+    assert race() == 1 and slurm.read_claim(run).startswith("submitting")
+    slurm.write_claim(run, "submitting 999999999 " + __import__("socket").gethostname())  # a submitter that died
+    assert slurm.claim_state(run, folder)[0] == "stale"
+
+
+def local_jobs(monkeypatch):
+    monkeypatch.setattr(slurm.import_submitit().AutoExecutor, "which", staticmethod(lambda: "local"))
+
+
+@pytest.mark.slow
+def test_a_killed_jobs_finished_run_is_recorded_by_the_next_submission(tmp_path, monkeypatch, capsys):
+    """The job's own process is killed (SIGKILL, as a node failure would) while its train.py trains:
+    train.py finishes alone and no record is written; the next submission records it from its log,
+    submits nothing for it, and says so."""
+    local_jobs(monkeypatch)
+    path = write_ablation(tmp_path, TWO_RUNS.replace("'hg': {'branch_scales': True}", "")
+                          .replace("expected = {'hg': 'lower'}", "expected = {}") + "\n")
+    spec = sweep.load_ablation(path)
+    run = {**sweep.plan(spec, str(tmp_path / "o"))[0], "ablation": spec["name"]}
+    args = [path, "--slurm", *CPU, f"--results={tmp_path / 'r'}", f"--out_root={tmp_path / 'o'}"]
+    submitit = slurm.import_submitit()
+    ex = submitit.AutoExecutor(folder=str(tmp_path / "o" / "slurm"), cluster="local")
+    ex.update_parameters(timeout_min=10)
+    monkeypatch.setenv("PYTHONPATH", slurm.ROOT)
+    assert slurm.take_claim(run, str(tmp_path / "o" / "slurm"))
+    job = ex.submit(slurm.TrainJob(run, str(tmp_path / "r"), 0, 1, 1))
+    slurm.write_claim(run, f"job {job.job_id}")
+    log = os.path.join(run["out_dir"], "log.jsonl")
+    deadline = time.time() + 120
+    while time.time() < deadline and not os.path.exists(log):
+        time.sleep(0.1)
+    tasks = subprocess.run(["pgrep", "-P", str(job._process.pid)], capture_output=True, text=True).stdout.split()
+    for pid in tasks:  # the job's task (TrainJob): its train.py lives on
+        os.kill(int(pid), signal.SIGKILL)
+    while time.time() < deadline and '"iter": 4, "tokens"' not in open(log).read().split("\n")[-2]:
+        time.sleep(0.2)
+    time.sleep(1)
+    assert not os.path.exists(tmp_path / "r") or not os.listdir(tmp_path / "r")  # finished, unrecorded
+    capsys.readouterr()
+    assert sweep.main(args) == 0
+    out = capsys.readouterr().out
+    assert "(from an existing log)" in out and "submitted" not in out
+    assert len(records(tmp_path / "r")) == 1
+
+
+@pytest.mark.slow
+def test_a_failed_job_is_reported_with_train_pys_exit_and_error_and_the_sweep_exits_non_zero(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """A run that diverges: its job fails; the submission that waited for it names train.py's exit
+    status and last error line and exits 1; --status lists it as failed (exit 1), and the next
+    submission resubmits it, saying why."""
+    local_jobs(monkeypatch)
+    path = write_ablation(tmp_path, TWO_RUNS.replace("'hg': {'branch_scales': True}", "'hot': {'learning_rate': 1e9}")
+                          .replace("expected = {'hg': 'lower'}", "expected = {'hot': 'lower'}"))
+    args = [path, "--slurm", *CPU, f"--results={tmp_path / 'r'}", f"--out_root={tmp_path / 'o'}"]
+    assert sweep.main(args) == 1
+    out = capsys.readouterr().out
+    assert "FAILED hot_adamw_s1_" in out and "train.py exited with 1: error: " in out
+    assert "the run diverged" in out
+    assert sweep.main([*args, "--status"]) == 1
+    out = capsys.readouterr().out
+    assert "  recorded  baseline_adamw_s1_" in out and "  failed    hot_adamw_s1_" in out and "exited with 1" in out
+    assert sweep.main(args) == 1
+    assert "resubmitting hot_adamw_s1_" in capsys.readouterr().out
