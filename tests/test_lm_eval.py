@@ -18,7 +18,6 @@ from test_hf_init import WORDS, tokenizer_json
 from test_train import run
 
 LINKED_LINES = 24  # lines per document of the chained corpus
-pytestmark = pytest.mark.slow  # trains 300 iterations and runs lm-eval (about 40 s on 2 cores)
 
 
 def chained_doc(rng):
@@ -72,6 +71,7 @@ def rolling_nll(model, ids, prefix, length):
     return total, windows
 
 
+@pytest.mark.slow  # trains 300 iterations and runs lm-eval (about 40 s on 2 cores)
 def test_lm_eval_bits_per_byte_equal_ours_and_next_line_beats_chance(trained, tmp_path):
     """lm-eval's bits per byte on the held-out documents equals our model's own negative
     log-likelihood over the same windows, converted to bits per byte (relative 1e-4: float32, two
@@ -109,33 +109,88 @@ def test_the_tasks_need_a_checkpoint_and_a_writable_folder(tmp_path):
         done.stderr.count("\n") == 1
 
 
-def test_tasks_fit_the_model_and_say_when_the_export_is_missing_or_old(tmp_path, capsys):
-    """Every next-line item (context and its longest choice) fits the run's block_size; no export
-    yet, or one older than the checkpoint, is said with the command that fixes it."""
+def char_run(tmp_path, block_size=32):
+    """A 2-iteration run on character data of short lines, one in five empty (as a play's blank lines:
+    a context of only newlines is what lm-eval cannot score); returns its out_dir."""
     from test_train import make_dataset
-    from tools import lm_eval_tasks
-    chars = "abc de\nfgh ij\nklm\nno pq\nrs tuv\n"
-    ds = make_dataset(tmp_path / "ds", vocab=len(set(chars)))
+    itos = sorted(set("abcdefghij \n"))
+    ds = make_dataset(tmp_path / "ds", vocab=len(itos))
     import pickle
-    itos = sorted(set(chars))
     with open(os.path.join(ds, "meta.pkl"), "wb") as f:
         pickle.dump({"vocab_size": len(itos), "itos": itos, "stoi": {c: i for i, c in enumerate(itos)}}, f)
     rng = np.random.default_rng(0)
-    lines = ["".join(rng.choice(list("abcdefghij "), rng.integers(3, 20))) for _ in range(3000)]
+    lines = ["".join(rng.choice(list("abcdefghij "), rng.integers(3, 20))) if rng.random() > 0.2 else ""
+             for _ in range(3000)]
     ids = [itos.index(c) for c in "\n".join(lines)]
     for split in ("train", "val"):
         np.array(ids, dtype=np.uint16).tofile(os.path.join(ds, f"{split}.bin"))
-    out = tmp_path / "o"
-    run([f"--dataset={ds}", f"--out_dir={out}", "--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32",
-         "--batch_size=4", "--max_iters=2", "--eval_iters=1", "--sample_tokens=0"])
+    out = tmp_path / f"o{block_size}"
+    run([f"--dataset={ds}", f"--out_dir={out}", "--n_layer=1", "--n_head=2", "--n_embd=32",
+         f"--block_size={block_size}", "--batch_size=4", "--max_iters=2", "--eval_iters=1", "--sample_tokens=0"])
+    return out
+
+
+def test_tasks_fit_the_model_and_say_when_the_export_is_missing_or_old(tmp_path, capsys):
+    """Every next-line item (context and its longest choice) fits the run's block_size, and no
+    context is only whitespace (lm-eval would move it into the continuation and stop on an empty
+    context); no export yet, or one older than the checkpoint, is said with the command that fixes it."""
+    from tools import lm_eval_tasks
+    out = char_run(tmp_path)
     capsys.readouterr()
     lm_eval_tasks.write_tasks(str(out), str(out / "lm_eval"), n_items=50, context_lines=4)
     assert f"note: no export in {out / 'hf'} yet: python -m tools.export" in capsys.readouterr().out
     with open(out / "lm_eval" / "scalevec_next_line.jsonl") as f:
         items = [json.loads(line) for line in f]
     assert len(items) >= 20 and all(len(i["context"] + max(i["choices"], key=len)) < 32 for i in items)
+    assert all(i["context"].strip() for i in items)
     os.makedirs(out / "hf")
     (out / "hf" / "config.json").write_text("{}")
     os.utime(out / "hf" / "config.json", (0, 0))
     lm_eval_tasks.write_tasks(str(out), str(out / "lm_eval2"))
     assert "is older than" in capsys.readouterr().out
+
+
+def test_a_block_too_short_for_any_item_writes_no_next_line_task_and_bad_flags_are_one_line(tmp_path, capsys):
+    """At block_size 4 no line and choice fit: the next-line task is not written, the note says why,
+    and the command names scalevec_val alone; a seed numpy refuses, and an export whose weights were
+    cut short, are one line."""
+    from configurator import UserError
+    from tools import lm_eval_tasks
+    out = char_run(tmp_path, block_size=4)
+    capsys.readouterr()
+    command = lm_eval_tasks.write_tasks(str(out), str(out / "lm_eval"))
+    assert "no next-line item fits block_size=4" in capsys.readouterr().out
+    assert "--tasks scalevec_val " in command and "next_line" not in command
+    assert sorted(os.listdir(out / "lm_eval")) == ["scalevec_val.jsonl", "scalevec_val.yaml"]
+    with pytest.raises(UserError, match=r"--seed=-1: numpy's generators take a seed in \[0, 2\*\*32 - 1\]"):
+        lm_eval_tasks.main([f"--out_dir={out}", "--seed=-1"])
+    os.makedirs(out / "hf")
+    (out / "hf" / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")  # a cut header
+    with pytest.raises(UserError, match=r"hf/model.safetensors is damaged .*export again"):
+        lm_eval_tasks.main([f"--out_dir={out}"])
+
+
+@pytest.mark.slow  # two exports and two lm-eval runs (about a minute on 2 cores)
+@pytest.mark.parametrize("block_size", [16, 64])
+def test_the_printed_command_scores_every_task_it_names(tmp_path, block_size):
+    """The command lm_eval_tasks prints, run as printed on a character-level run with blank lines in
+    its text: lm-eval gives a number for each task it names, at a short and a longer context."""
+    needs_transformers()
+    if importlib.util.find_spec("lm_eval") is None:
+        pytest.skip("needs lm-eval: pip install -r requirements-eval.txt")
+    out = char_run(tmp_path, block_size)
+    subprocess.run([sys.executable, "-m", "tools.export", f"--out_dir={out}"], cwd=ROOT, check=True,
+                   capture_output=True)
+    done = subprocess.run([sys.executable, "-m", "tools.lm_eval_tasks", f"--out_dir={out}", "--items=40",
+                           "--max_docs=5"], cwd=ROOT, capture_output=True, text=True, check=True)
+    command = done.stdout.strip().splitlines()[-1].removeprefix("then: ")
+    tasks = command.split("--tasks ")[1].split()[0].split(",")
+    assert tasks == ["scalevec_val", "scalevec_next_line"]
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    ran = subprocess.run([sys.executable, "-m", "lm_eval", *command.split()[1:], "--output_path",
+                          str(tmp_path / "res")], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    found = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "res") for f in fs if f.endswith(".json")]
+    results = json.load(open(found[0]))["results"]
+    assert math.isfinite(results["scalevec_val"]["bits_per_byte,none"])
+    assert 0 <= results["scalevec_next_line"]["acc,none"] <= 1

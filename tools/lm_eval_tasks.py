@@ -89,7 +89,9 @@ def next_line_items(docs, n_items, context_lines, seed, fits=lambda text: True):
     """Multiple-choice items: {context, choices (4 lines), gold (the true next line's index)};
     distractors are lines from other places of the split, each unlike the true line. fits(text):
     whether a context plus a choice fits the model's context (the earliest context lines are
-    dropped until it does; an item whose lines never fit is left out)."""
+    dropped until it does; an item whose lines never fit is left out). A context is never only
+    whitespace: lm-eval moves a context's trailing whitespace into the continuation, and an empty
+    context is one it cannot score."""
     lines = [ln for d in docs for ln in d.split("\n")]
     usable = [i for i in range(1, len(lines)) if lines[i].strip()]
     pool = sorted({ln for ln in lines if ln.strip()})
@@ -108,10 +110,27 @@ def next_line_items(docs, n_items, context_lines, seed, fits=lambda text: True):
         longest = max(choices, key=len)
         for start in range(max(0, i - context_lines), i):
             context = "\n".join(lines[start:i]) + "\n"
-            if fits(context + longest):
+            if context.strip() and fits(context + longest):
                 items.append({"context": context, "choices": choices, "gold": int(np.where(order == 3)[0][0])})
                 break
     return items
+
+
+def check_export(export_dir, out_dir):
+    """UserError (one line) when the export's weights exist but cannot be read whole (a copy cut short):
+    the printed command would fail on them. Each tensor's bytes are checked by safetensors' header
+    (safe_open reads it and the file's length), not loaded."""
+    from safetensors import safe_open
+    files = sorted(f for f in os.listdir(export_dir) if f.endswith(".safetensors")) if os.path.isdir(export_dir) else []
+    for name in files:
+        path = os.path.join(export_dir, name)
+        try:
+            with safe_open(path, framework="pt") as f:
+                for key in f.keys():
+                    f.get_slice(key)
+        except Exception as e:  # safetensors' SafetensorError: truncated, junk, empty
+            raise UserError(f"{path} is damaged ({type(e).__name__}: {str(e)[:80]}): export again with python -m "
+                            f"tools.export --out_dir={out_dir} --export_dir=<a new folder>") from None
 
 
 def write_jsonl(path, rows):
@@ -135,10 +154,16 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
     docs, prefix, encode = held_out_docs(ckpt, max_docs, doc_chars)
     block = ckpt["config"]["block_size"]
     items = next_line_items(docs, n_items, context_lines, seed, fits=lambda text: len(encode(text)) < block)
+    tasks = TASKS if items else TASKS[:1]
+    if not items:
+        print(f"note: no next-line item fits block_size={block} (a context line and the longest choice must "
+              f"fit): scalevec_next_line is not written; scalevec_val is")
     os.makedirs(tasks_dir, exist_ok=True)
     val, mc = (os.path.abspath(os.path.join(tasks_dir, f"{t}.jsonl")) for t in TASKS)
+    for stale in ([] if items else [mc, os.path.join(tasks_dir, "scalevec_next_line.yaml")]):
+        if os.path.exists(stale):  # an earlier call's task: the command must not pick it up
+            os.remove(stale)
     write_jsonl(val, [{"text": d} for d in docs])
-    write_jsonl(mc, items)
     with open(os.path.join(tasks_dir, "scalevec_val.yaml"), "w") as f:
         f.write(task_yaml("scalevec_val", val, 'output_type: loglikelihood_rolling\ndoc_to_text: ""\n'
                           'doc_to_target: "{{text}}"\nmetric_list:\n'
@@ -146,11 +171,14 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
                                     for m, a in (("word_perplexity", "weighted_perplexity"),
                                                  ("byte_perplexity", "weighted_perplexity"),
                                                  ("bits_per_byte", "bits_per_byte")))))
-    with open(os.path.join(tasks_dir, "scalevec_next_line.yaml"), "w") as f:
-        f.write(task_yaml("scalevec_next_line", mc, 'output_type: multiple_choice\ndoc_to_text: "{{context}}"\n'
-                          'doc_to_choice: "{{choices}}"\ndoc_to_target: "{{gold}}"\ntarget_delimiter: ""\n'
-                          'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n'))
+    if items:
+        write_jsonl(mc, items)
+        with open(os.path.join(tasks_dir, "scalevec_next_line.yaml"), "w") as f:
+            f.write(task_yaml("scalevec_next_line", mc, 'output_type: multiple_choice\ndoc_to_text: "{{context}}"\n'
+                              'doc_to_choice: "{{choices}}"\ndoc_to_target: "{{gold}}"\ntarget_delimiter: ""\n'
+                              'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n'))
     export_dir = os.path.join(out_dir, "hf")
+    check_export(export_dir, out_dir)
     if not os.path.isfile(os.path.join(export_dir, "config.json")):
         print(f"note: no export in {export_dir} yet: python -m tools.export --out_dir={out_dir} writes it (the "
               f"command below runs on it)")
@@ -162,7 +190,7 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
         args += ",trust_remote_code=True"  # an export yet to be written: harmless for a standard one
     args += f",prefix_token_id={prefix}"
     print(f"wrote {tasks_dir}: {len(docs)} held-out documents, {len(items)} next-line items")
-    return (f"lm_eval --model hf --model_args {args} --include_path {tasks_dir} --tasks {','.join(TASKS)} "
+    return (f"lm_eval --model hf --model_args {args} --include_path {tasks_dir} --tasks {','.join(tasks)} "
             f"--device cpu --batch_size 8")
 
 
@@ -180,6 +208,8 @@ def main(argv):
     for name in ("max_docs", "items", "context_lines", "doc_chars"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name}={getattr(args, name)}: must be >= 1")
+    if not 0 <= args.seed < 2**32:
+        raise UserError(f"--seed={args.seed}: numpy's generators take a seed in [0, 2**32 - 1]")
     command = write_tasks(args.out_dir, args.tasks_dir or os.path.join(args.out_dir, "lm_eval"), args.max_docs,
                           args.items, args.context_lines, args.doc_chars, args.seed)
     print(f"then: {command}")
