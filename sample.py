@@ -35,12 +35,12 @@ def main(argv):
                    help='"auto" (CUDA, else MPS, else CPU, as train.py), "cpu", "cuda", "cuda:N" or "mps"')
     p.add_argument("--fold", action="store_true", help="fold input-role scales into the weights first")
     args = p.parse_args(argv)
-    for name, ok in (("max_new_tokens", args.max_new_tokens >= 1), ("num_samples", args.num_samples >= 1),
-                     ("top_k", args.top_k >= 0), ("temperature", 0 < args.temperature < math.inf),
+    for name, ok in (("max_new_tokens", 1 <= args.max_new_tokens <= 10**7), ("num_samples", 1 <= args.num_samples <= 10**6),
+                     ("top_k", 0 <= args.top_k < 2**31), ("temperature", 0 < args.temperature < math.inf),
                      ("seed", 0 <= args.seed < 2**63)):
         if not ok:
-            raise UserError(f"--{name}={getattr(args, name)}: need --max_new_tokens >= 1, --num_samples >= 1, "
-                            f"--top_k >= 0 (0: all), a finite --temperature > 0 and 0 <= --seed < 2**63")
+            raise UserError(f"--{name}={getattr(args, name)}: need 1 <= --max_new_tokens <= 1e7, 1 <= --num_samples "
+                            f"<= 1e6, --top_k >= 0 (0: all), a finite --temperature > 0 and 0 <= --seed < 2**63")
     args.device, _ = resolve_device(args.device)  # UserError for a device this machine lacks
     model, ckpt = load_model(checkpoint_in(args.out_dir), args.device)
     if args.fold:

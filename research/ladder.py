@@ -39,7 +39,7 @@ import math
 
 import torch
 
-from configurator import GB, UserError, cli, estimate_size
+from configurator import GB, UserError, cli, estimate_size, folder_problem
 from model import GPT, model_config
 from optim import OPTIMIZERS, param_groups
 from research.ablation import load_ablation, plan, run_config, tuning_setting
@@ -177,6 +177,10 @@ def main(argv):
                            ("gpu_memory_gb", args.gpu_memory_gb > 0, "> 0"), ("peak_tflops", args.peak_tflops > 0, "> 0")):
         if not ok or not math.isfinite(getattr(args, name)):
             raise UserError(f"--{name}={getattr(args, name)}: must be {need}")
+    problem = args.out and (folder_problem(os.path.dirname(os.path.abspath(args.out))) or
+                            (os.path.isdir(args.out) and "a folder: name a markdown file"))
+    if problem:  # said before the plan is computed
+        raise UserError(f"--out={args.out}: {problem}")
     if args.mfu:
         mfu, source = args.mfu, "--mfu"
     elif args.gpu_check:

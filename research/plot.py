@@ -93,7 +93,7 @@ from research.ablation import (ROOT, load_ablation, load_records, lr_choice, pla
 from research.stats import (bh_adjust, fit_power_law, fmt_ci, interpolated_tokens, mean_ci,  # noqa: E402
                             paired_t_p, tokens_to_reach, verdict)
 from checkpoint import read_log  # noqa: E402
-from configurator import UserError, cli  # noqa: E402
+from configurator import UserError, cli, folder_problem  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # From records to tables
@@ -1142,6 +1142,9 @@ def main(argv):
     p.add_argument("--out", default="out-plots", help="folder for tables and figures (assets/ is the committed one)")
     p.add_argument("--readme", default="", help="also write the summary table into this file's summary block")
     args = p.parse_args(argv)
+    problem = folder_problem(args.out) if args.out.strip() else "empty: name a folder for the figures"
+    if problem:  # said before anything is read or drawn
+        raise UserError(f"--out={args.out!r}: {problem}")
     if args.run:
         if args.ablations or args.results or args.readme:
             raise UserError(f"--run={args.run} draws one run from its log: give no ablation files, --results "

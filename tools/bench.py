@@ -200,8 +200,8 @@ def parse_options(argv):
         steps, warmup = int(opts["steps"]), int(opts["warmup"])
     except ValueError:
         raise UserError(f"--steps={opts['steps']} / --warmup={opts['warmup']}: expected integers") from None
-    if steps < 1 or warmup < 0:
-        raise UserError(f"--steps={steps} must be >= 1 and --warmup={warmup} >= 0")
+    if not (1 <= steps <= 10**5 and 0 <= warmup <= 10**5):
+        raise UserError(f"--steps={steps} must be in [1, 1e5] and --warmup={warmup} in [0, 1e5]")
     if opts["shared"] not in ("True", "False"):
         raise UserError(f"--shared={opts['shared']}: expected True or False")
     if opts["memory"] not in ("True", "False", "auto"):

@@ -92,10 +92,36 @@ def logit_difference(export_dir, path):
     return ((x - y).abs().max() / x.abs().max()).item()
 
 
+EXPORT_FIELDS = ("architectures", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                 "rope_theta")  # what expected() reads
+
+
+def read_export_config(export_dir):
+    """export_dir/config.json, checked to be an export's (one line naming what is wrong)."""
+    fix = "point --export_dir at a folder python -m tools.export wrote (a run's out_dir/hf)"
+    path = os.path.join(export_dir, "config.json")
+    if not os.path.isdir(export_dir):
+        raise UserError(f"--export_dir={export_dir}: {'a file, not a folder' if os.path.exists(export_dir) else 'no such folder'}: {fix}")
+    if not os.path.isfile(path):
+        what = "a run's folder (its export is in hf/)" if os.path.exists(os.path.join(export_dir, "ckpt.pt")) or \
+            os.path.exists(os.path.join(export_dir, "ckpt.dcp")) else "not an export"
+        raise UserError(f"--export_dir={export_dir} has no config.json: {what}: {fix}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+        missing = [k for k in EXPORT_FIELDS if k not in config]
+        assert not missing and isinstance(config["architectures"], list) and config["architectures"], missing
+    except (ValueError, UnicodeDecodeError, AssertionError, TypeError) as e:
+        why = f"lacks {e}" if isinstance(e, AssertionError) else f"is not JSON ({str(e)[:60]})"
+        raise UserError(f"{path} {why}: it is damaged or not an export's: export again") from None
+    return config
+
+
 def check(export_dir, llama_cpp, python=sys.executable):
-    """Convert and check one export; returns [(check, ok, detail)]."""
-    with open(os.path.join(export_dir, "config.json")) as f:
-        config = json.load(f)
+    """Convert and check one export; returns [(check, ok, detail)]. UserError (one line) when export_dir
+    is not an export: missing, not a folder, or its config.json missing, not JSON or without the
+    fields an export writes."""
+    config = read_export_config(export_dir)
     arch = config["architectures"][0]
     if arch not in GGUF_ARCH:
         raise UserError(f"{export_dir} is a {arch}: llama.cpp has no architecture for it (only {', '.join(GGUF_ARCH)})")

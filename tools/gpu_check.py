@@ -54,6 +54,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+if __package__ in (None, ""):  # run by its path: imports live at the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configurator import folder_problem  # noqa: E402  (a leaf: no torch)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 GOALS = {"step_time_ratio": 1.02, "memory_ratio": 1.01, "baseline_mfu": 45.0}
 
@@ -412,6 +416,11 @@ def main(argv):
                    help="total time for all stages (0: 520 on CUDA, 190 on CPU times its measured slowdown)")
     p.add_argument("--work", default="", help="folder for the dataset and checkpoints (default: a temporary one, removed)")
     args = p.parse_args(argv)
+    for flag, folder in (("--out", args.out), ("--work", args.work)):
+        problem = (folder_problem(folder) if folder.strip() else "empty: name a folder") \
+            if folder or flag == "--out" else None
+        if problem:
+            sys.exit(f"error: {flag}={folder!r}: {problem}")
 
     import torch  # after argparse: --help is instant
 

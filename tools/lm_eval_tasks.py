@@ -208,6 +208,8 @@ def main(argv):
     for name in ("max_docs", "items", "context_lines", "doc_chars"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name}={getattr(args, name)}: must be >= 1")
+    if args.context_lines > 1000:
+        raise UserError(f"--context_lines={args.context_lines}: at most 1000 (a context longer than any block)")
     if not 0 <= args.seed < 2**32:
         raise UserError(f"--seed={args.seed}: numpy's generators take a seed in [0, 2**32 - 1]")
     command = write_tasks(args.out_dir, args.tasks_dir or os.path.join(args.out_dir, "lm_eval"), args.max_docs,

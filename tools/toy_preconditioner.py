@@ -28,10 +28,18 @@ training of deep networks, where the per-coordinate normalization changes this
 trade; the toy shows the mechanism, not the verdict.
 """
 
-import argparse
 import os
+import sys
+
+if __package__ in (None, ""):  # run by its path: imports live at the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import argparse
+import math
 
 import torch
+
+from configurator import UserError, cli, folder_problem
 
 D_IN, D_OUT, N = 32, 8, 1024
 
@@ -90,6 +98,15 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out-plots/c3_toy.png")
     args = p.parse_args(argv)
+    for name, ok, need in (("steps", 1 <= args.steps <= 10**6, "in [1, 1e6]"),
+                           ("lr", 0 < args.lr < math.inf, "a finite number > 0"),
+                           ("seed", 0 <= args.seed < 2**63, "in [0, 2**63)")):
+        if not ok:
+            raise UserError(f"--{name}={getattr(args, name)}: must be {need}")
+    problem_ = folder_problem(os.path.dirname(os.path.abspath(args.out))) or \
+        (os.path.isdir(args.out) and "a folder: name the figure's file")
+    if problem_ or not args.out.strip():
+        raise UserError(f"--out={args.out!r}: {problem_ or 'empty: name the figure file'}")
     x, y, w0 = problem(args.seed)
     print(f"first-order check of delta e_j = -lr (gamma_j^2 I + w_j w_j^T) g_j: "
           f"relative error {first_order_check(args.seed):.1e}")
@@ -132,4 +149,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    cli(main)
