@@ -44,11 +44,20 @@ class Placement:
     norm: a normalization over each such map's output (d_ff for the MLP: DNP and its control).
         No fold removes it, so an export needs the shipped modeling file (dense MLP only).
     meaning: what --help says of it.
+    outer: with dual, the branches that carry u ("q", "k", "v"; "gate", "up"); None: all of them.
+        (The inner scale v of each branch is HG's, branch_scales; every branch has one under HG.)
+    A behaviour these fields cannot describe needs its code in Attention or MLP, reading a field
+    added here.
     """
 
     dual: bool
     norm: bool
     meaning: str
+    outer: tuple = None
+
+    def carries_outer(self, branch):
+        """Whether `branch` ("q", ..., "up") gets a scale u on its output under this placement."""
+        return self.dual and (self.outer is None or branch in self.outer)
 
 
 # The placements, by name (paper section 3; README: The variants). A fork adds an entry here
@@ -248,22 +257,23 @@ class Attention(nn.Module):
         hg, dp, norm = cfg.branch_scales, cfg.attn.dual, cfg.attn.norm
         dp_o = dp and cfg.dual_sites == "all"  # the earlier reading: scales around W_o too
 
-        def branch(width, magnitude_free):
+        def branch(name, width, magnitude_free):
             return ScaledLinear(
                 d, width,
-                in_scale=make_scale(cfg, d, "input", norm or magnitude_free) if hg else None,
+                in_scale=make_scale(cfg, d, role="input", magnitude_free=norm or magnitude_free) if hg else None,
                 # after a normalization a scale cannot fold back into W's rows: output-role then
-                out_scale=make_scale(cfg, width, "output" if norm else "input", magnitude_free) if dp else None,
+                out_scale=make_scale(cfg, width, role="output" if norm else "input",
+                                     magnitude_free=magnitude_free) if cfg.attn.carries_outer(name) else None,
                 out_norm=norm, eps=eps)
 
-        self.q, self.k = branch(q_width, cfg.qk_norm), branch(kv_width, cfg.qk_norm)
-        self.v = branch(kv_width, cfg.output_norms)
+        self.q, self.k = branch("q", q_width, cfg.qk_norm), branch("k", kv_width, cfg.qk_norm)
+        self.v = branch("v", kv_width, cfg.output_norms)
         self.o = ScaledLinear(
             q_width, d,
-            in_scale=make_scale(cfg, q_width, "input", cfg.output_norms) if dp_o else None,
-            out_scale=make_scale(cfg, d, "input", cfg.output_norms) if dp_o else None)
-        self.q_norm = RMSNorm(hd, eps, make_scale(cfg, hd, "output")) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(hd, eps, make_scale(cfg, hd, "output")) if cfg.qk_norm else None
+            in_scale=make_scale(cfg, q_width, role="input", magnitude_free=cfg.output_norms) if dp_o else None,
+            out_scale=make_scale(cfg, d, role="input", magnitude_free=cfg.output_norms) if dp_o else None)
+        self.q_norm = RMSNorm(hd, eps, make_scale(cfg, hd, role="output")) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(hd, eps, make_scale(cfg, hd, role="output")) if cfg.qk_norm else None
         self.dropout = cfg.dropout
 
     def forward(self, x, cos, sin):
@@ -315,20 +325,21 @@ class MLP(nn.Module):
         hg, out_norm, dual = cfg.branch_scales, cfg.mlp.norm, cfg.mlp.dual  # out_norm: over d_ff
         dual_down = dual and cfg.dual_sites == "all"
 
-        def branch(out_role, magnitude_free):
+        def branch(name, out_role, magnitude_free):
             return ScaledLinear(
                 d, d_ff,
-                in_scale=make_scale(cfg, d, "input", out_norm or magnitude_free) if hg else None,
-                out_scale=make_scale(cfg, d_ff, out_role, magnitude_free) if dual else None,
+                in_scale=make_scale(cfg, d, role="input", magnitude_free=out_norm or magnitude_free) if hg else None,
+                out_scale=make_scale(cfg, d_ff, role=out_role, magnitude_free=magnitude_free)
+                if cfg.mlp.carries_outer(name) else None,
                 out_norm=out_norm, eps=eps)
 
         # SiLU follows the gate branch, so its magnitude shows even when the MLP's does not
-        self.gate = branch("output" if out_norm else "input", magnitude_free=False)
-        self.up = branch("input", magnitude_free)
+        self.gate = branch("gate", "output" if out_norm else "input", magnitude_free=False)
+        self.up = branch("up", "input", magnitude_free)
         self.down = ScaledLinear(
             d_ff, d,
-            in_scale=make_scale(cfg, d_ff, "input", magnitude_free) if dual_down else None,
-            out_scale=make_scale(cfg, d, "input", magnitude_free) if dual_down else None)
+            in_scale=make_scale(cfg, d_ff, role="input", magnitude_free=magnitude_free) if dual_down else None,
+            out_scale=make_scale(cfg, d, role="input", magnitude_free=magnitude_free) if dual_down else None)
 
     def forward(self, x):
         gate, up = branch_linears(x, (self.gate, self.up))
@@ -379,7 +390,7 @@ class MoE(nn.Module):
         super().__init__()
         d, self.n_experts, self.top_k = cfg.n_embd, cfg.n_experts, cfg.top_k
         self.router = Router(d, cfg.n_experts,
-                             in_scale=make_scale(cfg, d, "input") if cfg.branch_scales else None)
+                             in_scale=make_scale(cfg, d, role="input") if cfg.branch_scales else None)
         self.experts = nn.ModuleList(MLP(cfg, cfg.expert_d_ff) for _ in range(cfg.n_experts))
         self.shared_expert = MLP(cfg, cfg.expert_d_ff) if cfg.shared_expert else None
 
@@ -443,14 +454,16 @@ class Block(nn.Module):
         attn_magnitude_free = cfg.attn.norm or cfg.qk_norm and cfg.output_norms
         mlp_magnitude_free = cfg.mlp.norm and not self.moe
         # With HG the pre-norms are bare: the branches carry the scales.
-        self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", attn_magnitude_free))
+        self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, role="input",
+                                                                    magnitude_free=attn_magnitude_free))
         self.attn = Attention(cfg)
-        self.mlp_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, "input", mlp_magnitude_free))
+        self.mlp_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, role="input",
+                                                                   magnitude_free=mlp_magnitude_free))
         # under output norms a dense MLP's output magnitude is invisible; an MoE expert's sets its share
         self.mlp = MoE(cfg) if self.moe else MLP(cfg, cfg.d_ff, magnitude_free=cfg.output_norms)
         if cfg.output_norms:
-            self.attn_out_norm = RMSNorm(d, eps, make_scale(cfg, d, "output"))
-            self.mlp_out_norm = RMSNorm(d, eps, make_scale(cfg, d, "output"))
+            self.attn_out_norm = RMSNorm(d, eps, make_scale(cfg, d, role="output"))
+            self.mlp_out_norm = RMSNorm(d, eps, make_scale(cfg, d, role="output"))
         else:
             self.attn_out_norm = self.mlp_out_norm = nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
@@ -487,7 +500,7 @@ class GPT(nn.Module):
         d, V = cfg.n_embd, cfg.padded_vocab_size
         self.wte = nn.Embedding(V, d)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
-        self.norm_f = RMSNorm(d, cfg.norm_eps, make_scale(cfg, d, "input"))
+        self.norm_f = RMSNorm(d, cfg.norm_eps, make_scale(cfg, d, role="input"))
         if self.norm_f.scale is not None and cfg.tie_embeddings:
             # Tied, the head is the embedding: folding gamma into it would rescale the input
             # embeddings too, so while tied gamma is a scale the model cannot get another way

@@ -257,7 +257,7 @@ class ERScale(ScaleVector):
 SCALE_CLASSES = {"plain": PlainScale, "or": ORScale, "er": ERScale}  # cfg.reparam -> class
 
 
-def make_scale(cfg, dim, role, magnitude_free=False):
+def make_scale(cfg, dim, *, role, magnitude_free=False):
     """The scale vector a site gets under `cfg`, or None when `cfg.scale == "none"`.
 
     Args:
@@ -332,12 +332,10 @@ class ScaledLinear(nn.Module):
     "in_norm" control of DNP). Paper section 3, Theorem 3.1 (DP descends at
     least as fast).
 
-    Two equal ways to compute it: scale the activations, as the formula reads
-    (forward_activation_side, cost ~ tokens * (d_in + d_out)), or scale the
-    weight, u[:, None] * W * v[None, :] (effective_weight), and do one plain
-    matmul (cost ~ d_in * d_out, independent of the batch). forward() goes
-    through branch_linears, which takes the cheaper one for the micro-batch
-    at hand; tests/test_norms.py checks that both agree.
+    `formula` computes it as it reads (scale the activations). forward() goes
+    through branch_linears, which may instead scale the weight, u[:, None] *
+    W * v[None, :] (effective_weight), and do one plain matmul: an
+    optimization for many tokens, the same map (tests/test_norms.py).
 
     `optim_group`: optim.py's group for the weight, "matrix" (Muon under
     optimizer="muon"); a subclass may declare another (model.Router). The
@@ -359,10 +357,10 @@ class ScaledLinear(nn.Module):
             raise ValueError("ScaledLinear(out_norm=True) needs eps")
 
     def forward(self, x):
-        return branch_linears(x, (self,))[0]
+        return branch_linears(x, (self,))[0]  # the formula below, computed the cheaper way
 
-    def forward_activation_side(self, x):
-        """The formula as it reads: scale x, multiply by W, (normalize,) scale the output."""
+    def formula(self, x):
+        """y = u * (W (v * x)), or u * normalize(W (v * x)) under out_norm, as it reads."""
         y = F.linear(scaled(x, self.in_scale), self.weight)
         if self.out_norm:
             y = normalize(y, self.eps)
@@ -391,37 +389,50 @@ class ScaledLinear(nn.Module):
 
 
 def branch_linears(x, linears, weight_side=None):
-    """[lin(x) for lin in linears] for ScaledLinears that read the same x (q, k, v; gate, up).
+    """[lin(x) for lin in linears] for ScaledLinears that read the same x (q, k, v; gate, up): each
+    branch's formula, y_i = u_i * (W_i (v_i * x)), or u_i * normalize(W_i (v_i * x)) under out_norm
+    (ScaledLinear.formula). That is the map; what runs is the cheaper of two equal computations of it:
 
-    When the weight side is cheaper (many tokens, or under torch.compile, where
-    a batch-size-dependent branch would recompile), the branches' effective
-    weights are concatenated into one matmul, and under out_norm (DNP) one
-    normalization runs over all branches at once, x (..., n, d_out) with the n
-    output scales stacked as its weight. Otherwise each branch scales its
-    activations (forward_activation_side). Both give the same map.
+      the formula, branch by branch    cost ~ tokens * (d_in + sum d_out): few tokens
+      fused_branches (an optimization) cost ~ d_in * sum d_out: many tokens, or under torch.compile
+                                       (a batch-size-dependent choice would recompile)
 
-    Args: x (..., d_in); linears: ScaledLinears of equal d_in; under out_norm
-    all must have out_norm and equal d_out; weight_side: True / False to force
-    a path (tests), None to pick the cheaper.
+    tests/test_norms.py checks the two equal on every switch (weight_side forces one: True / False;
+    None picks the cheaper).
+    Args: x (..., d_in); linears: ScaledLinears of equal d_in.
     Returns: tuple of (..., d_out_i) tensors, one per branch.
     """
-    d_out = [lin.weight.size(0) for lin in linears]
-    d_in = linears[0].weight.size(1)
     if weight_side is None:
-        n_tokens = x.numel() // d_in
-        weight_side = torch.compiler.is_compiling() or n_tokens * (d_in + sum(d_out)) > d_in * sum(d_out)
-    if not weight_side:
-        return tuple(lin.forward_activation_side(x) for lin in linears)
+        d_in, d_out = linears[0].weight.size(1), sum(lin.weight.size(0) for lin in linears)
+        weight_side = torch.compiler.is_compiling() or x.numel() // d_in * (d_in + d_out) > d_in * d_out
+    if weight_side and fusable(linears):
+        return fused_branches(x, linears)
+    return tuple(lin.formula(x) for lin in linears)
+
+
+def fusable(linears):
+    """Whether fused_branches computes these branches: they agree on out_norm, and under out_norm
+    (one normalization over all branches at once) on d_out. A placement whose branches differ
+    there (a fork's) runs the formula branch by branch: the same map."""
+    if len({lin.out_norm for lin in linears}) != 1:
+        return False
+    return not linears[0].out_norm or len({lin.weight.size(0) for lin in linears}) == 1
+
+
+def fused_branches(x, linears):
+    """An optimization of branch_linears, the same map: the branches' effective weights
+    (ScaledLinear.effective_weight: the scales folded into W for this step) concatenated into one
+    matmul, and under out_norm (DNP) one normalization over all branches, x (..., n, d_out), with
+    the n output scales stacked as its weight (a branch without u contributes ones: x 1 is exact)."""
+    d_out = [lin.weight.size(0) for lin in linears]
     w = linears[0].effective_weight() if len(linears) == 1 else \
         torch.cat([lin.effective_weight() for lin in linears])
     y = F.linear(x, w)  # (..., sum d_out)
-    assert len({lin.out_norm for lin in linears}) == 1, "branches must agree on out_norm"
     if not linears[0].out_norm:
         return y.split(d_out, dim=-1)
-    assert len(set(d_out)) == 1, "out_norm branches must have the same d_out"
     scales = [lin.out_scale for lin in linears]
-    assert len({s is None for s in scales}) == 1, "out_norm branches must all have output scales or none"
-    u = None if scales[0] is None else torch.stack([s() for s in scales])  # (n, d_out)
+    u = None if all(s is None for s in scales) else torch.stack(
+        [s() if s is not None else torch.ones(d_out[0], device=y.device) for s in scales])  # (n, d_out)
     y = rms_norm(y.view(*y.shape[:-1], len(linears), d_out[0]), u, linears[0].eps)  # (..., n, d_out)
     return y.unbind(-2)
 

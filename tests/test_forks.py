@@ -47,6 +47,8 @@ class SoftplusScale(norms.ScaleVector):
 
 
 TOY_PLACEMENT = model.Placement(dual=True, norm=True, meaning="toy: DNP's sites, named anew")
+ASYMMETRIC_PLACEMENT = model.Placement(dual=True, norm=True, meaning="DNP with u on the up branch only",
+                                       outer=("up",))
 
 
 def build_sgd(groups, cfg, device_type):
@@ -74,6 +76,12 @@ def scale_class(monkeypatch):
 def placement(monkeypatch):
     monkeypatch.setitem(model.MLP_PLACEMENTS, "toy", TOY_PLACEMENT)
     return {"mlp_placement": "toy"}
+
+
+@pytest.fixture
+def asymmetric(monkeypatch):
+    monkeypatch.setitem(model.MLP_PLACEMENTS, "dnp_up", ASYMMETRIC_PLACEMENT)
+    return {"mlp_placement": "dnp_up"}
 
 
 @pytest.fixture
@@ -178,6 +186,28 @@ def test_a_new_placement_is_covered_trains_resumes_folds_hashes_notes_benches_an
     from tools import export
     assert export.needs_code(model.model_config(cfg))
     bench_measures(placement, capsys, "mlp_placement")
+    exports(out)
+
+
+def test_an_asymmetric_placement_is_data_the_fused_path_reads_trains_folds_benches_and_exports(
+        tmp_path, capsys, asymmetric):
+    """The README's placement guide with the `outer` field: DNP with u on the up branch only. The
+    gate branch has no u and the up branch one; the fused path (one matmul, one normalization over
+    both branches) computes it with ones for the missing u, equal to the formula branch by branch,
+    and the suite's generic tests, training, folding, bench and export take it as they stand."""
+    from norms import branch_linears
+    generic_model_tests(mlp_placement="dnp_up")
+    cfg = model.model_config({**load_config(flags(asymmetric))[0], "vocab_size": 40})
+    mlp = model.GPT(cfg).blocks[0].mlp
+    assert mlp.gate.out_scale is None and mlp.up.out_scale is not None and mlp.gate.out_norm
+    with torch.no_grad():
+        mlp.up.out_scale.set_(torch.linspace(0.5, 2.0, cfg.d_ff))
+    x = torch.randn(3, 5, cfg.n_embd)
+    fused, formula = branch_linears(x, (mlp.gate, mlp.up), True), branch_linears(x, (mlp.gate, mlp.up), False)
+    for a, b in zip(fused, formula):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    out = trains_and_resumes_exactly(tmp_path, asymmetric)
+    bench_measures(asymmetric, capsys, "mlp_placement")
     exports(out)
 
 

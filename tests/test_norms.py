@@ -153,8 +153,8 @@ def test_scaled_linear_weight_side_equals_activation_side(out_norm):
             p.copy_(0.5 + torch.rand(p.shape, generator=gen))
     x = torch.randn(7, 24, generator=gen)
     weight_side = branch_linears(x, (lin,), weight_side=True)[0]
-    torch.testing.assert_close(weight_side, lin.forward_activation_side(x), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(lin.forward_activation_side(x), linear_ref(lin, x).detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(weight_side, lin.formula(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lin.formula(x), linear_ref(lin, x).detach(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("out_norm,with_scales", [(False, True), (True, True), (True, False)])
@@ -362,12 +362,12 @@ def test_scale_classes_declare_magnitude_and_untied_role():
     with pytest.raises(ValueError, match="role must be one of"):
         sv.tie_("both")
     with pytest.raises(ValueError, match="reparam='xr' is not one of"):
-        make_scale(SimpleNamespace(scale="vector", reparam="xr"), 8, "input")
+        make_scale(SimpleNamespace(scale="vector", reparam="xr"), 8, role="input")
 
 
 def test_make_scale_none():
     cfg = tiny(scale="none")
-    assert make_scale(cfg, 8, "input") is None
+    assert make_scale(cfg, 8, role="input") is None
     assert GPT(cfg).num_scale_params() == 0
 
 
