@@ -368,6 +368,14 @@ def check_type(key, value, where):
     return value
 
 
+def not_one_of(key, value, choices):
+    """"key='value' is not one of 'a', 'b'" with a did-you-mean for a near miss (--reparam=sofplus):
+    the one wording of a value no registry or choice list holds, for every module that checks one."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{key}={value!r} is not one of {', '.join(map(repr, choices))}{hint}"
+
+
 def unknown_key(key, where):
     close = difflib.get_close_matches(key, DEFAULTS, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else "; python train.py --help lists the keys"
@@ -453,7 +461,7 @@ def value_problem(key, value):
           f"(default {DEFAULTS[key]!r})"
     why = f" ({allowed.why})" if getattr(allowed, "why", "") else ""
     if isinstance(allowed, Choices):
-        return f"{key}={value!r} is not one of {', '.join(map(repr, allowed.values))}: {fix}"
+        return f"{not_one_of(key, value, allowed.values)}: {fix}"
     if not finite:
         return f"{key}={value!r} is not a finite number: {key} must be {allowed.describe()}{why}; {fix}"
     return f"{key}={value!r} must be {allowed.describe()}{why}: {fix}"

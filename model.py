@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from configurator import DEFAULTS, MODEL_KEYS, UserError, complete, value_problem
+from configurator import DEFAULTS, MODEL_KEYS, UserError, complete, not_one_of, value_problem
 from norms import SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_scale_, make_scale
 
 SCALES = ("vector", "none")  # "none": every learnable scale removed, the normalizations kept (claim C1)
@@ -144,7 +144,7 @@ class GPTConfig:
               f"n_head={self.n_head} is not divisible by n_kv_head={self.n_kv_head}: each key/value head serves "
               f"a group of n_head / n_kv_head query heads; pick a divisor of n_head")
         for key, allowed in CHOICES.items():
-            check(getattr(self, key) in allowed, f"{key}={getattr(self, key)!r} is not one of {tuple(allowed)}")
+            check(getattr(self, key) in allowed, not_one_of(key, getattr(self, key), allowed))
         if self.scale == "none":
             extras = {"reparam": self.reparam != "plain", "branch_scales": self.branch_scales,
                       "attn_placement": self.attn.dual, "mlp_placement": self.mlp.dual}

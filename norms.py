@@ -280,7 +280,7 @@ def make_scale(cfg, dim, *, role, magnitude_free=False):
     if cfg.scale == "none":
         return None
     if cfg.reparam not in SCALE_CLASSES:
-        raise ValueError(f"reparam={cfg.reparam!r} is not one of {tuple(SCALE_CLASSES)}")
+        raise ValueError(f"reparam={cfg.reparam!r} is not one of {', '.join(map(repr, SCALE_CLASSES))}")
     cls = SCALE_CLASSES[cfg.reparam]
     if magnitude_free and cls.has_magnitude():
         cls = PlainScale

@@ -26,7 +26,7 @@ import torch
 import model
 import optim
 from checkpoint import append_log
-from configurator import UserError, check, unusual
+from configurator import UserError, check, not_one_of, unusual
 from dataset import make_codec
 from model import peak_flops
 from optim import format_groups, lr_multiplier
@@ -396,7 +396,7 @@ def resolve_device(device, dtype="auto"):
     if dtype == "auto":
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
     if dtype not in ("float32", "bfloat16"):
-        raise UserError(f"dtype={dtype!r} is not one of 'auto', 'float32', 'bfloat16'")
+        raise UserError(not_one_of("dtype", dtype, ("auto", "float32", "bfloat16")))
     return device, dtype
 
 

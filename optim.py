@@ -28,6 +28,7 @@ from typing import Callable
 
 import torch
 
+from configurator import not_one_of
 from norms import SCALE_CLASSES, ScaledLinear, ScaleVector
 
 
@@ -313,7 +314,7 @@ def check_choices(cfg, keys):
     """ValueError for the first of keys (of CHOICES) whose value its registry does not hold."""
     for key in keys:
         if vars(cfg)[key] not in CHOICES[key]:
-            raise ValueError(f"{key}={vars(cfg)[key]!r} is not one of {', '.join(map(repr, CHOICES[key]))}")
+            raise ValueError(not_one_of(key, vars(cfg)[key], CHOICES[key]))
 
 
 def check(cfg):

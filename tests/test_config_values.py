@@ -273,3 +273,28 @@ def test_a_model_past_one_device_is_told_how_many_fsdp_processes_hold_it(monkeyp
     with pytest.raises(UserError) as e:  # Muon cannot step shards: no such advice
         check_config({**cfg, "optimizer": "muon"})
     assert "fsdp" not in str(e.value)
+
+
+def registry_entries():
+    import model
+    import optim
+    return [(key, name) for key, registry in {**model.CHOICES, **optim.CHOICES}.items() for name in registry]
+
+
+@pytest.mark.parametrize("key, name", registry_entries())
+def test_a_mistyped_choice_of_every_registry_entry_gets_a_did_you_mean(key, name):
+    """Each entry of every registry (scale, reparam, placements, dual_sites, optimizer, schedule,
+    scale_wd), a fork's included, typed with one letter too many: one line naming the entry."""
+    cfg, _ = load_config([f"--{key}={name}x"])
+    with pytest.raises(UserError, match=rf"{key}='{name}x' is not one of .*\(did you mean '{name}'\?\)") as e:
+        check_config(cfg)
+    assert "\n" not in str(e.value)
+
+
+def test_a_forks_scale_class_is_a_did_you_mean_target(monkeypatch):
+    import norms
+    from test_forks import SoftplusScale
+    monkeypatch.setitem(norms.SCALE_CLASSES, "softplus", SoftplusScale)
+    cfg, _ = load_config(["--reparam=sofplus"])
+    with pytest.raises(UserError, match=r"reparam='sofplus' is not one of .*'softplus' \(did you mean 'softplus'\?\)"):
+        check_config(cfg)
