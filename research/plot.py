@@ -1159,16 +1159,7 @@ def main(argv):
     args.results = args.results or "results"
     records = load_records(args.results)
     if args.readme:  # checked before any drawing
-        if not os.path.isfile(args.readme):
-            raise UserError(f"--readme={args.readme}: no such file")
-        with open(args.readme) as f:
-            replace_block(f.read(), "", args.readme)
-        every = sorted(glob.glob(os.path.join(ROOT, "configs", "ablations", "*.py")))
-        left = [f for f in every if os.path.realpath(f) not in {os.path.realpath(a) for a in args.ablations}]
-        if os.path.realpath(args.readme) == os.path.join(ROOT, "results", "README.md") and left:
-            raise UserError(f"--readme={args.readme}: its summary covers every ablation, and "
-                            f"{', '.join(os.path.relpath(f, ROOT) for f in left)} were not given: "
-                            f"pass configs/ablations/*.py")
+        check_readme(args.readme, args.ablations)
     os.makedirs(args.out, exist_ok=True)
     schedules = {}
     collected, skipped = collect_all(args.ablations, records)
@@ -1178,31 +1169,7 @@ def main(argv):
         for (setting, _), e in results.items():
             if e["config"] and setting not in schedules:
                 schedules[setting] = e["config"]
-        md = tables(spec, results)
-        commits = sorted({short_commit(r.get("commit")) for e in results.values()
-                          for r in [*e["seeds"].values(), *e["lr"].values(),
-                                    *(x for b in e["budgets"].values() for x in b.values()),
-                                    *(x for t in e["tuning"].values() for x in t.values())]})
-        md += f"\nRuns: {mode_text(mode)} (every row); code at commit {', '.join(commits)}.\n"
-        if missing:
-            md += f"\n{len(missing)} runs without a record, left out: " + ", ".join(missing)
-        with open(os.path.join(args.out, f"{spec['name']}.md"), "w") as f:
-            f.write(md + "\n")
-        print(md + "\n")
-        if any(e["seeds"] for e in results.values()):  # else only the tuning seeds' sweep so far
-            plot_curves(spec, results, os.path.join(args.out, f"{spec['name']}_curves.png"))
-        plot_scales(spec, results, os.path.join(args.out, f"{spec['name']}_scales.png"))
-        if spec["iter_multipliers"]:
-            plot_fit(spec, results, os.path.join(args.out, f"{spec['name']}_fit.png"))
-        if spec["ladders"]:
-            plot_ladder(spec, results, os.path.join(args.out, f"{spec['name']}_ladder.png"))
-        trend = width_trend(spec, results)
-        if trend:
-            plot_width(trend, spec, os.path.join(args.out, f"{spec['name']}_width.png"))
-        trend = tpp_trend(spec, results)
-        if trend:
-            plot_tpp(trend, spec, os.path.join(args.out, f"{spec['name']}_tpp.png"),
-                     unit(results[(next(iter(spec["settings"])), list(spec["variants"])[0])]["config"]))
+        draw_ablation(spec, results, missing, mode, args.out)
     if not schedules:
         raise UserError(f"no run records in {args.results}/ for any of these ablations")
     plot_lr(schedules, os.path.join(args.out, "lr_schedules.png"))
@@ -1217,6 +1184,50 @@ def main(argv):
             f.write(text)
         print(f"\nupdated the summary in {args.readme}")
     return 0
+
+
+def check_readme(readme, ablations):
+    """UserError (one line) for a --readme that has no summary block, or results/README.md given
+    without every ablation (its summary covers them all)."""
+    if not os.path.isfile(readme):
+        raise UserError(f"--readme={readme}: no such file")
+    with open(readme) as f:
+        replace_block(f.read(), "", readme)
+    every = sorted(glob.glob(os.path.join(ROOT, "configs", "ablations", "*.py")))
+    left = [f for f in every if os.path.realpath(f) not in {os.path.realpath(a) for a in ablations}]
+    if os.path.realpath(readme) == os.path.join(ROOT, "results", "README.md") and left:
+        raise UserError(f"--readme={readme}: its summary covers every ablation, and "
+                        f"{', '.join(os.path.relpath(f, ROOT) for f in left)} were not given: "
+                        f"pass configs/ablations/*.py")
+
+
+def draw_ablation(spec, results, missing, mode, out):
+    """One ablation's tables (<name>.md, also printed) and figures in out."""
+    md = tables(spec, results)
+    commits = sorted({short_commit(r.get("commit")) for e in results.values()
+                      for r in [*e["seeds"].values(), *e["lr"].values(),
+                                *(x for b in e["budgets"].values() for x in b.values()),
+                                *(x for t in e["tuning"].values() for x in t.values())]})
+    md += f"\nRuns: {mode_text(mode)} (every row); code at commit {', '.join(commits)}.\n"
+    if missing:
+        md += f"\n{len(missing)} runs without a record, left out: " + ", ".join(missing)
+    with open(os.path.join(out, f"{spec['name']}.md"), "w") as f:
+        f.write(md + "\n")
+    print(md + "\n")
+    if any(e["seeds"] for e in results.values()):  # else only the tuning seeds' sweep so far
+        plot_curves(spec, results, os.path.join(out, f"{spec['name']}_curves.png"))
+    plot_scales(spec, results, os.path.join(out, f"{spec['name']}_scales.png"))
+    if spec["iter_multipliers"]:
+        plot_fit(spec, results, os.path.join(out, f"{spec['name']}_fit.png"))
+    if spec["ladders"]:
+        plot_ladder(spec, results, os.path.join(out, f"{spec['name']}_ladder.png"))
+    trend = width_trend(spec, results)
+    if trend:
+        plot_width(trend, spec, os.path.join(out, f"{spec['name']}_width.png"))
+    trend = tpp_trend(spec, results)
+    if trend:
+        plot_tpp(trend, spec, os.path.join(out, f"{spec['name']}_tpp.png"),
+                 unit(results[(next(iter(spec["settings"])), list(spec["variants"])[0])]["config"]))
 
 
 if __name__ == "__main__":

@@ -245,11 +245,18 @@ def test_a_torn_last_log_line_is_dropped_on_resume(tmp_path):
     (["--out_dir="], "out_dir='' is empty"),
     (["--optimizer=nosuch"], "optimizer='nosuch' is not one of 'adamw', 'muon'"),
     (["--scale_wd=foo"], "scale_wd='foo' is not one of 'iwd', 'all', 'none'"),
-    (["--vocab_size=30"], r"(train|val)\.bin holds token id 3[0-9] >= vocab_size=30"),
+    (["--vocab_size=30"], r"vocab_size=30 but .*meta.pkl says 40"),  # meta.pkl's size first
 ])
 def test_training_keys_out_of_range_are_errors(tmp_path, args, message):
     with pytest.raises(UserError, match=message):
         run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", *args))
+
+
+def test_token_ids_past_vocab_size_are_one_line_where_meta_pkl_records_no_size(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    os.remove(os.path.join(ds, "meta.pkl"))
+    with pytest.raises(UserError, match=r"(train|val)\.bin holds token id 3[0-9] >= vocab_size=30"):
+        run(tiny_args(ds, tmp_path / "o", "--vocab_size=30", "--sample_tokens=0"))
 
 
 def test_log_rows_follow_the_contract(tmp_path):
