@@ -489,9 +489,12 @@ def summary(collected):
     excluding = sum(excludes_zero(c["ci"]) for _, c in claims)
     family = f"the {len(planned)} claim rows" + (" with 2 seeds or more" if len(planned) < len(claims) else "")
     modes = sorted({mode_text(mode) for *_, mode in collected if mode})
+    units = {unit(e["config"]) for _, results, *_ in collected for e in results.values() if e["config"]}
+    per = {frozenset({"characters"}): "nats per character", frozenset({"tokens"}): "nats per token"}.get(
+        frozenset(units), "nats per token; per character for character-level runs")
     out += ["", f"{len(rows)} comparisons, {len(claims)} of them with a claim whose planned seeds are all recorded"
             f"{f' ({pending} more still running: pending, outside the counts and the correction)' if pending else ''}"
-            f", each its own 95% Student-t interval over seeds (final val loss, nats/token; negative: the variant "
+            f", each its own 95% Student-t interval over seeds (final val loss, {per}; negative: the variant "
             f"is lower). p (BH): the two-sided paired t test's p on the seeds planned before any look, adjusted by "
             f"Benjamini-Hochberg over {family}; a row with seeds added after a look also gives the p of all its "
             f"seeds, adjusted over the same rows with all theirs. With no effect anywhere, about "

@@ -1,4 +1,4 @@
-"""The README's three fork guides, followed literally: a new scale class, a new placement and a
+"""docs/forks.md's fork guides, followed literally: a new scale class, a new placement and a
 new optimizer, each registered at run time as a fork would register it in the source (one entry
 in its registry). Each is then covered by the suite's own generic tests, trains and resumes
 exactly, folds (or its export says why not), gets its own run hash, gets the right inert notes,
@@ -28,7 +28,7 @@ from test_train import make_dataset, read_log, run, tiny_args
 
 
 # -----------------------------------------------------------------------------
-# What a fork writes: the README's examples
+# What a fork writes: the examples of docs/forks.md
 
 
 class SoftplusScale(norms.ScaleVector):
@@ -191,7 +191,7 @@ def test_a_new_placement_is_covered_trains_resumes_folds_hashes_notes_benches_an
 
 def test_an_asymmetric_placement_is_data_the_fused_path_reads_trains_folds_benches_and_exports(
         tmp_path, capsys, asymmetric):
-    """The README's placement guide with the `outer` field: DNP with u on the up branch only. The
+    """docs/forks.md's placement guide with the `outer` field: DNP with u on the up branch only. The
     gate branch has no u and the up branch one; the fused path (one matmul, one normalization over
     both branches) computes it with ones for the missing u, equal to the formula branch by branch,
     and the suite's generic tests, training, folding, bench and export take it as they stand."""

@@ -65,6 +65,7 @@ COMMANDS = {
                   {"--out": "out_folder", "--work": "out_folder"}),
     "toy": ("tools.toy_preconditioner", ["--steps=20", "--out={new}/toy.png"],
             {"--steps": "int", "--lr": "float", "--seed": "int", "--out": "out_file"}),
+    "gguf_to_hf": ("tools.gguf_to_hf", ["--gguf={file}", "--out={new}"], {"--gguf": "in_file", "--out": "out_folder"}),
     "corpus": ("data.corpus.prepare", ["{text}", "--out={new}", "--workers=1"],
                {"#0": "in_file", "--out": "out_folder", "--val_share": "float", "--val_docs": "int", "--seed": "int",
                 "--workers": "int", "--tokenizer": "in_folder"}),

@@ -297,7 +297,7 @@ class SoftplusScale(ScaleVector):
 
 
 def test_a_new_scale_vector_subclass_lands_in_its_roles_group_without_optimizer_edits(monkeypatch):
-    """The README's fork guide: a ScaleVector subclass with a role needs no change to optim.py."""
+    """docs/forks.md's guide: a ScaleVector subclass with a role needs no change to optim.py."""
     monkeypatch.setattr(model_mod, "make_scale",
                         lambda cfg, dim, role, magnitude_free=False: None if cfg.scale == "none"
                         else SoftplusScale(dim, role))

