@@ -43,9 +43,9 @@ from configurator import GB, UserError, cli, estimate_size, folder_problem
 from model import GPT, model_config
 from optim import OPTIMIZERS, param_groups
 from research.ablation import load_ablation, plan, run_config, tuning_setting
+from research.slurm import H100_PEAK_TFLOPS, MFU_ASSUMED
 from types import SimpleNamespace
 
-MFU_ASSUMED = 0.40
 # FineWeb-Edu's sample subsets (GPT-2 tokens, as the dataset card names them), smallest first
 FINEWEB_SUBSETS = (("sample-10BT", 10e9), ("sample-100BT", 100e9), ("sample-350BT", 350e9))
 
@@ -167,7 +167,8 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ablation", help="a ladder ablation file (configs/ablations/ladder.py)")
     p.add_argument("--gpu_memory_gb", type=float, default=80, help="memory of one GPU (H100: 80, H200: 141)")
-    p.add_argument("--peak_tflops", type=float, default=989, help="its dense bf16 peak (H100/H200 SXM: 989)")
+    p.add_argument("--peak_tflops", type=float, default=H100_PEAK_TFLOPS,
+                   help=f"its dense bf16 peak (H100/H200 SXM: {H100_PEAK_TFLOPS})")
     p.add_argument("--mfu", type=float, default=0, help=f"model FLOPs utilization, 0-1 (default: --gpu_check's, "
                    f"else {MFU_ASSUMED:g} assumed)")
     p.add_argument("--gpu_check", default="", help="a tools/gpu_check summary.json: its measured MFU")

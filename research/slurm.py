@@ -40,6 +40,11 @@ import time
 from configurator import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# GPU-hour plans (here and research/ladder.py): an H100/H200's dense bf16 peak and the MFU assumed until
+# tools/gpu_check measures one; FLOPs are model.GPT.flops_per_token's (attention's T x T term not halved
+# for causality: MFU's convention, comparable to published MFUs, 6-12% above the work done here).
+H100_PEAK_TFLOPS = 989
+MFU_ASSUMED = 0.40
 PORT = 29500  # the c10d rendezvous port on the first node
 JOB_FILE = "slurm_job"  # in a run's out_dir: its claim ("submitting ...", "job <id>", or "failed <id> ...")
 
@@ -232,6 +237,39 @@ def take_claim(run, folder):
             return False
         write_claim(run, f"submitting {os.getpid()} {socket.gethostname()}")
         return True
+
+
+def job_hours(run, gpus):
+    """Hours one run trains on `gpus` GPUs: its training FLOPs (flops_per_token x tokens) at
+    H100_PEAK_TFLOPS x MFU_ASSUMED per GPU. The vocabulary is the dataset's meta.pkl's, else GPT-2's."""
+    import torch
+
+    from dataset import recorded_vocab_size
+    from model import GPT, model_config
+    cfg = run["config"]
+    cfg = {**cfg, "vocab_size": cfg["vocab_size"] or recorded_vocab_size(cfg["dataset"]) or 50257}
+    with torch.device("meta"):
+        per_token = GPT(model_config(cfg)).flops_per_token()
+    tokens = cfg["max_iters"] * cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
+    return per_token * tokens / (gpus * H100_PEAK_TFLOPS * 1e12 * MFU_ASSUMED) / 3600
+
+
+def plan_summary(runs, args):
+    """--dry_run's closing lines: the jobs, nodes and GPU-hours they would use, and each run whose
+    estimate passes --time_min (it lives on requeue: saved at the warning, resumed by the next job)."""
+    if not runs:
+        return "no jobs to submit"
+    gpus = args.gpus_per_node * args.nodes
+    if not gpus:
+        return f"{len(runs)} jobs, 1 node each, CPU only: no GPU-hour estimate"
+    hours = {run["name"]: job_hours(run, gpus) for run in runs}
+    long = [f"{name} ({h:.3g} h)" for name, h in hours.items() if h > args.time_min / 60]
+    return (f"{len(runs)} jobs on {args.nodes} node(s) of {args.gpus_per_node} GPUs each: about "
+            f"{gpus * sum(hours.values()):.3g} GPU-hours of training ({gpus * sum(hours.values()) / len(runs):.3g} "
+            f"a run) at {MFU_ASSUMED:.0%} MFU of {H100_PEAK_TFLOPS} TFLOP/s (H100/H200 bf16; the non-causal FLOP "
+            f"count), {max(hours.values()):.3g} h the longest"
+            + (f"; {len(long)} pass --time_min={args.time_min} min and finish over requeued jobs: "
+               + ", ".join(long[:8]) + (" ..." if len(long) > 8 else "") if long else ""))
 
 
 def sbatch_parameters(args, name):

@@ -209,6 +209,7 @@ def submit_jobs(runs, states, args):
             head = slurm.FakeEnvironment() if args.nodes > 1 else None
             print(f"--- {run['name']}\n{slurm.sbatch_script(os.path.join(args.out_root, 'slurm'), args, run['name'])}"
                   f"# each node runs: {' '.join(job.command(head))}")
+        print(slurm.plan_summary(ready, args))
         return 0
     failed = slurm.submit(ready, args, args.results, threads)
     if waiting:

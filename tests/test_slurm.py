@@ -246,3 +246,29 @@ def test_a_failed_job_is_reported_with_train_pys_exit_and_error_and_the_sweep_ex
     assert "  recorded  baseline_adamw_s1_" in out and "  failed    hot_adamw_s1_" in out and "exited with 1" in out
     assert sweep.main(args) == 1
     assert "resubmitting hot_adamw_s1_" in capsys.readouterr().out
+
+
+def test_a_dry_run_ends_with_the_jobs_gpu_hours_and_the_runs_past_the_time_limit(tmp_path, capsys, monkeypatch):
+    """--slurm --dry_run closes with the jobs, their nodes and GPU-hours (each run's FLOPs per token x
+    tokens at 40% of 989 TFLOP/s, recomputed here from the model), and names each run whose estimate
+    passes --time_min: it finishes over requeued jobs."""
+    import torch
+
+    from model import GPT, model_config
+    path = write_ablation(tmp_path, TWO_RUNS)
+    args = [path, "--slurm", "--dry_run", "--gpus_per_node=8", "--time_min=60", f"--results={tmp_path / 'r'}",
+            f"--out_root={tmp_path / 'o'}"]
+    assert sweep.main(args) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    hours = 0.0
+    for run in sweep.plan(sweep.load_ablation(path), str(tmp_path / "o")):
+        cfg = {**run["config"], "vocab_size": 40}  # the test dataset's meta.pkl
+        with torch.device("meta"):
+            per_token = GPT(model_config(cfg)).flops_per_token()
+        hours += per_token * cfg["max_iters"] * cfg["batch_size"] * cfg["block_size"] / (989e12 * 0.4) / 3600
+    assert last.startswith(f"2 jobs on 1 node(s) of 8 GPUs each: about {hours:.3g} GPU-hours of training")
+    assert "pass --time_min" not in last
+    monkeypatch.setattr(slurm, "job_hours", lambda run, gpus: 30.0)
+    assert sweep.main(args) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "about 480 GPU-hours" in last and "2 pass --time_min=60 min and finish over requeued jobs: baseline_" in last
