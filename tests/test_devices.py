@@ -22,7 +22,7 @@ import torch
 import sample
 from conftest import BASELINE
 from model import GPT, GPTConfig, Router
-from optim import CPUMuon, build_optimizers, param_groups
+from optim import OPTIMIZERS, CPUMuon, build_optimizers, param_groups
 from test_norms import randomize_scales
 from test_train import make_dataset, read_log, run, tiny_args
 
@@ -218,7 +218,7 @@ def test_sample_py_picks_its_device_as_train_py_does(tmp_path, monkeypatch, caps
     assert asked == [DEFAULTS["device"]] and capsys.readouterr().out.startswith("abc")
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))  # every registry entry, a fork's too
 def test_checkpoint_moves_between_devices(device, tmp_path, optimizer):
     """2 iterations on device, 2 more resumed on the CPU, 2 more back on device: the same losses
     as 6 straight on device (a constant LR after warmup: the schedule depends on max_iters). float32 (TF32 on CUDA; Muon runs in bf16 there and in float32 on the

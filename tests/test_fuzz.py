@@ -4,7 +4,7 @@ and a file for a folder, a place nobody can write). Each call runs the command's
 process under a time cap: it must end in one line (a UserError, argparse's own error, a SystemExit
 with a message) or run to completion with any note it gives; never a traceback, and never the work
 a huge count asks for (that is refused or noted before it starts). train.py's own keys have their
-fuzz in test_config_values.py."""
+fuzz in test_config.py."""
 
 import importlib
 import os
@@ -111,7 +111,7 @@ def paths(tmp_path_factory):
     (tmp / "file.txt").write_text("not what the flag wants\n")
     (tmp / "doc.txt").write_text("a document of a few words.\n" * 20)
     if importlib.util.find_spec("transformers"):
-        from test_hf_init import SHAPE, hf_folder
+        from test_hf_model import SHAPE, hf_folder
         from test_train import make_dataset
         from tools import export
         export.main([f"--out_dir={p['run']}", f"--export_dir={p['export']}"])

@@ -14,7 +14,7 @@ import torch
 from checkpoint import load_model
 from conftest import ROOT
 from test_export import needs_transformers
-from test_hf_init import WORDS, tokenizer_json
+from test_hf_model import WORDS, tokenizer_json
 from test_train import run
 
 LINKED_LINES = 24  # lines per document of the chained corpus

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from conftest import BASELINE
 from model import GPT, MLP, MoE, GPTConfig, Router
-from optim import build_optimizers, param_groups
+from optim import OPTIMIZERS, build_optimizers, param_groups
 from test_norms import randomize_scales
 from test_train import read_log, run, tiny_args
 
@@ -188,7 +188,7 @@ def test_router_has_its_own_scale_under_hg():
     assert all(e.gate.in_scale is not None and e.up.in_scale is not None for e in moe.mlps())
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))  # every registry entry, a fork's too
 def test_moe_groups_cover_everything_and_router_stays_on_adamw(optimizer):
     model = GPT(moe_cfg(shared_expert=True, **ALL_SWITCHES[1]))
     cfg = SimpleNamespace(weight_decay=0.1, scale_wd="iwd", learning_rate=1e-3, muon_lr=0.02,

@@ -14,7 +14,7 @@ import optim
 from conftest import BASELINE
 from model import GPT, GPTConfig, Router
 from norms import PlainScale, ScaledLinear, ScaleVector
-from optim import LR_SCHEDULES, CPUMuon, build_optimizers, check, lr_multiplier, param_groups
+from optim import LR_SCHEDULES, OPTIMIZERS, CPUMuon, build_optimizers, check, lr_multiplier, param_groups
 
 ALL_ON = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm", reparam="or",
               qk_norm=True, output_norms=True)
@@ -32,7 +32,7 @@ def tiny(**kw):
 
 @pytest.mark.parametrize("tie", [True, False])
 @pytest.mark.parametrize("variant", [dict(), ALL_ON, dict(scale="none")], ids=["baseline", "all_on", "none"])
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))  # every registry entry, a fork's too
 def test_groups_cover_every_parameter_exactly_once(variant, tie, optimizer):
     model = tiny(tie_embeddings=tie, **variant)
     groups = param_groups(model, opt_cfg(optimizer=optimizer))

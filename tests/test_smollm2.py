@@ -80,7 +80,7 @@ def test_smollm2_continues_on_its_own_tokens_and_exports(smol, tmp_path, capsys)
     """20 iterations of continued pre-training with HG + OR on a corpus prepared with its tokenizer;
     the export reloads in transformers with our logits (export.py's own check) and its tokenizer."""
     from test_corpus import corpus
-    from test_hf_init import corpus_text
+    from test_hf_model import corpus_text
     from tools import export
     folder, _, tok = smol
     (tmp_path / "docs").mkdir()
