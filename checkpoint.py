@@ -35,14 +35,14 @@ from configurator import MODEL_KEYS, TRACKING_KEYS, UserError, complete, folder_
 
 
 @contextmanager
-def atomic_write(path, mode="w"):
+def atomic_write(path, mode="w", encoding=None):
     """Open path + '.tmp' for writing; on a clean exit fsync it and rename it over path, so a reader
     sees the old file or the new one, never a part. On any error (a full disk, Ctrl-C) the .tmp is
     removed, path is untouched, and an OSError is raised again with path as its filename (also one
     that a library wrapped in a RuntimeError, as torch.save does)."""
     tmp = path + ".tmp"
     try:
-        with open(tmp, mode) as f:
+        with open(tmp, mode, encoding=encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -39,6 +39,7 @@ import math
 
 import torch
 
+from checkpoint import atomic_write
 from configurator import GB, UserError, cli, estimate_size, folder_problem
 from model import GPT, model_config
 from optim import OPTIMIZERS, param_groups
@@ -191,7 +192,7 @@ def main(argv):
     table = plan_table(load_ablation(args.ablation), args.gpu_memory_gb, args.peak_tflops, mfu, source)
     print(table)
     if args.out:
-        with open(args.out, "w") as f:
+        with atomic_write(args.out) as f:  # a kill leaves the old table or the new one
             f.write(table + "\n")
     return 0
 

@@ -194,3 +194,32 @@ def test_the_printed_command_scores_every_task_it_names(tmp_path, block_size):
     results = json.load(open(found[0]))["results"]
     assert math.isfinite(results["scalevec_val"]["bits_per_byte,none"])
     assert 0 <= results["scalevec_next_line"]["acc,none"] <= 1
+
+
+def test_a_kill_while_the_tasks_are_written_leaves_each_file_whole(tmp_path):
+    """SIGKILL at random points of lm_eval_tasks writing over an earlier call's tasks: every file left
+    is either the earlier one or the new one, whole (each is written to .tmp and renamed), and the
+    next call writes them all."""
+    import random
+    import signal
+    import time
+    out = char_run(tmp_path)
+    cmd = [sys.executable, "-m", "tools.lm_eval_tasks", f"--out_dir={out}", "--items=200", "--max_docs=100"]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    tasks = out / "lm_eval"
+    before = {f: (tasks / f).read_bytes() for f in os.listdir(tasks)}
+    rng = random.Random(0)
+    for _ in range(4):
+        proc = subprocess.Popen(cmd + ["--seed=1"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 3.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for name in os.listdir(tasks):
+            if name.endswith(".tmp"):
+                continue  # an unfinished write: never read (the yaml names the .jsonl)
+            data = (tasks / name).read_bytes()
+            if name.endswith(".jsonl"):
+                assert all(json.loads(line) for line in data.decode().splitlines())  # whole lines only
+            assert data == before.get(name) or data.endswith(b"\n"), name
+    subprocess.run(cmd + ["--seed=1"], cwd=ROOT, check=True, capture_output=True)
+    assert not [f for f in os.listdir(tasks) if f.endswith(".tmp")]

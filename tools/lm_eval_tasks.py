@@ -38,7 +38,7 @@ import json
 
 import numpy as np
 
-from checkpoint import checkpoint_in, load_checkpoint
+from checkpoint import atomic_write, checkpoint_in, load_checkpoint
 from configurator import UserError, cli, folder_problem
 from dataset import codec_kind, dataset_dir, hf_tokenizer, make_codec
 
@@ -134,7 +134,7 @@ def check_export(export_dir, out_dir):
 
 
 def write_jsonl(path, rows):
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_write(path, encoding="utf-8") as f:  # a kill leaves the old file or the new one, never a part
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
@@ -164,7 +164,7 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
         if os.path.exists(stale):  # an earlier call's task: the command must not pick it up
             os.remove(stale)
     write_jsonl(val, [{"text": d} for d in docs])
-    with open(os.path.join(tasks_dir, "scalevec_val.yaml"), "w") as f:
+    with atomic_write(os.path.join(tasks_dir, "scalevec_val.yaml")) as f:
         f.write(task_yaml("scalevec_val", val, 'output_type: loglikelihood_rolling\ndoc_to_text: ""\n'
                           'doc_to_target: "{{text}}"\nmetric_list:\n'
                           + "".join(f"  - metric: {m}\n    aggregation: {a}\n    higher_is_better: false\n"
@@ -173,7 +173,7 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
                                                  ("bits_per_byte", "bits_per_byte")))))
     if items:
         write_jsonl(mc, items)
-        with open(os.path.join(tasks_dir, "scalevec_next_line.yaml"), "w") as f:
+        with atomic_write(os.path.join(tasks_dir, "scalevec_next_line.yaml")) as f:
             f.write(task_yaml("scalevec_next_line", mc, 'output_type: multiple_choice\ndoc_to_text: "{{context}}"\n'
                               'doc_to_choice: "{{choices}}"\ndoc_to_target: "{{gold}}"\ntarget_delimiter: ""\n'
                               'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n'))
