@@ -367,8 +367,8 @@ def test_a_tied_config_with_a_distinct_stored_head_loads_untied_as_transformers_
     """transformers loads a stored lm_head.weight that differs from the embedding, untied, whatever
     tie_word_embeddings says: so does --hf_model (said at start, tie_embeddings=False in the
     checkpoint, the final-norm scale input-role); a stored head equal to the embedding stays tied."""
+    folder, _ = hf_folder(tmp_path / "hf", arch, tied=True)  # (skips without transformers)
     import transformers
-    folder, _ = hf_folder(tmp_path / "hf", arch, tied=True)
     gen = torch.Generator().manual_seed(7)
     edit_weights(folder, lambda w: {**w, "lm_head.weight": torch.randn(w["model.embed_tokens.weight"].shape,
                                                                        generator=gen)})

@@ -164,6 +164,8 @@ def test_a_block_too_short_for_any_item_writes_no_next_line_task_and_bad_flags_a
     assert sorted(os.listdir(out / "lm_eval")) == ["scalevec_val.jsonl", "scalevec_val.yaml"]
     with pytest.raises(UserError, match=r"--seed=-1: numpy's generators take a seed in \[0, 2\*\*32 - 1\]"):
         lm_eval_tasks.main([f"--out_dir={out}", "--seed=-1"])
+    if importlib.util.find_spec("safetensors") is None:
+        return  # (the export's own extra reads an export)
     os.makedirs(out / "hf")
     (out / "hf" / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")  # a cut header
     with pytest.raises(UserError, match=r"hf/model.safetensors is damaged .*export again"):

@@ -34,6 +34,7 @@ if __package__ in (None, ""):  # run by its path (python tools/lm_eval_tasks.py)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import argparse
+import importlib.util
 import json
 
 import numpy as np
@@ -120,8 +121,10 @@ def check_export(export_dir, out_dir):
     """UserError (one line) when the export's weights exist but cannot be read whole (a copy cut short):
     the printed command would fail on them. Each tensor's bytes are checked by safetensors' header
     (safe_open reads it and the file's length), not loaded."""
-    from safetensors import safe_open
     files = sorted(f for f in os.listdir(export_dir) if f.endswith(".safetensors")) if os.path.isdir(export_dir) else []
+    if not files or importlib.util.find_spec("safetensors") is None:  # nothing to read, or nothing to read it with
+        return
+    from safetensors import safe_open
     for name in files:
         path = os.path.join(export_dir, name)
         try:
