@@ -33,42 +33,35 @@ from ops import check_config, resolve_device, setup_distributed, start_tracker
 
 @dataclass(frozen=True)
 class Run:
-    """Everything a run knows before its model exists, built once by setup; train.py's loop and ops.py's
-    helpers read it.
+    """Everything a run knows before its model exists, built once by setup: what train.py's loop and
+    ops.py's helpers read, each field named beside what it holds."""
 
-    cfg: the full config (a namespace; on resume, the checkpoint's with this run's changes;
-    device and dtype kept as asked, so each machine resolves its own); resumed_from:
-    (iteration, the checkpoint's completed config) or None; tokens: seen before this run
-    (0 from scratch); changed: the keys this resume changes, {key: [old, new]}; changes: every
-    resume's, [{"iter", "changed"}] (checkpoint.resume_config); device, dtype ("float32" | "bfloat16"), ptdtype and autocast (a context,
-    a null one in float32); rank, local_rank, world, ddp, master (rank 0) of the processes;
-    data: dataset.load_data's dict; model_cfg: the model.GPTConfig; tokens_per_iter; n_moe:
-    MoE blocks; ckpt_path, log_path in out_dir; log: prints on rank 0 only; tracker: a W&B run
-    or None.
-    """
-
-    cfg: SimpleNamespace
-    resumed_from: Any
-    tokens: int
-    changed: dict
-    changes: list
-    device: torch.device
-    dtype: str
-    ptdtype: torch.dtype
-    autocast: AbstractContextManager
+    # the config
+    cfg: SimpleNamespace  # every key; on resume the checkpoint's with this run's changes; device, dtype as asked
+    model_cfg: Any  # its model.GPTConfig
+    tokens_per_iter: int  # batch_size x block_size x gradient_accumulation_steps
+    n_moe: int  # how many blocks are mixture-of-experts blocks
+    # where it comes from (a resume)
+    resumed_from: Any  # (iteration, the checkpoint's completed config), or None
+    tokens: int  # trained on before this run (0 from scratch)
+    changed: dict  # what this resume changes, {key: [the checkpoint's, this run's]}
+    changes: list  # every resume's, [{"iter", "changed"}] (checkpoint.resume_config)
+    # processes and device
     rank: int
     local_rank: int
-    world: int
-    ddp: bool
-    master: bool
-    data: dict
-    model_cfg: Any
-    tokens_per_iter: int
-    n_moe: int
-    ckpt_path: str
-    log_path: str
-    log: Callable
-    tracker: Any
+    world: int  # processes (1 without torchrun)
+    ddp: bool  # torch.distributed is initialized (DDP, or FSDP2 with cfg.fsdp)
+    master: bool  # rank 0: it logs and writes
+    device: torch.device
+    dtype: str  # "float32" | "bfloat16", resolved
+    ptdtype: torch.dtype
+    autocast: AbstractContextManager  # bf16 autocast, or a null context in float32
+    # data and outputs
+    data: dict  # dataset.load_data's: the token files' paths, meta.pkl's dict, their dtype
+    ckpt_path: str  # out_dir/ckpt.pt, or ckpt.dcp under FSDP2
+    log_path: str  # out_dir/log.jsonl
+    log: Callable  # print on rank 0, nothing elsewhere
+    tracker: Any  # a W&B run, or None
 
 
 def setup(cfg, given, held):

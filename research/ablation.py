@@ -54,6 +54,7 @@ import json
 import math
 import os
 import subprocess
+import time
 
 from checkpoint import atomic_write, checkpoint_in, read_log
 from configurator import ABSENT, DEFAULTS, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
@@ -345,7 +346,9 @@ def commit_label(code):
 
 
 def machine(cfg, threads, gpu=None):
-    """The device a run of cfg resolves to on this machine (train.py's rule), its model name, and threads."""
+    """The device a run of cfg resolves to on this machine (train.py's rule), its model name, threads,
+    and the vector ISA torch's CPU kernels dispatch to here ("AVX2", "AVX512", ...: a compiled or
+    eager CPU run reproduces bit for bit only on the same ISA and threads)."""
     import platform
 
     import torch
@@ -358,7 +361,8 @@ def machine(cfg, threads, gpu=None):
         if os.path.exists("/proc/cpuinfo"):  # Linux: the CPU's model name, as compiled kernels depend on it
             with open("/proc/cpuinfo") as f:
                 name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
-    return {"device": device, "device_name": name, "threads": threads}
+    return {"device": device, "device_name": name, "threads": threads,
+            "cpu_isa": torch.backends.cpu.get_cpu_capability()}
 
 
 def versions():
@@ -403,7 +407,8 @@ def start_provenance(run, threads, gpu=None, root=ROOT):
                             f"is {commit_label(code)}; a resumed run must continue on its own code: check that "
                             f"commit out (its diff is in {path}), or delete {run['out_dir']} to start it again")
         return started
-    started = {"code": code, **machine(run["config"], threads, gpu), "versions": versions()}
+    started = {"code": code, **machine(run["config"], threads, gpu), "versions": versions(),
+               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with atomic_write(path) as f:
         json.dump(started, f, indent=1)
     return started
@@ -528,10 +533,12 @@ def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None, pro
 
 
 def pinned(provenance):
-    """A record's fields from a run's provenance: commit (and diff when dirty), machine, versions, data."""
+    """A record's fields from a run's provenance: commit (and diff when dirty), machine (its CPU ISA
+    too), versions, data, and when the run started and ended (its log's last write)."""
     code = provenance["code"]
     return {"commit": commit_label(code), **({"diff": code["diff"]} if code and code["diff"] else {}),
-            **{k: provenance[k] for k in ("device", "device_name", "threads", "versions", "data")}}
+            **{k: provenance[k] for k in ("device", "device_name", "threads", "versions", "data")},
+            **{k: provenance[k] for k in ("cpu_isa", "started", "ended") if k in provenance}}
 
 
 def write_record(results, record):
@@ -611,9 +618,10 @@ def record(run, results, records, wall_s=None, threads=None):
     UserError when the tree changed while it trained, or its log is not one run's."""
     started = read_provenance(run)
     check_unchanged(run, started)
+    log = os.path.join(run["out_dir"], "log.jsonl")
     if started:
         started["data"] = data_hashes(run["config"])
-    rec = make_record(run, read_log(os.path.join(run["out_dir"], "log.jsonl")), run["ablation"], wall_s, threads,
-                      provenance=started)
+        started["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(log)))
+    rec = make_record(run, read_log(log), run["ablation"], wall_s, threads, provenance=started)
     records[run["hash"]] = rec
     return write_record(results, rec)

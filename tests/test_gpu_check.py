@@ -1,14 +1,15 @@
 """gpu_check.py: its CPU-sized run end to end (what CI can keep working), and its synthetic data."""
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import ROOT
+from tools import gpu_check
 from tools.gpu_check import read_bench, stage_commands, write_markov_dataset
 from configurator import load_config
 
@@ -78,6 +79,9 @@ def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
     for name in ("tests", "ddp", "fsdp", "fsdp_resume", "bench", "train", "resume"):
         assert (out / f"{name}.log").stat().st_size > 0
     assert (out / "train_log.jsonl").exists()
+    cmp = summary["compare"]
+    assert cmp["train"]["tokens_per_s_per_gpu"] == summary["stages"]["train"]["tokens_per_s"]
+    assert cmp["unified_vs_baseline"]["ours"]["step_time_ratio"] == summary["stages"]["bench"]["step_time_ratio"]
 
 
 def test_cpu_slowdown_is_the_probe_time_over_the_reference_and_never_below_one():
@@ -92,3 +96,26 @@ def test_the_fsdp_stage_is_skipped_on_one_gpu_and_says_why(tmp_path):
                   str(tmp_path / "train"), 0.0, gpus=1)
     result = stage_fsdp(check, 60)
     assert result["rc"] == 0 and "error" not in result and "has 1" in result["not_run"]
+
+
+def test_the_comparison_states_both_flop_counts_the_papers_table_and_the_anchors():
+    """At 124M (configs/unified_124m.py: 12 layers of 12 heads of 64, context 1024) the causal count
+    drops half the attention term, 6 x 12 x 768 x 1024 FLOPs a token, and the MFU scales by the same
+    ratio; the bench's ratios sit beside the paper's Table 3 (1.04x, 1.01x at 1B) and the anchors."""
+    from model import GPT, model_config
+    summary = {"stages": {"train": {"tokens_per_s": 400_000.0, "mfu_percent": 40.0},
+                          "bench": {"step_time_ratio": 1.03, "memory_ratio": 1.005}}}
+    cmd = ["python", "train.py", "configs/unified_124m.py", "--gradient_accumulation_steps=1"]
+    cmp = gpu_check.comparison(summary, cmd, 50257)
+    cfg, _ = load_config(cmd[2:])
+    with torch.device("meta"):
+        conventional = GPT(model_config({**cfg, "vocab_size": 50257})).flops_per_token()
+    causal = conventional - 6 * 12 * 768 * 1024
+    assert cmp["flops_per_token"] == {"conventional": conventional, "causal": causal,
+                                      "causal_share": causal / conventional}
+    assert cmp["train"] == {"tokens_per_s_per_gpu": 400_000.0, "mfu_percent": 40.0,
+                            "mfu_percent_causal": pytest.approx(40.0 * causal / conventional)}
+    assert 0.9 < causal / conventional < 0.97  # attention's share at 124M and context 1024: a few percent
+    assert cmp["unified_vs_baseline"] == {"ours": {"step_time_ratio": 1.03, "memory_ratio": 1.005},
+                                          "paper_table3_1B": {"step_time_ratio": 1.04, "memory_ratio": 1.01}}
+    assert cmp["anchors"] == {"llm.c 124M tokens/s per H100": 460_000, "nanoGPT 124M MFU %": 33}

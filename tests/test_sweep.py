@@ -772,7 +772,9 @@ def test_a_run_resumes_and_is_recorded_only_on_the_code_it_started_from(tmp_path
 
 
 def test_a_swept_record_pins_device_threads_data_versions_and_commit(tmp_path):
+    """... and the CPU's vector ISA as torch dispatches to it, and when the run started and ended (UTC)."""
     import hashlib
+    import time
 
     import numpy
     import torch
@@ -782,6 +784,9 @@ def test_a_swept_record_pins_device_threads_data_versions_and_commit(tmp_path):
     assert sweep.main([path, f"--out_root={tmp_path / 'runs'}", f"--results={results}", "--threads=1"]) == 0
     (rec,) = sweep.load_records(results).values()
     assert rec["device"] == "cpu" and rec["threads"] == 1 and rec["device_name"]
+    assert rec["cpu_isa"] == torch.backends.cpu.get_cpu_capability()
+    started, ended = (time.mktime(time.strptime(rec[k], "%Y-%m-%dT%H:%M:%SZ")) for k in ("started", "ended"))
+    assert 0 <= ended - started < 600 and abs(time.mktime(time.gmtime()) - ended) < 600
     ds = tmp_path / "ds"
     assert rec["data"] == {n: hashlib.sha256((ds / n).read_bytes()).hexdigest() for n in ("train.bin", "val.bin")}
     assert rec["versions"]["torch"] == torch.__version__ and rec["versions"]["numpy"] == numpy.__version__

@@ -8,7 +8,7 @@ Every command of every ```sh block runs with bash in the clone's root, with this
 folder first on PATH; the walk stops at the first that fails and prints its output's end. A
 command that needs what this machine may lack (a GPU, several nodes, Slurm, the network for
 FineWeb) is listed in STAND_INS with the command the walk runs instead, or None and why it is not
-run. About 20 minutes on 2 CPU cores (the quick start, two default-sized runs, the SmolLM2
+run. About 12 minutes on 2 CPU cores (the quick start, two default-sized runs, the SmolLM2
 continuation); not part of the test suite.
 """
 

@@ -60,6 +60,10 @@ from configurator import folder_problem  # noqa: E402  (a leaf: no torch)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 GOALS = {"step_time_ratio": 1.02, "memory_ratio": 1.01, "baseline_mfu": 45.0}
+# What a user compares the numbers with: the paper's Table 3 (unified vs baseline at 1B), and two
+# public anchors for GPT-2 124M on one GPU (llm.c's training throughput per H100, nanoGPT's MFU).
+PAPER_TABLE3_1B = {"step_time_ratio": 1.04, "memory_ratio": 1.01}
+ANCHORS = {"llm.c 124M tokens/s per H100": 460_000, "nanoGPT 124M MFU %": 33}
 
 # Per device: stage timeouts (s), dataset size, and the small models of the CPU run.
 SIZES = {
@@ -378,6 +382,32 @@ def run_stages(check, summary, timeouts, budget, t_start):
             json.dump(summary, f, indent=2)
 
 
+def comparison(summary, train_cmd, vocab_size):
+    """summary's numbers beside what a user compares them with: the FLOPs per token of the train
+    stage's model in MFU's convention (model.GPT.flops_per_token: 6 N + 12 L n_head head_dim T, the
+    T x T attention term counted whole) and causal (that term halved: the work a causal mask does),
+    the train stage's tokens/s per GPU and MFU in both counts, the bench's ratios beside the
+    paper's Table 3 (at 1B; ours at the bench's size), and the anchors."""
+    import torch
+
+    from configurator import load_config
+    from model import GPT, model_config
+    cfg, _ = load_config(train_cmd[train_cmd.index("train.py") + 1:])
+    with torch.device("meta"):
+        model = GPT(model_config({**cfg, "vocab_size": vocab_size}))
+    c = model.config
+    conventional = model.flops_per_token()
+    causal = conventional - 6 * c.n_layer * c.n_head * c.head_dim * c.block_size
+    train, bench = summary["stages"].get("train", {}), summary["stages"].get("bench", {})
+    mfu = train.get("mfu_percent")
+    return {"flops_per_token": {"conventional": conventional, "causal": causal, "causal_share": causal / conventional},
+            "train": {"tokens_per_s_per_gpu": train.get("tokens_per_s"), "mfu_percent": mfu,  # one process
+                      "mfu_percent_causal": None if mfu is None else mfu * causal / conventional},
+            "unified_vs_baseline": {"ours": {k: bench.get(k) for k in PAPER_TABLE3_1B},
+                                    "paper_table3_1B": PAPER_TABLE3_1B},
+            "anchors": ANCHORS}
+
+
 def judge_goals(bench_result, judged):
     """[{name, value, goal, pass}] of GOALS from the bench stage; pass None when not judged (CPU)."""
     goals = []
@@ -400,6 +430,17 @@ def report(summary, judged, entropy, out):
     for g in summary["goals"]:
         verdict = {True: "pass", False: "FAIL", None: "not judged" if not judged else "no value"}[g["pass"]]
         print(f"{g['name']:<16} {g['value'] if g['value'] is not None else '-':>8}  {g['goal']:<8} {verdict}")
+    cmp = summary.get("compare")
+    if cmp:
+        t, f, u = cmp["train"], cmp["flops_per_token"], cmp["unified_vs_baseline"]
+        fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+        print(f"\ntrain: {fmt(t['tokens_per_s_per_gpu'], ',.0f')} tokens/s per GPU (llm.c at 124M: "
+              f"{ANCHORS['llm.c 124M tokens/s per H100']:,} per H100), MFU {fmt(t['mfu_percent'], '.1f')}% in the "
+              f"conventional count, {fmt(t['mfu_percent_causal'], '.1f')}% causal (nanoGPT: ~{ANCHORS['nanoGPT 124M MFU %']}%); "
+              f"causal FLOPs are {f['causal_share']:.0%} of the conventional ones here")
+        print(f"unified / baseline: step time {fmt(u['ours']['step_time_ratio'], '.3f')}x, memory "
+              f"{fmt(u['ours']['memory_ratio'], '.3f')}x (the paper's Table 3 at 1B: {PAPER_TABLE3_1B['step_time_ratio']}x, "
+              f"{PAPER_TABLE3_1B['memory_ratio']}x)")
     train_result = summary["stages"]["train"]
     if "val_loss" in train_result:
         print(f"val loss by iteration {train_result['val_loss']} (entropy-rate floor {entropy:.3f})")
@@ -469,6 +510,7 @@ def main(argv):
 
     judged = device == "cuda"
     summary["goals"] = judge_goals(summary["stages"]["bench"], judged)
+    summary["compare"] = comparison(summary, check.commands["train"], size["vocab_size"])
     summary["ok"] = all(s["ok"] for s in summary["stages"].values())
     summary["total_s"] = round(time.perf_counter() - t_start, 1)
     with open(os.path.join(args.out, "summary.json"), "w") as f:
