@@ -179,8 +179,11 @@ SECTIONS = {
                           "AdamW's peak LR"),
         "muon_lr": (0.02, Range(0, usual=(1e-5, 1)), "Muon's peak LR"),
         "muon_momentum": (0.95, Range(0, 1, high_open=True, usual=(0.5, 0.99)), "in [0, 1)"),
+        "scale_lr": added(0.0, Range(0, usual=(1e-6, 1), zero_ok=True),
+                          "AdamW's peak LR for every scale vector (0: learning_rate's): its own rule across widths, "
+                          "apart from the matrices' (configs/ablations/ladder.py keeps it fixed)", absent=0.0),
         "magnitude_lr_mult": (1.0, Range(0, usual=(1e-3, 1e3)),
-                              "LR of the OR/ER magnitude scalar over learning_rate"),
+                              "LR of the OR/ER magnitude scalar over the scale vectors' LR"),
         "weight_decay": (0.1, Range(0, usual=(1e-6, 10), zero_ok=True),
                          "on matrices, the LM head, the router; on scales as scale_wd says"),
         "beta1": (0.9, Range(0, 1, high_open=True, usual=(0.5, 0.99), zero_ok=True), "AdamW, in [0, 1)"),

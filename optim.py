@@ -8,10 +8,10 @@ Groups, and the declared field that puts a parameter there:
     matrix            ScaledLinear weights, optim_group "matrix"  weight_decay  Muon under optimizer="muon"
     embedding         model.wte (tied: also the head)             0
     lm_head           model.lm_head, when untied                  weight_decay
-    scale_input       ScaleVector params, role "input"            by scale_wd
-    scale_output      ScaleVector params, role "output"           by scale_wd
-    magnitude_input   its magnitude_name param, role "input"      by scale_wd   lr x magnitude_lr_mult
-    magnitude_output  the same, role "output"                     by scale_wd   lr x magnitude_lr_mult
+    scale_input       ScaleVector params, role "input"            by scale_wd   scale_lr (0: learning_rate)
+    scale_output      ScaleVector params, role "output"           by scale_wd   scale_lr (0: learning_rate)
+    magnitude_input   its magnitude_name param, role "input"      by scale_wd   scale_lr x magnitude_lr_mult
+    magnitude_output  the same, role "output"                     by scale_wd   scale_lr x magnitude_lr_mult
     router            optim_group "router" (model.Router)         weight_decay  AdamW always
 `scale_wd`: "iwd" = (weight_decay, 0), the paper's; "all" = (weight_decay,
 weight_decay); "none" = (0, 0), the usual nanoGPT/Llama practice; "iwd_final" =
@@ -57,8 +57,9 @@ def param_groups(model, cfg):
     """Split model's parameters into role groups (see the module docstring).
 
     Args: model (model.GPT); cfg with weight_decay, scale_wd, learning_rate,
-        muon_lr, optimizer, magnitude_lr_mult (the OR/ER magnitude's LR over
-        learning_rate; paper Theorem 3.2 reads OR as a larger LR on it).
+        muon_lr, optimizer, scale_lr (the scale vectors' LR; 0 or absent:
+        learning_rate), magnitude_lr_mult (the OR/ER magnitude's LR over the
+        scale vectors'; paper Theorem 3.2 reads OR as a larger LR on it).
     Returns: list of dicts {name, params, weight_decay, lr, optimizer}, empty
         groups left out; every parameter in exactly one group (tied weights once).
     Raises ValueError for an unknown scale_wd / optimizer, for a module that
@@ -108,13 +109,15 @@ def param_groups(model, cfg):
         "optimizer groups must cover every parameter exactly once"
 
     matrices = OPTIMIZERS[cfg.optimizer]
-    mag_lr = cfg.learning_rate * cfg.magnitude_lr_mult
+    # scale_lr 0, or absent (a config from before the key), is learning_rate: the one LR of old runs
+    scale_lr = vars(cfg).get("scale_lr") or cfg.learning_rate
+    mag_lr = scale_lr * cfg.magnitude_lr_mult
     spec = {  # name -> (weight decay, lr, optimizer)
         "matrix": (wd, vars(cfg)[matrices.lr_key], matrices.name),
         "embedding": (0.0, cfg.learning_rate, "adamw"),
         "lm_head": (wd, cfg.learning_rate, "adamw"),
-        "scale_input": (scale_wd[0], cfg.learning_rate, "adamw"),
-        "scale_output": (scale_wd[1], cfg.learning_rate, "adamw"),
+        "scale_input": (scale_wd[0], scale_lr, "adamw"),
+        "scale_output": (scale_wd[1], scale_lr, "adamw"),
         "magnitude_input": (scale_wd[0], mag_lr, "adamw"),
         "magnitude_output": (scale_wd[1], mag_lr, "adamw"),
         "router": (wd, cfg.learning_rate, "adamw"),
@@ -355,7 +358,7 @@ def inert_keys(cfg):
                 readers = ", ".join(readers[:-1]) + " or " + readers[-1] if len(readers) > 1 else readers[0]
                 inert.append((key, f"{switch} is {chosen!r} (only {switch} {readers} reads it)"))
     if cfg.scale == "none":
-        inert += [(k, "scale is 'none' (no scale vectors)") for k in ("magnitude_lr_mult", "scale_wd")]
+        inert += [(k, "scale is 'none' (no scale vectors)") for k in ("magnitude_lr_mult", "scale_wd", "scale_lr")]
     if not SCALE_CLASSES[cfg.reparam].has_magnitude():
         inert.append(("magnitude_lr_mult", f"reparam is {cfg.reparam!r} (no separate magnitude parameter)"))
     if cfg.weight_decay == 0:

@@ -65,7 +65,7 @@ REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
 OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
             "planned_seeds": 0, "tuning_seeds": [], "tune_setting": "", "ladders": {}, "slurm": {}}
 DIRECTIONS = ("lower", "higher")
-LR_KEYS = ("learning_rate", "min_lr", "muon_lr")
+LR_KEYS = ("learning_rate", "min_lr", "muon_lr", "scale_lr")  # the tuned multiplier scales each (0 stays 0)
 ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
 RECORD_FORMAT = 1
 

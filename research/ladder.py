@@ -119,7 +119,9 @@ def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
     out = [f"Plan of `{spec['name']}`: {gpu_memory_gb:g} GB GPUs at {peak_tflops:g} TFLOP/s bf16 peak, MFU "
            f"{mfu:.0%} ({mfu_source}); figures of `{base}` (the other variants differ by their scale vectors "
            f"only), memory of the largest variant. Parameters in millions; memory per GPU under DDP in GB "
-           f"(activations: a float32 estimate; measured peaks can exceed it).", "",
+           f"(activations: a float32 estimate; measured peaks can exceed it). Peak LRs before the tuned "
+           f"multiplier: the matrices' by the file's width rule, the scale vectors' (and OR/ER magnitudes') "
+           f"scale_lr by their own, shown as `scales`.", "",
            "| setting | params total / no emb. / active | tokens (B) | tokens per active param | iters | batch: "
            "seqs x block = micro x accum | FineWeb-Edu subset | GFLOP/token | GPU-h per run | DDP AdamW GB | "
            "DDP Muon GB | fits? | peak LR x the tuned multiplier |",
@@ -155,8 +157,10 @@ def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
 
 
 def lr_text(cfg):
-    """The peak LRs a run config gives before the tuned multiplier scales them: AdamW's, and Muon's."""
-    return f"AdamW {cfg['learning_rate']:.3g}" + (f", Muon {cfg['muon_lr']:.3g}" if cfg["optimizer"] == "muon" else "")
+    """The peak LRs a run config gives before the tuned multiplier scales them: AdamW's, Muon's, and
+    the scale vectors' (scale_lr; 0: AdamW's)."""
+    return (f"AdamW {cfg['learning_rate']:.3g}" + (f", Muon {cfg['muon_lr']:.3g}" if cfg["optimizer"] == "muon" else "")
+            + f", scales {cfg.get('scale_lr') or cfg['learning_rate']:.3g}")
 
 
 def setting_tpp(setting):

@@ -35,12 +35,46 @@ def test_the_ladder_files_stated_parameters_are_the_models_and_its_budgets_its_l
             pytest.approx(cfg["learning_rate"] / 10)
         if cfg["optimizer"] == "muon":
             assert cfg["muon_lr"] == 0.02 and cfg["lr_schedule"] == "wsd"
-        # every setting takes its LR from its optimizer's and family's smallest rung at 20 tokens/parameter
-        assert ablation.tuning_setting(spec, setting) == f"{setting.split('_')[0]}_{rung[0]}012_tpp20"
+        # the scale vectors' LR is the smallest rung's at every width: size and their LR never change together
+        assert cfg["scale_lr"] == 6e-4
+        # the LR comes from the largest tuned rung at or below this one (0.12B, 0.5B), at its own budget
+        # where that rung tuned at it (0.12B at 100 tokens/parameter), else at 20
+        opt, tpp = setting.split("_")[0], int(setting.rsplit("_tpp", 1)[1])
+        tuner = f"{rung[0]}012" if rung in ("d012", "m012") else f"{rung[0]}05"
+        expected_tuner = f"{opt}_{tuner}_tpp{tpp if tuner.endswith('012') else 20}"
+        assert ablation.tuning_setting(spec, setting) == expected_tuner, setting
+    tuned = {s for s in spec["settings"] if ablation.tuning_setting(spec, s) == s}
+    assert tuned == {f"{o}_{r}_tpp{t}" for o in ("adamw", "muon") for r, t in
+                     (("d012", 20), ("d05", 20), ("d012", 100), ("m012", 20), ("m05", 20), ("m012", 100))}
     for name, settings in spec["ladders"].items():  # one optimizer, family and budget per ladder, smallest first
         assert len({s.split("_")[0] for s in settings}) == 1 and len({s[-6:] for s in settings}) == 1, name
         actives = [rungs[s.split("_")[1]][1] for s in settings]
         assert actives == sorted(actives) and len(settings) >= 3, name
+
+
+def test_the_scale_vectors_lr_rule_is_read_from_the_plan_and_reaches_the_optimizer():
+    """Every run the ladder plans (sweeps included) gives its scale vectors scale_lr x its multiplier,
+    the same at every rung of a multiplier, while the matrices' AdamW LR follows 1 / n_embd; the
+    optimizer's scale groups (and the OR magnitudes, x magnitude_lr_mult) take it."""
+    from types import SimpleNamespace
+
+    from optim import param_groups
+    spec = ablation.load_ablation(LADDER)
+    by_mult = {}
+    for run in sweep.plan(spec, "runs"):
+        if run.get("waiting"):  # a table run: its multiplier is its sweep's choice, still to come
+            continue
+        cfg = run["config"]
+        by_mult.setdefault(run["lr_mult"], set()).add(cfg["scale_lr"])
+        assert cfg["scale_lr"] == pytest.approx(6e-4 * run["lr_mult"])
+        assert cfg["learning_rate"] == pytest.approx(6e-4 * 768 / cfg["n_embd"] * run["lr_mult"])
+    assert all(len(values) == 1 for values in by_mult.values())  # one scale LR per multiplier, at every size
+    cfg, _ = ablation.run_config(spec, "adamw_d2_tpp100", "unified", 1)
+    with torch.device("meta"):
+        model = GPT(model_config({**cfg, "vocab_size": 50257}))
+    groups = {g["name"]: g["lr"] for g in param_groups(model, SimpleNamespace(**cfg))}
+    assert groups["scale_input"] == groups["scale_output"] == 6e-4 and groups["magnitude_input"] == 6e-4
+    assert groups["matrix"] == pytest.approx(6e-4 * 768 / 2560)
 
 
 def test_the_committed_plan_is_what_the_planning_command_prints(tmp_path):

@@ -374,3 +374,15 @@ def test_iwd_final_decays_the_tied_final_norm_scale_and_nothing_else_more():
         expected = {id(p) for p in model.norm_f.scale.parameters()} if tie else set()
         assert changed == expected
         assert all(final[i] == 0.1 for i in changed)
+
+
+def test_scale_lr_sets_the_scale_vectors_and_magnitudes_lr_and_zero_or_absent_means_learning_rate():
+    """scale_lr is the scale groups' peak LR (the magnitudes' x magnitude_lr_mult); 0, or a config from
+    before the key existed, gives them learning_rate, as every run had; the matrices keep theirs."""
+    model = tiny(reparam="or", qk_norm=True)  # OR magnitudes on input-role (pre-norm) and output-role (QK) scales
+    groups = {g["name"]: g["lr"] for g in param_groups(model, opt_cfg(scale_lr=5e-4, magnitude_lr_mult=4.0))}
+    assert groups["scale_input"] == groups["scale_output"] == 5e-4
+    assert groups["magnitude_input"] == groups["magnitude_output"] == 2e-3 and groups["matrix"] == 1e-3
+    for cfg in (opt_cfg(scale_lr=0.0), opt_cfg()):  # 0, and a namespace without the key
+        groups = {g["name"]: g["lr"] for g in param_groups(model, cfg)}
+        assert groups["scale_input"] == groups["scale_output"] == groups["matrix"] == 1e-3

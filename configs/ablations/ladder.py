@@ -23,8 +23,15 @@
 # AdamW's LR (learning_rate, also Muon's AdamW part) scales as 1 / n_embd from 6e-4 at width
 # 768 (close to published ladders: Pythia's 6e-4 at 768, 3e-4 at 2048, 1.6e-4 at 2560), with
 # min_lr a tenth of it; Muon's LR (muon_lr) stays 0.02 at every width (its update is scaled
-# to the matrix's shape). One table seed per rung, planned: the ladder's evidence is the fit
-# across rungs, not an interval over seeds.
+# to the matrix's shape). The scale vectors and OR/ER magnitudes keep their own LR, scale_lr:
+# 6e-4, the smallest rung's, unchanged with width under both optimizers (as muP treats
+# vector-like parameters), so size and the scale vectors' LR do not change together; the tuned
+# multiplier scales it with the others. Two rungs tune (the smallest and 0.5B, at 20 tokens per
+# parameter, per optimizer and family) so the transfer from 0.12B to 0.5B is checked by data, and
+# the smallest rung tunes at 100 tokens per parameter too (the 20 -> 100 transfer): each
+# setting takes the choice of the largest tuned rung at or below its size, at its own budget
+# where that rung tuned at it, else at 20. One table seed per rung, planned: the ladder's
+# evidence is the fit across rungs, not an interval over seeds.
 claim = "C8 across sizes: the paper's unified is more compute-efficient than the baseline (0.12B-2B, dense and MoE)"
 base = "configs/baseline_124m.py"
 variants = {
@@ -48,6 +55,7 @@ _RUNGS = {
     "m1": ({"n_layer": 18, "n_embd": 2048, "n_head": 16, "n_experts": 8, "top_k": 2, "expert_d_ff": 2752},
            1_014_081_536, 1024, 2),
 }
+_SCALE_LR = 6e-4  # the scale vectors' LR at every rung: the smallest rung's learning_rate
 _OPTIMIZERS = {"adamw": {"optimizer": "adamw", "lr_schedule": "cosine"},
                "muon": {"optimizer": "muon", "lr_schedule": "wsd", "muon_lr": 0.02}}
 
@@ -59,7 +67,8 @@ def _setting(optimizer, rung, tpp):
     return {**_OPTIMIZERS[optimizer], **shape, "device": "cuda", "block_size": _BLOCK, "batch_size": micro,
             "gradient_accumulation_steps": sequences // micro, "max_iters": iters,
             "warmup_iters": max(250, iters // 100), "eval_interval": max(250, iters // 20),
-            "learning_rate": lr, "min_lr": lr / 10, "compile": "n_experts" not in shape}  # MoE: recompiles
+            "learning_rate": lr, "min_lr": lr / 10, "scale_lr": _SCALE_LR,
+            "compile": "n_experts" not in shape}  # MoE: recompiles
 
 
 settings = {f"{o}_{r}_tpp{t}": _setting(o, r, t) for o in _OPTIMIZERS for t in (20, 100) for r in _RUNGS}
@@ -69,5 +78,16 @@ seeds = [1]
 tuning_seeds = [101, 102]
 lr_multipliers = [0.25, 0.5, 1.0, 2.0, 4.0]
 tune_lr = True
-tune_setting = {name: f"{name.split('_')[0]}_{name.split('_')[1][0]}012_tpp20" for name in settings}
+_TUNED = {("d012", 20), ("d05", 20), ("d012", 100), ("m012", 20), ("m05", 20), ("m012", 100)}
+
+
+def _tuner(optimizer, rung, tpp):
+    """The setting whose LR sweep chooses this one's: the largest tuned rung of its family at or below
+    its size, at its own budget where that rung tuned at it, else at 20 tokens per parameter."""
+    family = [r for r in _RUNGS if r[0] == rung[0]]
+    tuned = max((r for r in family[:family.index(rung) + 1] if (r, 20) in _TUNED), key=family.index)
+    return f"{optimizer}_{tuned}_tpp{tpp if (tuned, tpp) in _TUNED else 20}"
+
+
+tune_setting = {f"{o}_{r}_tpp{t}": _tuner(o, r, t) for o in _OPTIMIZERS for t in (20, 100) for r in _RUNGS}
 slurm = {"gpus_per_node": 8}  # one node of 8 GPUs a run (--nodes=2 on the command line for more)
