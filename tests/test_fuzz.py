@@ -52,7 +52,7 @@ COMMANDS = {
                                  "--out_root={new}"],
               {"--nodes": "int", "--gpus_per_node": "int", "--cpus_per_task": "int", "--time_min": "int",
                "--signal_delay_s": "int"}),
-    "ladder": ("research.ladder", ["{ladder}"],
+    "ladder": ("research.ladder", ["{small_ladder}"],
                {"#0": "in_file", "--gpu_memory_gb": "float", "--peak_tflops": "float", "--mfu": "float",
                 "--gpu_check": "in_file", "--out": "out_file"}),
     "plot": ("research.plot", ["{ablation}", "--results={folder}", "--out={new}"],
@@ -105,7 +105,7 @@ def paths(tmp_path_factory):
          "--block_size=16", "--batch_size=2", "--max_iters=2", "--eval_iters=1", "--sample_tokens=0"])
     p = {"run": str(tmp / "run"), "ablation": write_ablation(tmp / "abl"), "folder": str(tmp / "folder"),
          "file": str(tmp / "file.txt"), "missing": str(tmp / "missing"), "text": str(tmp / "doc.txt"),
-         "ladder": os.path.join(ROOT, "configs", "ablations", "ladder.py"), "export": str(tmp / "export"),
+         "small_ladder": small_ladder(tmp), "export": str(tmp / "export"),
          "hf": str(tmp / "hf"), "hf_data": str(tmp / "hf_data")}
     os.makedirs(p["folder"])
     (tmp / "file.txt").write_text("not what the flag wants\n")
@@ -120,6 +120,16 @@ def paths(tmp_path_factory):
         with open(tmp / "hf_data" / "meta.pkl", "wb") as f:
             pickle.dump({"vocab_size": SHAPE["vocab_size"]}, f)
     return p
+
+
+def small_ladder(tmp):
+    """A ladder file of three tiny rungs: the ladder command's every path, without building 0.12B-2.8B
+    models on the meta device for each case."""
+    from test_sweep import write_ablation
+    body = ("variants = {'baseline': {}, 'unified': {'reparam': 'or'}}\n"
+            "settings = {f'r{w}': {'n_embd': w, 'n_head': 2, 'optimizer': 'adamw'} for w in (32, 64, 128)}\n"
+            "ladders = {'dense': ['r32', 'r64', 'r128']}\nseeds = [1]\n")
+    return write_ablation(tmp / "ladder", body, name="small_ladder")
 
 
 @contextmanager

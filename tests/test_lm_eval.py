@@ -198,6 +198,7 @@ def test_the_printed_command_scores_every_task_it_names(tmp_path, block_size):
     assert 0 <= results["scalevec_next_line"]["acc,none"] <= 1
 
 
+@pytest.mark.slow  # four kills at random moments (about 10 s)
 def test_a_kill_while_the_tasks_are_written_leaves_each_file_whole(tmp_path):
     """SIGKILL at random points of lm_eval_tasks writing over an earlier call's tasks: every file left
     is either the earlier one or the new one, whole (each is written to .tmp and renamed), and the

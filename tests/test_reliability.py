@@ -614,3 +614,35 @@ def test_a_huge_evaluation_or_sample_is_named_at_start_and_a_signal_ends_it_at_o
     assert "the end-of-run sample of sample_tokens=1000000000 (no KV cache) takes at least" in out
     assert "--- sample (5 tokens, cut short by SIGTERM) ---" in out and "done: 2 iterations" in out
     assert result["stopped"] is None and torch.load(tmp_path / "s" / "ckpt.pt", weights_only=True)["iter"] == 2
+
+
+@pytest.mark.slow  # torchrun, 2 processes
+def test_under_torchrun_a_signal_to_one_rank_during_an_evaluation_stops_every_rank_at_the_same_batch(tmp_path):
+    """The final evaluation of 10**8 batches (it would never end): a SIGTERM to rank 1 alone stops both
+    ranks within it (they agree on the stop at every eval batch), the 4 iterations are saved with the
+    eval pending and no eval row, and a resume in one process runs that eval and finishes."""
+    ds = make_dataset(tmp_path / "ds")
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(ROOT, "train.py"),
+           *map(str, tiny_args(ds, out, "--max_iters=4", "--eval_interval=0", "--eval_iters=100000000",
+                               "--ddp_timeout_s=30", "--gradient_accumulation_steps=2"))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        wait_for_train_row(out, 4, proc)
+        time.sleep(2)  # inside the final evaluation now
+        rank1 = [pid for pid in pids_running(str(out)) if environ(pid).get("RANK") == "1"]
+        assert len(rank1) == 1, rank1
+        os.kill(rank1[0], signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        for pid in pids_running(str(out)):
+            os.kill(pid, signal.SIGKILL)
+    assert "stopped by SIGTERM after iteration 4/4" in stdout, stdout[-2000:] + stderr[-2000:]
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert (ckpt["iter"], ckpt["val_loss"], ckpt["eval_pending"]) == (4, None, True)
+    assert not [r for r in read_log(out) if r["kind"] == "eval"]
+    assert run(["--init_from=resume", f"--out_dir={out}", "--eval_iters=2"])["stopped"] is None
+    assert [r["iter"] for r in read_log(out) if r["kind"] == "eval"] == [4]

