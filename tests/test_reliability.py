@@ -99,6 +99,23 @@ def environ(pid):
         return dict(v.decode(errors="replace").partition("=")[::2] for v in f.read().split(b"\0") if v)
 
 
+def sigterm_rank_1(proc, out_dir, after_row, marker, wait_s=0):
+    """Once out_dir's log has train row `after_row` (and wait_s more seconds), SIGTERM rank 1 alone of the
+    torchrun `proc` (found by `marker` in its command line); (stdout, stderr) once it ends. Whatever
+    is left of it is killed."""
+    try:
+        wait_for_train_row(out_dir, after_row, proc)
+        time.sleep(wait_s)
+        rank1 = [pid for pid in pids_running(marker) if environ(pid).get("RANK") == "1"]
+        assert len(rank1) == 1, rank1
+        os.kill(rank1[0], signal.SIGTERM)
+        return proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        for pid in pids_running(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
 def final_weights(out_dir):
     return torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=True)["model"]
 
@@ -247,16 +264,7 @@ def test_under_torchrun_a_signal_to_one_rank_stops_every_rank_after_the_same_ste
            *map(str, tiny_args(ds, out, *PREEMPT, "--ddp_timeout_s=30"))]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
-    try:
-        wait_for_train_row(out, 3, proc)
-        rank1 = [pid for pid in pids_running(str(script)) if environ(pid).get("RANK") == "1"]
-        assert len(rank1) == 1, rank1
-        os.kill(rank1[0], signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-        for pid in pids_running(str(script)):
-            os.kill(pid, signal.SIGKILL)
+    stdout, stderr = sigterm_rank_1(proc, out, 3, str(script))
     at = torch.load(out / "ckpt.pt", weights_only=True)["iter"]
     assert 3 <= at < 40, stderr[-3000:]
     assert f"stopped by SIGTERM after iteration {at}/40" in stdout, stdout[-2000:] + stderr[-2000:]
@@ -629,17 +637,7 @@ def test_under_torchrun_a_signal_to_one_rank_during_an_evaluation_stops_every_ra
                                "--ddp_timeout_s=30", "--gradient_accumulation_steps=2"))]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
-    try:
-        wait_for_train_row(out, 4, proc)
-        time.sleep(2)  # inside the final evaluation now
-        rank1 = [pid for pid in pids_running(str(out)) if environ(pid).get("RANK") == "1"]
-        assert len(rank1) == 1, rank1
-        os.kill(rank1[0], signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-        for pid in pids_running(str(out)):
-            os.kill(pid, signal.SIGKILL)
+    stdout, stderr = sigterm_rank_1(proc, out, 4, str(out), wait_s=2)  # 2 s: inside the final evaluation
     assert "stopped by SIGTERM after iteration 4/4" in stdout, stdout[-2000:] + stderr[-2000:]
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     assert (ckpt["iter"], ckpt["val_loss"], ckpt["eval_pending"]) == (4, None, True)
