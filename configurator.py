@@ -114,7 +114,7 @@ SECTIONS = {
                       'a checkpoint, else scratch: the one command for a job that may be preempted)'),
         "hf_model": added("", Path(), "a Hugging Face Llama or Qwen3 folder to start from: its config.json sets "
                                       "the model's shape, its weights the start, the scale-vector switches go on "
-                                      "top (start.py)", absent=""),
+                                      "top (hf/folder.py)", absent=""),
         "hf_check": added(True, None, "with hf_model: compare our reading of the folder with transformers', block by "
                                       "block, at start (False: skip it for a folder already checked)", absent=True),
         "eval_interval": (100, GE0, "iterations between evals + checkpoints (0: only at the end)"),

@@ -96,12 +96,24 @@ def read_meta(path):
     return plain(meta, path)
 
 
+def meta_vocab_size(meta, dataset):
+    """vocab_size=0's meaning: meta.pkl's vocab_size, an int > 0. meta: read_meta's dict, or None
+    when the dataset has no meta.pkl. Raises UserError when it records none, or not a positive int."""
+    vocab = (meta or {}).get("vocab_size")
+    if vocab is None:
+        raise UserError(f"vocab_size=0 means 'from meta.pkl', but {dataset_dir(dataset)} records none: set "
+                        f"--vocab_size (50257 for GPT-2 BPE)")
+    if type(vocab) is not int or vocab <= 0:
+        raise UserError(f"{os.path.join(dataset_dir(dataset), 'meta.pkl')} records vocab_size={vocab!r}: it must "
+                        f"be a positive int (the tokenizer's vocabulary size); fix meta.pkl, or set --vocab_size")
+    return vocab
+
+
 def recorded_vocab_size(dataset):
-    """The vocab_size the dataset's meta.pkl records (read_meta), or 0 when it has no meta.pkl or
-    records none: what vocab_size=0 will mean once the data is loaded, for checks made before."""
+    """meta_vocab_size of the dataset's meta.pkl as it is on disk, or 0 when there is none yet (a
+    prepare script not yet run): what vocab_size=0 will mean, for checks made before the data loads."""
     path = os.path.join(dataset_dir(dataset), "meta.pkl")
-    vocab = read_meta(path).get("vocab_size") if os.path.isfile(path) else 0
-    return vocab if type(vocab) is int and vocab > 0 else 0
+    return meta_vocab_size(read_meta(path), dataset) if os.path.isfile(path) else 0
 
 
 def prepare_hint(prepare):

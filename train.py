@@ -13,7 +13,7 @@ attn_placement, mlp_placement, qk_norm, output_norms, scale_wd), the size
 weight_decay, lr_schedule, warmup_iters) and the budget (max_iters,
 batch_size, block_size, gradient_accumulation_steps).
 
-Read top to bottom: train() sets up (start.setup), builds, restores (start.begin),
+Read top to bottom: train() sets up (ops.setup), builds, restores (ops.begin),
 runs the loop and finishes; the pieces it calls follow it. A run's operations (its
 processes, the description and warnings at start, progress lines, log rows and
 W&B, the end-of-run sample) live in ops.py. Outputs in out_dir: ckpt.pt
@@ -22,8 +22,9 @@ ckpt.dcp/) and log.jsonl (see checkpoint.py).
 
 One process owns an out_dir while it trains (out_dir/.lock): a second train.py
 on it stops at once with an error naming the owner's pid. SIGTERM (a cluster's
-warning before SIGKILL) or SIGINT (Ctrl-C) finishes the current step (or the current
-batch of an evaluation, which the resume then runs again), saves the checkpoint and exits with 128 + the signal's number (143, 130; what a shell
+warning before SIGKILL) or SIGINT (Ctrl-C) finishes the current step (or the
+current batch of an evaluation, which the resume then runs again), saves the
+checkpoint and exits with 128 + the signal's number (143, 130; what a shell
 reports for a process that signal killed) and a line saying how to continue:
 `--init_from=resume`, or `--init_from=auto` (resume if out_dir holds a
 checkpoint, else start), the one command for a job that may be preempted and
@@ -48,10 +49,9 @@ import torch
 from checkpoint import save_run_checkpoint
 from configurator import UserError, cli, load_config, usage
 from model import GPT
-from ops import (STOP_NOTE, Progress, StopSignals, choices, compile_errors, describe, diverged, end_of_run_sample,
-                 shard, stop_signal, write_log)
+from ops import (STOP_NOTE, Progress, StopSignals, begin, choices, compile_errors, describe, diverged,
+                 end_of_run_sample, setup, shard, stop_signal, write_log)
 from optim import build_optimizers, lr_multiplier, set_lr
-from start import begin, setup
 
 
 def train(cfg, given=frozenset()):
@@ -64,14 +64,14 @@ def train(cfg, given=frozenset()):
     when another process trains in out_dir) and FloatingPointError for a non-finite loss.
     """
     with ExitStack() as held:  # what setup takes (the out_dir's lock) is released however the run ends
-        run, ckpt = setup(cfg, given, held)  # scratch, resume, auto or a Hugging Face folder (start.py)
+        run, ckpt = setup(cfg, given, held)  # scratch, resume, auto or a Hugging Face folder (ops.py)
         cfg, device, ddp = run.cfg, run.device, run.ddp
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
         if cfg.fsdp:
             shard(raw_model)  # FSDP2 (ops.shard): before the optimizers see the parameters
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
         # the checkpoint's weights and moments, a Hugging Face folder's (checked on a val batch), or the init
-        start = begin(run, ckpt, raw_model, optimizers, get_batch(run.data, "val", 0, 0, cfg, device)[0])
+        start = begin(run, ckpt, raw_model, optimizers, lambda: get_batch(run.data, "val", 0, 0, cfg, device)[0])
         del ckpt  # its weights live in the model now
         start_iter, tokens, val_loss = start.iter, start.tokens, start.val_loss
         model = torch.compile(raw_model) if cfg.compile else raw_model

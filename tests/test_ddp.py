@@ -1,7 +1,6 @@
 """Multi-process training with torchrun + DDP on CPU (gloo): results do not depend on the
 number of processes."""
 
-import json
 import os
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from model import GPT, GPTConfig
+from model import GPT
 from test_train import make_dataset, read_log, tiny_args
 from configurator import UserError, load_config
 from model import model_config

@@ -9,7 +9,6 @@ fuzz in test_config.py."""
 import importlib
 import os
 import signal
-import sys
 from contextlib import contextmanager
 
 import pytest

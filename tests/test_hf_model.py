@@ -1,5 +1,5 @@
 """--hf_model: a Hugging Face Llama or Qwen3 folder loaded into our GPT gives transformers' logits,
-with the scale-vector switches on top (tools/start.py)."""
+with the scale-vector switches on top (hf/folder.py)."""
 
 import json
 import shutil
@@ -14,7 +14,7 @@ from configurator import DEFAULTS, UserError
 from model import BASELINE, GPT, model_config
 from test_export import needs_transformers
 from test_train import make_dataset, read_log, run, tiny_args
-import start
+import hf.folder as folder_io
 
 # 4 query heads of 12 over 2 key/value heads on a width of 32 (grouped, and heads wider than 32 / 4)
 SHAPE = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -70,9 +70,9 @@ def hf_folder(path, arch="llama", tied=False, tokenizer=False, **extra):
 
 
 def ours(folder, **switches):
-    cfg = start.merged_config({**DEFAULTS, "hf_model": folder, "n_experts": 0}, set())
+    cfg = folder_io.merged_config({**DEFAULTS, "hf_model": folder, "n_experts": 0}, set())
     model = GPT(model_config({**cfg, **switches})).eval()
-    return model, start.load(model, start.FolderWeights(folder))[0]
+    return model, folder_io.load(model, folder_io.FolderWeights(folder))[0]
 
 
 def assert_same_logits(model, hf):
@@ -154,17 +154,17 @@ def test_what_the_model_cannot_compute_is_refused_naming_the_field(tmp_path, edi
     with open(path, "w") as f:
         json.dump({k: v for k, v in {**config, **edit}.items() if v is not None}, f)  # None: the key removed
     with pytest.raises(UserError, match=words) as e:
-        start.model_keys(folder)
+        folder_io.model_keys(folder)
     assert "\n" not in str(e.value)
 
 
 def test_bad_folders_and_a_shape_the_command_line_contradicts_are_one_line(tmp_path):
     with pytest.raises(UserError, match="no config.json there"):
-        start.model_keys(str(tmp_path))
+        folder_io.model_keys(str(tmp_path))
     folder, _ = hf_folder(tmp_path / "hf")
     with pytest.raises(UserError, match="--n_layer=4 but .*config.json gives 2: drop --n_layer"):
-        start.merged_config({**DEFAULTS, "hf_model": folder}, {"n_layer"})
-    assert start.merged_config({**DEFAULTS, "hf_model": folder, "n_layer": 2}, {"n_layer"})["n_layer"] == 2
+        folder_io.merged_config({**DEFAULTS, "hf_model": folder}, {"n_layer"})
+    assert folder_io.merged_config({**DEFAULTS, "hf_model": folder, "n_layer": 2}, {"n_layer"})["n_layer"] == 2
     os.remove(os.path.join(folder, "model.safetensors"))
     with pytest.raises(UserError, match="no model.safetensors"):
         ours(folder)
@@ -441,14 +441,14 @@ def test_the_start_compares_every_block_with_transformers_and_refuses_a_wrong_re
     folder, _ = hf_folder(tmp_path / "hf", "qwen3")
     run(start_args(tmp_path, folder))
     assert f"checked {folder} against transformers: every block and the logits agree" in capsys.readouterr().out
-    real = start.load_block
+    real = folder_io.load_block
 
     def misread(b, i, cfg, take):
-        swap = {f"model.layers.1.mlp.gate_proj.weight": "model.layers.1.mlp.up_proj.weight",
-                f"model.layers.1.mlp.up_proj.weight": "model.layers.1.mlp.gate_proj.weight"}
+        swap = {"model.layers.1.mlp.gate_proj.weight": "model.layers.1.mlp.up_proj.weight",
+                "model.layers.1.mlp.up_proj.weight": "model.layers.1.mlp.gate_proj.weight"}
         return real(b, i, cfg, lambda name, shape=None: take(swap.get(name, name), shape))
 
-    monkeypatch.setattr(start, "load_block", misread)
+    monkeypatch.setattr(folder_io, "load_block", misread)
     shutil.rmtree(tmp_path / "o")
     refused(start_args(tmp_path, folder), r"our reading of the folder differs from transformers' at block 1 "
                                           r"\(.* of its largest value; tolerance 0.0001")

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from conftest import BASELINE
 from model import GPT, MLP, MoE, GPTConfig, Router

@@ -211,7 +211,7 @@ def test_a_damaged_log_line_is_one_error_naming_the_file_and_line(tmp_path, line
     path = tmp_path / "log.jsonl"
     good = json.dumps({"kind": "train", "iter": 1, "tokens": 8})
     path.write_text(f"{good}\n{line}\n{good}\n")
-    with pytest.raises(UserError, match=rf"log\.jsonl, line 2: .* is not a log row") as e:
+    with pytest.raises(UserError, match=r"log\.jsonl, line 2: .* is not a log row") as e:
         read_log(str(path))
     assert "\n" not in str(e.value)
     path.write_text(f"{good}\n{line}")  # the last line, torn or not: skipped only when it is bad JSON

@@ -19,7 +19,7 @@ import torch
 from configurator import DEFAULTS
 from model import BASELINE, GPT, model_config
 from test_train import read_log, run
-import start
+import hf.folder as folder_io
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 pytestmark = pytest.mark.slow
@@ -49,9 +49,9 @@ def smol():
 
 
 def ours(folder, **switches):
-    cfg = start.merged_config({**DEFAULTS, "hf_model": folder, "block_size": 64}, set())
+    cfg = folder_io.merged_config({**DEFAULTS, "hf_model": folder, "block_size": 64}, set())
     model = GPT(model_config({**cfg, **switches})).eval()
-    assert start.load(model, start.FolderWeights(folder))[0] == []
+    assert folder_io.load(model, folder_io.FolderWeights(folder))[0] == []
     return model
 
 

@@ -12,7 +12,7 @@ import torch
 
 from conftest import ROOT
 from configurator import UserError, load_config
-from dataset import load_data
+from dataset import load_data, meta_vocab_size
 from train import get_batch, train
 
 VOCAB = 40
@@ -220,7 +220,7 @@ def test_a_meta_pkl_that_would_run_code_is_refused_and_its_code_never_runs(tmp_p
     """train.py (load_data) and --hf_model's data check read meta.pkl through the plain-data unpickler:
     the object's os.system is named in one line and the command it carried never runs. Plain data
     (numpy scalars and arrays included) of every protocol still loads."""
-    import start
+    import hf.folder as folder_io
     marker = tmp_path / "ran"
     for payload in (RunsACommand(marker), {"vocab_size": VOCAB, "itos": [RunsACommand(marker)]}):
         folder = write_dataset(tmp_path / f"ds{protocol}")
@@ -233,7 +233,7 @@ def test_a_meta_pkl_that_would_run_code_is_refused_and_its_code_never_runs(tmp_p
                                "--n_head=2", "--block_size=16", "--max_iters=1"])[0])
         assert "\n" not in str(e.value)
         with pytest.raises(UserError, match=r"would build (posix|os)\.system"):
-            start.check_data(str(tmp_path), folder)
+            folder_io.check_data(str(tmp_path), folder)
         assert not marker.exists() and not (tmp_path / "o").exists()
     with open(os.path.join(folder, "meta.pkl"), "wb") as f:
         pickle.dump({"vocab_size": np.uint16(VOCAB), "ids": np.arange(3), "pairs": [(1, 2.5)], "none": None}, f,
@@ -253,6 +253,27 @@ def test_the_memory_check_counts_the_vocabulary_meta_pkl_records(tmp_path):
         with pytest.raises(UserError, match=r"GB of activations and logits.*use --batch_size=\d+ or less"):
             train(load_config([*args, *extra, f"--out_dir={tmp_path / 'o'}"])[0])
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({"dtype": "uint16"}, r"vocab_size=0 means 'from meta.pkl', but .* records none: set --vocab_size"),
+    ({"vocab_size": "40"}, r"meta.pkl records vocab_size='40': it must be a positive int"),
+    ({"vocab_size": 0}, r"meta.pkl records vocab_size=0: it must be a positive int"),
+    ({"vocab_size": True}, r"meta.pkl records vocab_size=True: it must be a positive int"),
+])
+def test_meta_pkls_vocab_size_is_read_by_one_rule_and_refused_before_the_out_dir_exists(tmp_path, meta, message):
+    """vocab_size=0 means meta.pkl's: the memory check before the data loads and the start after it
+    read it by the same rule (dataset.meta_vocab_size), so a meta.pkl recording none, or not a
+    positive int, is one line at once and leaves no out_dir; --vocab_size given skips meta.pkl's."""
+    folder = write_dataset(tmp_path / "ds", meta=meta)
+    args = [f"--dataset={folder}", "--n_layer=1", "--n_embd=32", "--n_head=2", "--block_size=16", "--batch_size=4",
+            "--max_iters=1", "--eval_iters=1", "--device=cpu", "--compile=False", f"--out_dir={tmp_path / 'o'}"]
+    with pytest.raises(UserError, match=message) as e:
+        train(load_config(args)[0])
+    assert "\n" not in str(e.value) and not (tmp_path / "o").exists()
+    assert meta_vocab_size({"vocab_size": VOCAB}, folder) == VOCAB
+    with pytest.raises(UserError, match=message):
+        meta_vocab_size(meta, folder)
 
 
 def test_a_vocab_size_other_than_meta_pkls_is_told_meta_pkls_size_first(tmp_path):

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-import sample
 import ops
-import start
+import sample
 import train as train_mod
 from conftest import ROOT
 from model import GPT, model_config
@@ -413,8 +412,8 @@ def test_checkpoint_keeps_the_requested_device_and_each_machine_resolves_it(tmp_
     config = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["config"]
     assert (config["device"], config["dtype"]) == ("auto", "auto")
     seen = []
-    real = start.resolve_device
-    monkeypatch.setattr(start, "resolve_device", lambda device, dtype: (seen.append((device, dtype)), real(device, dtype))[1])
+    real = ops.resolve_device
+    monkeypatch.setattr(ops, "resolve_device", lambda device, dtype: (seen.append((device, dtype)), real(device, dtype))[1])
     run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=3"])
     assert seen == [("auto", "auto")]  # resolved again on this machine
     run(tiny_args(ds, tmp_path / "p", "--max_iters=2", "--device=cpu", "--dtype=float32"))

@@ -32,13 +32,13 @@ def main(argv):
     args = p.parse_args(argv)
     if not 1 <= args.tokens <= 1 << 16:
         raise UserError(f"--tokens={args.tokens}: give a count from 1 to 65536")
-    import start
-    cfg = start.merged_config({**DEFAULTS, "hf_model": args.folder, "n_experts": 0}, set())
+    import hf.folder as folder_io
+    cfg = folder_io.merged_config({**DEFAULTS, "hf_model": args.folder, "n_experts": 0}, set())
     cfg = SimpleNamespace(**{**cfg, "block_size": args.tokens})
     print(f"{args.folder}: {cfg.n_layer} blocks, width {cfg.n_embd}, {cfg.n_head} heads ({cfg.n_kv_head} key/value) "
           f"of {cfg.head_dim}, d_ff {cfg.d_ff}, vocabulary {cfg.vocab_size}, "
           f"{'tied' if cfg.tie_embeddings else 'untied'} head{', QK-norm' if cfg.qk_norm else ''}", flush=True)
-    start.check_folder(cfg, lambda line: print(line, flush=True), tokens=args.tokens)
+    folder_io.check_folder(cfg, lambda line: print(line, flush=True), tokens=args.tokens)
     return 0
 
 

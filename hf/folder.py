@@ -1,239 +1,35 @@
-"""How a run starts: from scratch, from its own checkpoint (resume, auto) or from a Hugging Face
-folder, in two calls train.py makes around building the model and its optimizers:
+"""A Hugging Face folder read into our GPT: continued pre-training with scale vectors on top.
 
-    run, ckpt = setup(cfg, given, held)      # which start, the config, device, processes, out_dir, data
-    ...                                      # model.GPT, ops.shard (FSDP2), optim.build_optimizers
-    start = begin(run, ckpt, model, optimizers, val_batch)   # their first state, and the log
+    python data/corpus/prepare.py 'texts/*.txt' --out=data/mine --tokenizer=PATH   # its own token ids
+    python train.py --hf_model=PATH --dataset=mine --branch_scales=True --reparam=or --mlp_placement=in ...
 
-`setup` decides: init_from="auto" becomes "resume" when out_dir holds a checkpoint, else
-"scratch"; a resume takes the checkpoint's config (checkpoint.resume_config); --hf_model takes
-the folder's config.json as the model's shape (merged_config). `begin` carries it out: the
-checkpoint's weights and optimizer moments, or the folder's weights (load_folder), or the fresh
-initialization, then trims or starts the log. The rest of this module is the Hugging Face
-folder: reading its config.json and weights into our GPT.
+merged_config puts the folder's config.json into the run's config as our model keys
+(model_keys: layers, widths, heads, key/value heads, head width, d_ff, RoPE base, norm eps,
+tied head, vocabulary; Qwen3 adds QK-norm); check_data checks that the dataset was encoded with
+the folder's tokenizer; load_folder copies the weights into the GPT those keys build (load: the
+inverse of tools/export.py's map) and says what changed.
+
+The checkpoint's RMSNorm weights become the scale vectors' start, so the loaded function is
+unchanged under every switch that only adds or reparameterizes scales: a shared scale takes gamma
+as it is; HG gives each of q, k, v (gate, up) a copy; OR and ER set their magnitude and direction
+to reproduce gamma exactly (ScaleVector.set_); DP's extra scales start at 1. With scale="none" a
+pre-norm's gamma folds into the maps that read it (exact), the final norm's into an untied LM
+head. What the checkpoint never had changes the function and is said at start with how far the
+logits moved: DNP and in_norm (a normalization over d_ff), output norms, a QK-norm gamma or a
+tied final-norm gamma with scale="none" (nothing to hold it).
 """
 
 import json
 import math
 import os
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
-from types import SimpleNamespace
-from typing import Any, Callable
+from dataclasses import replace
 
 import torch
 
-from checkpoint import (append_log, checkpoint_path, clean_stale, is_sharded, load_weights,
-                        lock_out_dir, newest_checkpoint, read_log, restore, resume_config, trim_log)
-from configurator import UserError, complete, folder_problem
-from dataset import check_vocabulary, dataset_dir, load_data, read_meta, recorded_vocab_size
+from checkpoint import is_sharded, load_weights
+from configurator import UserError
+from dataset import read_meta
 from model import BASELINE, GPT, model_config, rope_tables
-from ops import check_config, resolve_device, setup_distributed, start_tracker
-
-
-@dataclass(frozen=True)
-class Run:
-    """Everything a run knows before its model exists, built once by setup: what train.py's loop and
-    ops.py's helpers read, each field named beside what it holds."""
-
-    # the config
-    cfg: SimpleNamespace  # every key; on resume the checkpoint's with this run's changes; device, dtype as asked
-    model_cfg: Any  # its model.GPTConfig
-    tokens_per_iter: int  # batch_size x block_size x gradient_accumulation_steps
-    n_moe: int  # how many blocks are mixture-of-experts blocks
-    # where it comes from (a resume)
-    resumed_from: Any  # (iteration, the checkpoint's completed config), or None
-    tokens: int  # trained on before this run (0 from scratch)
-    changed: dict  # what this resume changes, {key: [the checkpoint's, this run's]}
-    changes: list  # every resume's, [{"iter", "changed"}] (checkpoint.resume_config)
-    # processes and device
-    rank: int
-    local_rank: int
-    world: int  # processes (1 without torchrun)
-    ddp: bool  # torch.distributed is initialized (DDP, or FSDP2 with cfg.fsdp)
-    master: bool  # rank 0: it logs and writes
-    device: torch.device
-    dtype: str  # "float32" | "bfloat16", resolved
-    ptdtype: torch.dtype
-    autocast: AbstractContextManager  # bf16 autocast, or a null context in float32
-    # data and outputs
-    data: dict  # dataset.load_data's: the token files' paths, meta.pkl's dict, their dtype
-    ckpt_path: str  # out_dir/ckpt.pt, or ckpt.dcp under FSDP2
-    log_path: str  # out_dir/log.jsonl
-    log: Callable  # print on rank 0, nothing elsewhere
-    tracker: Any  # a W&B run, or None
-
-
-def setup(cfg, given, held):
-    """(Run, the checkpoint dict to resume from or None): the run's state before any model exists.
-
-    cfg: a full config dict; given: the keys the user set. Rank 0 owns out_dir
-    (checkpoint.lock_out_dir, into `held`, an ExitStack that releases it) before it reads or writes
-    anything there: at once when the folder exists, else once the config and the data are checked
-    (a refused run makes no folder). A W&B tracker (wandb_log) starts here, unless the checkpoint's
-    run is finished. Raises UserError for bad input, a scratch run on an out_dir that holds one, or
-    an out_dir another process owns.
-    """
-    if not cfg["out_dir"].strip():
-        raise UserError(f"out_dir={cfg['out_dir']!r} is empty: set --out_dir=DIR (the run's checkpoint and log go "
-                        f"there)")
-    owner = int(os.environ.get("RANK", "0")) == 0  # rank 0, as setup_distributed reads it
-    new_dir = owner and not os.path.isdir(cfg["out_dir"])
-    if owner and not new_dir:  # it may hold a run: own it before reading the checkpoint
-        held.enter_context(lock_out_dir(cfg["out_dir"]))
-        clean_stale(cfg["out_dir"])  # what a save a SIGKILL cut short left: never the checkpoint
-    cfg, ckpt, held_run = start_config(cfg, given)
-    check_config({**cfg, "vocab_size": cfg["vocab_size"] or recorded_vocab_size(cfg["dataset"])})  # the real logits
-    cfg = SimpleNamespace(**cfg)
-    if cfg.hf_model and ckpt is None and cfg.hf_check and owner:  # the folder as transformers reads it (CPU)
-        check_folder(cfg, lambda line: print(line, flush=True))
-    device_name, dtype = resolve_device(cfg.device, cfg.dtype)
-    rank, local_rank, world = setup_distributed(cfg, device_name)
-    ddp, master = torch.distributed.is_initialized(), rank == 0
-    problem = new_dir and folder_problem(cfg.out_dir)  # said now; the folder is made once the data pass
-    if problem:
-        raise UserError(f"out_dir={cfg.out_dir!r}: {problem}")
-    device = torch.device(f"cuda:{local_rank}" if device_name == "cuda" and ddp else device_name)
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    if cfg.hf_model and ckpt is None:  # the model's tokenizer first: its advice beats the token files'
-        check_data(cfg.hf_model, dataset_dir(cfg.dataset))
-    data = load_data(cfg, prepare_here=local_rank == 0)
-    cfg.vocab_size = cfg.vocab_size or meta_vocab_size(data["meta"], cfg.dataset)
-    check_vocabulary(data["meta"], cfg.vocab_size, ckpt and ckpt.get("meta"), dataset_dir(cfg.dataset))
-    if cfg.init_from == "scratch" and held_run:
-        raise UserError(f"out_dir={cfg.out_dir!r} already holds a run ({held_run}): continue it with "
-                        f"--init_from=resume (or auto), or train from scratch in another --out_dir (or delete it)")
-    if new_dir:  # a refused config or dataset leaves no folder behind
-        held.enter_context(lock_out_dir(cfg.out_dir))
-    model_cfg = model_config(cfg)
-    cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
-    tokens, changed, changes = ckpt.pop("resume") if ckpt else (0, {}, [])
-    finished = ckpt is not None and ckpt["iter"] == cfg.max_iters
-    return Run(
-        cfg=cfg, tokens=tokens, changed=changed, changes=changes, device=device,
-        resumed_from=(ckpt["iter"], complete(ckpt["config"])) if ckpt else None, dtype=dtype, ptdtype=ptdtype,
-        autocast=torch.autocast(device.type, dtype=ptdtype) if ptdtype != torch.float32 else nullcontext(),
-        rank=rank, local_rank=local_rank, world=world, ddp=ddp, master=master, data=data, model_cfg=model_cfg,
-        tokens_per_iter=cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps,
-        n_moe=sum(model_cfg.is_moe(layer) for layer in range(model_cfg.n_layer)),
-        ckpt_path=checkpoint_path(cfg.out_dir, cfg.fsdp), log_path=os.path.join(cfg.out_dir, "log.jsonl"),
-        log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None),
-        tracker=start_tracker(cfg, master, finished, held)), ckpt
-
-
-def start_config(cfg, given):
-    """(config dict, checkpoint or None, the checkpoint file out_dir holds or None): which start.
-
-    "auto" becomes "resume" when out_dir holds a checkpoint, else "scratch"; a resume's config is
-    the checkpoint's with the keys the user gave (checkpoint.resume_config; the checkpoint dict
-    carries "resume": (tokens seen, changed, changes) for setup); a Hugging Face start's model keys
-    are its config.json's (merged_config).
-    """
-    held_run, passed = newest_checkpoint(cfg["out_dir"])
-    held_run = held_run if os.path.exists(held_run) else None
-    if held_run and int(os.environ.get("RANK", "0")) == 0:
-        for path, why in passed:
-            print(f"note: {held_run} is the checkpoint to resume; {path} is passed over ({why})", flush=True)
-    if cfg["init_from"] == "auto":
-        cfg = {**cfg, "init_from": "resume" if held_run else "scratch"}
-    if cfg["init_from"] == "resume":
-        cfg, ckpt, tokens, changed, changes = resume_config(cfg, given)
-        return cfg, {**ckpt, "resume": (tokens, changed, changes)}, held_run
-    if cfg["hf_model"]:
-        cfg = merged_config(cfg, given)  # the folder's config.json sets the model's shape
-    return cfg, None, held_run
-
-
-def meta_vocab_size(meta, dataset):
-    """vocab_size=0's meaning: the dataset's meta.pkl's vocab_size (an int). UserError when there is none."""
-    if not meta or "vocab_size" not in meta:
-        raise UserError(f"vocab_size=0 means 'from meta.pkl', but {dataset_dir(dataset)} has none: set "
-                        f"--vocab_size (50257 for GPT-2 BPE)")
-    if type(meta["vocab_size"]) is not int:
-        raise UserError(f"meta.pkl's vocab_size={meta['vocab_size']!r} must be an int")
-    return meta["vocab_size"]
-
-
-@dataclass(frozen=True)
-class Start:
-    """Where a run starts (begin): iteration (0 from scratch), tokens seen, the last val loss
-    (nan before any eval), eval_due (a kill fell between the checkpoint and its eval row in the
-    log, which the loop then completes: same model, same batches; every rank agrees), and the
-    last logged train loss (nan when none)."""
-
-    iter: int
-    tokens: int
-    val_loss: float
-    eval_due: bool
-    last_train_loss: float
-
-
-def begin(run, ckpt, model, optimizers, val_batch):
-    """The model's and optimizers' first state, in place, and the log; returns the Start.
-
-    Resume: restore ckpt's weights and moments (checkpoint.restore) and trim the log to its
-    iteration. Otherwise a new log, and with --hf_model the folder's weights (load_folder, which
-    measures a changed function on val_batch, (B, T) token ids); else the fresh initialization.
-    run: Run. A checkpoint a signal saved between evals (val_loss None) has no eval row to
-    complete, unless it is at max_iters (the run's final eval is then still due) or the signal cut
-    its eval short ("eval_pending").
-    Raises UserError as restore and load_folder do.
-    """
-    start_iter, val_loss, evaluated = 0, float("nan"), True
-    if ckpt is None and run.cfg.hf_model:  # continued pre-training of a Hugging Face model
-        load_folder(model, run.cfg.hf_model, val_batch, run.log)
-    if ckpt is not None:
-        start_iter, val_loss = restore(ckpt, model, optimizers, run.cfg)
-        evaluated = val_loss is not None or ckpt.get("eval_pending", False)  # (an eval a signal cut short)
-        val_loss = float("nan") if val_loss is None else val_loss
-        if run.master:
-            trim_log(run.log_path, start_iter)
-            if run.changed:
-                append_log(run.log_path, {"kind": "resume", "iter": start_iter, "tokens": run.tokens,
-                                          "changed": run.changed})
-    else:  # (setup refused a scratch run on an out_dir that holds one)
-        if run.master:
-            open(run.log_path, "w").close()
-    logged = read_log(run.log_path) if run.master and os.path.exists(run.log_path) else []
-    trained = [r["iter"] for r in logged if r["kind"] == "train"]
-    if run.master and ckpt is not None and trained != list(range(1, start_iter + 1)):
-        gap = next((i for i in range(1, start_iter + 1) if i not in set(trained)), None)
-        run.log(f"note: {run.log_path} has {len(trained)} train rows for the checkpoint's {start_iter} iterations"
-                + (f" (none for iteration {gap})" if gap else "") + ": truncated or edited; the run continues "
-                "from its checkpoint, but its log is not one run's (a sweep refuses to record it)")
-    missing = torch.tensor(float(start_iter > 0 and (evaluated or start_iter == run.cfg.max_iters) and not any(
-        r["kind"] == "eval" and r["iter"] == start_iter for r in logged)), device=run.device)
-    if run.ddp:
-        torch.distributed.broadcast(missing, 0)  # rank 0 holds the log; every rank evaluates
-    last_train_loss = next((r["loss"] for r in reversed(logged) if r["kind"] == "train"), float("nan"))
-    return Start(start_iter, run.tokens, val_loss, bool(missing.item()), last_train_loss)
-
-
-
-
-# -----------------------------------------------------------------------------
-# A Hugging Face folder: continued pre-training with scale vectors on top
-#
-#     python data/corpus/prepare.py 'texts/*.txt' --out=data/mine --tokenizer=PATH   # its own token ids
-#     python train.py --hf_model=PATH --dataset=mine --branch_scales=True --reparam=or --mlp_placement=in ...
-#
-# merged_config puts the folder's config.json into the run's config as our model keys
-# (model_keys: layers, widths, heads, key/value heads, head width, d_ff, RoPE base, norm eps,
-# tied head, vocabulary; Qwen3 adds QK-norm); check_data checks that the dataset was encoded with
-# the folder's tokenizer; load_folder copies the weights into the GPT those keys build (load: the
-# inverse of tools/export.py's map) and says what changed.
-#
-# The checkpoint's RMSNorm weights become the scale vectors' start, so the loaded function is
-# unchanged under every switch that only adds or reparameterizes scales: a shared scale takes gamma
-# as it is; HG gives each of q, k, v (gate, up) a copy; OR and ER set their magnitude and direction
-# to reproduce gamma exactly (ScaleVector.set_); DP's extra scales start at 1. With scale="none" a
-# pre-norm's gamma folds into the maps that read it (exact), the final norm's into an untied LM
-# head. What the checkpoint never had changes the function and is said at start with how far the
-# logits moved: DNP and in_norm (a normalization over d_ff), output norms, a QK-norm gamma or a
-# tied final-norm gamma with scale="none" (nothing to hold it).
 
 
 ARCHITECTURES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True}  # name -> QK-norm
