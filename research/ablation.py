@@ -36,6 +36,20 @@ An ablation file (plain Python, configs/ablations/) sets
     iter_multipliers {variant: [m, ...]}: token budgets; the variant also runs at each m x
                      max_iters (warmup_iters and eval_interval scaled alike: a full schedule each),
                      for plot.py's compute multiplier
+    setting_seeds    {setting: n}: that setting runs the first n table seeds only (a ladder's
+                     costly rungs); its rows and fits use those
+    power            the power analysis, registered before the first record: {"sd": the paired
+                     differences' SD it assumes, "gap": the smallest gap it must detect (both in the
+                     loss's units), "power": >= 0.8, "pilot": k (optional)}, at the level BH asks of
+                     a row at worst, 0.05 over the file's rows (stats.family_alpha: its claim rows,
+                     or its ladders when it has some). Without a pilot the planned seeds must reach
+                     the power at sd (stats.paired_power per setting; a ladder: stats.ladder_power
+                     over its rungs' seeds), or the file is refused. With pilot = k (>= 4, no
+                     ladders): a setting's first k table seeds run first; once every variant has
+                     them recorded, the largest SD of the claim rows' paired differences over them
+                     sets the planned seeds, the first n with n = stats.seeds_for_power(gap, that
+                     SD) (at least k; at most every seed of the file: the shortfall is said), so
+                     the seeds after the pilot are planned by a rule written before it ran
 Runs are paired: one seed gives every variant the same initial matrices and the
 same batches (model.GPT.init_weights, train.get_batch), and validation is on
 the same fixed batches for all. A run is named <variant>_<setting>_s<seed>
@@ -53,24 +67,28 @@ import hashlib
 import json
 import math
 import os
+import statistics
 import subprocess
 import time
 
 from checkpoint import atomic_write, checkpoint_in, read_log
 from configurator import ABSENT, DEFAULTS, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
 from ops import check_config, inert_keys, resolve_device
+from research.stats import family_alpha, ladder_power, paired_power, seeds_for_power
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
 OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
-            "planned_seeds": 0, "tuning_seeds": [], "tune_setting": "", "ladders": {}, "slurm": {}}
+            "planned_seeds": 0, "tuning_seeds": [], "tune_setting": "", "ladders": {}, "slurm": {},
+            "setting_seeds": {}, "power": {}}
 DIRECTIONS = ("lower", "higher")
 LR_KEYS = ("learning_rate", "min_lr", "muon_lr", "scale_lr")  # the tuned multiplier scales each (0 stays 0)
 ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
 RECORD_FORMAT = 1
 
-def load_ablation(path):
-    """The ablation file as a dict; UserError naming a missing, unknown or malformed entry."""
+def load_ablation(path, scale_down=False):
+    """The ablation file as a dict; UserError naming a missing, unknown or malformed entry.
+    scale_down: its settings at CPU-miniature size (scaled_down), every rule kept."""
     if not os.path.isfile(path):
         raise UserError(f"ablation file {path!r} not found")
     spec = {k: v for k, v in run_config_file(path).items() if not k.startswith("_")}
@@ -89,7 +107,9 @@ def load_ablation(path):
               "iter_multipliers": (dict, "{variant: [multipliers]}"), "planned_seeds": (int, "a count, e.g. 5"),
               "tuning_seeds": ((list, tuple), "a list of ints, e.g. [101, 102]"),
               "tune_setting": ((str, dict), "a setting's name, or {setting: setting}"),
-              "ladders": (dict, "{name: [setting, ...]}"), "slurm": (dict, "{flag: value}, e.g. {'gpus_per_node': 8}")}
+              "ladders": (dict, "{name: [setting, ...]}"), "slurm": (dict, "{flag: value}, e.g. {'gpus_per_node': 8}"),
+              "setting_seeds": (dict, "{setting: n}"),
+              "power": (dict, "{'sd': 0.004, 'gap': 0.009, 'power': 0.8} (and 'pilot': 4)")}
     for key, (kind, example) in shapes.items():
         if not isinstance(spec[key], kind):
             raise UserError(f"{path}: {key} = {spec[key]!r} is of type {type(spec[key]).__name__}; write {example}")
@@ -116,6 +136,7 @@ def load_ablation(path):
             raise UserError(f"{path}: comparisons entry {item!r}: write (variant, reference, 'lower' | "
                             f"'higher' | None) with two different variants of {list(variants)}")
     check_tuning(spec, path)
+    check_power(spec, path)
     spec["base"] = os.path.join(ROOT, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
     if not os.path.isfile(spec["base"]):
         raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")
@@ -124,6 +145,9 @@ def load_ablation(path):
             for key in overrides:
                 if key not in DEFAULTS:
                     raise UserError(f"{path}: {group}[{name!r}] sets unknown config key {key!r}")
+    if scale_down:
+        spec["settings"] = {name: scaled_down(o) for name, o in spec["settings"].items()}
+        spec["lr_multipliers"] = MINIATURE_GRID if spec["lr_multipliers"] else []
     check_runs(spec, path)
     spec["name"] = os.path.splitext(os.path.basename(path))[0]
     return spec
@@ -156,6 +180,88 @@ def check_tuning(spec, path):
                 and set(ladder) <= set(spec["settings"])):
             raise UserError(f"{path}: ladders[{name!r}] = {ladder!r}: write a list of 3 or more settings of "
                             f"{list(spec['settings'])}, smallest model first")
+
+
+POWER_KEYS = {"sd", "gap", "power", "pilot"}
+
+
+def claim_rows(spec):
+    """[(variant, reference)] of the file's claim rows: each variant with an expected direction
+    against the baseline, and each extra comparison that has one."""
+    base = list(spec["variants"])[0]
+    return [(v, base) for v in spec["expected"]] + [(v, r) for v, r, d in spec["comparisons"] if d]
+
+
+def power_alpha(spec):
+    """The level the power analysis uses: stats.family_alpha over the file's rows (its ladders when
+    it has some, else its claim rows)."""
+    return family_alpha(len(spec["ladders"]) or len(claim_rows(spec)))
+
+
+def check_power(spec, path):
+    """UserError naming the entry for bad setting_seeds or power, and for planned seeds that do not
+    reach the registered power (module docstring)."""
+    table = table_seeds(spec)
+    for setting, n in spec["setting_seeds"].items():
+        if setting not in spec["settings"] or type(n) is not int or not 1 <= n <= len(table):
+            raise UserError(f"{path}: setting_seeds[{setting!r}] = {n!r}: name a setting of {list(spec['settings'])} "
+                            f"and a count from 1 to its {len(table)} table seeds")
+    p = spec["power"]
+    if not p:
+        return
+    nums = all(type(p.get(k)) in (int, float) and p[k] > 0 for k in ("sd", "gap", "power"))
+    pilot = p.get("pilot", 0)
+    if (p.keys() - POWER_KEYS or not nums or not 0.8 <= p["power"] < 1 or type(pilot) is not int
+            or not (pilot == 0 or 4 <= pilot <= len(table)) or not claim_rows(spec)
+            or (pilot and spec["ladders"])):
+        raise UserError(f"{path}: power = {p!r}: write {{'sd': SD > 0, 'gap': gap > 0, 'power': 0.8 to 1}}, and "
+                        f"optionally 'pilot': 4 or more of its {len(table)} table seeds (not with ladders), for a "
+                        f"file with claim rows")
+    if pilot:
+        return
+    alpha, need = power_alpha(spec), p["power"]
+    for name, ladder in spec["ladders"].items():
+        seeds = [len(setting_table_seeds(spec, s)) for s in ladder]
+        got = ladder_power(p["gap"], p["sd"], seeds, alpha) if sum(n - 1 for n in seeds) else 0.0
+        if got < need:
+            raise UserError(f"{path}: ladders[{name!r}] plans {seeds} seeds per rung: power {got:.2f} at sd={p['sd']}, "
+                            f"gap={p['gap']}, alpha={alpha:.3g}, below the registered {need}: plan more seeds "
+                            f"(setting_seeds), or a pilot")
+    if not spec["ladders"]:
+        for setting in spec["settings"]:
+            n = len(setting_table_seeds(spec, setting))
+            got = paired_power(p["gap"], p["sd"], n, alpha) if n >= 2 else 0.0
+            if got < need:
+                raise UserError(f"{path}: setting {setting!r} plans {n} seeds: power {got:.2f} at sd={p['sd']}, "
+                                f"gap={p['gap']}, alpha={alpha:.3g}, below the registered {need}: it needs "
+                                f"{seeds_for_power(p['gap'], p['sd'], alpha, need)} (or a pilot)")
+
+
+# What --scale_down sets in every setting: character-level Shakespeare (prepared by train.py on
+# its first run), a CPU in float32, uncompiled, a few iterations of 2 x 32 characters.
+MINIATURE = {"dataset": "shakespeare_char", "device": "cpu", "dtype": "float32", "compile": False, "vocab_size": 0,
+             "block_size": 32, "batch_size": 4, "gradient_accumulation_steps": 1, "max_iters": 50,
+             "warmup_iters": 5, "eval_interval": 50, "eval_iters": 8, "log_interval": 50, "sample_tokens": 0}
+MINIATURE_LR = 24  # AdamW's LRs (scale_lr too) times this: the 1/width rule from width 768 to the miniature's 32
+MINIATURE_GRID = [0.25, 0.5, 1.0, 2.0, 4.0]  # its LR grid: wider than a 0.12B file's, so its best is interior
+
+
+def scaled_down(overrides):
+    """A setting's overrides at miniature size, for running a GPU file end to end on a CPU through
+    the same code (sweep.py / plot.py --scale_down): MINIATURE, and the shape shrunk with its
+    proportions kept (width / 384 heads of 16, at least one; layers / 6; experts' d_ff / 24), so
+    a ladder's rungs still grow. Everything else is the file's: variants, seeds per setting, the
+    LR grid and tuning seeds, the LRs themselves (scale_lr's rule included), the pilot rule."""
+    out = {**overrides, **MINIATURE}
+    out |= {k: overrides[k] * MINIATURE_LR for k in ("learning_rate", "min_lr", "scale_lr") if k in overrides}
+    if "n_embd" in overrides:
+        heads = max(1, round(overrides["n_embd"] / 384))
+        out |= {"n_embd": 16 * heads, "n_head": heads}
+    if "n_layer" in overrides:
+        out["n_layer"] = max(1, overrides["n_layer"] // 6)
+    if overrides.get("expert_d_ff"):
+        out["expert_d_ff"] = max(16, overrides["expert_d_ff"] // 24)
+    return out
 
 
 def check_runs(spec, path):
@@ -218,10 +324,35 @@ def table_seeds(spec):
     return spec["seeds"] if spec["tuning_seeds"] or not spec["tune_lr"] else spec["seeds"][1:]
 
 
-def planned_table_seeds(spec):
-    """The table seeds planned before any look: those of seeds[:planned_seeds] (all when 0)."""
+def setting_table_seeds(spec, setting, finals=None):
+    """The table seeds one setting runs: its setting_seeds' first n; with a pilot, the pilot's until
+    it is recorded, then as many as its SD asks (pilot_rule). finals: {(variant, seed): final val
+    loss} of the setting's table runs recorded so far."""
+    seeds = table_seeds(spec)[:spec["setting_seeds"].get(setting, len(spec["seeds"]))]
+    return seeds[:pilot_rule(spec, finals)[0]] if spec["power"].get("pilot") else seeds
+
+
+def pilot_rule(spec, finals=None):
+    """(n, the pilot's SD or None): how many table seeds a setting plans under power's pilot rule
+    (module docstring): the pilot's k until every variant has them in finals ({(variant, seed):
+    final val loss} of that setting), then stats.seeds_for_power at the largest paired SD of the
+    claim rows over them, at least k and at most every table seed."""
+    p, seeds = spec["power"], table_seeds(spec)
+    pilot, finals = seeds[:p["pilot"]], finals or {}
+    if any((v, s) not in finals for v in spec["variants"] for s in pilot):
+        return p["pilot"], None
+    sd = max(statistics.stdev([finals[(v, s)] - finals[(r, s)] for s in pilot]) for v, r in claim_rows(spec))
+    n = seeds_for_power(p["gap"], sd, power_alpha(spec), p["power"], most=len(seeds)) if sd > 0 else p["pilot"]
+    return max(p["pilot"], n or len(seeds)), sd
+
+
+def planned_table_seeds(spec, setting=None, finals=None):
+    """The table seeds planned before any look: those of seeds[:planned_seeds] (all when 0), of the
+    setting's own when one is named (setting_table_seeds: a pilot's rule plans its later seeds
+    before they run, so they count as planned)."""
     planned = spec["seeds"][:spec["planned_seeds"]] if spec["planned_seeds"] else spec["seeds"]
-    return [s for s in table_seeds(spec) if s in planned]
+    own = table_seeds(spec) if setting is None else setting_table_seeds(spec, setting, finals)
+    return [s for s in own if s in planned]
 
 
 def tuning_seeds(spec):
@@ -263,9 +394,10 @@ def plan(spec, out_root, records=None):
     iter_mult, main, config, args, out_dir). `main` marks the runs of the seed table (the
     chosen LR, 1x tokens). Under tune_lr, before the LR sweep is recorded, seeds[1:] are
     placeholders with waiting=True. records: {hash: record} (load_records)."""
-    runs, seeds, table = [], spec["seeds"], table_seeds(spec)
+    runs = []
     sweeps = {tuning_setting(spec, s) for s in spec["settings"]}
     for setting in spec["settings"]:
+        table = seeds = setting_table_seeds(spec, setting, recorded_finals(spec, setting, records))
         for variant in spec["variants"]:
             chosen, why = lr_choice(spec, setting, variant, records) if spec["tune_lr"] else (1.0, "")
             jobs = [] if spec["tune_lr"] else [(s, 1.0, 1.0) for s in seeds]
@@ -291,6 +423,21 @@ def plan(spec, out_root, records=None):
                               config=run_config(spec, setting, variant, s)[0])  # at 1x: for estimates only
                          for s in table]
     return runs
+
+
+def recorded_finals(spec, setting, records):
+    """{(variant, seed): final val loss} of a setting's table runs (at the chosen LR) in records,
+    for a pilot's rule; {} without a pilot."""
+    if not spec["power"].get("pilot") or not records:
+        return {}
+    out = {}
+    for variant in spec["variants"]:
+        chosen = chosen_lr(spec, setting, variant, records) if spec["tune_lr"] else 1.0
+        for seed in table_seeds(spec) if chosen else []:
+            rec = records.get(run_config(spec, setting, variant, seed, chosen)[1])
+            if rec is not None:
+                out[(variant, seed)] = rec["final"]["val_loss"]
+    return out
 
 
 def state(run, records=None):

@@ -43,7 +43,9 @@ from checkpoint import atomic_write
 from configurator import GB, UserError, cli, estimate_size, folder_problem
 from model import GPT, model_config
 from optim import OPTIMIZERS, param_groups
-from research.ablation import load_ablation, plan, run_config, tuning_setting
+from research.ablation import (claim_rows, load_ablation, plan, power_alpha, run_config, setting_table_seeds,
+                               table_seeds, tuning_setting)
+from research.stats import ladder_power, paired_power, seeds_for_power
 from research.slurm import H100_PEAK_TFLOPS, MFU_ASSUMED
 from types import SimpleNamespace
 
@@ -88,6 +90,7 @@ def rung(cfgs):
     _, activations = estimate_size(cfg)
     return dict(total=model.num_params(), embedding=model.wte.weight.numel(), active=model.num_active_params(),
                 tokens=tokens, tokens_per_iter=tokens_per_iter, flops_token=model.flops_per_token(),
+                causal_token=model.flops_per_token(causal=True),
                 flops=model.flops_per_token() * tokens, memory_params=total, activations=activations,
                 state={"adamw": 20 * total, "muon": 20 * total - 4 * matrices},
                 per_variant_flops_token=[m.flops_per_token() for m in models])
@@ -121,18 +124,21 @@ def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
            f"only), memory of the largest variant. Parameters in millions; memory per GPU under DDP in GB "
            f"(activations: a float32 estimate; measured peaks can exceed it). Peak LRs before the tuned "
            f"multiplier: the matrices' by the file's width rule, the scale vectors' (and OR/ER magnitudes') "
-           f"scale_lr by their own, shown as `scales`.", "",
+           f"scale_lr by their own, shown as `scales`. FLOPs: the non-causal count (6 N + the whole T x T "
+           f"attention term: MFU's convention, comparable to published MFUs); the causal count, which halves "
+           f"that term, is beside it.", "",
            "| setting | params total / no emb. / active | tokens (B) | tokens per active param | iters | batch: "
            "seqs x block = micro x accum | FineWeb-Edu subset | GFLOP/token | GPU-h per run | DDP AdamW GB | "
            "DDP Muon GB | fits? | peak LR x the tuned multiplier |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     per_token = {}  # (setting, variant) -> FLOPs per token, for the totals (the LR and seed change none)
+    r_tokens = {}  # setting -> training tokens of a 1x run
     for setting in spec["settings"]:
         cfgs = [run_config(spec, setting, v, spec["seeds"][0])[0] for v in spec["variants"]]
         cfgs = [{**c, "vocab_size": c["vocab_size"] or 50257} for c in cfgs]
         cfg, r = cfgs[0], rung(cfgs)
         per_token |= {(setting, v): f for v, f in zip(spec["variants"], r["per_variant_flops_token"])}
-        subset = subset_for(r["tokens"])
+        subset, r_tokens[setting] = subset_for(r["tokens"]), r["tokens"]
         verdict = fits(r, cfg, gpu_bytes, OPTIMIZERS[cfg["optimizer"]].shards)
         out.append(
             f"| `{setting}` | {r['total'] / 1e6:,.0f} / {(r['total'] - r['embedding']) / 1e6:,.0f} / "
@@ -140,7 +146,7 @@ def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
             f"{cfg['max_iters']:,} | {r['tokens_per_iter'] // cfg['block_size']} x {cfg['block_size']} = "
             f"{cfg['batch_size']} x {cfg['gradient_accumulation_steps']} | "
             f"{subset or 'more than ' + FINEWEB_SUBSETS[-1][0]} (--train_tokens={r['tokens']:.3g}) | "
-            f"{r['flops_token'] / 1e9:.3g} | {hours(r['flops']):,.0f} | "
+            f"{r['flops_token'] / 1e9:.3g} (causal {r['causal_token'] / 1e9:.3g}) | {fmt_hours(hours(r['flops']))} | "
             f"{(r['state']['adamw'] + r['activations']) / GB:.0f} | {(r['state']['muon'] + r['activations']) / GB:.0f} | "
             f"{verdict} | {lr_text(cfg)} (from `{tuning_setting(spec, setting)}`) |")
     totals, runs = {}, plan(spec, "runs")
@@ -153,7 +159,45 @@ def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
     out += ["", f"Every run the file plans ({len(runs)}, LR sweeps on tuning seeds included): "
             + "; ".join(f"{label}: {h:,.0f} GPU-hours" for label, h in totals.items())
             + f"; in all {sum(totals.values()):,.0f} GPU-hours (training FLOPs only; evaluation adds a few %).", ""]
-    return "\n".join(out)
+    per_seed = {s: hours(sum(per_token[(s, v)] for v in spec["variants"]) * r_tokens[s]) for s in spec["settings"]}
+    return "\n".join(out + power_lines(spec, per_seed, sum(totals.values())))
+
+
+def fmt_hours(h):
+    """GPU-hours as the table shows them: whole hours from 10, two digits below."""
+    return f"{h:,.0f}" if h >= 10 else f"{h:.2g}"
+
+
+def power_lines(spec, per_seed, planned_hours):
+    """Markdown: the file's registered power analysis (ablation.py's `power`), what its planned seeds
+    reach, and with a pilot what each further seed costs. per_seed: {setting: GPU-hours of one more
+    table seed of every variant}; planned_hours: the plan's total."""
+    p = spec["power"]
+    if not p:
+        return []
+    alpha, rows = power_alpha(spec), len(spec["ladders"]) or len(claim_rows(spec))
+    out = [f"Power analysis (registered in the file): paired SD {p['sd']:g} assumed, smallest gap {p['gap']:g}, "
+           f"level {alpha:.3g} (0.05 over its {rows} {'ladders' if spec['ladders'] else 'claim rows'}: BH's strictest "
+           f"threshold), power {p['power']:.0%}.", ""]
+    for name, ladder in spec["ladders"].items():
+        seeds = [len(setting_table_seeds(spec, s)) for s in ladder]
+        out.append(f"- ladder `{name}`: seeds per rung {seeds}: power {ladder_power(p['gap'], p['sd'], seeds, alpha):.2f}")
+    if spec["ladders"]:
+        return out + [""]
+    for setting in spec["settings"]:
+        if p.get("pilot"):
+            most = len(table_seeds(spec))
+            n = seeds_for_power(p["gap"], p["sd"], alpha, p["power"], most=most) or most
+            extra = per_seed[setting]
+            out.append(f"- `{setting}`: a pilot of {p['pilot']} seeds (in the plan above: {planned_hours:,.0f} GPU-hours "
+                       f"through it); its largest paired SD then sets the seeds, {p['pilot']} to {most}, at "
+                       f"{extra:,.1f} GPU-hours each further seed: at the assumed SD {n} seeds (power "
+                       f"{paired_power(p['gap'], p['sd'], n, alpha):.2f}), {planned_hours + (n - p['pilot']) * extra:,.0f} "
+                       f"GPU-hours in all; at the cap {planned_hours + (most - p['pilot']) * extra:,.0f}")
+        else:
+            n = len(setting_table_seeds(spec, setting))
+            out.append(f"- `{setting}`: {n} planned seeds: power {paired_power(p['gap'], p['sd'], n, alpha):.2f}")
+    return out + [""]
 
 
 def lr_text(cfg):

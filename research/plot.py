@@ -90,8 +90,8 @@ from model import GPT, model_config  # noqa: E402
 from optim import lr_multiplier  # noqa: E402
 from research.ablation import (ROOT, load_ablation, load_records, lr_choice, plan,  # noqa: E402
                                planned_table_seeds, tuning_setting, tuning_seeds)
-from research.stats import (bh_adjust, fit_power_law, fmt_ci, interpolated_tokens, mean_ci,  # noqa: E402
-                            paired_t_p, tokens_to_reach, verdict)
+from research.stats import (bh_adjust, fit_power_law, fmt_ci, interpolated_tokens, ladder_multiplier,  # noqa: E402
+                            mean_ci, paired_t_p, tokens_to_reach, verdict)
 from checkpoint import read_log  # noqa: E402
 from configurator import UserError, cli, folder_problem  # noqa: E402
 
@@ -258,12 +258,12 @@ def collect(spec, records):
     return results, missing, mode
 
 
-def collect_all(paths, records):
+def collect_all(paths, records, scale_down=False):
     """([(spec, results, missing, mode)] from collect for each ablation file that has any record of
     its tables or of its tuning seeds' LR sweep, in the order given; [paths of those that have none])."""
     collected, skipped = [], []
     for path in paths:
-        spec = load_ablation(path)
+        spec = load_ablation(path, scale_down)
         results, missing, mode = collect(spec, records)
         if any(e["seeds"] or e["tuning"] for e in results.values()):
             collected.append((spec, results, missing, mode))
@@ -306,9 +306,11 @@ def comparisons(spec, results):
     base = list(spec["variants"])[0]
     pairs = [(s, v, base, spec["expected"].get(v)) for s in spec["settings"] for v in spec["variants"] if v != base]
     pairs += [(s, v, ref, exp) for s in spec["settings"] for v, ref, exp in spec["comparisons"]]
-    planned = planned_table_seeds(spec)
     out = []
     for setting, v, ref, expected in pairs:
+        finals = {(w, seed): final_val(rec) for w in spec["variants"]
+                  for seed, rec in results[(setting, w)]["seeds"].items()}
+        planned = planned_table_seeds(spec, setting, finals)
         seeds, diffs = paired(results, setting, v, ref)
         ci = mean_ci(diffs)
         c = dict(setting=setting, variant=v, reference=ref, seeds=seeds, diffs=diffs, ci=ci, expected=expected,
@@ -419,8 +421,10 @@ def claim_p_values(rows, key="diffs"):
     (paired_t_p, then bh_adjust over all of them at once); control rows stay out of the family.
     rows: [(comparison, names)] as summary builds them; key: "diffs" (every seed) or
     "planned_diffs" (the seeds planned before any look)."""
-    claims = [i for i, (c, _) in enumerate(rows) if c["expected"] and len(c[key]) > 1 and complete(c)]
-    return dict(zip(claims, bh_adjust([paired_t_p(rows[i][0][key]) for i in claims])))
+    claims = [i for i, (c, _) in enumerate(rows) if c["expected"] and len(c[key]) > 1 and complete(c)
+              and ("ladder" not in c or c["p"] is not None)]
+    return dict(zip(claims, bh_adjust([rows[i][0]["p"] if "ladder" in rows[i][0] else paired_t_p(rows[i][0][key])
+                                       for i in claims])))
 
 
 def complete(c):
@@ -434,7 +438,7 @@ def strength(c, p_planned):
     p survives the Benjamini-Hochberg correction (p_planned <= 0.05), "lead" when their interval
     excludes 0 only uncorrected, "-" otherwise (unresolved); "-" for a control row. A finding or lead
     on the other side of 0 than the claim says so ("lead, against the claim")."""
-    ci = mean_ci(c["planned_diffs"])
+    ci = c["planned_ci"] if "ladder" in c else mean_ci(c["planned_diffs"])
     if c["expected"] and not complete(c):
         return f"pending ({len(c['planned_diffs'])} of {c['planned_n']} planned seeds)"
     if not c["expected"] or p_planned is None or not excludes_zero(ci):
@@ -472,6 +476,7 @@ def summary(collected):
                     c = {**c, "expected": row[0]["expected"],  # a control's larger seed set, the claim kept
                          "verdict": verdict(c["ci"], len(c["diffs"]), row[0]["expected"])}
                 row[0] = c
+        rows += [[c, [spec["name"]]] for c in ladder_rows(spec, results) if c["diffs"]]
     adjusted, planned = claim_p_values(rows), claim_p_values(rows, "planned_diffs")
     out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | p (BH) | claim | verdict | "
            "strength |", "|---|---|---|---|---|---|---|---|---|"]
@@ -480,8 +485,11 @@ def summary(collected):
         p_txt = f"{planned[i]:#.3g}" if i in planned else "-"
         if k < n and i in adjusted:  # seeds added after a look: every seed's p, in its own family, beside
             p_txt += f" (all {n} seeds: {adjusted[i]:#.3g})"
+        seeds = f"{n}{f' ({k} planned)' if k < n else ''}" if "ladder" not in c else \
+            "per rung " + ", ".join(str(len(x)) for x in c["per_rung"].values())
+        diff = fmt_ci(c["ci"]) if "ladder" not in c else f"compute multiplier {ladder_text(c)}"
         out.append(f"| {', '.join(f'`{n}`' for n in names)} | {c['setting']} | {c['variant']} - {c['reference']} | "
-                   f"{n}{f' ({k} planned)' if k < n else ''} | {fmt_ci(c['ci'])} | {p_txt} | "
+                   f"{seeds} | {diff} | {p_txt} | "
                    f"{c['expected'] or '(control)'} | {c['verdict']} | {strength(c, planned.get(i))} |")
     claims = [(i, c) for i, (c, _) in enumerate(rows) if c["expected"] and complete(c)]
     pending = sum(1 for c, _ in rows if c["expected"] and not complete(c))
@@ -503,8 +511,11 @@ def summary(collected):
             f"{sum(w.startswith('lead') for w in words)} leads (the interval excludes 0 only uncorrected), "
             f"{sum(w.endswith('against the claim') for w in words)} of these against their claim, the rest "
             f"unresolved. With every seed: {excluding} exclude 0 and {sum(p <= 0.05 for p in adjusted.values())} "
-            f"survive the correction (the verdicts stay the intervals'). Runs: {'; '.join(modes)}. Full tables: "
-            f"<ablation>.md beside this summary."]
+            f"survive the correction (the verdicts stay the intervals'). "
+            + ("A ladder's row is its compute multiplier (> 1: the variant reaches the reference's loss with less "
+               "compute) with its 95% interval over seeds and rungs; its sign on the loss scale, and its p, join "
+               "the same family. " if any("ladder" in c for c, _ in rows) else "")
+            + f"Runs: {'; '.join(modes)}. Full tables: <ablation>.md beside this summary."]
     return "\n".join(out)
 
 
@@ -705,50 +716,72 @@ def multiplier_table(spec, results):
 PAPER_TPP = (80, 125)
 
 
-def ladder_fit(spec, results, ladder):
-    """The compute multiplier along a ladder (spec["ladders"][ladder]: settings of growing size).
+def ladder_rows(spec, results):
+    """Per ladder (spec["ladders"]: settings of growing size) and variant, the compute multiplier
+    against the reference (the first variant) with its interval over seeds: stats.ladder_multiplier
+    on each rung's planned seeds that both have (the reference's mean final loss per rung fitted
+    against training compute C = train_flops, L(C) = E + A C^-alpha; the seed spreads pooled over
+    the rungs with several seeds). A summary row each: setting = the ladder's name; ci on the loss
+    scale (-ln M and its interval: negative, the variant reaches the loss with less compute), so
+    the summary's words and signs read as the paired rows'; p its t test; claim from expected.
+    Keys beyond comparisons': "ladder" (the ladder_multiplier result, or the reason there is none),
+    "per_rung" {setting: seeds used}, "tpp" {setting: tokens per parameter}."""
+    ref, rows = list(spec["variants"])[0], []
+    for name, settings in spec["ladders"].items():
+        tpp = {st: run_tokens(results[(st, ref)]["config"]) / results[(st, ref)]["params"]
+               for st in settings if results[(st, ref)]["config"] and results[(st, ref)]["params"]}
+        for v in (v for v in spec["variants"] if v != ref):
+            per_rung, diffs, planned_n, args = {}, [], 0, ([], [], [], [])
+            for st in settings:
+                a, b = results[(st, v)]["seeds"], results[(st, ref)]["seeds"]
+                planned = planned_table_seeds(spec, st)
+                planned_n += len(planned)
+                seeds = [s for s in planned if s in a and s in b]
+                per_rung[st] = seeds
+                diffs += [final_val(a[s]) - final_val(b[s]) for s in seeds]
+                if seeds:
+                    args[0].append(train_flops(b[seeds[0]]["config"]))
+                    args[1].append([final_val(b[s]) for s in seeds])
+                    args[2].append([final_val(a[s]) for s in seeds])
+                    args[3].append(train_flops(a[seeds[0]]["config"]))
+            try:
+                fit = ladder_multiplier(args[0], args[1], args[2], args[3]) if len(args[0]) == len(settings) else \
+                    f"rungs without a paired seed: {', '.join(st for st in settings if not per_rung[st])}"
+            except ValueError as e:
+                fit = str(e)
+            ok = isinstance(fit, dict) and math.isfinite(fit["multiplier"])
+            ci = None if not ok else (-math.log(fit["multiplier"]), None, None) if fit["low"] is None else \
+                (-math.log(fit["multiplier"]), -math.log(fit["high"]), -math.log(fit["low"]))
+            expected = spec["expected"].get(v)
+            word = ("-" if not expected else "unresolved" if ci is None else
+                    "unresolved (one seed a rung: no interval)" if ci[1] is None else
+                    verdict(ci, fit["df"] + 1, expected))
+            rows.append(dict(setting=name, variant=v, reference=ref, seeds=sorted({s for x in per_rung.values()
+                                                                                   for s in x}),
+                             diffs=diffs, planned_diffs=diffs, planned_n=planned_n, ci=ci, planned_ci=ci,
+                             p=fit["p"] if ok else None, expected=expected, verdict=word, key=("ladder", name, v),
+                             ladder=fit, per_rung=per_rung, tpp=tpp))
+    return rows
 
-    Per seed, the reference's (first variant's) final loss at each rung against its training compute
-    C (train_flops) is fitted by L(C) = E + A C^-alpha (stats.fit_power_law, as the token multiplier's
-    fit); a variant's multiplier at a rung is C_ref(L_variant) / C_variant (the compute the reference
-    needs to reach the variant's loss over the variant's own), divided by the same ratio for the
-    reference's own run at that rung, so the reference scores exactly 1. Returns (reference, {seed: fit
-    or error text}, {seed: (lowest, highest) compute of the reference's rungs}, {variant: {setting:
-    {seed: (multiplier, compute needed)}}}, tokens per parameter per rung)."""
-    ref, settings = list(spec["variants"])[0], spec["ladders"][ladder]
-    fits, span, points = {}, {}, {}
-    seeds = sorted({seed for st in settings for seed in results[(st, ref)]["seeds"]})
-    for seed in seeds:
-        pts = sorted((train_flops(results[(st, ref)]["seeds"][seed]["config"]), final_val(results[(st, ref)]["seeds"][seed]))
-                     for st in settings if seed in results[(st, ref)]["seeds"])
-        points[seed] = pts
-        span[seed] = (pts[0][0], pts[-1][0])
-        try:
-            fits[seed] = fit_power_law(*zip(*pts)) if len(pts) >= 3 else f"{len(pts)} rungs recorded"
-        except ValueError as e:
-            fits[seed] = str(e)
-    per_variant = {}
-    for v in (v for v in spec["variants"] if v != ref):
-        for st in settings:
-            for seed, rec in results[(st, v)]["seeds"].items():
-                own = results[(st, ref)]["seeds"].get(seed)
-                if not isinstance(fits.get(seed), tuple) or own is None:
-                    continue
-                need = tokens_to_reach(fits[seed], final_val(rec))
-                norm = tokens_to_reach(fits[seed], final_val(own)) / train_flops(own["config"])
-                per_variant.setdefault(v, {}).setdefault(st, {})[seed] = (need / train_flops(rec["config"]) / norm,
-                                                                          need)
-    tpp = {st: run_tokens(results[(st, ref)]["config"]) / results[(st, ref)]["params"]
-           for st in settings if results[(st, ref)]["config"] and results[(st, ref)]["params"]}
-    return ref, fits, span, per_variant, tpp
+
+def ladder_text(c):
+    """'M [low, high]' of a ladder row (ladder_rows), or why it has none."""
+    fit = c["ladder"]
+    if not isinstance(fit, dict):
+        return f"no multiplier ({fit})"
+    if fit["low"] is None:
+        return f"x{fit['multiplier']:.3f} (no rung with two seeds: no interval)"
+    return f"x{fit['multiplier']:.3f} [{fit['low']:.3f}, {fit['high']:.3f}]"
 
 
 def ladder_table(spec, results):
-    """Markdown: per ladder, the fit and each variant's compute multiplier per rung and over the rungs
-    (ladder_fit); called the paper's quantity only where every rung is at its regime (PAPER_TPP, BPE)."""
-    out = []
-    for ladder, settings in spec["ladders"].items():
-        ref, fits, span, per_variant, tpp = ladder_fit(spec, results, ladder)
+    """Markdown: per ladder and variant the compute multiplier with its 95% interval, p and verdict
+    (ladder_rows), the multiplier at each rung, and the seeds each rung used; called the paper's
+    quantity only where every rung is at its regime (PAPER_TPP, BPE)."""
+    out, rows = [], ladder_rows(spec, results)
+    for name, settings in spec["ladders"].items():
+        mine = [c for c in rows if c["setting"] == name]
+        tpp, ref = mine[0]["tpp"], mine[0]["reference"]
         cfg = results[(settings[0], ref)]["config"] or {}
         paper = unit(cfg) == "tokens" and len(tpp) == len(settings) and \
             all(PAPER_TPP[0] <= t <= PAPER_TPP[1] for t in tpp.values())
@@ -756,33 +789,27 @@ def ladder_table(spec, results):
         what = ("the paper's compute multiplier (its regime: about 100 tokens per parameter)" if paper else
                 f"a compute multiplier, not the paper's quantity (its regime is about 100 BPE tokens per parameter; "
                 f"these rungs: {regime_txt or 'no config yet'} {unit(cfg)} per parameter)")
-        out += [f"Ladder `{ladder}` ({', '.join(f'`{s}`' for s in settings)}): {what}. Per seed, `{ref}`'s final "
-                f"loss at each rung against its training compute C (FLOPs per token x tokens) is fitted by "
-                f"L(C) = E + A C^-alpha; a variant's multiplier at a rung is the compute `{ref}` needs to reach "
-                f"the variant's loss over the variant's compute, divided by the same ratio for `{ref}`'s own run "
-                f"there (> 1: the variant is more compute-efficient). With n rungs the fit has n - 3 degrees of "
-                f"freedom.", ""]
-        for seed in sorted(fits):
-            f = fits[seed]
-            out.append(f"- seed {seed}: " + (f"E = {f[0]:.4f}, A = {f[1]:.4g}, alpha = {f[2]:.3f}"
-                                             if isinstance(f, tuple) else f"no fit ({f})"))
-        out += ["", "| variant | " + " | ".join(f"`{s}`" for s in settings) + " | mean over rungs | note |",
-                "|---|" + "---|" * len(settings) + "---|---|"]
-        for v, by_setting in per_variant.items():
-            cells, means, outside = [], [], []
-            for st in settings:
-                vals = [m for m, _ in by_setting.get(st, {}).values()]
-                cells.append(", ".join(f"{m:.3f}" for m in vals) or "-")
-                means += vals
-                outside += [st for seed, (_, need) in by_setting.get(st, {}).items()
-                            if not span[seed][0] <= need <= span[seed][1]]
-            finite = all(math.isfinite(m) for m in means)
-            note = "; ".join(filter(None, [
-                "" if finite else "a loss below the fit's floor E: unbounded",
-                f"extrapolated beyond the ladder's compute at {', '.join(f'`{s}`' for s in outside)}" if outside
-                else ""])) or "-"
-            mean = f"{statistics.fmean(means):.3f}" if means and finite else "-"
-            out.append(f"| {v} | " + " | ".join(cells) + f" | {mean} | {note} |")
+        out += [f"Ladder `{name}` ({', '.join(f'`{s}`' for s in settings)}): {what}. `{ref}`'s mean final loss per "
+                f"rung against its training compute C (FLOPs per token x tokens) is fitted by L(C) = E + A C^-alpha; "
+                f"a variant's multiplier at a rung is the compute `{ref}` needs to reach the variant's mean loss over "
+                f"the variant's compute, divided by the same ratio for `{ref}`'s own (> 1: the variant is more "
+                f"compute-efficient); the ladder's is their geometric mean. 95% t interval by the delta method, the "
+                f"seed spreads (paired differences, and `{ref}`'s losses through the fit) pooled over the rungs with "
+                f"two seeds or more; p: its t test of a multiplier of 1; verdict from the interval against 1.", ""]
+        for c in mine:
+            if isinstance(c["ladder"], dict):
+                e, amp, alpha = c["ladder"]["fit"]
+                out.append(f"- fit of `{ref}`: E = {e:.4f}, A = {amp:.4g}, alpha = {alpha:.3f}")
+                break
+        out += ["", "| variant | " + " | ".join(f"`{s}`" for s in settings) + " | multiplier [95% CI] | p | df | "
+                "verdict | seeds per rung |", "|---|" + "---|" * len(settings) + "---|---|---|---|---|"]
+        for c in mine:
+            fit = c["ladder"]
+            cells = [f"{m:.3f}" for m in fit["per_rung"]] if isinstance(fit, dict) else ["-"] * len(settings)
+            p_txt = "-" if c["p"] is None else f"{c['p']:#.3g}"
+            df = fit["df"] if isinstance(fit, dict) else "-"
+            out.append(f"| {c['variant']} | " + " | ".join(cells) + f" | {ladder_text(c)} | {p_txt} | {df} | "
+                       f"{c['verdict']} | {', '.join(str(len(x)) for x in c['per_rung'].values())} |")
         out.append("")
     return out
 
@@ -1044,21 +1071,24 @@ def save_figure(fig, path):
 
 
 def plot_ladder(spec, results, path):
-    """Per ladder: each variant's final loss against training compute at each rung, and the
-    reference's fit L(C) = E + A C^-alpha per seed (ladder_fit)."""
-    ladders = list(spec["ladders"])
+    """Per ladder: each variant's final loss against training compute at each rung (every seed),
+    and the reference's fit L(C) = E + A C^-alpha to its mean per rung (ladder_rows)."""
+    ladders, rows = list(spec["ladders"]), ladder_rows(spec, results)
     fig, axes = plt.subplots(1, len(ladders), figsize=(6 * len(ladders), 4.5), squeeze=False)
     for ax, ladder in zip(axes[0], ladders):
-        ref, fits, span, _, _ = ladder_fit(spec, results, ladder)
+        ref = list(spec["variants"])[0]
         for j, v in enumerate(spec["variants"]):
             pts = sorted((train_flops(r["config"]), final_val(r)) for st in spec["ladders"][ladder]
                          for r in results[(st, v)]["seeds"].values())
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "osD^v<>"[j % 7], color=f"C{j % 10}", label=v,
                     mfc=None if v == ref else "none")
-        for seed, f in fits.items():
-            if isinstance(f, tuple):
-                c = np.geomspace(span[seed][0] * 0.8, span[seed][1] * 1.25, 100)
-                ax.plot(c, f[0] + f[1] * c ** -f[2], "-", color="C0", lw=1)
+        fit = next((c["ladder"] for c in rows if c["setting"] == ladder and isinstance(c["ladder"], dict)), None)
+        if fit:
+            compute = [train_flops(r["config"]) for st in spec["ladders"][ladder]
+                       for r in results[(st, ref)]["seeds"].values()]
+            c = np.geomspace(min(compute) * 0.8, max(compute) * 1.25, 100)
+            e, amp, alpha = fit["fit"]
+            ax.plot(c, e + amp * c ** -alpha, "-", color="C0", lw=1)
         loss_against_log(ax, "training compute (FLOPs, log)", f"{spec['name']}: {ladder}; fit of {ref}: "
                          f"L(C) = E + A C^-alpha")
     save_figure(fig, path)
@@ -1144,6 +1174,8 @@ def main(argv):
     p.add_argument("--results", default=None, help="the run records (sweep.py writes them; default results/)")
     p.add_argument("--out", default="out-plots", help="folder for tables and figures (assets/ is the committed one)")
     p.add_argument("--readme", default="", help="also write the summary table into this file's summary block")
+    p.add_argument("--scale_down", action="store_true", help="the files at CPU-miniature size, as sweep.py "
+                   "--scale_down ran them (records: default results-scaled-down/)")
     args = p.parse_args(argv)
     problem = folder_problem(args.out) if args.out.strip() else "empty: name a folder for the figures"
     if problem:  # said before anything is read or drawn
@@ -1159,13 +1191,13 @@ def main(argv):
         return
     if not args.ablations:
         raise UserError("give ablation files (configs/ablations/*.py), or --run=OUT_DIR for one run's curves")
-    args.results = args.results or "results"
+    args.results = args.results or ("results-scaled-down" if args.scale_down else "results")
     records = load_records(args.results)
     if args.readme:  # checked before any drawing
         check_readme(args.readme, args.ablations)
     os.makedirs(args.out, exist_ok=True)
     schedules = {}
-    collected, skipped = collect_all(args.ablations, records)
+    collected, skipped = collect_all(args.ablations, records, args.scale_down)
     for path in skipped:
         print(f"{path}: no run records in {args.results}/ (run: python -m research.sweep {path}); skipped\n")
     for spec, results, missing, mode in collected:

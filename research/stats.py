@@ -1,8 +1,9 @@
 """The statistics of the ablation tables, apart from drawing: Student t intervals and p values,
-Benjamini-Hochberg adjustment, verdicts, and the power-law fit of the token multiplier.
+Benjamini-Hochberg adjustment, verdicts, the power-law fit of the token multiplier, the power of
+a paired protocol (how many seeds it plans), and a ladder's compute multiplier with its interval.
 
 research/plot.py's docstring states the rules these implement (and results/README.md in
-prose); tests/test_sweep.py checks each against hand computations and reference values.
+prose); tests/test_stats.py checks each against hand computations and reference values.
 """
 
 import math
@@ -140,7 +141,8 @@ def fit_power_law(tokens, losses):
     For a fixed E in [0, min L), A and alpha come from the linear least-squares
     fit of log(L - E) = log A - alpha log D (a fit in log space, not in L); E
     is then chosen to minimize the squared error in L itself over a grid of
-    2,000 values, refined by golden-section search between its grid neighbours.
+    2,000 values, refined by golden-section search between its grid neighbours
+    to 1e-12 of min L.
     Raises ValueError for fewer than 3 points or a fit whose loss does not
     fall with tokens (alpha <= 0).
     """
@@ -148,21 +150,29 @@ def fit_power_law(tokens, losses):
     if len(d) < 3 or len(set(d.tolist())) < 3:
         raise ValueError(f"a power law with offset needs >= 3 token budgets, got {sorted(set(d.tolist()))}")
     x = np.log(d)
+    xc = x - x.mean()
 
-    def solve(e):
-        slope, intercept = np.polyfit(x, np.log(y - e), 1)
-        return float(np.sum((e + np.exp(intercept + slope * x) - y) ** 2)), math.exp(intercept), -slope
+    def solve(e):  # e: an array of offsets; the log-space line for each (closed-form least squares)
+        z = np.log(y - np.asarray(e, dtype=np.float64)[..., None])
+        slope = (z * xc).sum(-1) / (xc * xc).sum()
+        intercept = z.mean(-1) - slope * x.mean()
+        fitted = e[..., None] + np.exp(intercept[..., None] + slope[..., None] * x)
+        return ((fitted - y) ** 2).sum(-1), np.exp(intercept), -slope
 
     top = float(y.min())
     grid = top * np.arange(2000) / 2000
-    k = int(np.argmin([solve(e)[0] for e in grid]))
+    k = int(np.argmin(solve(grid)[0]))
     lo, hi = grid[max(k - 1, 0)], (grid[k + 1] if k + 1 < len(grid) else top * (1 - 1e-9))
     g = (math.sqrt(5) - 1) / 2
     for _ in range(100):
+        if hi - lo <= 1e-12 * top:  # E to 12 digits: beyond what the losses' float noise resolves
+            break
         a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-        lo, hi = (lo, b) if solve(a)[0] < solve(b)[0] else (a, hi)
+        err = solve(np.array([a, b]))[0]
+        lo, hi = (lo, b) if err[0] < err[1] else (a, hi)
     e = (lo + hi) / 2
-    _, amp, alpha = solve(e)
+    _, amp, alpha = solve(np.array(e))
+    amp, alpha = float(amp), float(alpha)
     if alpha <= 0:
         raise ValueError(f"the loss does not fall with tokens (alpha={alpha:.3g}): no multiplier")
     return e, amp, alpha
@@ -184,3 +194,137 @@ def tokens_to_reach(fit, loss):
     return math.inf if loss <= e else (amp / (loss - e)) ** (1 / alpha)
 
 
+
+
+# -----------------------------------------------------------------------------
+# Power: how many seeds a protocol needs before it runs
+
+
+def t_test_power(ncp, df, alpha=0.05):
+    """Power of a two-sided t test at level alpha: P(|T'| > t_{1-alpha/2, df}), T' a noncentral
+    Student t with integer df >= 1 and noncentrality ncp (the true effect over its standard error).
+
+    T' = (Z + ncp) / S with S = sqrt(chi2_df / df), so the power is the expectation over S of
+    Phi(ncp - c S) + Phi(-ncp - c S); S's density, df^(df/2) s^(df-1) exp(-df s^2 / 2) /
+    (2^(df/2 - 1) Gamma(df/2)), is integrated by the trapezoid rule on 4,001 points up to where it
+    is below 1e-16 (absolute error below 1e-6 against Monte Carlo and published tables: a paired
+    test with effect size 1 over 10 seeds at alpha 0.05 has power 0.803, Cohen 1988, Table 2.3.5).
+    """
+    if df < 1 or df != int(df):
+        raise ValueError(f"df={df} must be a positive integer")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha={alpha} must be in (0, 1)")
+    c = t_quantile(1 - alpha / 2, df)
+    top = 1 + 12 / math.sqrt(df) + 12  # the density of S is negligible past it
+    s = np.linspace(0.0, top, 4001)
+    log_density = (df / 2) * math.log(df) - (df / 2 - 1) * math.log(2) - math.lgamma(df / 2) - df * s ** 2 / 2
+    with np.errstate(divide="ignore"):
+        density = np.exp(log_density + (df - 1) * np.log(s)) if df > 1 else np.exp(log_density)
+    erf = np.vectorize(math.erf)
+    tails = 0.5 * (1 + erf((ncp - c * s) / math.sqrt(2))) + 0.5 * (1 + erf((-ncp - c * s) / math.sqrt(2)))
+    return float(np.trapezoid(tails * density, s))
+
+
+def paired_power(gap, sd, n, alpha=0.05):
+    """Power of the two-sided paired t test (paired_t_p) at level alpha over n >= 2 seeds, when the
+    true mean paired difference is gap and the paired differences' SD is sd (same units, > 0):
+    t_test_power(gap sqrt(n) / sd, n - 1, alpha)."""
+    if n < 2:
+        raise ValueError(f"n={n}: a paired t test needs at least 2 seeds")
+    if sd <= 0:
+        raise ValueError(f"sd={sd} must be > 0")
+    return t_test_power(abs(gap) * math.sqrt(n) / sd, n - 1, alpha)
+
+
+def seeds_for_power(gap, sd, alpha=0.05, power=0.8, most=100):
+    """The fewest seeds n >= 2 whose paired t test (paired_power) reaches `power` for this gap and
+    SD at level alpha; None when more than `most` would be needed."""
+    return next((n for n in range(2, most + 1) if paired_power(gap, sd, n, alpha) >= power), None)
+
+
+def family_alpha(rows, q=0.05):
+    """The per-row level that BH at false discovery rate q never asks less of: q / rows (Bonferroni;
+    BH rejects every row Bonferroni rejects, and more when several rows are real). A power
+    computed at it holds for a row of a BH family of `rows` rows whatever the other rows show."""
+    return q / rows
+
+
+# -----------------------------------------------------------------------------
+# A ladder's compute multiplier with an interval over seeds
+
+
+def ladder_multiplier(compute, ref_losses, variant_losses, variant_compute=None, level=0.95):
+    """The compute multiplier of a variant along a ladder of R >= 3 rungs, with a t interval over seeds.
+
+    compute: the reference's training FLOPs per rung (R,); ref_losses, variant_losses: per rung, the
+    final losses of the seeds run there, paired (the same seeds, in the same order; a rung may have
+    one); variant_compute: the variant's FLOPs per rung (default: the reference's).
+    The reference's mean loss per rung is fitted by L(C) = E + A C^-alpha (fit_power_law); at
+    rung r, ln M_r = ln C(V_r) - ln C(L_r) - ln(C_var,r / C_r), where C(L) = (A / (L - E))^(1/alpha)
+    inverts the fit and V_r, L_r are the rung's mean losses (so the reference scores exactly 1);
+    the ladder's multiplier is M = exp(mean_r ln M_r) (> 1: the variant reaches the reference's
+    loss with less compute).
+    Interval, by the delta method on ln M, from two seed spreads pooled over the rungs that have two
+    seeds or more (df = sum_r (n_r - 1) each): s_D^2 of the paired differences D = variant -
+    reference, which move ln M_r by -D / (alpha (L_r - E)) (the fit's local slope), and s_L^2 of the
+    reference's losses, a seed's shift common to both arms, which moves ln M only through the fit
+    (its gradient taken numerically, one refit per rung). SE(ln M)^2 = sum_r [s_D^2 / (n_r (alpha
+    (L_r - E))^2) / R^2 + g_r^2 s_L^2 / n_r]; the interval is exp(ln M +- t SE) with the
+    Welch-Satterthwaite df of the two parts, the p value the two-sided t test of ln M = 0.
+    Pooling, not a bootstrap within rungs: a rung of one seed (the costly rungs) has no spread of
+    its own, and a bootstrap within rungs treats it as exact (an interval too narrow: the test
+    shows it). Pooling assumes the seed SDs do not grow with size (published spreads shrink with
+    size, so the interval errs wide). tests/test_stats.py checks the coverage by simulation.
+    Returns dict(multiplier, low, high, p, df, se_log, per_rung [M_r], fit (E, A, alpha)); low,
+    high, p are None when no rung has two seeds. Raises ValueError as fit_power_law, and for
+    unpaired inputs.
+    """
+    rungs = len(compute)
+    if not (len(ref_losses) == len(variant_losses) == rungs) or any(
+            len(a) != len(b) or not a for a, b in zip(ref_losses, variant_losses)):
+        raise ValueError("ref_losses and variant_losses need the same seeds per rung, at least one each")
+    variant_compute = compute if variant_compute is None else variant_compute
+    ref_mean = [statistics.fmean(r) for r in ref_losses]
+    var_mean = [statistics.fmean(v) for v in variant_losses]
+    flops_ratio = [math.log(cv / c) for c, cv in zip(compute, variant_compute)]
+
+    def log_multipliers(ref_at, var_at):
+        e, amp, alpha = fit = fit_power_law(compute, ref_at)
+        need = lambda loss: math.inf if loss <= e else math.log(amp / (loss - e)) / alpha  # noqa: E731
+        return [need(v) - need(r) - f for v, r, f in zip(var_at, ref_at, flops_ratio)], fit
+
+    logs, fit = log_multipliers(ref_mean, var_mean)
+    e, _, alpha = fit
+    log_m = statistics.fmean(logs)
+    diffs = [[b - a for a, b in zip(r, v)] for r, v in zip(ref_losses, variant_losses)]
+    df = sum(len(d) - 1 for d in diffs)
+    out = dict(multiplier=math.exp(log_m) if math.isfinite(log_m) else math.inf, low=None, high=None, p=None,
+               df=df, se_log=None, per_rung=[math.exp(x) if math.isfinite(x) else math.inf for x in logs], fit=fit)
+    if df == 0 or not math.isfinite(log_m):
+        return out
+    pooled = lambda groups: sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups) / df  # noqa: E731
+    part_d = sum(pooled(diffs) / (len(d) * (alpha * (r - e)) ** 2) for d, r in zip(diffs, ref_mean)) / rungs ** 2
+    h, gradient = 1e-4, []
+    for k in range(rungs):  # a common shift of rung k's seeds: both arms move, the fit with them
+        shift = [h if i == k else 0.0 for i in range(rungs)]
+        moved, _ = log_multipliers([r + s for r, s in zip(ref_mean, shift)], [v + s for v, s in zip(var_mean, shift)])
+        gradient.append((statistics.fmean(moved) - log_m) / h)
+    part_l = sum(g ** 2 * pooled(ref_losses) / len(r) for g, r in zip(gradient, ref_losses))
+    se = math.sqrt(part_d + part_l)
+    dof = df if se == 0 else (part_d + part_l) ** 2 / ((part_d ** 2 + part_l ** 2) / df)
+    half = t_quantile(0.5 + level / 2, max(1, round(dof))) * se
+    p = (0.0 if log_m else 1.0) if se == 0 else max(0.0, 1.0 - t_cdf_two_sided(log_m / se, max(1, round(dof))))
+    return {**out, "low": math.exp(log_m - half), "high": math.exp(log_m + half), "p": p, "se_log": se,
+            "df": max(1, round(dof))}
+
+
+def ladder_power(gap, sd, seeds_per_rung, alpha=0.05):
+    """Power of ladder_multiplier's t test to tell a multiplier m from 1, where at every rung m moves
+    the loss by `gap` (so its local slope is gap / ln m) and the paired SD is sd: its
+    noncentrality ln M / SE(ln M) is gap R / (sd sqrt(sum_r 1 / n_r)), with df = sum_r (n_r - 1).
+    seeds_per_rung: n_r per rung (>= 1; some rung >= 2)."""
+    df = sum(n - 1 for n in seeds_per_rung)
+    if df < 1 or min(seeds_per_rung) < 1:
+        raise ValueError(f"seeds per rung {seeds_per_rung}: each >= 1, and some rung >= 2 (a spread to pool)")
+    ncp = abs(gap) * len(seeds_per_rung) / (sd * math.sqrt(sum(1 / n for n in seeds_per_rung)))
+    return t_test_power(ncp, df, alpha)

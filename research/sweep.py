@@ -6,6 +6,7 @@
     python -m research.plot configs/ablations/c8_unified.py               # then: tables and figures from results/
     python -m research.sweep configs/ablations/c8_unified.py --slurm --partition=gpu --gpus_per_node=8  # as Slurm jobs
     python -m research.sweep configs/ablations/ladder.py --settings='*_tpp20' --dry_run  # some settings only
+    python -m research.sweep configs/ablations/c8_d012.py --scale_down   # a GPU file, end to end on a CPU (~minutes)
 
 The ablation file format, how runs are paired and named, and the records: ablation.py.
 
@@ -222,20 +223,25 @@ def parse_flags(argv):
     absolute (train.py runs with cwd = this folder) and writable, before any training."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ablations", nargs="+", help="ablation files (configs/ablations/*.py)")
-    p.add_argument("--out_root", default="runs", help="where runs train (checkpoints, logs; not committed)")
-    p.add_argument("--results", default="results", help="where run records go (committed)")
+    p.add_argument("--out_root", default="", help="where runs train (checkpoints, logs; not committed; default runs/)")
+    p.add_argument("--results", default="", help="where run records go (committed; default results/)")
     p.add_argument("--parallel", type=int, default=0, help="runs at a time (default: GPUs present, else 1)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / parallel)")
     p.add_argument("--dry_run", action="store_true", help="list the runs and their state; run nothing")
     p.add_argument("--settings", default="", help="comma-separated patterns (e.g. '*_tpp20'): only the settings "
                    "they match, with the LR sweeps that choose their LRs")
+    p.add_argument("--scale_down", action="store_true", help="a GPU file at CPU-miniature size, end to end through "
+                   "the same code (ablation.scaled_down: every rule kept, the shapes shrunk; default folders "
+                   "runs-scaled-down/ and results-scaled-down/, never the committed results/)")
     slurm.add_flags(p)
     args = p.parse_args(argv)
     if args.status and not args.slurm:
         raise UserError("--status lists the runs' Slurm jobs: give it with --slurm")
     if args.parallel < 0 or args.threads < 0:
         raise UserError(f"--parallel={args.parallel} / --threads={args.threads}: must be >= 1 (0 = the default)")
-    args.out_root, args.results = os.path.abspath(args.out_root), os.path.abspath(args.results)
+    suffix = "-scaled-down" if args.scale_down else ""
+    args.out_root = os.path.abspath(args.out_root or "runs" + suffix)
+    args.results = os.path.abspath(args.results or "results" + suffix)
     for flag, folder in (("--out_root", args.out_root), ("--results", args.results)):
         problem = folder_problem(folder)
         if problem and not (args.dry_run and os.path.isdir(folder)):  # a dry run writes nothing
@@ -258,7 +264,7 @@ def print_plan(runs, states, records, parallel):
 
 def main(argv):
     args = parse_flags(argv)
-    specs = [load_ablation(path) for path in args.ablations]
+    specs = [load_ablation(path, args.scale_down) for path in args.ablations]
     slurm.resolve_flags(args, specs)
     if args.slurm:
         slurm.check_flags(args)

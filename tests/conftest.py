@@ -27,4 +27,6 @@ def add_row(monkeypatch, section, key, row):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: a real pre-trained model, lm-eval (a minute each on 2 cores); -m 'not slow' skips them")
+    config.addinivalue_line("markers", "slow: a real pre-trained model, lm-eval, torchrun, GPU files at miniature "
+                                       "size, large simulations (a minute or more each on 2 cores); -m 'not slow' "
+                                       "skips them")

@@ -1,16 +1,19 @@
-"""The size ladder: its file (shapes, budgets, LR transfer), its plan (research/ladder.py), the
-compute-multiplier fit across rungs (research/plot.py), and the sweep's --settings selection."""
+"""The size ladder and the 0.12B protocol: their files (shapes, budgets, LR transfer, power
+analyses), their plans (research/ladder.py), the compute-multiplier fit across rungs with its
+interval (research/plot.py), the pilot rule, the sweep's --settings selection, and both files run
+end to end at miniature size (--scale_down)."""
 
 import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
 from configurator import UserError, estimate_size
 from conftest import ROOT
 from model import GPT, model_config
-from research import ablation, plot, sweep
+from research import ablation, plot, stats, sweep
 from research.ladder import main as ladder_main, plan_table, subset_for
 from test_sweep import fake_rows, write_ablation
 
@@ -166,15 +169,63 @@ def test_the_ladder_fit_recovers_a_known_compute_multiplier(tmp_path):
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     record_law(spec, results, k=1.25)
     collected = plot.collect(spec, sweep.load_records(results))[0]
-    ref, fits, span, per_variant, tpp = plot.ladder_fit(spec, collected, "widths")
-    assert ref == "baseline" and fits[1][2] == pytest.approx(ALPHA, rel=1e-3)
-    for setting in spec["settings"]:
-        assert per_variant["unified"][setting][1][0] == pytest.approx(1.25, rel=1e-3)
+    [row] = plot.ladder_rows(spec, collected)
+    assert row["ladder"]["fit"][2] == pytest.approx(ALPHA, rel=1e-3)
+    assert row["ladder"]["per_rung"] == pytest.approx([1.25] * 4, rel=1e-3)
+    assert row["ladder"]["multiplier"] == pytest.approx(1.25, rel=1e-3) and row["ladder"]["low"] is None
     md = "\n".join(plot.ladder_table(spec, collected))
-    assert "| unified | 1.250 | 1.250 | 1.250 | 1.250 | 1.250 |" in md
+    assert "| unified | 1.250 | 1.250 | 1.250 | 1.250 | x1.250 (no rung with two seeds: no interval) | - | 0 | " \
+           "unresolved (one seed a rung: no interval) | 1, 1, 1, 1 |" in md
     assert "not the paper's quantity" in md  # 4 iterations of 64 tokens: far below 100 tokens per parameter
     assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
     assert (tmp_path / "out" / "tiny_ladder.png").stat().st_size > 0
+
+
+def test_a_ladders_interval_over_seeds_is_in_its_table_and_the_summary_with_its_strength(tmp_path):
+    """Seeds 1-3 at the two smaller rungs, one at the larger ones (setting_seeds), losses on the law
+    with a per-seed noise: the table's multiplier, interval and p are stats.ladder_multiplier's on
+    the records' own numbers, and the summary carries the ladder as a claim row in the BH family,
+    its sign on the loss scale (negative: the variant needs less compute)."""
+    rungs = {f"w{w}": {"n_embd": w, "n_head": 2, "max_iters": 4, "warmup_iters": 2, "eval_interval": 4}
+             for w in (16, 32, 48, 64)}
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': {'reparam': 'or'}}\nexpected = {'unified': 'lower'}\n"
+        f"settings = {rungs!r}\nseeds = [1, 2, 3]\nladders = {{'widths': {list(rungs)!r}}}\n"
+        "setting_seeds = {'w48': 1, 'w64': 1}\n"))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    noise = {(s, v): 0.002 * ((7 * s + 3 * (v == "unified")) % 5 - 2) for s in (1, 2, 3) for v in spec["variants"]}
+    losses = {}
+    for run in sweep.plan(spec, "runs"):
+        c = plot.train_flops(run["config"]) * (1.2 if run["variant"] != "baseline" else 1)
+        losses[(run["setting"], run["variant"], run["seed"])] = loss = E + A * c ** -ALPHA + noise[(run["seed"],
+                                                                                                     run["variant"])]
+        ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], loss), spec["name"]))
+    assert sorted(s for st, v, s in losses if st == "w64") == [1, 1] and len([k for k in losses if k[0] == "w16"]) == 6
+    collected = plot.collect(spec, sweep.load_records(results))[0]
+    [row] = plot.ladder_rows(spec, collected)
+    seeds = {st: [1, 2, 3] if st in ("w16", "w32") else [1] for st in rungs}
+    flops = {st: plot.train_flops(ablation.build_config(spec, st, "baseline", 1)) for st in rungs}
+    flops_u = {st: plot.train_flops(ablation.build_config(spec, st, "unified", 1)) for st in rungs}
+    want = stats.ladder_multiplier([flops[st] for st in rungs],
+                                   [[losses[(st, "baseline", s)] for s in seeds[st]] for st in rungs],
+                                   [[losses[(st, "unified", s)] for s in seeds[st]] for st in rungs],
+                                   [flops_u[st] for st in rungs])
+    assert row["ladder"]["multiplier"] == pytest.approx(want["multiplier"], rel=1e-9)
+    assert (row["ladder"]["low"], row["ladder"]["high"], row["p"]) == pytest.approx(
+        (want["low"], want["high"], want["p"]), rel=1e-9)
+    assert row["ci"][0] == pytest.approx(-math.log(want["multiplier"])) and row["ci"][1] < row["ci"][0] < row["ci"][2]
+    md = "\n".join(plot.ladder_table(spec, collected))
+    assert f"x{want['multiplier']:.3f} [{want['low']:.3f}, {want['high']:.3f}] | {want['p']:#.3g} |" in md
+    assert "| 3, 3, 1, 1 |" in md
+    table = plot.summary([(spec, collected, [], None)])
+    line = next(ln for ln in table.splitlines() if "| widths |" in ln)
+    assert f"compute multiplier x{want['multiplier']:.3f}" in line and "per rung 3, 3, 1, 1" in line
+    paired = [stats.paired_t_p([losses[(st, "unified", s)] - losses[(st, "baseline", s)] for s in (1, 2, 3)])
+              for st in ("w16", "w32")]  # the rungs with 3 seeds are claim rows of their own; 1 seed: none
+    assert f"| {stats.bh_adjust(paired + [want['p']])[2]:#.3g} |" in line  # the ladder's p, BH over all three
+    word = "reproduced" if want["low"] > 1 else "unresolved" if want["high"] > 1 else "contradicted"
+    assert f"| lower | {word} |" in line
+    assert "A ladder's row is its compute multiplier" in table
 
 
 def test_the_ladder_is_called_the_papers_quantity_only_at_its_regime(tmp_path):
@@ -217,3 +268,110 @@ def test_a_tuning_map_runs_one_sweep_per_source_and_the_settings_flag_keeps_it(t
     assert {(r["setting"], r["seed"]) for r in picked} == {("small", 9), ("big", 1)}  # its LR's sweep comes along
     with pytest.raises(UserError, match=r"--settings: 'huge' match no setting"):
         sweep.main([path, "--settings=huge", "--dry_run", f"--results={tmp_path / 'r'}"])
+
+
+# -----------------------------------------------------------------------------
+# The 0.12B protocol: its power analysis, its pilot rule, and both GPU files at miniature size
+
+PROTOCOL = os.path.join(ROOT, "configs", "ablations", "c8_d012.py")
+
+
+def test_the_protocol_registers_its_power_and_shares_the_ladders_runs():
+    """c8_d012.py: 2 claim rows (level 0.025), a pilot of 4 of 10 seeds, and at its assumed SD the
+    seeds stats.seeds_for_power gives; its baseline and unified runs are the ladder's adamw_d012_tpp20
+    runs (same hashes), so records serve both; and the plan prints the pilot's GPU-hours."""
+    spec, ladder = sweep.load_ablation(PROTOCOL), sweep.load_ablation(LADDER)
+    assert ablation.claim_rows(spec) == [("unified", "baseline"), ("unified", "norm_only")]
+    assert ablation.power_alpha(spec) == 0.025 and ablation.power_alpha(ladder) == 0.05 / 8
+    assert [r["seed"] for r in sweep.plan(spec, "runs") if r["main"] and r["variant"] == "baseline"] == [1, 2, 3, 4]
+    mine = {(r["variant"], r["seed"], r["lr_mult"]): r["hash"] for r in sweep.plan(spec, "runs") if r["hash"]}
+    theirs = {(r["variant"], r["seed"], r["lr_mult"]): r["hash"] for r in sweep.plan(ladder, "runs")
+              if r["hash"] and r["setting"] == "adamw_d012_tpp20"}
+    shared = mine.keys() & theirs.keys()
+    assert len(shared) == 12 and all(mine[k] == theirs[k] for k in shared)  # 2 arms x 2 tuning seeds x 3 LRs
+    text = plan_table(spec, 80, 989, 0.4, "assumed")
+    n = stats.seeds_for_power(0.009, 0.005, 0.025, 0.8)
+    assert f"at the assumed SD {n} seeds (power {stats.paired_power(0.009, 0.005, n, 0.025):.2f})" in text
+    assert "level 0.025 (0.05 over its 2 claim rows" in text and "(causal " in text
+
+
+def test_the_pilots_sd_sets_the_planned_seeds_by_the_registered_rule(tmp_path):
+    """Four pilot seeds recorded with paired differences of a known SD: the plan then holds seeds
+    1..n with n = seeds_for_power at the larger of the two claim rows' SDs (at least the pilot, at
+    most every seed), and the tables count them as planned, never as added after a look."""
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': {'reparam': 'or'}, 'norm_only': {'mlp_placement': 'in_norm'}}\n"
+        "expected = {'unified': 'lower'}\ncomparisons = [('unified', 'norm_only', 'lower')]\n"
+        "settings = {'s': {}}\nseeds = list(range(1, 13))\n"
+        "power = {'sd': 0.005, 'gap': 0.009, 'power': 0.8, 'pilot': 4}\n"))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    pilot_runs = sweep.plan(spec, "runs")
+    assert sorted({r["seed"] for r in pilot_runs}) == [1, 2, 3, 4]
+    spread = {1: -0.004, 2: 0.004, 3: -0.002, 4: 0.002}  # unified's own noise; norm_only's is half of it
+    loss = {"baseline": 3.0, "unified": 2.99, "norm_only": 2.995}
+    for r in pilot_runs:
+        noise = spread[r["seed"]] * {"baseline": 0, "unified": 1, "norm_only": 0.5}[r["variant"]]
+        ablation.write_record(results, ablation.make_record(r, fake_rows(r["config"], loss[r["variant"]] + noise),
+                                                            spec["name"]))
+    sd = max(np.std([spread[s] for s in range(1, 5)], ddof=1),
+             np.std([0.5 * spread[s] for s in range(1, 5)], ddof=1))
+    want = max(4, stats.seeds_for_power(0.009, sd, 0.025, 0.8) or 12)
+    records = sweep.load_records(results)
+    planned = sorted({r["seed"] for r in sweep.plan(spec, "runs", records)})
+    assert planned == list(range(1, want + 1)) and 4 < want < 12
+    assert ablation.pilot_rule(spec, {(v, s): loss[v] + spread[s] * {"baseline": 0, "unified": 1, "norm_only": 0.5}[v]
+                                      for v in loss for s in range(1, 5)}) == (want, pytest.approx(sd))
+    for r in sweep.plan(spec, "runs", records):
+        if r["seed"] > 4:
+            ablation.write_record(results, ablation.make_record(r, fake_rows(r["config"], loss[r["variant"]]),
+                                                                spec["name"]))
+    collected = plot.collect(spec, sweep.load_records(results))[0]
+    rows = plot.comparisons(spec, collected)
+    assert all(len(c["seeds"]) == want and "added after a look" not in c["verdict"] for c in rows)
+
+
+@pytest.mark.parametrize("line, match", [
+    ("power = {'sd': 0.005, 'gap': 0.009, 'power': 0.8}", r"setting 's' plans 3 seeds: power 0\.\d\d .* needs \d+"),
+    ("power = {'sd': 0.005, 'gap': 0.009, 'power': 0.5}", r"power = .*'power': 0.8 to 1"),
+    ("power = {'sd': 0.005, 'gap': 0.009, 'power': 0.8, 'pilot': 2}", r"'pilot': 4 or more of its 3 table seeds"),
+    ("power = {'sd': -1, 'gap': 0.009, 'power': 0.8}", r"'sd': SD > 0"),
+    ("power = {'sd': 0.005, 'gap': 0.009, 'power': 0.8, 'seeds': 3}", r"power = "),
+    ("setting_seeds = {'nope': 1}", r"setting_seeds\['nope'\] = 1: name a setting of \['s'\]"),
+    ("setting_seeds = {'s': 9}", r"setting_seeds\['s'\] = 9: .* a count from 1 to its 3 table seeds"),
+    ("power = {'sd': 0.02, 'gap': 0.009, 'power': 0.8}\nsettings = {'a': {}, 'b': {}, 'c': {}}\n"
+     "ladders = {'l': ['a', 'b', 'c']}", r"ladders\['l'\] plans \[3, 3, 3\] seeds per rung: power 0\.\d\d"),
+])
+def test_a_file_that_cannot_reach_its_registered_power_is_refused(tmp_path, line, match):
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': {'reparam': 'or'}}\nexpected = {'unified': 'lower'}\n"
+        f"settings = {{'s': {{}}}}\nseeds = [1, 2, 3]\n{line}\n"))
+    with pytest.raises(UserError, match=match):
+        sweep.load_ablation(path)
+
+
+@pytest.mark.slow
+def test_the_protocol_and_two_rungs_of_the_ladder_run_end_to_end_at_miniature_size(tmp_path):
+    """sweep.py --scale_down: c8_d012.py's LR sweep, pilot, the rule's further seeds, then the
+    ladder's two smallest AdamW dense rungs (their d012 runs are the protocol's: recorded once), all
+    on the CPU, uncompiled, with every rule of the files; plot.py --scale_down draws both."""
+    results, runs = str(tmp_path / "results"), str(tmp_path / "runs")
+    flags = [f"--results={results}", f"--out_root={runs}", "--scale_down", "--parallel=2"]
+    assert sweep.main([PROTOCOL, *flags]) == 0
+    spec, records = sweep.load_ablation(PROTOCOL, scale_down=True), sweep.load_records(results)
+    plan = sweep.plan(spec, "runs", records)
+    assert all(r["hash"] in records for r in plan)  # nothing waits: tuned, piloted, planned, run
+    finals = {(r["variant"], r["seed"]): records[r["hash"]]["final"]["val_loss"] for r in plan if r["main"]}
+    sd = max(np.std([finals[(v, s)] - finals[(ref, s)] for s in range(1, 5)], ddof=1)
+             for v, ref in ablation.claim_rows(spec))
+    n = max(4, stats.seeds_for_power(0.009, sd, 0.025, 0.8, most=10) or 10)
+    assert sorted({s for _, s in finals}) == list(range(1, n + 1))
+    assert all(not rec["config"]["compile"] and rec["config"]["device"] == "cpu" for rec in records.values())
+    subset = "--settings=adamw_d012_tpp20,adamw_d05_tpp20"
+    assert sweep.main([LADDER, *flags, subset]) == 0
+    ladder, records = sweep.load_ablation(LADDER, scale_down=True), sweep.load_records(results)
+    wanted = [r for r in sweep.plan(ladder, "runs", records)
+              if r["setting"] in ("adamw_d012_tpp20", "adamw_d05_tpp20")]
+    assert all(r["hash"] in records for r in wanted)
+    assert sorted({r["seed"] for r in wanted if r["main"] and r["setting"] == "adamw_d05_tpp20"}) == [1, 2, 3]
+    assert plot.main([PROTOCOL, LADDER, f"--results={results}", f"--out={tmp_path / 'out'}", "--scale_down"]) is None
+    assert "| `c8_d012` | adamw_d012_tpp20 | unified - baseline |" in (tmp_path / "out" / "summary.md").read_text()

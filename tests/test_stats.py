@@ -90,3 +90,108 @@ def test_power_law_fit_recovers_known_parameters_and_multiplier():
     assert stats.tokens_to_reach((e, amp, alpha), 1.4) == math.inf
     with pytest.raises(ValueError, match="needs >= 3"):
         stats.fit_power_law(d[:2], [3.0, 2.9])
+
+
+# -----------------------------------------------------------------------------
+# Power and the ladder's interval, by simulation (fixed seeds: the same draws every run)
+
+
+def test_the_power_of_a_paired_t_test_matches_cohens_table_and_a_monte_carlo():
+    """Effect size 1 over 10 seeds at alpha 0.05: 0.803 (Cohen 1988, Table 2.3.5); and, for the
+    protocols' kind of case, the share of 40,000 simulated seed sets the paired t test rejects,
+    within 4 Monte Carlo standard errors."""
+    assert stats.paired_power(1.0, 1.0, 10, 0.05) == pytest.approx(0.803, abs=5e-4)
+    rng = np.random.default_rng(0)
+    for n, gap, sd, alpha in ((2, 0.01, 0.004, 0.05), (5, 0.009, 0.004, 0.025), (8, 0.004, 0.006, 0.0125)):
+        x = rng.normal(gap, sd, (40_000, n))
+        t = x.mean(1) / (x.std(1, ddof=1) / math.sqrt(n))
+        simulated = float((np.abs(t) > stats.t_quantile(1 - alpha / 2, n - 1)).mean())
+        power = stats.paired_power(gap, sd, n, alpha)
+        assert abs(simulated - power) < 4 * math.sqrt(power * (1 - power) / 40_000), (n, simulated, power)
+    n = stats.seeds_for_power(0.009, 0.004, 0.025, 0.8)  # the fewest seeds: n reaches 80%, n - 1 does not
+    assert stats.paired_power(0.009, 0.004, n, 0.025) >= 0.8 > stats.paired_power(0.009, 0.004, n - 1, 0.025)
+    assert stats.seeds_for_power(0.001, 0.1, most=50) is None
+    assert stats.family_alpha(2) == 0.025
+
+
+def synthetic_ladder(rng, multiplier, seeds, sd_pair, sd_seed, e=1.8, amp=1.5, alpha=0.15):
+    """A ladder of rungs 4x apart in compute whose reference follows L(C) = e + amp (C / 1e18)^-alpha
+    and whose variant reaches at C the reference's loss at multiplier x C: per seed a shift common
+    to both arms (sd_seed) and a paired difference's own noise (sd_pair)."""
+    compute = 1e18 * 4.0 ** np.arange(len(seeds))
+    curve = lambda c: e + amp * (c / 1e18) ** -alpha  # noqa: E731
+    ref, var = [], []
+    for c, n in zip(compute, seeds):
+        common, own = rng.normal(0, sd_seed, n), rng.normal(0, sd_pair, n)
+        ref.append(list(curve(c) + common))
+        var.append(list(curve(multiplier * c) + common + own))
+    return compute, ref, var
+
+
+def test_the_ladder_interval_covers_the_true_multiplier_and_narrower_ones_do_not():
+    """500 synthetic ladders (3, 3, 1, 1 seeds: the costly rungs once) with a known multiplier of 1.22:
+    the 95% interval holds it within 3 Monte Carlo standard errors of 95% (bound +-0.029). Two
+    intervals that leave seed noise out fail the same bound: one that treats the one-seed rungs as
+    exact (a bootstrap within rungs sees no spread there), and one with the normal's 1.96 for the
+    t quantile of few seeds."""
+    rng, runs, truth = np.random.default_rng(7), 500, math.log(1.22)
+    covered = {"t, pooled": 0, "one-seed rungs exact": 0, "normal quantile": 0}
+    for _ in range(runs):
+        compute, ref, var = synthetic_ladder(rng, 1.22, [3, 3, 1, 1], sd_pair=0.01, sd_seed=0.01)
+        r = stats.ladder_multiplier(compute, ref, var)
+        covered["t, pooled"] += r["low"] <= 1.22 <= r["high"]
+        miss = abs(math.log(r["multiplier"]) - truth)
+        covered["normal quantile"] += miss <= 1.96 * r["se_log"]
+        e, _, alpha = r["fit"]
+        diffs = [np.subtract(v, x) for x, v in zip(ref, var)]
+        pooled = sum(((d - d.mean()) ** 2).sum() for d in diffs) / sum(len(d) - 1 for d in diffs)
+        narrow = math.sqrt(sum(pooled / (len(d) * (alpha * (np.mean(x) - e)) ** 2)
+                               for d, x in zip(diffs, ref) if len(d) > 1)) / len(ref)
+        covered["one-seed rungs exact"] += miss <= stats.t_quantile(0.975, r["df"]) * narrow
+    bound = 3 * math.sqrt(0.95 * 0.05 / runs)
+    share = {k: v / runs for k, v in covered.items()}
+    assert abs(share["t, pooled"] - 0.95) <= bound, share
+    assert share["one-seed rungs exact"] < 0.95 - bound and share["normal quantile"] < 0.95 - bound, share
+
+
+def test_the_ladder_multiplier_is_exact_without_noise_and_refuses_unpaired_seeds():
+    compute, ref, var = synthetic_ladder(np.random.default_rng(0), 1.25, [1, 1, 1, 1], 0.0, 0.0)
+    r = stats.ladder_multiplier(compute, ref, var)
+    assert r["multiplier"] == pytest.approx(1.25, rel=1e-4) and r["low"] is None and r["df"] == 0
+    assert r["per_rung"] == pytest.approx([1.25] * 4, rel=1e-4)
+    # a variant with 10% more FLOPs per token at the same loss is 1/1.1 as efficient
+    same = stats.ladder_multiplier(compute, ref, ref, variant_compute=[1.1 * c for c in compute])
+    assert same["multiplier"] == pytest.approx(1 / 1.1, rel=1e-9)
+    with pytest.raises(ValueError, match="same seeds per rung"):
+        stats.ladder_multiplier(compute, ref, [v[:0] for v in var])
+
+
+@pytest.mark.slow
+def test_the_ladder_power_is_what_simulated_ladders_show():
+    """ladder_power's noncentral t, with each rung's own slope of the simulated curve, against the
+    share of 1,500 synthetic ladders whose interval excludes 1 (within 4 Monte Carlo standard
+    errors); and the coverage at two more noise mixes (1,500 ladders each, 3 standard errors)."""
+    seeds, sd, multiplier, alpha = [3, 3, 1, 1], 0.02, 1.22, 0.05
+    rng, runs = np.random.default_rng(11), 1500
+    excluded = 0
+    for _ in range(runs):
+        compute, ref, var = synthetic_ladder(rng, multiplier, seeds, sd_pair=sd, sd_seed=0.0)
+        excluded += stats.ladder_multiplier(compute, ref, var)["low"] > 1
+    compute = 1e18 * 4.0 ** np.arange(4)
+    slopes = [0.15 * 1.5 * (c / 1e18) ** -0.15 for c in compute]  # -dL/dlnC of the synthetic curve
+    se = sd * math.sqrt(sum(1 / (n * s ** 2) for n, s in zip(seeds, slopes))) / len(seeds)
+    power = stats.t_test_power(math.log(multiplier) / se, sum(n - 1 for n in seeds), alpha)
+    assert 0.3 < power < 0.95  # a case where the comparison can fail either way
+    # one-sided share (the interval's low end above 1) vs the two-sided power: the other side's share is ~0
+    assert abs(excluded / runs - power) < 4 * math.sqrt(power * (1 - power) / runs), (excluded / runs, power)
+    # ladder_power is the same noncentral t when every rung's slope is gap / ln m
+    gap = 0.009
+    uniform = sd * math.sqrt(sum(1 / n for n in seeds)) / len(seeds) / (gap / math.log(multiplier))
+    assert stats.ladder_power(gap, sd, seeds, alpha) == pytest.approx(
+        stats.t_test_power(math.log(multiplier) / uniform, sum(n - 1 for n in seeds), alpha))
+    for sd_pair, sd_seed in ((0.004, 0.02), (0.02, 0.004)):
+        covered = sum(
+            (lambda r: r["low"] <= multiplier <= r["high"])(stats.ladder_multiplier(
+                *synthetic_ladder(rng, multiplier, seeds, sd_pair=sd_pair, sd_seed=sd_seed)))
+            for _ in range(runs))
+        assert abs(covered / runs - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / runs), (sd_pair, sd_seed, covered / runs)

@@ -395,9 +395,7 @@ def comparison(summary, train_cmd, vocab_size):
     cfg, _ = load_config(train_cmd[train_cmd.index("train.py") + 1:])
     with torch.device("meta"):
         model = GPT(model_config({**cfg, "vocab_size": vocab_size}))
-    c = model.config
-    conventional = model.flops_per_token()
-    causal = conventional - 6 * c.n_layer * c.n_head * c.head_dim * c.block_size
+    conventional, causal = model.flops_per_token(), model.flops_per_token(causal=True)
     train, bench = summary["stages"].get("train", {}), summary["stages"].get("bench", {})
     mfu = train.get("mfu_percent")
     return {"flops_per_token": {"conventional": conventional, "causal": causal, "causal_share": causal / conventional},

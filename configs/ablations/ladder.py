@@ -30,8 +30,16 @@
 # parameter, per optimizer and family) so the transfer from 0.12B to 0.5B is checked by data, and
 # the smallest rung tunes at 100 tokens per parameter too (the 20 -> 100 transfer): each
 # setting takes the choice of the largest tuned rung at or below its size, at its own budget
-# where that rung tuned at it, else at 20. One table seed per rung, planned: the ladder's
-# evidence is the fit across rungs, not an interval over seeds.
+# where that rung tuned at it, else at 20.
+# Seeds and power: each ladder's compute multiplier comes with a 95% t interval over seeds
+# (research/stats.py ladder_multiplier: the seed spreads pooled over the rungs that have several,
+# since a costly rung runs once) and a p value; its strength words are the summary's, BH over the
+# file's 8 ladders. Power analysis (stats.ladder_power): the same assumptions as c8_d012.py's at
+# 0.12B, paired SD 0.005 nats per token at every rung (seed spreads shrink with size, so the
+# larger rungs' is cautious) and a multiplier of 1.22 moving the loss by 0.009 at every rung (the
+# 0.12B token-multiplier slope; the slope along a ladder is steeper, so again cautious), at level
+# 0.05 / 8 and 80% power. The seeds go where they are cheap: dense 8, 3, 1, 1 seeds (d012, d05, d1,
+# d2: power 0.81), MoE 10, 3, 1 (power 0.84); 3, 3, 1, 1 would give 0.42.
 claim = "C8 across sizes: the paper's unified is more compute-efficient than the baseline (0.12B-2B, dense and MoE)"
 base = "configs/baseline_124m.py"
 variants = {
@@ -74,7 +82,10 @@ def _setting(optimizer, rung, tpp):
 settings = {f"{o}_{r}_tpp{t}": _setting(o, r, t) for o in _OPTIMIZERS for t in (20, 100) for r in _RUNGS}
 ladders = {f"{o} {family} {t} tokens/parameter": [f"{o}_{r}_tpp{t}" for r in _RUNGS if r[0] == family[0]]
            for o in _OPTIMIZERS for family in ("dense", "moe") for t in (20, 100)}
-seeds = [1]
+seeds = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+setting_seeds = {f"{o}_{r}_tpp{t}": n for o in _OPTIMIZERS for t in (20, 100)
+                 for r, n in {"d012": 8, "d05": 3, "d1": 1, "d2": 1, "m012": 10, "m05": 3, "m1": 1}.items()}
+power = {"sd": 0.005, "gap": 0.009, "power": 0.8}
 tuning_seeds = [101, 102]
 lr_multipliers = [0.25, 0.5, 1.0, 2.0, 4.0]
 tune_lr = True
