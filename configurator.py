@@ -208,6 +208,10 @@ SECTIONS = {
         "fsdp": added(False, None, "FSDP2 under torchrun: shard each block's parameters, gradients and AdamW "
                                    "state over the processes (for a model whose state does not fit one GPU under "
                                    "DDP)", absent=False),
+        "cpu_numerics": added("native", Choices("native", "portable"),
+                              '"native": the CPU kernels this CPU dispatches to | "portable": one kernel level on '
+                              'every x86-64 CPU with AVX2 (ops.PORTABLE_ENV, set before torch loads; changes the '
+                              'numbers, so never pair its runs with native ones)', absent="native"),
         "ddp_timeout_s": (600, Range(1, 10**7, why="a timedelta of it must exist; 10**7 s is 115 days"),
                           "seconds a DDP collective may wait"),
     },

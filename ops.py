@@ -148,6 +148,40 @@ class Run:
     tracker: Any  # a W&B run, or None
 
 
+# cpu_numerics="portable": the settings that decide which CPU kernels run, each fixed to one level
+# every x86-64 CPU with AVX2 has (Intel since 2013, AMD since 2015), so a run's numbers need not
+# depend on the CPU type. Each is read when torch (or MKL, or inductor) loads, so it must be in the
+# environment before: train.py's command line re-executes itself with them (numerics_env). What
+# they cost and what a run made without them varies with: results/README.md (records).
+PORTABLE_ENV = {
+    "ATEN_CPU_CAPABILITY": "avx2",  # ATen's kernels, and inductor's vector width (its default follows it)
+    "MKL_CBWR": "COMPATIBLE",  # MKL's GEMM: the conditional-reproducibility branch that holds on non-Intel CPUs
+    "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3",  # inductor's C++ flags: -march=x86-64-v3 (AVX2, FMA), not native
+}
+
+
+def numerics_env(cfg):
+    """{variable: value} of PORTABLE_ENV this process lacks under cpu_numerics="portable" ({} when it
+    has them all, or for "native"). cfg: a config dict or namespace."""
+    if (cfg["cpu_numerics"] if isinstance(cfg, dict) else cfg.cpu_numerics) != "portable":
+        return {}
+    return {k: v for k, v in PORTABLE_ENV.items() if os.environ.get(k) != v}
+
+
+def check_numerics(cfg):
+    """UserError unless cpu_numerics="portable" found its environment (numerics_env) and torch took it:
+    its kernels dispatch to AVX2 (a CPU without AVX2 falls back to less, and is refused)."""
+    missing = numerics_env(cfg)
+    if missing:
+        prefix = " ".join(f"{k}={v}" for k, v in missing.items())
+        raise UserError(f"cpu_numerics='portable' needs {prefix} in the environment before torch loads: give "
+                        f"--cpu_numerics=portable on train.py's command line (it sets them and restarts), or "
+                        f"prefix the command with them")
+    if cfg.cpu_numerics == "portable" and torch.backends.cpu.get_cpu_capability() != "AVX2":
+        raise UserError(f"cpu_numerics='portable' runs AVX2 kernels, and this CPU dispatches to "
+                        f"{torch.backends.cpu.get_cpu_capability()}: use cpu_numerics='native' here")
+
+
 def setup(cfg, given, held):
     """(Run, the checkpoint dict to resume from or None): the run's state before any model exists.
 
@@ -169,6 +203,7 @@ def setup(cfg, given, held):
     cfg, ckpt, held_run = start_config(cfg, given)
     check_config({**cfg, "vocab_size": cfg["vocab_size"] or recorded_vocab_size(cfg["dataset"])})  # the real logits
     cfg = SimpleNamespace(**cfg)
+    check_numerics(cfg)
     if cfg.hf_model and ckpt is None and cfg.hf_check and owner:  # the folder as transformers reads it (CPU)
         check_folder(cfg, lambda line: print(line, flush=True))
     device_name, dtype = resolve_device(cfg.device, cfg.dtype)

@@ -35,7 +35,9 @@ after the same step.
 """
 
 import math
+import os
 import signal
+import sys
 import time
 from contextlib import ExitStack, nullcontext
 
@@ -50,7 +52,7 @@ from checkpoint import save_run_checkpoint
 from configurator import UserError, cli, load_config, usage
 from model import GPT
 from ops import (STOP_NOTE, Progress, StopSignals, begin, choices, compile_errors, describe, diverged,
-                 end_of_run_sample, setup, shard, stop_signal, write_log)
+                 end_of_run_sample, numerics_env, setup, shard, stop_signal, write_log)
 from optim import build_optimizers, lr_multiplier, set_lr
 
 
@@ -283,6 +285,9 @@ def main(argv):
         return 0
     try:
         cfg, given = load_config(argv)
+        env = numerics_env(cfg)
+        if env:  # read as torch loads: only a fresh process takes them (cpu_numerics="portable")
+            os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv], {**os.environ, **env})
         stopped = train(cfg, given)["stopped"]
         if stopped:
             return 128 + signal.Signals[stopped].value

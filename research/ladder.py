@@ -14,7 +14,9 @@ configs and the model itself (built on the meta device, nothing allocated):
                --subset, with --train_tokens)
   FLOPs        per token (GPT.flops_per_token: 6 N_active + attention), and per run
   GPU-hours    a run's training FLOPs over (peak bf16 FLOP/s x MFU); MFU: the --gpu_check summary's
-               measured value (its 124M training stage, assumed to carry over), else 40%, assumed
+               measured value (its protocol stage: the baseline at the smallest rung's own shape, the
+               0.12B protocol's; else its 124M training stage; assumed to carry over to the larger
+               rungs), else 40%, assumed
   memory/GPU   under DDP, for the variant with the most parameters: float32 weights, gradients
                and DDP's gradient buckets (12 bytes a parameter) and optimizer state (AdamW: 8;
                Muon: 4 for the matrices it steps, AdamW's 8 for the rest, from the model's own
@@ -54,17 +56,22 @@ FINEWEB_SUBSETS = (("sample-10BT", 10e9), ("sample-100BT", 100e9), ("sample-350B
 
 
 def measured_mfu(path):
-    """The MFU (a fraction) of gpu_check's training stage from its summary.json; UserError when it has none."""
+    """(MFU as a fraction, the stage that measured it) from a gpu_check summary.json: its protocol
+    stage (the baseline at the 0.12B protocol's own shape, 16 x 2048 tokens a micro-step) where that
+    ran, else its 124M training stage (context 1024); UserError when neither measured one."""
     try:
         with open(path) as f:
-            mfu = json.load(f)["stages"]["train"].get("mfu_percent")
+            stages = json.load(f)["stages"]
+        found = [(name, stages[name].get("mfu_percent")) for name in ("protocol", "train") if name in stages]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UserError(f"--gpu_check={path}: not a gpu_check summary.json ({type(e).__name__}: {e})") from None
+    stage, mfu = next(((n, m) for n, m in found if m is not None), (None, None))
     if mfu is None:
-        raise UserError(f"--gpu_check={path}: its training stage measured no MFU (a CPU run, or an unknown GPU)")
+        raise UserError(f"--gpu_check={path}: neither its protocol nor its training stage measured an MFU (a CPU "
+                        f"run, an unknown GPU, or both stages failed)")
     if type(mfu) not in (int, float) or not 0 < mfu <= 100:
-        raise UserError(f"--gpu_check={path}: mfu_percent={mfu!r} is not a percentage in (0, 100]")
-    return mfu / 100
+        raise UserError(f"--gpu_check={path}: {stage} stage's mfu_percent={mfu!r} is not a percentage in (0, 100]")
+    return mfu / 100, stage
 
 
 def subset_for(tokens):
@@ -234,7 +241,8 @@ def main(argv):
     if args.mfu:
         mfu, source = args.mfu, "--mfu"
     elif args.gpu_check:
-        mfu, source = measured_mfu(args.gpu_check), f"measured by gpu_check: {args.gpu_check}"
+        mfu, stage = measured_mfu(args.gpu_check)
+        source = f"measured by gpu_check's {stage} stage ({args.gpu_check}), assumed to carry over to every rung"
     else:
         mfu, source = MFU_ASSUMED, "assumed until gpu_check measures it"
     table = plan_table(load_ablation(args.ablation), args.gpu_memory_gb, args.peak_tflops, mfu, source)

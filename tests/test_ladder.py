@@ -129,14 +129,19 @@ def test_a_missing_or_cpu_gpu_check_summary_is_one_line(tmp_path):
     with pytest.raises(UserError, match="not a gpu_check summary.json"):
         measured_mfu(str(tmp_path / "none.json"))
     (tmp_path / "s.json").write_text('{"stages": {"train": {"mfu_percent": null}}}')
-    with pytest.raises(UserError, match="measured no MFU"):
+    with pytest.raises(UserError, match="measured an MFU"):
         measured_mfu(str(tmp_path / "s.json"))
     for bad in ('[1]', '{"stages": {"train": {"mfu_percent": "x"}}}'):
         (tmp_path / "s.json").write_text(bad)
         with pytest.raises(UserError, match=r"not a gpu_check summary.json|is not a percentage"):
             measured_mfu(str(tmp_path / "s.json"))
     (tmp_path / "s.json").write_text('{"stages": {"train": {"mfu_percent": 42.5}}}')
-    assert measured_mfu(str(tmp_path / "s.json")) == 0.425
+    assert measured_mfu(str(tmp_path / "s.json")) == (0.425, "train")
+    # the protocol stage (the smallest rung's own shape) wins where it measured one
+    (tmp_path / "s.json").write_text('{"stages": {"protocol": {"mfu_percent": 39.0}, "train": {"mfu_percent": 42.5}}}')
+    assert measured_mfu(str(tmp_path / "s.json")) == (0.39, "protocol")
+    (tmp_path / "s.json").write_text('{"stages": {"protocol": {"rc": 1}, "train": {"mfu_percent": 42.5}}}')
+    assert measured_mfu(str(tmp_path / "s.json")) == (0.425, "train")
 
 
 # -----------------------------------------------------------------------------

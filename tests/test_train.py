@@ -681,3 +681,47 @@ def test_a_long_evaluation_is_named_at_start_on_every_device_whose_speed_is_know
     if speed:
         seconds = ops.run_flops(run, model)["evaluation"] / speed
         assert seconds > 60 and f"at least {ops.fmt_duration(seconds)} ({speed:.2g} FLOP/s" in named[0]
+
+
+# -----------------------------------------------------------------------------
+# cpu_numerics: one kernel level on every x86-64 CPU with AVX2
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
+                    reason="cpu_numerics='portable' runs AVX2 kernels: this CPU has no AVX2")
+def test_portable_numerics_train_the_same_whatever_vector_width_the_process_starts_with(tmp_path):
+    """Two vector widths on one machine: ATen's kernels at ATEN_CPU_CAPABILITY=default (no AVX) and
+    at this CPU's own width give different losses (the widths matter, so the test can fail); under
+    --cpu_numerics=portable train.py sets ops.PORTABLE_ENV and restarts, so a process started at
+    either width trains on the same kernels: the same losses, bit for bit, and the run's config
+    records the switch."""
+    data = make_dataset(tmp_path / "data", vocab=40)
+    clean = {k: v for k, v in os.environ.items() if k not in ops.PORTABLE_ENV}
+
+    def losses(name, env, *extra):
+        out = tmp_path / name
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"),
+                               *tiny_args(data, out, "--max_iters=6", "--eval_interval=6", "--n_embd=64", *extra)],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120, env={**clean, **env})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return [r.get("loss", r.get("val_loss")) for r in read_log(out)], out
+
+    narrow, _ = losses("narrow", {"ATEN_CPU_CAPABILITY": "default"})
+    native, _ = losses("native", {})
+    assert narrow != native
+    from_narrow, out = losses("portable_narrow", {"ATEN_CPU_CAPABILITY": "default"}, "--cpu_numerics=portable")
+    from_native, _ = losses("portable_native", {}, "--cpu_numerics=portable")
+    assert from_narrow == from_native
+    assert load_checkpoint(str(out / "ckpt.pt"))["config"]["cpu_numerics"] == "portable"
+
+
+def test_portable_numerics_without_their_environment_are_one_line(tmp_path, monkeypatch):
+    """train() in a process that lacks PORTABLE_ENV (torch loaded without it) refuses the run, naming
+    each variable and the fix, before anything is written."""
+    for k in ops.PORTABLE_ENV:
+        monkeypatch.delenv(k, raising=False)
+    data = make_dataset(tmp_path / "data")
+    with pytest.raises(UserError, match=r"cpu_numerics='portable' needs ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE "
+                                        r"TORCHINDUCTOR_CPP_MARCH=x86-64-v3 in the environment"):
+        run(tiny_args(data, str(tmp_path / "out"), "--max_iters=2", "--cpu_numerics=portable"))
+    assert not (tmp_path / "out").exists()

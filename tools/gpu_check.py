@@ -1,6 +1,6 @@
 """Prove or break the GPU path in one command; write the numbers to a folder.
 
-    python -m tools.gpu_check --out=gpu_check_out                 # one CUDA GPU: under 9 minutes
+    python -m tools.gpu_check --out=gpu_check_out                 # one CUDA GPU: under 8 minutes
     python -m tools.gpu_check --out=/tmp/check --device=cpu       # without CUDA: a CPU-sized run, < 1 minute
 
 Stages, each a separate process with its own timeout; a failure is recorded and
@@ -15,6 +15,9 @@ the next stage runs (all share one time budget, --budget_s):
           and resumes from it for 5 more iterations
   bench   bench.py at 124M, baseline vs unified, compile + bf16, 16 x 1024 tokens
           per micro-step: step-time ratio, tokens/s, MFU, peak-memory ratio
+  protocol  bench.py's baseline at the 0.12B protocol's own shape (configs/ablations/
+          c8_d012.py: 12 x 768, context 2048, 16 sequences a micro-step), compile + bf16:
+          the tokens/s and MFU that research.ladder --gpu_check turns into GPU-hours
   train   200 iterations of configs/unified_124m.py (one micro-step per
           iteration) on a synthetic dataset: the validation loss must fall
   resume  that run resumed for 20 more iterations: the log continues, no loss jump
@@ -67,12 +70,19 @@ ANCHORS = {"llm.c 124M tokens/s per H100": 460_000, "nanoGPT 124M MFU %": 33}
 
 # Per device: stage timeouts (s), dataset size, and the small models of the CPU run.
 SIZES = {
-    "cuda": dict(timeouts=dict(tests=120, ddp=75, fsdp=75, bench=240, train=150, resume=75), n_states=2048,
+    "cuda": dict(timeouts=dict(tests=120, ddp=75, fsdp=75, bench=240, protocol=100, train=150, resume=75),
+                 n_states=2048,
                  vocab_size=50257, n_train=8_000_000, n_val=500_000, train_iters=200, resume_iters=20),
-    "cpu": dict(timeouts=dict(tests=60, ddp=60, fsdp=60, bench=60, train=60, resume=60), n_states=64,
+    "cpu": dict(timeouts=dict(tests=60, ddp=60, fsdp=60, bench=60, protocol=60, train=60, resume=60), n_states=64,
                 vocab_size=512, n_train=200_000, n_val=20_000, train_iters=30, resume_iters=5),
 }
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64"]
+# The 0.12B protocol's shape (configs/ablations/c8_d012.py's setting, the ladder's smallest rung): its
+# micro-batch of 16 x 2048 tokens on GPT-2 small; on the CPU, TINY at twice its context.
+PROTOCOL = {"cuda": ["configs/baseline_124m.py", "--block_size=2048", "--batch_size=16", "--compile=True",
+                     "--dtype=bfloat16", "--steps=10", "--warmup=3", "--memory=False"],
+            "cpu": [*TINY[:-1], "--block_size=128", "--batch_size=2", "--vocab_size=512", "--steps=2", "--warmup=1",
+                    "--memory=False", "--device=cpu"]}
 # The CPU limits above fit a free 2-core machine whose probe (cpu_slowdown) takes this long; a
 # slower or busier machine gets them multiplied by its measured slowdown.
 PROBE_REFERENCE_S = 0.095  # measured: 0.094-0.096 s on that machine, idle (torch 2.13, 2 threads)
@@ -177,6 +187,8 @@ def stage_commands(device, work, out, gpus=0):
                   "--eval_interval=5", "--eval_iters=3", "--log_interval=5", fsdp_dir, *data],
                  [*fsdp, "--init_from=resume", "--max_iters=15", fsdp_dir]],
         "bench": bench,
+        "protocol": [py, "-m", "tools.bench", *PROTOCOL[device], "--variants=baseline",
+                     f"--json={os.path.join(out, 'protocol.json')}"],
         "train": [*train, f"--max_iters={size['train_iters']}", f"--out_dir={run_dir}", *data],
         "resume": [py, "train.py", "--init_from=resume", f"--out_dir={run_dir}", f"--max_iters={total}"],
     }
@@ -317,6 +329,14 @@ def stage_bench(check, timeout):
     return result
 
 
+def stage_protocol(check, timeout):
+    result, _ = run_command("protocol", check.commands["protocol"], timeout, check.out)
+    if result["rc"] == 0:
+        row = read_bench(os.path.join(check.out, "protocol.json"), ["baseline"])["baseline"]
+        result.update(tokens_per_s=row["tokens_per_s"], mfu_percent=row["mfu_percent"])
+    return result
+
+
 def stage_train(check, timeout):
     from checkpoint import read_log
 
@@ -358,8 +378,8 @@ def stage_resume(check, timeout):
 
 
 # The stages, in their order: name -> stage(check, timeout) -> result dict (rc, seconds, error, ...).
-STAGES = {"tests": stage_tests, "ddp": stage_ddp, "fsdp": stage_fsdp, "bench": stage_bench, "train": stage_train,
-          "resume": stage_resume}
+STAGES = {"tests": stage_tests, "ddp": stage_ddp, "fsdp": stage_fsdp, "bench": stage_bench,
+          "protocol": stage_protocol, "train": stage_train, "resume": stage_resume}
 
 
 def run_stages(check, summary, timeouts, budget, t_start):
@@ -382,11 +402,21 @@ def run_stages(check, summary, timeouts, budget, t_start):
             json.dump(summary, f, indent=2)
 
 
+BENCH_ONLY = ("--variants", "--steps", "--warmup", "--memory", "--json", "--shared")  # bench.py's own flags
+
+
+def bench_config(argv):
+    """The training config a bench.py argv describes (its own flags, BENCH_ONLY, left out)."""
+    from configurator import load_config
+    return load_config([a for a in argv if a.split("=")[0] not in BENCH_ONLY])[0]
+
+
 def comparison(summary, train_cmd, vocab_size):
     """summary's numbers beside what a user compares them with: the FLOPs per token of the train
     stage's model in MFU's convention (model.GPT.flops_per_token: 6 N + 12 L n_head head_dim T, the
     T x T attention term counted whole) and causal (that term halved: the work a causal mask does),
-    the train stage's tokens/s per GPU and MFU in both counts, the bench's ratios beside the
+    the train stage's tokens/s per GPU and MFU in both counts, the same at the protocol's shape
+    (its own FLOP counts: the attention term is a larger share at context 2048), the bench's ratios beside the
     paper's Table 3 (at 1B; ours at the bench's size), and the anchors."""
     import torch
 
@@ -397,10 +427,17 @@ def comparison(summary, train_cmd, vocab_size):
         model = GPT(model_config({**cfg, "vocab_size": vocab_size}))
     conventional, causal = model.flops_per_token(), model.flops_per_token(causal=True)
     train, bench = summary["stages"].get("train", {}), summary["stages"].get("bench", {})
-    mfu = train.get("mfu_percent")
+    protocol = summary["stages"].get("protocol", {})
+    mfu, protocol_mfu = train.get("mfu_percent"), protocol.get("mfu_percent")
+    with torch.device("meta"):
+        at_shape = GPT(model_config({**bench_config(PROTOCOL[summary["device"]]), "vocab_size": vocab_size}))
+    p_conv, p_causal = at_shape.flops_per_token(), at_shape.flops_per_token(causal=True)
     return {"flops_per_token": {"conventional": conventional, "causal": causal, "causal_share": causal / conventional},
             "train": {"tokens_per_s_per_gpu": train.get("tokens_per_s"), "mfu_percent": mfu,  # one process
                       "mfu_percent_causal": None if mfu is None else mfu * causal / conventional},
+            "protocol_shape": {"tokens_per_s_per_gpu": protocol.get("tokens_per_s"), "mfu_percent": protocol_mfu,
+                               "mfu_percent_causal": None if protocol_mfu is None else protocol_mfu * p_causal / p_conv,
+                               "causal_share": p_causal / p_conv},
             "unified_vs_baseline": {"ours": {k: bench.get(k) for k in PAPER_TABLE3_1B},
                                     "paper_table3_1B": PAPER_TABLE3_1B},
             "anchors": ANCHORS}
@@ -436,6 +473,10 @@ def report(summary, judged, entropy, out):
               f"{ANCHORS['llm.c 124M tokens/s per H100']:,} per H100), MFU {fmt(t['mfu_percent'], '.1f')}% in the "
               f"conventional count, {fmt(t['mfu_percent_causal'], '.1f')}% causal (nanoGPT: ~{ANCHORS['nanoGPT 124M MFU %']}%); "
               f"causal FLOPs are {f['causal_share']:.0%} of the conventional ones here")
+        pr = cmp["protocol_shape"]
+        print(f"at the 0.12B protocol's shape (16 x 2048): {fmt(pr['tokens_per_s_per_gpu'], ',.0f')} tokens/s per GPU, "
+              f"MFU {fmt(pr['mfu_percent'], '.1f')}% conventional, {fmt(pr['mfu_percent_causal'], '.1f')}% causal "
+              f"(research.ladder --gpu_check turns it into GPU-hours)")
         print(f"unified / baseline: step time {fmt(u['ours']['step_time_ratio'], '.3f')}x, memory "
               f"{fmt(u['ours']['memory_ratio'], '.3f')}x (the paper's Table 3 at 1B: {PAPER_TABLE3_1B['step_time_ratio']}x, "
               f"{PAPER_TABLE3_1B['memory_ratio']}x)")
@@ -452,7 +493,7 @@ def main(argv):
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                    help="auto: cuda when available, else the CPU-sized run")
     p.add_argument("--budget_s", type=float, default=0,
-                   help="total time for all stages (0: 520 on CUDA, 190 on CPU times its measured slowdown)")
+                   help="total time for all stages (0: 470 on CUDA, 205 on CPU times its measured slowdown)")
     p.add_argument("--work", default="", help="folder for the dataset and checkpoints (default: a temporary one, removed)")
     args = p.parse_args(argv)
     for flag, folder in (("--out", args.out), ("--work", args.work)):
@@ -470,7 +511,7 @@ def main(argv):
     size = SIZES[device]
     slowdown = 1.0 if device == "cuda" else round(cpu_slowdown(), 2)
     timeouts = {name: limit * slowdown for name, limit in size["timeouts"].items()}
-    budget = args.budget_s or (520 if device == "cuda" else 190 * slowdown)
+    budget = args.budget_s or (470 if device == "cuda" else 205 * slowdown)  # CUDA: the command in 8 minutes
     args.out = os.path.abspath(args.out)  # the stages run with cwd = the repository
     os.makedirs(args.out, exist_ok=True)
     work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
