@@ -566,6 +566,15 @@ def mechanism_on(cfg, raw_model):
                                            raw_model.num_params() <= MECHANISM_AUTO_MAX)
 
 
+def start_mechanism(run, raw_model, optimizers, start_iter):
+    """The run's Mechanism, its first interval starting at start_iter (a resume's step), or None
+    when mechanism_on says no; under DDP only rank 0 holds one (it writes the log), under FSDP2
+    every rank (each holds its shards, and the sums are all-reduced)."""
+    if mechanism_on(run.cfg, raw_model) and (run.master or run.cfg.fsdp):
+        return Mechanism(raw_model, optimizers, start_iter)
+    return None
+
+
 def _local(t):
     """This rank's shard of a parameter FSDP2 sharded (a DTensor), else the tensor itself."""
     return t.to_local() if hasattr(t, "to_local") else t

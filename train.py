@@ -49,8 +49,8 @@ import torch
 from checkpoint import save_run_checkpoint
 from configurator import UserError, cli, load_config, usage
 from model import GPT
-from ops import (STOP_NOTE, Mechanism, Progress, StopSignals, begin, choices, compile_errors, describe, diverged,
-                 end_of_run_sample, mechanism_on, setup, shard, stop_signal, write_log)
+from ops import (STOP_NOTE, Progress, StopSignals, begin, choices, compile_errors, describe, diverged,
+                 end_of_run_sample, setup, shard, start_mechanism, stop_signal, write_log)
 from optim import build_optimizers, lr_multiplier, set_lr
 
 
@@ -80,9 +80,7 @@ def train(cfg, given=frozenset()):
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[run.local_rank] if device.type == "cuda" else None)
         describe(run, raw_model, groups, given)
-        # the scale vectors' mechanism at each eval, over the interval since the last (ops.Mechanism)
-        mechanism = Mechanism(raw_model, optimizers, start_iter) \
-            if mechanism_on(cfg, raw_model) and (run.master or cfg.fsdp) else None
+        mechanism = start_mechanism(run, raw_model, optimizers, start_iter)  # ops.Mechanism, or None: off
 
         # The loop. Iteration `it` first evaluates and saves when one is due (so the final
         # eval/save at it == max_iters takes the same path), then stops if a SIGTERM/SIGINT
