@@ -625,6 +625,11 @@ class Mechanism:
     of 124M parameters); mechanism_stats="auto" takes it only up to MECHANISM_AUTO_MAX parameters.
     Under FSDP2 the copy is of each rank's shards; the squared sums are all-reduced (never a
     matrix's full_tensor), and only the gammas (d entries each) are gathered. Every rank calls row().
+
+    Why in ops.py: what it reads is declared beside the code it describes (the folding relation,
+    GPT.folds; the product rule, norms.fold_factor; the groups, optim.param_groups), so it adds no
+    rule of its own; what it holds is run state between evals, as Progress does, and a module of
+    its own would be a tenth at the top level, which train.py's reading path does not need.
     """
 
     def __init__(self, model, optimizers, step):
