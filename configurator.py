@@ -86,6 +86,7 @@ class Path:
 
 
 GE0, GE1 = Range(0), Range(1)
+MECHANISM_AUTO_MAX = 50_000_000  # mechanism_stats="auto": on up to this many parameters (ops.mechanism_on)
 
 
 def added(default, allowed, meaning, *, absent):
@@ -120,6 +121,12 @@ SECTIONS = {
         "eval_interval": (100, GE0, "iterations between evals + checkpoints (0: only at the end)"),
         "eval_iters": (20, GE1, "validation batches per eval (a fixed set)"),
         "log_interval": (50, GE1, "iterations between progress lines"),
+        "mechanism_stats": added("auto", Choices("auto", "on", "off"),
+                                 'the scale vectors\' mechanism in every eval row (ops.Mechanism: preconditioner '
+                                 'floor, amplification of the folded maps, update ratios per optimizer group, weight '
+                                 f'decay\'s pull) | "auto": on up to {MECHANISM_AUTO_MAX / 1e6:g}M parameters (it copies ~12% of the '
+                                 f'training state at 124M); never changes training, so no run hash holds it',
+                                 absent="off"),
         "sample_tokens": (300, GE0, "tokens sampled and printed at the end (0: none)"),
         "wandb_log": (False, None,
                       "also send every log.jsonl row and the config to Weights & Biases (pip install "
@@ -219,7 +226,8 @@ SECTIONS = {
 DEFAULTS = {key: row[0] for keys in SECTIONS.values() for key, row in keys.items()}
 ALLOWED = {key: row[1] for keys in SECTIONS.values() for key, row in keys.items()}
 ABSENT = {key: row[3] for keys in SECTIONS.values() for key, row in keys.items() if len(row) > 3}  # added() rows
-TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name")  # where the numbers go, never the numbers
+# what a run reports and where, never the numbers it trains to: no run hash holds them, a resume may change them
+TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name", "mechanism_stats")
 MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
     {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
 

@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from configurator import DEFAULTS, MODEL_KEYS, UserError, complete, not_one_of, value_problem
-from norms import SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_scale_, make_scale
+from norms import SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_all_, make_scale
 
 SCALES = ("vector", "none")  # "none": every learnable scale removed, the normalizations kept (claim C1)
 DUAL_SITES = ("prenorm", "all")
@@ -290,10 +290,14 @@ class Attention(nn.Module):
             enable_gqa=self.n_kv_head != self.n_head)  # (B, nh, T, hd); key/value head j serves group j
         return self.o(y.transpose(1, 2).reshape(B, T, -1))
 
+    def folds(self):
+        """(scale, columns_of, rows_of) of every scale here that folds (ScaledLinear.folds)."""
+        for lin in (self.q, self.k, self.v, self.o):
+            yield from lin.folds()
+
     @torch.no_grad()
     def fold_(self):
-        for lin in (self.q, self.k, self.v, self.o):
-            lin.fold_()
+        fold_all_(self.folds())
 
 
 class MLP(nn.Module):
@@ -345,12 +349,18 @@ class MLP(nn.Module):
         gate, up = branch_linears(x, (self.gate, self.up))
         return self.down(F.silu(gate) * up)
 
+    def folds(self):
+        """(scale, columns_of, rows_of) of every scale here that folds: each map's own
+        (ScaledLinear.folds), and under DNP the up branch's outer scale into down's columns."""
+        for lin in (self.gate, self.up, self.down):
+            yield from lin.folds()
+        if self.up.out_norm and self.up.out_scale is not None:
+            # silu(g) * (u_up * n) == (silu(g) * n) * u_up: u_up folds into down's columns
+            yield self.up.out_scale, [self.down.weight], []
+
     @torch.no_grad()
     def fold_(self):
-        for lin in (self.gate, self.up, self.down):
-            lin.fold_()
-        if self.up.out_norm:  # silu(g) * (u_up * n) == (silu(g) * n) * u_up: u_up folds into down's columns
-            fold_scale_(self.up.out_scale, columns_of=[self.down.weight])
+        fold_all_(self.folds())
 
 
 class Router(ScaledLinear):
@@ -423,11 +433,15 @@ class MoE(nn.Module):
             aux["z_loss"] = torch.logsumexp(logits, dim=-1).pow(2).mean()
         return y.view(B, T, C), aux
 
+    def folds(self):
+        """(scale, columns_of, rows_of): the router's own scale (HG), then every expert's."""
+        yield from self.router.folds()
+        for expert in self.mlps():
+            yield from expert.folds()
+
     @torch.no_grad()
     def fold_(self):
-        self.router.fold_()
-        for expert in self.mlps():
-            expert.fold_()
+        fold_all_(self.folds())
 
     def mlps(self):
         """The routed experts and the shared one."""
@@ -473,15 +487,23 @@ class Block(nn.Module):
         y, aux = self.mlp(self.mlp_norm(x)) if self.moe else (self.mlp(self.mlp_norm(x)), None)
         return x + self.drop(self.mlp_out_norm(y)), aux
 
+    def folds(self):
+        """The block's folding relation, (scale, columns_of, rows_of) triples in folding order:
+        each pre-norm scale into the columns of every map that reads its x_hat (q, k, v; gate and
+        up of the MLP, or of every expert and the router), then attention's and the MLP's own."""
+        a, m = self.attn, self.mlp
+        if self.attn_norm.scale is not None:
+            yield self.attn_norm.scale, [a.q.weight, a.k.weight, a.v.weight], []
+        if self.mlp_norm.scale is not None:
+            mlps = m.mlps() if self.moe else [m]  # every map that reads x_hat
+            readers = [w for mlp in mlps for w in (mlp.gate.weight, mlp.up.weight)]
+            yield self.mlp_norm.scale, readers + ([m.router.weight] if self.moe else []), []
+        yield from a.folds()
+        yield from m.folds()
+
     @torch.no_grad()
     def fold_(self):
-        a, m = self.attn, self.mlp
-        fold_scale_(self.attn_norm.scale, columns_of=[a.q.weight, a.k.weight, a.v.weight])
-        mlps = m.mlps() if self.moe else [m]  # every map that reads x_hat
-        readers = [w for mlp in mlps for w in (mlp.gate.weight, mlp.up.weight)]
-        fold_scale_(self.mlp_norm.scale, columns_of=readers + ([m.router.weight] if self.moe else []))
-        a.fold_()
-        m.fold_()
+        fold_all_(self.folds())
 
 
 class GPT(nn.Module):
@@ -607,9 +629,18 @@ class GPT(nn.Module):
             self.lm_head.weight = nn.Parameter(self.wte.weight.detach().clone())
             self.config = replace(self.config, tie_embeddings=False)
             self.norm_f.scale.untie_()
+        fold_all_(self.folds())
+
+    def folds(self):
+        """The model's folding relation: (scale, columns_of, rows_of) for every input-role scale
+        and the matrices it multiplies into (norms.fold_scale_), in folding order; Block.folds for
+        each block, then the final-norm scale into the LM head's columns when the head is untied
+        (tied, that scale is output-role and has no fold). fold_scales() consumes it, and so do the
+        mechanism statistics (ops.Mechanism), which read W~ = the matrices with gamma multiplied in."""
         for block in self.blocks:
-            block.fold_()
-        fold_scale_(self.norm_f.scale, columns_of=[self.lm_head.weight])
+            yield from block.folds()
+        if self.norm_f.scale is not None and self.lm_head.weight is not self.wte.weight:
+            yield self.norm_f.scale, [self.lm_head.weight], []
 
     def num_params(self):
         """Number of parameters, a tied embedding/head counted once."""

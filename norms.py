@@ -11,8 +11,8 @@ holds, in the order of the paper:
     3. where gamma sits around a linear map            (ScaledLinear: input side
        v, output side u, dual placement DP; DNP adds a normalization, C6;
        branch_linears: the branches that read one input as one matmul)
-    4. folding: an input-role gamma multiplied into    (fold_scale_, C2)
-       its adjacent linear map changes nothing
+    4. folding: an input-role gamma multiplied into    (fold_scale_, C2; the
+       its adjacent linear map changes nothing          relation as data: folds())
 
 Branch-specific scales (HG, C5), QK-norm and Gemma-style output norms are
 *which* of these pieces model.py puts at each site; `make_scale` is the one
@@ -376,12 +376,19 @@ class ScaledLinear(nn.Module):
             w = self.out_scale()[:, None].type_as(w) * w
         return w
 
+    def folds(self):
+        """The folding relation of this map's own scales, as (scale, columns_of, rows_of) triples
+        (see fold_scale_): v into W's columns and, unless out_norm, u into W's rows. A caller that
+        knows more (model.MLP: DNP's u_up into down's columns) adds its own triples."""
+        if self.in_scale is not None:
+            yield self.in_scale, [self.weight], []
+        if self.out_scale is not None and not self.out_norm:
+            yield self.out_scale, [], [self.weight]
+
     @torch.no_grad()
     def fold_(self):
         """Fold v into W's columns and (unless out_norm) u into W's rows; reset them to 1."""
-        fold_scale_(self.in_scale, columns_of=[self.weight])
-        if not self.out_norm:
-            fold_scale_(self.out_scale, rows_of=[self.weight])
+        fold_all_(self.folds())
 
     def extra_repr(self):
         d_out, d_in = self.weight.shape
@@ -441,6 +448,14 @@ def fused_branches(x, linears):
 # Folding (paper Theorem 2.2, claim C2).
 
 
+def fold_factor(gamma, w, side):
+    """gamma shaped to multiply W (d_out, d_in) elementwise, in W's dtype: (1, d_in) for
+    side="columns" (W diag(gamma)), (d_out, 1) for side="rows" (diag(gamma) W). The one product
+    rule of folding: fold_scale_ applies it in place, the statistics (ops.Mechanism) out of place."""
+    g = gamma.to(w.dtype)
+    return g[None, :] if side == "columns" else g[:, None]
+
+
 @torch.no_grad()
 def fold_scale_(scale, columns_of=(), rows_of=()):
     """Multiply an input-role scale into adjacent linear weights, then reset it to 1.
@@ -458,7 +473,15 @@ def fold_scale_(scale, columns_of=(), rows_of=()):
         raise ValueError(f"cannot fold an output-role scale ({scale})")
     gamma = scale().detach().clone()
     for w in columns_of:
-        w.mul_(gamma.to(w.dtype)[None, :])
+        w.mul_(fold_factor(gamma, w, "columns"))
     for w in rows_of:
-        w.mul_(gamma.to(w.dtype)[:, None])
+        w.mul_(fold_factor(gamma, w, "rows"))
     scale.reset_()
+
+
+@torch.no_grad()
+def fold_all_(relation):
+    """fold_scale_ each (scale, columns_of, rows_of) triple of a folding relation, in order (a
+    module's folds(): the relation is declared once, and folding and the statistics read it)."""
+    for scale, columns_of, rows_of in relation:
+        fold_scale_(scale, columns_of=columns_of, rows_of=rows_of)

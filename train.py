@@ -52,7 +52,7 @@ from checkpoint import save_run_checkpoint
 from configurator import UserError, cli, load_config, usage
 from model import GPT
 from ops import (STOP_NOTE, Progress, StopSignals, begin, choices, compile_errors, describe, diverged,
-                 end_of_run_sample, numerics_env, setup, shard, stop_signal, write_log)
+                 end_of_run_sample, numerics_env, setup, shard, start_mechanism, stop_signal, write_log)
 from optim import build_optimizers, lr_multiplier, set_lr
 
 
@@ -82,6 +82,7 @@ def train(cfg, given=frozenset()):
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[run.local_rank] if device.type == "cuda" else None)
         describe(run, raw_model, groups, given)
+        mechanism = start_mechanism(run, raw_model, optimizers, start_iter)  # ops.Mechanism, or None: off
 
         # The loop. Iteration `it` first evaluates and saves when one is due (so the final
         # eval/save at it == max_iters takes the same path), then stops if a SIGTERM/SIGINT
@@ -98,7 +99,8 @@ def train(cfg, given=frozenset()):
                 else:
                     due = last or (cfg.eval_interval > 0 and it % cfg.eval_interval == 0)
                 if due:  # (None: a SIGTERM/SIGINT stopped the evaluation; it is left for the resume)
-                    val_loss = eval_and_save(run, raw_model, fwd, optimizers, it, tokens, it > start_iter, signals)
+                    val_loss = eval_and_save(run, raw_model, fwd, optimizers, it, tokens, it > start_iter, signals,
+                                             mechanism)
                     progress.restart_window()  # eval time is not training time
                 if last and val_loss is not None:
                     break
@@ -202,9 +204,10 @@ def evaluate(run, fwd, signals=None):
     return total.item() / cfg.eval_iters, (load / cfg.eval_iters).tolist() if run.n_moe else None
 
 
-def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True, signals=None):
-    """Evaluate, write the checkpoint (rank 0, it > 0, save) and then the eval row; returns the val
-    loss, or None when a signal stopped the evaluation (nothing written: stop_here saves).
+def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True, signals=None, mechanism=None):
+    """Evaluate, write the checkpoint (rank 0, it > 0, save) and then the eval row (with the
+    mechanism statistics when `mechanism`, an ops.Mechanism, is given); returns the val loss, or
+    None when a signal stopped the evaluation (nothing written: stop_here saves).
 
     The checkpoint comes first: a logged final eval means a finished run.
     Raises FloatingPointError for a non-finite val loss.
@@ -218,6 +221,8 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True, signal
     if load is not None:  # per MoE layer: share of routed tokens per expert, and max / mean share
         row["expert_load"] = load
         row["max_load"] = [max(layer) * run.cfg.n_experts for layer in load]
+    if mechanism is not None:
+        row["mechanism"] = mechanism.row(it)
     saved = ""
     if it > 0 and save:
         write_checkpoint(run, raw_model, optimizers, it, tokens, val)

@@ -294,3 +294,32 @@ def test_resume_takes_the_newest_whole_checkpoint_of_either_form_and_names_the_o
         got, want = evals(out), evals(tmp_path / "straight")
         assert [i for i, _ in got] == [i for i, _ in want], name
         assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6), name
+
+
+def assert_same_mechanism(a, b):
+    """The eval rows' mechanism statistics of two runs of the same training, key by key (float
+    rounding apart: FSDP2 sums each norm over shards, then all-reduces)."""
+    rows_a = [r["mechanism"] for r in read_log(a) if r["kind"] == "eval"]
+    rows_b = [r["mechanism"] for r in read_log(b) if r["kind"] == "eval"]
+    assert len(rows_a) == len(rows_b) > 1 and "since" in rows_a[-1]
+    for ours, theirs in zip(rows_a, rows_b):
+        assert ours.keys() == theirs.keys()
+        for key, value in ours.items():
+            assert value == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), key
+
+
+@pytest.mark.slow
+def test_fsdp_logs_the_mechanism_statistics_of_one_process(runs):
+    """The default (unified) model: columns of sharded rows, DNP's u_up into W_down's columns."""
+    assert_same_mechanism(runs.out["fsdp"], runs.out["one"])
+
+
+@pytest.mark.slow
+def test_fsdp_logs_the_mechanism_statistics_of_one_process_for_scales_folded_into_rows(tmp_path):
+    """DP on attention: u_q, u_k, u_v fold into the rows FSDP2 shards, each rank its own chunk of gamma."""
+    ds = make_dataset(tmp_path / "ds")
+    args = common("--attn_placement=dual", "--n_embd=24", "--n_head=2", f"--max_iters={K // 2}",
+                  "--eval_interval=1")  # W_q: 24 rows, 12 on each rank
+    train_in_two(*tiny_args(ds, tmp_path / "fsdp", *args, "--fsdp=True"))
+    train_in_one_process(*tiny_args(ds, tmp_path / "one", *args))
+    assert_same_mechanism(tmp_path / "fsdp", tmp_path / "one")

@@ -55,7 +55,9 @@ def test_every_log_row_goes_to_the_tracker_with_the_config(tmp_path, monkeypatch
             assert data["eval/val_loss"] == row["val_loss"]
             for site, stats in row["scales"].items():
                 assert all(data[f"eval/scales/{site}/{k}"] == v for k, v in stats.items())
-            assert len(data) == 2 + 4 * len(row["scales"])  # nothing else, nothing nested
+            for key, value in row["mechanism"].items():  # (ops.Mechanism: flat already)
+                assert data[f"eval/mechanism/{key}"] == value
+            assert len(data) == 2 + 4 * len(row["scales"]) + len(row["mechanism"])  # nothing else, nothing nested
 
 
 def test_a_failed_run_finishes_its_tracker_run_as_failed(tmp_path, monkeypatch):

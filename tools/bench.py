@@ -20,6 +20,11 @@ variants mean much). Config keys as in train.py; bench-only options:
 --variants, --steps, --warmup, --memory, --json=PATH (the table as JSON, for scripts),
 --shared.
 
+"stats %": the mechanism statistics' cost (ops.Mechanism, which train.py runs at every eval
+under mechanism_stats) as a share of the training between two evals: the median time of one
+statistics computation / (eval_interval x the median step time), at the config's eval_interval
+(max_iters when it is 0); measured for every variant, whatever mechanism_stats says.
+
 --shared=True (CPU) measures a shared machine: the first variant's step time
 in one process alone, then in two identical processes at once on the same
 cores, under each OpenMP setting of SHARED_SETTINGS (OpenMP's default spins
@@ -50,7 +55,7 @@ import model
 from model import GPT, model_config, peak_flops
 from optim import build_optimizers
 from configurator import DEFAULTS, OMP_THREAD_ENV, UserError, cli, load_config, usage
-from ops import resolve_device
+from ops import Mechanism, resolve_device
 
 # The baseline: the Llama/Gemma scale switches (model.BASELINE), no decay on scales.
 BASELINE = {**model.BASELINE, "scale_wd": "none"}
@@ -227,13 +232,35 @@ def time_steps(built, names, steps, warmup, x, y, ctx, device):
     return times
 
 
-def table(built, names, times, mem, tokens, peak, memory_kind):
+def time_mechanism(built, names, device, repeats=5):
+    """{variant: median seconds of one mechanism statistics computation (Mechanism.row: the
+    point-in-time statistics, the interval's, the new copy)}; GPT2Reference has none."""
+    found = {}
+    for n in names:
+        model, _, opts = built[n]
+        if not isinstance(model, GPT):
+            continue
+        mech, times = Mechanism(model, opts, 0), []
+        for k in range(1, repeats + 1):
+            sync(device)
+            t0 = time.perf_counter()
+            mech.row(k)
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        found[n] = statistics.median(times)
+        del mech
+    return found
+
+
+def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interval=1):
     """Print one row per variant (parameters, median ms/step, its ratio to names[0], per FLOP,
-    tokens/s, MFU where the peak is known, peak memory); returns the rows as dicts."""
+    tokens/s, MFU where the peak is known, the mechanism statistics' share of an eval interval of
+    `interval` steps (mech: seconds per computation), peak memory); returns the rows as dicts."""
+    mech = mech or {}
     ref = statistics.median(times[names[0]])
     mem_head = f"  peak {memory_kind} MiB (ratio)" if mem else ""
     print(f"{'variant':<10} {'params':>12} {'ms/step':>9} {'ratio':>7} {'per FLOP':>9} {'tok/s':>10}"
-          + ("    MFU" if peak else "") + mem_head)
+          + ("    MFU" if peak else "") + f" {'stats %':>8}" + mem_head)
     ref_per_flop = ref / built[names[0]][0].flops_per_token()
     rows = {}
     for n in names:
@@ -244,14 +271,18 @@ def table(built, names, times, mem, tokens, peak, memory_kind):
                 f" {tokens / med:>10,.0f}")
         if peak:
             line += f" {100 * model.flops_per_token() * tokens / med / peak:>5.1f}%"
+        share = mech[n] / (interval * med) if n in mech else None
+        line += f" {100 * share:>8.3f}" if share is not None else f" {'-':>8}"
         if mem:
             line += f"  {mem[n]:>9.0f} ({mem[n] / mem[names[0]]:.3f})"
         print(line)
         rows[n] = dict(params=model.num_params(), ms_per_step=1000 * med, ratio=med / ref, per_flop=per_flop,
                        tokens_per_s=tokens / med,
                        mfu_percent=100 * model.flops_per_token() * tokens / med / peak if peak else None,
-                       peak_mib=mem.get(n), memory_ratio=mem[n] / mem[names[0]] if mem else None)
-    print(f"ratios are against {names[0]!r}")
+                       peak_mib=mem.get(n), memory_ratio=mem[n] / mem[names[0]] if mem else None,
+                       mechanism_ms=1000 * mech[n] if n in mech else None, mechanism_share=share)
+    print(f"ratios are against {names[0]!r}; stats %: the mechanism statistics' share of the {interval} steps "
+          f"between two evals")
     return rows
 
 
@@ -292,12 +323,13 @@ def main(argv):
             mem[n] = float(out.strip().splitlines()[-1])
     built = {n: build(cfg, n) for n in names}
     times = time_steps(built, names, steps, warmup, x, y, ctx, device)
+    mech = time_mechanism(built, names, device)
     tokens = cfg.batch_size * cfg.block_size
     print(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; n_layer={cfg.n_layer} n_embd={cfg.n_embd} "
           f"batch {cfg.batch_size} x block {cfg.block_size}; median of {steps} interleaved steps")
     rows = table(built, names, times, mem, tokens, peak_flops(device) if cfg.dtype == "bfloat16" else None,
-                 "allocated" if device.type == "cuda" else "RSS")
+                 "allocated" if device.type == "cuda" else "RSS", mech, cfg.eval_interval or cfg.max_iters)
     if opts["json"]:
         with open(opts["json"], "w") as f:
             json.dump(dict(device=str(device), dtype=cfg.dtype, compile=cfg.compile, torch=torch.__version__,

@@ -1,0 +1,205 @@
+"""The mechanism statistics (ops.Mechanism): each key against its formula on a step taken by hand,
+the folding relation they read, training unchanged by them, every site in the row, and resume."""
+
+import copy
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from configurator import DEFAULTS, UserError, load_config
+from model import GPT, GPTConfig
+from ops import Mechanism
+from optim import build_optimizers
+from research.ablation import config_hash
+from test_reliability import signal_at
+from test_train import make_dataset, read_log, run, tiny_args
+import train as train_mod
+
+BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_placement="in", mlp_placement="in")
+TINY = dict(n_layer=1, n_head=2, n_embd=16, d_ff=32, block_size=8, vocab_size=40)
+
+
+def opt_cfg(**kw):
+    return SimpleNamespace(**{**DEFAULTS, "learning_rate": 1e-2, "weight_decay": 0.1, **kw})
+
+
+def far_from_one(model, seed=0):
+    """Every scale vector set to gammas spread over [0.2, 5] (at init they are all 1, where W~ == W)."""
+    gen = torch.Generator().manual_seed(seed)
+    for _, sv in model.scale_vectors():
+        sv.set_(torch.exp(torch.empty(sv.dim).uniform_(math.log(0.2), math.log(5.0), generator=gen)))
+
+
+def step(model, optimizers, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 40, (4, 8), generator=gen)
+    y = torch.randint(0, 40, (4, 8), generator=gen)
+    model(x, y)[1].backward()
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def rel(after, before):
+    """||after - before||_F / ||before||_F over lists of tensors, in float64."""
+    after, before = [t.detach().double() for t in after], [t.detach().double() for t in before]
+    d = sum((a - b).square().sum() for a, b in zip(after, before))
+    return math.sqrt(d / sum(b.square().sum() for b in before))
+
+
+def test_one_step_by_hand_gives_every_logged_value():
+    """Baseline, untied head, n_layer=1, scales far from 1, one AdamW step: the amplification of the
+    pre-norm and final-norm sites, the floor, the update ratios and the decay's pull equal their
+    formulas computed here from the parameters before and after, with W~ taken from fold_scales()
+    on a copy of the model; the same ratio without gamma is far from the logged one."""
+    model = GPT(GPTConfig(**BASELINE, **TINY, tie_embeddings=False), seed=0)
+    far_from_one(model)
+    optimizers, _ = build_optimizers(model, opt_cfg(), "cpu")
+    mech = Mechanism(model, optimizers, step=7)
+    before = copy.deepcopy(model)
+    step(model, optimizers)
+    row = mech.row(8)
+
+    folded_before, folded_after = copy.deepcopy(before), copy.deepcopy(model)
+    folded_before.fold_scales()
+    folded_after.fold_scales()
+    sites = {"blocks.0.attn_norm.scale": ["blocks.0.attn.q.weight", "blocks.0.attn.k.weight",
+                                          "blocks.0.attn.v.weight"],
+             "blocks.0.mlp_norm.scale": ["blocks.0.mlp.gate.weight", "blocks.0.mlp.up.weight"],
+             "norm_f.scale": ["lm_head.weight"]}
+    assert row["since"] == 7
+    for site, names in sites.items():
+        p0, p1 = dict(before.named_parameters()), dict(model.named_parameters())
+        f0, f1 = dict(folded_before.named_parameters()), dict(folded_after.named_parameters())
+        amp_folded = rel([f1[n] for n in names], [f0[n] for n in names])
+        amp_plain = rel([p1[n] for n in names], [p0[n] for n in names])
+        assert row[f"{site}/amp_folded"] == pytest.approx(amp_folded, rel=1e-5), site
+        assert row[f"{site}/amp_plain"] == pytest.approx(amp_plain, rel=1e-5), site
+        assert row[f"{site}/amp_ratio"] == pytest.approx(amp_folded / amp_plain, rel=1e-5), site
+        # a statistic that left gamma out of W~ would log amp_plain as amp_folded: far apart here
+        assert abs(amp_folded - amp_plain) > 1e-3 * amp_plain, site
+        g = p1[site + ".weight"].detach().double()
+        assert row[f"{site}/g2_min"] == pytest.approx(g.square().min().item(), rel=1e-6)
+        assert row[f"{site}/g2_mean"] == pytest.approx(g.square().mean().item(), rel=1e-6)
+        assert row[f"{site}/spread"] == pytest.approx((g.abs().max() / g.abs().min()).item(), rel=1e-6)
+
+    p0, p1 = dict(before.named_parameters()), dict(model.named_parameters())
+    held_matrices = [n for names in sites.values() for n in names if n != "lm_head.weight"]
+    all_matrices = held_matrices + ["blocks.0.attn.o.weight", "blocks.0.mlp.down.weight"]
+    assert row["update/matrix"] == pytest.approx(rel([p1[n] for n in held_matrices], [p0[n] for n in held_matrices]),
+                                                 rel=1e-5)
+    assert row["held/matrix"] == sum(p0[n].numel() for n in held_matrices) / sum(p0[n].numel() for n in all_matrices)
+    scales = [n + ".weight" for n in sites]
+    assert row["update/scale_input"] == pytest.approx(rel([p1[n] for n in scales], [p0[n] for n in scales]), rel=1e-5)
+    assert row["update/lm_head"] == pytest.approx(rel([p1["lm_head.weight"]], [p0["lm_head.weight"]]), rel=1e-5)
+    assert "update/embedding" not in row  # the copy holds no embedding
+    g = torch.cat([p1[n].detach().double() for n in scales])
+    assert row["wd/input/rms"] == pytest.approx(g.square().mean().sqrt().item(), rel=1e-6)
+    assert row["wd/input/drift"] == pytest.approx((g - 1).square().mean().sqrt().item(), rel=1e-6)
+    assert "wd/output/rms" not in row  # the baseline untied has no output-role scale
+
+
+def test_the_folded_map_of_a_dp_outer_scale_and_a_dnp_up_scale_is_the_fold_of_their_matrices():
+    """DP's u_q folds into W_q's rows and DNP's u_up into W_down's columns: amp_folded over one step
+    equals the relative change of those matrices with only that gamma multiplied in, rows or columns."""
+    model = GPT(GPTConfig(**{**BASELINE, "attn_placement": "dual", "mlp_placement": "dual_norm"}, **TINY), seed=0)
+    far_from_one(model, seed=3)
+    optimizers, _ = build_optimizers(model, opt_cfg(), "cpu")
+    mech = Mechanism(model, optimizers, step=0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    step(model, optimizers)
+    row, after = mech.row(1), dict(model.named_parameters())
+    q = "blocks.0.attn.q"
+    u0, u1 = before[f"{q}.out_scale.weight"], after[f"{q}.out_scale.weight"].detach()
+    expected = rel([u1[:, None] * after[f"{q}.weight"].detach()], [u0[:, None] * before[f"{q}.weight"]])
+    assert row[f"{q}.out_scale/amp_folded"] == pytest.approx(expected, rel=1e-5)
+    up, down = "blocks.0.mlp.up.out_scale.weight", "blocks.0.mlp.down.weight"
+    expected = rel([after[down].detach() * after[up].detach()[None, :]], [before[down] * before[up][None, :]])
+    assert row["blocks.0.mlp.up.out_scale/amp_folded"] == pytest.approx(expected, rel=1e-5)
+    assert "blocks.0.mlp.gate.out_scale/amp_folded" not in row  # output-role under DNP: SiLU follows it
+    assert "blocks.0.mlp.gate.out_scale/g2_min" in row
+
+
+VARIANTS = {
+    "dense": dict(BASELINE),
+    "moe": dict(BASELINE, n_experts=3, top_k=2),
+    "moe_hg": dict(BASELINE, n_experts=3, top_k=2, branch_scales=True),
+    "dp": dict(BASELINE, attn_placement="dual", mlp_placement="dual", dual_sites="all"),
+    "dnp": dict(BASELINE, mlp_placement="dual_norm"),
+    "unified": dict(branch_scales=True, attn_placement="in", mlp_placement="dual_norm", reparam="or"),
+    "unified_qk_out": dict(branch_scales=True, mlp_placement="dual_norm", reparam="or", qk_norm=True,
+                           output_norms=True),
+}
+
+
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_scale_site_is_in_the_row_and_every_input_role_site_has_its_amplification(variant, tie):
+    model = GPT(GPTConfig(**{**TINY, **VARIANTS[variant], "n_layer": 2, "tie_embeddings": tie}), seed=0)
+    optimizers, _ = build_optimizers(model, opt_cfg(), "cpu")
+    mech = Mechanism(model, optimizers, step=0)
+    step(model, optimizers)
+    row = mech.row(1)
+    for name, sv in model.scale_vectors():
+        assert {f"{name}/g2_min", f"{name}/g2_mean", f"{name}/spread"} <= row.keys(), name
+        assert (f"{name}/amp_folded" in row) == (sv.role == "input"), name
+        assert row.get(f"{name}/amp_folded", 1.0) > 0, name
+    assert ("norm_f.scale/amp_folded" in row) == (not tie)  # tied, the final-norm scale has no fold
+    groups = {g["name"] for opt in optimizers for g in opt.param_groups}
+    assert {k.split("/")[1] for k in row if k.startswith("update/")} == groups - {"embedding"}  # (not held)
+    if model.config.n_experts:  # the shared pre-MLP scale (or, under HG, each branch's) reaches every expert
+        moe = model.blocks[0].mlp
+        readers = [cols for sv, cols, _ in model.blocks[0].folds() if sv is model.blocks[0].mlp_norm.scale]
+        if variant == "moe":
+            assert readers == [[w for e in moe.experts for w in (e.gate.weight, e.up.weight)] + [moe.router.weight]]
+        else:
+            assert readers == [] and "blocks.0.mlp.router.in_scale/amp_folded" in row
+            assert all(f"blocks.0.mlp.experts.{i}.{b}.in_scale/amp_folded" in row for i in range(3)
+                       for b in ("gate", "up"))
+
+
+def test_training_is_the_same_bit_for_bit_with_the_statistics_and_no_hash_holds_the_switch(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    common = ["--max_iters=6", "--eval_interval=3", "--dropout=0.1", "--n_experts=2", "--top_k=1"]
+    run(tiny_args(ds, tmp_path / "on", *common, "--mechanism_stats=on"))
+    run(tiny_args(ds, tmp_path / "off", *common, "--mechanism_stats=off"))
+    on, off = read_log(tmp_path / "on"), read_log(tmp_path / "off")
+    assert [{k: v for k, v in r.items() if k != "mechanism"} for r in on] == off
+    assert all("mechanism" in r for r in on if r["kind"] == "eval") and not any("mechanism" in r for r in off)
+    cfg, _ = load_config(common)
+    base = {k: v for k, v in cfg.items() if k not in ("out_dir", "mechanism_stats")}
+    assert config_hash({**base, "mechanism_stats": "off"}) == config_hash({**base, "mechanism_stats": "on"}) == \
+        config_hash(base)
+    assert config_hash({**base, "max_iters": 7}) != config_hash(base)  # (the hash does read the config)
+
+
+def test_auto_is_on_at_cpu_sizes_and_a_bad_value_is_one_line(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    assert all("mechanism" in r for r in read_log(tmp_path / "o") if r["kind"] == "eval")
+    with pytest.raises(UserError, match="mechanism_stats='yes' is not one of 'auto', 'on', 'off'"):
+        load_config(["--mechanism_stats=yes"])
+
+
+def test_after_a_resume_the_first_interval_starts_at_the_resumed_step(tmp_path, monkeypatch):
+    """A SIGTERM during step 5 saves iteration 6 between the evals at 4 and 8: the resumed run's
+    eval at 8 measures the interval since 6 (the row says so), the uninterrupted run's since 4;
+    what each eval reads of the weights themselves is the same bit for bit."""
+    ds = make_dataset(tmp_path / "ds")
+    common = ["--max_iters=8", "--eval_interval=4"]
+    run(tiny_args(ds, tmp_path / "a", *common))
+    monkeypatch.setattr(train_mod, "get_batch", signal_at(5))
+    assert run(tiny_args(ds, tmp_path / "b", *common))["stopped"] == "SIGTERM"
+    monkeypatch.undo()
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'b'}"])
+    straight = {r["iter"]: r["mechanism"] for r in read_log(tmp_path / "a") if r["kind"] == "eval"}
+    resumed = {r["iter"]: r["mechanism"] for r in read_log(tmp_path / "b") if r["kind"] == "eval"}
+    assert [straight[i].get("since") for i in (0, 4, 8)] == [None, 0, 4]
+    assert [resumed[i].get("since") for i in (0, 4, 8)] == [None, 0, 6]
+    interval = ("since", "/amp_", "update/", "held/")
+    point = lambda m: {k: v for k, v in m.items() if not any(s in k for s in interval)}  # noqa: E731
+    assert point(resumed[8]) == point(straight[8]) and resumed[4] == straight[4]
+    amp = "blocks.0.attn.q.in_scale/amp_plain"
+    assert resumed[8][amp] < straight[8][amp]  # 2 steps of movement against 4
