@@ -50,6 +50,10 @@ An ablation file (plain Python, configs/ablations/) sets
                      sets the planned seeds, the first n with n = stats.seeds_for_power(gap, that
                      SD) (at least k; at most every seed of the file: the shortfall is said), so
                      the seeds after the pilot are planned by a rule written before it ran
+    mechanism_question {"variant": v, "reference": r, "settings": [a, b]}: a pre-registered question
+                     on the mechanism statistics rather than the loss (plot.py: per setting, v - r of
+                     stats.mechanism_scalar paired by seed; between the two settings, Welch on those
+                     differences; a family of these three rows of its own, BH over them)
 Runs are paired: one seed gives every variant the same initial matrices and the
 same batches (model.GPT.init_weights, train.get_batch), and validation is on
 the same fixed batches for all. A run is named <variant>_<setting>_s<seed>
@@ -80,7 +84,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
 OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
             "planned_seeds": 0, "tuning_seeds": [], "tune_setting": "", "ladders": {}, "slurm": {},
-            "setting_seeds": {}, "power": {}}
+            "setting_seeds": {}, "power": {}, "mechanism_question": {}}
 DIRECTIONS = ("lower", "higher")
 LR_KEYS = ("learning_rate", "min_lr", "muon_lr", "scale_lr")  # the tuned multiplier scales each (0 stays 0)
 ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
@@ -109,7 +113,8 @@ def load_ablation(path, scale_down=False):
               "tune_setting": ((str, dict), "a setting's name, or {setting: setting}"),
               "ladders": (dict, "{name: [setting, ...]}"), "slurm": (dict, "{flag: value}, e.g. {'gpus_per_node': 8}"),
               "setting_seeds": (dict, "{setting: n}"),
-              "power": (dict, "{'sd': 0.004, 'gap': 0.009, 'power': 0.8} (and 'pilot': 4)")}
+              "power": (dict, "{'sd': 0.004, 'gap': 0.009, 'power': 0.8} (and 'pilot': 4)"),
+              "mechanism_question": (dict, "{'variant': 'unified', 'reference': 'norm_only', 'settings': ['w32', 'w64']}")}
     for key, (kind, example) in shapes.items():
         if not isinstance(spec[key], kind):
             raise UserError(f"{path}: {key} = {spec[key]!r} is of type {type(spec[key]).__name__}; write {example}")
@@ -137,6 +142,14 @@ def load_ablation(path, scale_down=False):
                             f"'higher' | None) with two different variants of {list(variants)}")
     check_tuning(spec, path)
     check_power(spec, path)
+    q = spec["mechanism_question"]
+    if q and not (q.keys() == {"variant", "reference", "settings"} and q["variant"] in variants
+                  and q["reference"] in variants and q["variant"] != q["reference"]
+                  and isinstance(q["settings"], (list, tuple)) and len(q["settings"]) == 2
+                  and all(st in spec["settings"] for st in q["settings"])):
+        raise UserError(f"{path}: mechanism_question = {q!r}: write {{'variant': v, 'reference': r, 'settings': "
+                        f"[a, b]}} with two different variants of {list(variants)} and two settings of "
+                        f"{list(spec['settings'])}")
     spec["base"] = os.path.join(ROOT, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
     if not os.path.isfile(spec["base"]):
         raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")
@@ -657,6 +670,7 @@ def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None, pro
     provenance (start_provenance's dict, the token files' hashes added as "data"):
     "commit" from its code, "diff" when that tree was dirty, and its device,
     device_name, threads, versions and data.
+    A run that logged the mechanism statistics (ops.Mechanism) adds "mechanism" (mechanism_record).
     Raises UserError when the log has no final eval or is not the log of one run (check_log).
     """
     import torch
@@ -675,8 +689,27 @@ def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None, pro
         "wall_s": None if wall_s is None else round(wall_s, 1), "threads": threads,
         "torch": torch.__version__, "compile": run["config"]["compile"], "commit": commit,
         "config": run["config"],
+        **mechanism_record(evals),
         **(pinned(provenance) if provenance else {}),
     }
+
+
+def mechanism_record(evals):
+    """{"mechanism": {"final": the last eval row's mechanism entry, "mean": each key's mean over the
+    eval rows that close an interval (every eval after the first: the run's intervals, equal but for
+    a resumed one), "intervals": how many}} in 5 significant digits (a None, an undefined ratio,
+    stays None and is left out of the means); {} for a log without the statistics (mechanism_stats
+    off, or made before them)."""
+    rows = [r["mechanism"] for r in evals if r.get("mechanism")]
+    if not rows:
+        return {}
+    sig = lambda v: None if v is None else float(f"{v:.5g}")  # noqa: E731
+    intervals = [r for r in rows if "since" in r]
+    keys = [k for k in intervals[-1] if k != "since"] if intervals else []
+    mean = {k: sig(statistics.fmean(vals)) for k in keys
+            if (vals := [r[k] for r in intervals if r.get(k) is not None])}
+    return {"mechanism": {"final": {k: v if k == "since" else sig(v) for k, v in rows[-1].items()}, "mean": mean,
+                          "intervals": len(intervals)}}
 
 
 def pinned(provenance):

@@ -330,3 +330,19 @@ def ladder_power(gap, sd, seeds_per_rung, alpha=0.05):
         raise ValueError(f"seeds per rung {seeds_per_rung}: each >= 1, and some rung >= 2 (a spread to pool)")
     ncp = abs(gap) * len(seeds_per_rung) / (sd * math.sqrt(sum(1 / n for n in seeds_per_rung)))
     return t_test_power(ncp, df, alpha)
+
+
+# -----------------------------------------------------------------------------
+# The mechanism statistics' one scalar per run
+
+
+def mechanism_scalar(record):
+    """The mean amplification of a run's input-role sites: the mean over its sites of amp_ratio's
+    mean over the run's evaluation intervals (a record's "mechanism" -> "mean", research/ablation.py
+    mechanism_record), amp_ratio = (||W~_t - W~_s|| / ||W~_s||) / (||W_t - W_s|| / ||W_s||) for W~ the
+    map with the site's gamma folded in (ops.Mechanism; paper Theorem 2.2, claim C3). Only input-role
+    sites have one; a site whose matrix never moved (None) is left out. None for a record without
+    the statistics or without any such site."""
+    means = (record.get("mechanism") or {}).get("mean", {})
+    values = [v for k, v in means.items() if k.endswith("/amp_ratio") and v is not None]
+    return statistics.fmean(values) if values else None

@@ -203,3 +203,37 @@ def test_after_a_resume_the_first_interval_starts_at_the_resumed_step(tmp_path, 
     assert point(resumed[8]) == point(straight[8]) and resumed[4] == straight[4]
     amp = "blocks.0.attn.q.in_scale/amp_plain"
     assert resumed[8][amp] < straight[8][amp]  # 2 steps of movement against 4
+
+
+def test_a_record_carries_the_final_statistics_and_each_interval_keys_mean(tmp_path):
+    """research.ablation.make_record on a real run's log: "mechanism" holds the last eval row's entry
+    and, per key, the mean over the eval rows that close an interval (computed here from the log);
+    a log without the statistics gives a record without the field."""
+    from research import ablation
+    data = make_dataset(tmp_path / "data")
+    out = str(tmp_path / "on")
+    run(tiny_args(data, out, "--max_iters=6", "--eval_interval=2", "--mechanism_stats=on"))
+    rows = read_log(out)
+    evals = [r for r in rows if r["kind"] == "eval"]
+    planned = {"name": "x", "hash": "h", "out_dir": out, "variant": "v", "setting": "s", "seed": 1, "lr_mult": 1.0, "iter_mult": 1.0,
+               "config": {**load_config(tiny_args(data, out, "--max_iters=6", "--eval_interval=2"))[0]}}
+    rec = ablation.make_record(planned, rows, "abl")["mechanism"]
+    intervals = [r["mechanism"] for r in evals if "since" in r["mechanism"]]
+    assert rec["intervals"] == len(intervals) == 3 and rec["final"]["since"] == 4
+    key = next(k for k in intervals[-1] if k.endswith("/amp_ratio"))
+    want = sum(m[key] for m in intervals) / len(intervals)
+    assert rec["mean"][key] == pytest.approx(want, rel=1e-4) and rec["final"][key] == pytest.approx(intervals[-1][key],
+                                                                                                       rel=1e-4)
+    floor = next(k for k in intervals[-1] if k.endswith("/g2_min"))  # a point-in-time key: its mean over the intervals
+    assert rec["mean"][floor] == pytest.approx(sum(m[floor] for m in intervals) / 3, rel=1e-4)
+    assert "since" not in rec["mean"]
+    bare = [{k: v for k, v in r.items() if k != "mechanism"} for r in rows]
+    assert "mechanism" not in ablation.make_record(planned, bare, "abl")
+
+
+def test_the_registered_scalar_is_the_mean_of_the_input_role_sites_amplification():
+    from research.stats import mechanism_scalar
+    rec = {"mechanism": {"mean": {"a.scale/amp_ratio": 1.5, "b.scale/amp_ratio": 2.5, "c.scale/amp_ratio": None,
+                                  "a.scale/amp_folded": 9.0, "a.scale/g2_min": 7.0}}}
+    assert mechanism_scalar(rec) == 2.0  # the two defined ratios, nothing else
+    assert mechanism_scalar({"mechanism": {"mean": {"a.scale/g2_min": 1.0}}}) is None and mechanism_scalar({}) is None
