@@ -470,7 +470,8 @@ def summary(collected):
             if row is None:  # new, or seed sets that do not nest: a row of its own
                 rows.append([c, [spec["name"]]])
                 continue
-            row[1].append(spec["name"])
+            if spec["name"] not in row[1]:  # (a file's own settings can run alike: --scale_down's miniatures)
+                row[1].append(spec["name"])
             if rank(c) > rank(row[0]):
                 if row[0]["expected"] and not c["expected"] and c["seeds"] != row[0]["seeds"]:
                     c = {**c, "expected": row[0]["expected"],  # a control's larger seed set, the claim kept

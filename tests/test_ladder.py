@@ -378,5 +378,6 @@ def test_the_protocol_and_two_rungs_of_the_ladder_run_end_to_end_at_miniature_si
               if r["setting"] in ("adamw_d012_tpp20", "adamw_d05_tpp20")]
     assert all(r["hash"] in records for r in wanted)
     assert sorted({r["seed"] for r in wanted if r["main"] and r["setting"] == "adamw_d05_tpp20"}) == [1, 2, 3]
-    assert plot.main([PROTOCOL, LADDER, f"--results={results}", f"--out={tmp_path / 'out'}", "--scale_down"]) is None
-    assert "| `c8_d012` | adamw_d012_tpp20 | unified - baseline |" in (tmp_path / "out" / "summary.md").read_text()
+    assert plot.main([PROTOCOL, LADDER, f"--results={results}", f"--out={tmp_path / 'out'}", "--scale_down"]) == 0
+    summary = (tmp_path / "out" / "summary.md").read_text()  # the protocol's runs are the ladder's: one row, both named
+    assert f"| `c8_d012`, `ladder` | adamw_d012_tpp20 | unified - baseline | {n} |" in summary
