@@ -3,6 +3,12 @@
     python -m research.plot configs/ablations/c8_unified.py            # after sweep.py on the same file
     python -m research.plot configs/ablations/*.py --out=assets --readme=results/README.md   # the committed tables
     python -m research.plot --run=out-shakespeare-char     # one run's curves: out-plots/out-shakespeare-char.png
+    python -m research.plot --run=runs/a --run=runs/b      # runs side by side: out-plots/a_vs_b.png
+
+--run given twice or more draws the runs on shared axes (x: iteration), one colour each, labelled
+by folder name: the loss, each optimizer group's update ratio, and per site kind (the site's name
+without its block index, averaged over blocks) the preconditioner floor and the amplification
+from each eval row's mechanism statistics (ops.Mechanism; train with --mechanism_stats=on).
 
 For each ablation file, writes to --out (default out-plots/; the committed tables are assets/):
     <name>.md             per setting: the regime (the baseline's parameters, tokens, tokens
@@ -25,6 +31,14 @@ For each ablation file, writes to --out (default out-plots/; the committed table
     <name>_tpp.png        when the settings differ in their token budget at one model size:
                           each variant's paired difference to the baseline against tokens per
                           parameter (per seed, mean and 95% interval)
+    <name>_mechanism.png  when its records carry the mechanism statistics: per setting and variant,
+                          by site kind, the floor at the end and the amplification and update
+                          ratios as means over the run's intervals (mean over seeds, their range)
+    <name>_mechanism_question.png   with mechanism_question: per setting, each seed's paired
+                          difference of stats.mechanism_scalar with the mean and 95% interval
+                          (<name>.md has the question's table: the per-setting paired rows and
+                          the between-setting Welch row, BH over these three, verdict
+                          "differs" / "unresolved": no direction is claimed)
     lr_schedules.png      the learning rate vs iteration of each setting (from the configs)
     summary.md            every paired comparison of the files given, one row each, with its
                           interval, Benjamini-Hochberg adjusted p (claim rows) and verdict
@@ -91,7 +105,7 @@ from optim import lr_multiplier  # noqa: E402
 from research.ablation import (ROOT, load_ablation, load_records, lr_choice, plan,  # noqa: E402
                                planned_table_seeds, tuning_setting, tuning_seeds)
 from research.stats import (bh_adjust, fit_power_law, fmt_ci, interpolated_tokens, ladder_multiplier,  # noqa: E402
-                            mean_ci, paired_t_p, tokens_to_reach, verdict)
+                            mean_ci, mechanism_scalar, paired_t_p, tokens_to_reach, verdict, welch_t)
 from checkpoint import read_log  # noqa: E402
 from configurator import UserError, cli, folder_problem  # noqa: E402
 
@@ -308,9 +322,7 @@ def comparisons(spec, results):
     pairs += [(s, v, ref, exp) for s in spec["settings"] for v, ref, exp in spec["comparisons"]]
     out = []
     for setting, v, ref, expected in pairs:
-        finals = {(w, seed): final_val(rec) for w in spec["variants"]
-                  for seed, rec in results[(setting, w)]["seeds"].items()}
-        planned = planned_table_seeds(spec, setting, finals)
+        planned = planned_seeds(spec, results, setting)
         seeds, diffs = paired(results, setting, v, ref)
         ci = mean_ci(diffs)
         c = dict(setting=setting, variant=v, reference=ref, seeds=seeds, diffs=diffs, ci=ci, expected=expected,
@@ -327,6 +339,14 @@ def comparisons(spec, results):
                              f"nominal 95%; the {len(first)} planned: {fmt_ci(first_ci)}{planned_verdict})")
         out.append(c)
     return out
+
+
+def planned_seeds(spec, results, setting):
+    """A setting's table seeds planned before any look (ablation.planned_table_seeds, given the
+    setting's recorded final losses, which a pilot's rule reads)."""
+    finals = {(w, seed): final_val(rec) for w in spec["variants"]
+              for seed, rec in results[(setting, w)]["seeds"].items()}
+    return planned_table_seeds(spec, setting, finals)
 
 
 def config_key(rec):
@@ -402,6 +422,8 @@ def tables(spec, results):
         out += multiplier_table(spec, results)
     if spec["ladders"]:
         out += ladder_table(spec, results)
+    if spec["mechanism_question"]:
+        out += question_table(spec, question_rows(spec, results))
     return "\n".join(out)
 
 
@@ -979,14 +1001,7 @@ def plot_run(out_dir, path):
     mean effective gamma at each eval, averaged over the layers with their range as a band. The title
     names the last logged iteration and eval (a run may be unfinished). UserError when the log is
     missing or empty."""
-    log = os.path.join(out_dir, "log.jsonl")
-    if not os.path.isfile(log):
-        raise UserError(f"--run={out_dir}: no log.jsonl there (point --run at a train.py out_dir)")
-    rows = read_log(log)
-    train = [r for r in rows if r["kind"] == "train"]
-    evals = [r for r in rows if r["kind"] == "eval"]
-    if not train and not evals:
-        raise UserError(f"--run={out_dir}: its log.jsonl has no rows yet")
+    rows, train, evals = read_run(out_dir)
     sites = list(evals[-1]["scales"]) if evals and evals[-1].get("scales") else []
     fig, axes = plt.subplots(1, 3 if sites else 2, figsize=(15 if sites else 10, 4))
     ax = axes[0]
@@ -1008,7 +1023,7 @@ def plot_run(out_dir, path):
         ax = axes[2]
         kinds = {}  # the same site in every layer is one line (the mean over layers) and a band (their range)
         for site in sites:
-            kinds.setdefault(re.sub(r"^blocks\.\d+\.", "", site), []).append(site)
+            kinds.setdefault(site_kind(site), []).append(site)
         for i, (kind, members) in enumerate(kinds.items()):
             per_eval = [(r["iter"], [r["scales"][s]["mean"] for s in members if s in r.get("scales", {})])
                         for r in evals]
@@ -1065,8 +1080,9 @@ def loss_against_log(ax, xlabel, title):
     ax.legend(fontsize=7)
 
 
-def save_figure(fig, path):
-    fig.tight_layout()
+def save_figure(fig, path, top=1.0):
+    """Lay out (the axes below `top`, a share of the height: room for a suptitle), save and close."""
+    fig.tight_layout(rect=(0, 0, 1, top))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -1095,9 +1111,10 @@ def plot_ladder(spec, results, path):
     save_figure(fig, path)
 
 
-def draw_gaps(ax, spec, series):
-    """Per variant, its paired differences to the baseline at each x (dots: seeds) and their mean
-    with a 95% t interval; series: [(variant, [(x, comparison dict with "diffs" and "ci")])]."""
+def draw_gaps(ax, spec, series, reference=None):
+    """Per variant, its paired differences to the reference (default: the baseline) at each x (dots:
+    seeds) and their mean with a 95% t interval; series: [(variant, [(x, comparison dict with
+    "diffs" and "ci")])]."""
     for i, (v, points) in enumerate(series):
         color = f"C{i + 1}"  # C0 is the baseline's colour in the curves
         shown = [(x, c) for x, c in points if c["diffs"]]
@@ -1107,7 +1124,7 @@ def draw_gaps(ax, spec, series):
         ax.errorbar([x for x, _ in with_ci], [ci[0] for _, ci in with_ci],
                     yerr=[[ci[0] - ci[1] for _, ci in with_ci], [ci[2] - ci[0] for _, ci in with_ci]],
                     fmt="o-", color=color, capsize=4,
-                    label=f"{v} - {list(spec['variants'])[0]} (mean, 95% t interval; dots: seeds)")
+                    label=f"{v} - {reference or list(spec['variants'])[0]} (mean, 95% t interval; dots: seeds)")
     ax.axhline(0.0, color="black", lw=0.8)
 
 
@@ -1168,10 +1185,275 @@ def plot_lr(configs, path):
     plt.close(fig)
 
 
+# -----------------------------------------------------------------------------
+# The mechanism statistics (ops.Mechanism): runs side by side, a file's runs, its pre-registered question
+
+
+def read_run(out_dir):
+    """(rows, train rows, eval rows) of a run's out_dir/log.jsonl, finished or not; UserError (one
+    line naming the folder) when the log is missing or has no rows."""
+    log = os.path.join(out_dir, "log.jsonl")
+    if not os.path.isfile(log):
+        raise UserError(f"--run={out_dir}: no log.jsonl there (point --run at a train.py out_dir)")
+    rows = read_log(log)
+    train = [r for r in rows if r["kind"] == "train"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    if not train and not evals:
+        raise UserError(f"--run={out_dir}: its log.jsonl has no rows yet")
+    return rows, train, evals
+
+
+def site_kind(site):
+    """A scale site's kind: its module name without the block index ('blocks.3.attn_norm.scale' ->
+    'attn_norm.scale'); a site outside the blocks (norm_f.scale) is a kind of its own."""
+    return re.sub(r"^blocks\.\d+\.", "", site)
+
+
+# panel: (what it shows, its axis label); the statistics are ratios, unitless
+MECHANISM_PANELS = {
+    "floor": ("floor: min_j gamma_j^2 (the preconditioner's, mean over blocks)", "min_j gamma_j^2"),
+    "amp": ("amplification: amp_ratio = rel. change of W~ / of W (mean over blocks)", "amp_ratio"),
+    "update": ("update ratio: ||theta_t - theta_s|| / ||theta_s|| of an optimizer group", "update ratio"),
+}
+
+
+def by_kind(flat):
+    """{"floor": {site kind: the mean over its blocks of <site>/g2_min}, "amp": the same of
+    <site>/amp_ratio, "update": {group: update/<group>}} of a flat mechanism dict (an eval row's
+    "mechanism", or a record's "final" or "mean"). A None (an undefined ratio) is left out of its
+    kind's mean, and a kind with none left is absent; kinds in the order the dict first names them."""
+    out, values = {"floor": {}, "amp": {}, "update": {}}, {"floor": {}, "amp": {}}
+    for key, value in flat.items():
+        head, _, stat = key.rpartition("/")
+        if value is None:
+            continue
+        if head == "update":
+            out["update"][stat] = value
+        elif stat in ("g2_min", "amp_ratio"):
+            values["floor" if stat == "g2_min" else "amp"].setdefault(site_kind(head), []).append(value)
+    for panel, kinds in values.items():
+        out[panel] = {kind: statistics.fmean(xs) for kind, xs in kinds.items()}
+    return out
+
+
+def run_series(evals):
+    """{(panel, kind or group): ([iteration], [value])} of one run's mechanism statistics over
+    training: by_kind of each eval row's "mechanism", at the row's iteration (an interval's key at
+    its end; iteration 0 has none)."""
+    series = {}
+    for r in evals:
+        for panel, values in by_kind(r.get("mechanism") or {}).items():
+            for name, v in values.items():
+                xs, ys = series.setdefault((panel, name), ([], []))
+                xs.append(r["iter"])
+                ys.append(v)
+    return series
+
+
+def plot_runs(out_dirs, path):
+    """Runs side by side on shared axes (x: iteration), one colour each and labelled by its folder's
+    name in the figure's legend: the loss (train per iteration, thin; val at each eval, markers),
+    each optimizer group's update ratio, and per site kind its floor and its amplification
+    (run_series). A panel one run lacks (a site the other variant has) shows the others. UserError
+    (one line naming the folder) for a missing log, or one without mechanism statistics."""
+    runs = []
+    for d in out_dirs:
+        _, train, evals = read_run(d)
+        if not any(r.get("mechanism") for r in evals):
+            raise UserError(f"--run={d}: its log.jsonl has no mechanism statistics (no eval row carries "
+                            f"'mechanism'): train it with --mechanism_stats=on to compare runs side by side")
+        runs.append((os.path.basename(os.path.abspath(d)), train, evals, run_series(evals)))
+    keys = dict.fromkeys(k for *_, series in runs for k in series)
+    kinds = dict.fromkeys(name for panel, name in keys if panel != "update")
+    order = [k for k in keys if k[0] == "update"] + [(p, kind) for kind in kinds for p in ("floor", "amp")
+                                                     if (p, kind) in keys]
+    cols = 4
+    rows_n = -(-(len(order) + 1) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.5 * cols, 3.2 * rows_n), squeeze=False, sharex=True)
+    flat = list(axes.ravel())
+    for i, (name, train, evals, series) in enumerate(runs):
+        color = f"C{i % 10}"
+        flat[0].plot([r["iter"] for r in train], [r["loss"] for r in train], color=color, lw=0.5, alpha=0.4,
+                     label=f"_{name} train")  # a leading _ keeps it out of the legend
+        flat[0].plot([r["iter"] for r in evals], [r["val_loss"] for r in evals], "o-", ms=3, color=color, label=name)
+        for ax, key in zip(flat[1:], order):
+            if key in series:
+                ax.plot(*series[key], ".-", ms=4, lw=0.8, color=color, label=name)
+    flat[0].set_title("loss: train per iteration (thin), val at each eval", fontsize=8)
+    flat[0].set_ylabel("loss (nats/token)")
+    for ax, (panel, name) in zip(flat[1:], order):
+        ax.set_title(f"{name}\n{MECHANISM_PANELS[panel][0]}", fontsize=7)
+        ax.set_ylabel(f"{MECHANISM_PANELS[panel][1]} (unitless)", fontsize=8)
+    for ax in flat[:len(order) + 1]:
+        ax.set_xlabel("iteration")
+        ax.xaxis.set_tick_params(labelbottom=True)
+        ax.grid(alpha=0.3)
+    for ax in flat[len(order) + 1:]:
+        ax.axis("off")
+    fig.legend(*flat[0].get_legend_handles_labels(), loc="upper right", fontsize=8)
+    fig.suptitle(f"{' vs '.join(name for name, *_ in runs)}: the mechanism statistics at each eval "
+                 f"(ops.Mechanism; interval ratios over the steps since the last eval)", fontsize=9)
+    save_figure(fig, path, top=1 - 0.5 / (3.2 * rows_n))  # half an inch for the title and legend
+
+
+def draw_runs(out_dirs, out):
+    """plot_run's figure for one --run (out/<name>.png), plot_runs' for several (out/<a>_vs_<b>.png);
+    returns its path. UserError for an empty --run or two runs of one folder name (their legend
+    labels, the folder names, would not tell them apart)."""
+    if any(not d.strip() for d in out_dirs):
+        raise UserError("--run is empty: name a train.py out_dir")
+    names = [os.path.basename(os.path.abspath(d)) for d in out_dirs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"--run: {', '.join(twice)} given twice (runs are labelled by their folder's name): "
+                        f"give each run once, from folders of different names")
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "_vs_".join(names) + ".png")
+    if len(out_dirs) == 1:
+        plot_run(out_dirs[0], path)
+    else:
+        plot_runs(out_dirs, path)
+    return path
+
+
+def record_by_kind(rec):
+    """by_kind of a record's mechanism statistics: the floor at the end (its "final"), the
+    amplification and the update ratios as their means over the run's intervals ("mean"); None for
+    a record without them."""
+    mech = rec.get("mechanism")
+    if not mech:
+        return None
+    final, mean = by_kind(mech["final"]), by_kind(mech["mean"])
+    return {"floor": final["floor"], "amp": mean["amp"], "update": mean["update"]}
+
+
+def mechanism_entries(spec, results):
+    """[(setting, variant, seeds, {panel: {kind or group: [value per seed]}})] of record_by_kind over
+    each setting's and variant's table seeds that carry the statistics (seeds ascending), in table
+    order; [] when no record carries them."""
+    out = []
+    for setting in spec["settings"]:
+        for v in spec["variants"]:
+            runs = sorted((seed, record_by_kind(r)) for seed, r in results[(setting, v)]["seeds"].items())
+            runs = [(seed, x) for seed, x in runs if x]
+            if not runs:
+                continue
+            panels = {p: {} for p in MECHANISM_PANELS}
+            for _, x in runs:
+                for panel, values in x.items():
+                    for name, value in values.items():
+                        panels[panel].setdefault(name, []).append(value)
+            out.append((setting, v, [seed for seed, _ in runs], panels))
+    return out
+
+
+def plot_mechanism(entries, spec, path):
+    """Per panel (the floor at the end; the amplification and the update ratios as means over the
+    intervals), one row per site kind or group: each setting's and variant's mean over seeds (dot)
+    and the seeds' range (bar), from mechanism_entries."""
+    fig, axes = plt.subplots(1, 3, figsize=(17, 1.5 + 0.3 * max(len(e[3]["floor"]) for e in entries) * len(entries)
+                                            ** 0.5), squeeze=False)
+    k = len(entries)
+    for ax, (panel, (what, label)) in zip(axes[0], MECHANISM_PANELS.items()):
+        names = list(dict.fromkeys(n for *_, panels in entries for n in panels[panel]))
+        for j, (setting, v, seeds, panels) in enumerate(entries):
+            pts = [(i + 0.7 * (j - (k - 1) / 2) / k, panels[panel][n]) for i, n in enumerate(names)
+                   if n in panels[panel]]
+            y = [p[0] for p in pts]
+            ax.hlines(y, [min(p[1]) for p in pts], [max(p[1]) for p in pts], color=f"C{j % 10}", lw=1.5)
+            ax.plot([statistics.fmean(p[1]) for p in pts], y, "o", ms=4, color=f"C{j % 10}",
+                    label=f"{v}, {setting} (n={len(seeds)})")
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{label} (unitless)" + (" at the end" if panel == "floor" else ", mean over intervals"))
+        ax.set_title(what, fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"{spec['name']}: the mechanism statistics per site kind: mean over seeds (dot) and the seeds' "
+                 f"range (bar)", fontsize=9)
+    save_figure(fig, path)
+
+
+def question_rows(spec, results):
+    """The rows of the file's mechanism_question (variant v, reference r, settings [a, b]): per
+    setting, v - r of stats.mechanism_scalar paired by seed over the planned table seeds both
+    record (mean_ci, paired_t_p, df = n - 1); then b's paired differences minus a's, unpaired
+    (welch_t: Welch-Satterthwaite df). Dicts of what, test, seeds (text), diffs (per seed; None for
+    Welch's), ci, p, df, p_bh, verdict, strength. The three are a family of their own: BH over
+    them once each has a p and every planned seed (until then p_bh None, strength "pending"). No
+    direction was claimed: verdict "differs" when the interval excludes 0, else "unresolved";
+    strength "finding" when also p (BH) <= 0.05, "lead" when only the interval excludes 0, else "-"."""
+    q = spec["mechanism_question"]
+    v, ref, (s0, s1) = q["variant"], q["reference"], q["settings"]
+    rows, per = [], {}
+    for st in (s0, s1):
+        a, b = results[(st, v)]["seeds"], results[(st, ref)]["seeds"]
+        planned = planned_seeds(spec, results, st)
+        seeds = [s for s in planned if s in a and s in b
+                 and None not in (mechanism_scalar(a[s]), mechanism_scalar(b[s]))]
+        per[st] = [mechanism_scalar(a[s]) - mechanism_scalar(b[s]) for s in seeds]
+        rows.append(dict(what=f"`{st}`: {v} - {ref}", test="paired t", seeds=f"{len(seeds)} of {len(planned)}",
+                         diffs=per[st], complete=len(seeds) == len(planned), ci=mean_ci(per[st]),
+                         p=paired_t_p(per[st]), df=len(seeds) - 1 if len(seeds) > 1 else None))
+    ci, p, df = welch_t(per[s1], per[s0]) if min(len(per[s0]), len(per[s1])) > 1 else (None, None, None)
+    rows.append(dict(what=f"`{s1}` minus `{s0}` of those differences", test="Welch",
+                     seeds=f"{len(per[s1])} and {len(per[s0])}", diffs=None,
+                     complete=rows[0]["complete"] and rows[1]["complete"], ci=ci, p=p, df=df))
+    family = all(r["complete"] and r["p"] is not None for r in rows)
+    for r, p_bh in zip(rows, bh_adjust([r["p"] for r in rows]) if family else [None] * 3):
+        excludes = excludes_zero(r["ci"])
+        r.update(p_bh=p_bh, verdict="differs" if excludes else "unresolved",
+                 strength=("pending (the family's planned seeds)" if not family else
+                           "finding" if excludes and p_bh <= 0.05 else "lead" if excludes else "-"))
+    return rows
+
+
+def question_table(spec, rows):
+    """Markdown: the mechanism question's three rows (question_rows) and what they compute."""
+    q = spec["mechanism_question"]
+    v, ref, (s0, s1) = q["variant"], q["reference"], q["settings"]
+    out = [f"The mechanism question (registered with the file; its three rows are a family of their own, outside "
+           f"the summary's): `{v}` - `{ref}` of the mechanism scalar (stats.mechanism_scalar: the mean over a "
+           f"run's input-role sites of amp_ratio's mean over its eval intervals; unitless) per setting, paired "
+           f"by seed (95% Student t interval, two-sided paired t p, df = seeds - 1); and `{s1}`'s paired "
+           f"differences minus `{s0}`'s, unpaired by Welch's t (95% interval with the Welch-Satterthwaite df, "
+           f"two-sided p). p (BH): Benjamini-Hochberg over these three rows, once every planned seed is "
+           f"recorded. No direction was claimed: verdict \"differs\" when the interval excludes 0, "
+           f"\"unresolved\" otherwise; strength \"finding\" when also p (BH) <= 0.05, \"lead\" when only the "
+           f"interval excludes 0 ({spec['name']}_mechanism_question.png).", "",
+           "| row | test | seeds | per seed | mean [95% CI] | df | p | p (BH) | verdict | strength |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        per_seed = "-" if not r["diffs"] else ", ".join(f"{d:+.4f}" for d in r["diffs"])
+        df = "-" if r["df"] is None else f"{r['df']}" if isinstance(r["df"], int) else f"{r['df']:.3g}"
+        p, p_bh = ("-" if x is None else f"{x:#.3g}" for x in (r["p"], r["p_bh"]))
+        out.append(f"| {r['what']} | {r['test']} | {r['seeds']} | {per_seed} | {fmt_ci(r['ci'])} | {df} | {p} | "
+                   f"{p_bh} | {r['verdict']} | {r['strength']} |")
+    return out + [""]
+
+
+def plot_question(spec, rows, path):
+    """Per setting of the mechanism question, each seed's paired difference of the mechanism scalar
+    (dots) with their mean and 95% t interval (draw_gaps); the Welch row in the title."""
+    q = spec["mechanism_question"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    draw_gaps(ax, spec, [(q["variant"], list(enumerate(rows[:2])))], reference=q["reference"])
+    ax.set_xticks([0, 1], [f"{st}\n(n={len(r['diffs'])})" for st, r in zip(q["settings"], rows)])
+    ax.set_xlim(-0.5, 1.5)
+    ax.set_xlabel("setting")
+    ax.set_ylabel("mechanism scalar difference\n(mean amp_ratio; unitless)")
+    ax.set_title(f"{spec['name']}: {q['variant']} - {q['reference']} per seed\n{q['settings'][1]} minus "
+                 f"{q['settings'][0]} (Welch): {fmt_ci(rows[2]['ci'])}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ablations", nargs="*", help="ablation files (configs/ablations/*.py)")
-    p.add_argument("--run", default="", help="instead: draw one run's curves from OUT_DIR/log.jsonl")
+    p.add_argument("--run", action="append", default=[], help="instead: draw one run's curves from "
+                   "OUT_DIR/log.jsonl; given twice or more, those runs side by side (loss and mechanism statistics)")
     p.add_argument("--results", default=None, help="the run records (sweep.py writes them; default results/)")
     p.add_argument("--out", default="out-plots", help="folder for tables and figures (assets/ is the committed one)")
     p.add_argument("--readme", default="", help="also write the summary table into this file's summary block")
@@ -1183,12 +1465,9 @@ def main(argv):
         raise UserError(f"--out={args.out!r}: {problem}")
     if args.run:
         if args.ablations or args.results or args.readme:
-            raise UserError(f"--run={args.run} draws one run from its log: give no ablation files, --results "
+            raise UserError(f"--run={args.run[0]} draws runs from their logs: give no ablation files, --results "
                             f"or --readme with it")
-        os.makedirs(args.out, exist_ok=True)
-        path = os.path.join(args.out, os.path.basename(os.path.abspath(args.run)) + ".png")
-        plot_run(args.run, path)
-        print(f"wrote {path}")
+        print(f"wrote {draw_runs(args.run, args.out)}")
         return
     if not args.ablations:
         raise UserError("give ablation files (configs/ablations/*.py), or --run=OUT_DIR for one run's curves")
@@ -1257,6 +1536,11 @@ def draw_ablation(spec, results, missing, mode, out):
         plot_fit(spec, results, os.path.join(out, f"{spec['name']}_fit.png"))
     if spec["ladders"]:
         plot_ladder(spec, results, os.path.join(out, f"{spec['name']}_ladder.png"))
+    entries = mechanism_entries(spec, results)
+    if entries:
+        plot_mechanism(entries, spec, os.path.join(out, f"{spec['name']}_mechanism.png"))
+    if spec["mechanism_question"] and any(r["diffs"] for r in question_rows(spec, results)[:2]):
+        plot_question(spec, question_rows(spec, results), os.path.join(out, f"{spec['name']}_mechanism_question.png"))
     trend = width_trend(spec, results)
     if trend:
         plot_width(trend, spec, os.path.join(out, f"{spec['name']}_width.png"))

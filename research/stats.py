@@ -13,13 +13,18 @@ import numpy as np
 
 
 def t_cdf_two_sided(t, df):
-    """P(|T| <= t) for Student's t with integer df >= 1, exactly.
+    """P(|T| <= t) for Student's t with df > 0 degrees of freedom.
 
-    Abramowitz & Stegun 26.7.3 (odd df) and 26.7.4 (even df): with
-    theta = atan(t / sqrt(df)), finite sums of powers of cos(theta).
+    Integer df: exactly, Abramowitz & Stegun 26.7.3 (odd df) and 26.7.4 (even df): with
+    theta = atan(t / sqrt(df)), finite sums of powers of cos(theta). Fractional df (Welch's
+    Welch-Satterthwaite df): 1 - I_x(df / 2, 1 / 2) with x = df / (df + t^2), the regularized
+    incomplete beta function (A&S 26.7.1; regularized_beta).
     """
-    if df < 1 or df != int(df):
-        raise ValueError(f"df={df} must be a positive integer")
+    if not df > 0 or not math.isfinite(df):
+        raise ValueError(f"df={df} must be a positive number")
+    if df != int(df):
+        return 1.0 - regularized_beta(df / (df + t * t), df / 2, 0.5)
+    df = int(df)  # 4.0 from a formula: the exact sums below
     theta = math.atan(abs(t) / math.sqrt(df))
     s, c2 = math.sin(theta), math.cos(theta) ** 2
     if df % 2:  # (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), df - 2 the last power
@@ -35,8 +40,34 @@ def t_cdf_two_sided(t, df):
     return s * total
 
 
+def regularized_beta(x, a, b):
+    """I_x(a, b), the regularized incomplete beta function, for x in [0, 1] and a, b > 0.
+
+    Its continued fraction (A&S 26.5.8) evaluated by the modified Lentz method to 1e-15 relative,
+    on x < (a + 1) / (a + b + 2) where it converges fast, else through I_x(a, b) = 1 - I_{1-x}(b, a).
+    """
+    if x <= 0 or x >= 1:
+        return 0.0 if x <= 0 else 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - regularized_beta(1 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny, f, c, d = 1e-300, 1.0, 1.0, 0.0
+    for i in range(1, 400):  # the terms d_1, d_2, ... of the fraction 1 / (1 + d_1 / (1 + d_2 / ...))
+        m = (i - 1) // 2
+        num = 1.0 if i == 1 else (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)) if i % 2 else
+                                  -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + num / c
+        c = c if abs(c) > tiny else tiny
+        f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * (f - 1.0)
+
+
 def t_quantile(p, df):
-    """The p-quantile of Student's t with integer df >= 1, for p in (0.5, 1).
+    """The p-quantile of Student's t with df > 0 (integer or fractional), for p in (0.5, 1).
 
     Bisection on t_cdf_two_sided(t, df) = 2p - 1 to 1e-12 relative; e.g.
     t_quantile(0.975, 2) = 4.303, (0.975, 4) = 2.776 (any statistics table).
@@ -81,6 +112,31 @@ def paired_t_p(diffs):
     if sd == 0:
         return 0.0 if mean else 1.0
     return max(0.0, 1.0 - t_cdf_two_sided(mean / (sd / math.sqrt(n)), n - 1))
+
+
+def welch_t(a, b, level=0.95):
+    """Welch's unpaired t test of mean(a) - mean(b), for two independent samples of 2 or more each
+    with variances not assumed equal.
+
+    With v_a = s_a^2 / n_a and v_b = s_b^2 / n_b (s: sample standard deviation): the difference
+    D = mean(a) - mean(b), its standard error SE = sqrt(v_a + v_b), t = D / SE, and the
+    Welch-Satterthwaite df = (v_a + v_b)^2 / (v_a^2 / (n_a - 1) + v_b^2 / (n_b - 1)) (fractional);
+    the interval D +- t_{(1 + level) / 2, df} SE, p = P(|T_df| >= |t|) two-sided
+    (scipy.stats.ttest_ind(a, b, equal_var=False) gives the same). Zero spread in both: the
+    interval is D itself, p = 0 for a nonzero D and 1 for a zero one, df = n_a + n_b - 2.
+    Returns ((D, low, high) as mean_ci, p, df); raises ValueError for a sample of fewer than 2.
+    """
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"Welch's t test needs 2 values or more in each sample, got {len(a)} and {len(b)}")
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        return (diff, diff, diff), (0.0 if diff else 1.0), len(a) + len(b) - 2
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = t_quantile(0.5 + level / 2, df) * se
+    p = max(0.0, 1.0 - t_cdf_two_sided(diff / se, df))
+    return (diff, diff - half, diff + half), p, df
 
 
 def bh_adjust(ps):

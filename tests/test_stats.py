@@ -195,3 +195,49 @@ def test_the_ladder_power_is_what_simulated_ladders_show():
                 *synthetic_ladder(rng, multiplier, seeds, sd_pair=sd_pair, sd_seed=sd_seed)))
             for _ in range(runs))
         assert abs(covered / runs - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / runs), (sd_pair, sd_seed, covered / runs)
+
+
+def test_t_cdf_of_fractional_df_against_scipy_and_its_integer_neighbours():
+    """The incomplete-beta branch (fractional df, as Welch's df is) agrees with scipy where installed,
+    and with the exact integer formulas as df approaches an integer."""
+    for df in (2, 3, 7):
+        for t in (0.2, 1.5, 6.0):
+            assert stats.t_cdf_two_sided(t, df + 1e-9) == pytest.approx(stats.t_cdf_two_sided(t, df), abs=1e-8)
+    assert stats.regularized_beta(0.3, 1.0, 1.0) == pytest.approx(0.3)  # I_x(1, 1) = x
+    assert stats.regularized_beta(0.3, 2.0, 1.0) == pytest.approx(0.09)  # I_x(a, 1) = x^a
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for df in (0.7, 1.684, 4.5, 9.99, 57.3):
+        for t in (0.0, 0.4, 2.1, 9.0):
+            assert stats.t_cdf_two_sided(t, df) == pytest.approx(1 - 2 * scipy_stats.t.sf(t, df), abs=1e-12)
+        assert stats.t_quantile(0.975, df) == pytest.approx(scipy_stats.t.ppf(0.975, df), rel=1e-9)
+
+
+def test_welch_t_against_a_hand_computation():
+    # a = [1, 2, 3], b = [4, 5, 6]: D = -3, v_a = v_b = 1/3, SE = sqrt(2/3), df = (2/3)^2 / (2 (1/9) / 2) = 4,
+    # t = -3 / sqrt(2/3); for df = 4, P(|T| <= t) = sin th (1 + cos^2 th / 2), th = atan(|t| / 2)
+    (d, lo, hi), p, df = stats.welch_t([1, 2, 3], [4, 5, 6])
+    t = 3 / math.sqrt(2 / 3)
+    th = math.atan(t / 2)
+    assert d == pytest.approx(-3) and df == pytest.approx(4)
+    assert p == pytest.approx(1 - math.sin(th) * (1 + math.cos(th) ** 2 / 2), rel=1e-9)
+    assert hi - d == pytest.approx(2.776445 * math.sqrt(2 / 3), rel=1e-6) and d - lo == pytest.approx(hi - d)
+    # unequal spreads and sizes: a = [1, 2, 3] (v_a = 1/3), b = [4, 6] (v_b = 1): df = (4/3)^2 / ((1/3)^2 / 2 + 1) = 32/19
+    (d, lo, hi), p, df = stats.welch_t([1, 2, 3], [4, 6])
+    assert d == pytest.approx(-3) and df == pytest.approx(32 / 19)
+    assert hi - d == pytest.approx(stats.t_quantile(0.975, 32 / 19) * math.sqrt(4 / 3))
+    assert stats.welch_t([1, 1], [1, 1])[1:] == (1.0, 2) and stats.welch_t([2, 2], [1, 1])[1] == 0.0
+    with pytest.raises(ValueError, match="2 values or more"):
+        stats.welch_t([1.0], [1.0, 2.0])
+
+
+def test_welch_t_equals_scipys_unequal_variance_test():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(3)
+    for n_a, n_b in ((6, 6), (3, 8), (2, 2)):
+        a, b = rng.normal(0.1, 0.5, n_a).tolist(), rng.normal(-0.2, 2.0, n_b).tolist()
+        (d, lo, hi), p, df = stats.welch_t(a, b)
+        ref = scipy_stats.ttest_ind(a, b, equal_var=False)
+        ci = ref.confidence_interval(0.95)
+        assert d == pytest.approx(np.mean(a) - np.mean(b)) and df == pytest.approx(ref.df, rel=1e-12)
+        assert p == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-14)
+        assert (lo, hi) == (pytest.approx(ci.low, rel=1e-9), pytest.approx(ci.high, rel=1e-9))

@@ -142,7 +142,7 @@ def test_plot_run_draws_the_logged_losses_lr_and_scales(tmp_path, monkeypatch):
 def test_plot_run_takes_no_ablation_options(tmp_path):
     from research import plot
     for extra in (["--readme=results/README.md"], ["--results=results"], ["configs/ablations/c8_regime.py"]):
-        with pytest.raises(UserError, match="draws one run from its log"):
+        with pytest.raises(UserError, match="draws runs from their logs"):
             plot.main([f"--run={tmp_path}", *extra])
 
 

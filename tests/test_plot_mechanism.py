@@ -1,0 +1,226 @@
+"""plot.py and the mechanism statistics: runs side by side (--run twice), a file's per-site-kind
+figure, and the mechanism question's table and figure, each against the logs' or records' own
+numbers (the question's rows recomputed here with research/stats.py)."""
+
+import os
+import re
+import statistics
+
+import numpy as np
+import pytest
+
+from configurator import UserError
+from research import ablation, plot, stats, sweep
+from test_sweep import fake_rows, write_ablation
+from test_train import make_dataset, read_log, run, tiny_args
+
+# c3_mechanism_width's two arms (the defaults are unified's; norm_only sets its scales back to the baseline's)
+NORM_ONLY = ["--branch_scales=False", "--mlp_placement=in_norm", "--reparam=plain", "--scale_wd=none"]
+
+
+def captured(monkeypatch):
+    """The figures plot.py closes, in order (it closes each once saved)."""
+    figures = []
+    monkeypatch.setattr(plot.plt, "close", figures.append)
+    return figures
+
+
+def panel(fig, kind, which):
+    """The axes of a site kind's (or group's) panel: floor, amp or update (plot.MECHANISM_PANELS)."""
+    (ax,) = [a for a in fig.axes if a.get_title() == f"{kind}\n{plot.MECHANISM_PANELS[which][0]}"]
+    return ax
+
+
+def kind_means(evals, stat):
+    """{site kind: (iterations, mean over blocks of <site>/<stat>)}, computed here from the rows."""
+    out = {}
+    for r in evals:
+        per = {}
+        for key, value in r.get("mechanism", {}).items():
+            site, _, s = key.rpartition("/")
+            if s == stat and value is not None:
+                per.setdefault(re.sub(r"^blocks\.\d+\.", "", site), []).append(value)
+        for kind, values in per.items():
+            xs, ys = out.setdefault(kind, ([], []))
+            xs.append(r["iter"])
+            ys.append(float(np.mean(values)))
+    return out
+
+
+def test_two_runs_side_by_side_draw_the_logged_values_labelled_by_folder(tmp_path, monkeypatch):
+    ds = make_dataset(tmp_path / "ds")
+    common = ["--max_iters=4", "--eval_interval=2", "--n_layer=2", "--mechanism_stats=on"]
+    run(tiny_args(ds, tmp_path / "norm_only", *common, *NORM_ONLY))
+    run(tiny_args(ds, tmp_path / "unified", *common))
+    figures = captured(monkeypatch)
+    plot.main([f"--run={tmp_path / 'norm_only'}", f"--run={tmp_path / 'unified'}", f"--out={tmp_path / 'plots'}"])
+    assert (tmp_path / "plots" / "norm_only_vs_unified.png").read_bytes()[:4] == b"\x89PNG"
+    (fig,) = figures
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["norm_only", "unified"]
+    panels = {}
+    for name in ("norm_only", "unified"):
+        rows = read_log(tmp_path / name)
+        train = [r for r in rows if r["kind"] == "train"]
+        evals = [r for r in rows if r["kind"] == "eval"]
+        loss = fig.axes[0]
+        (val,) = [ln for ln in loss.lines if ln.get_label() == name]
+        (tr,) = [ln for ln in loss.lines if ln.get_label() == f"_{name} train"]
+        assert list(val.get_ydata()) == [r["val_loss"] for r in evals]
+        assert list(tr.get_ydata()) == [r["loss"] for r in train]
+        expected = {("floor", k): v for k, v in kind_means(evals, "g2_min").items()}
+        expected |= {("amp", k): v for k, v in kind_means(evals, "amp_ratio").items()}
+        expected |= {("update", k.split("/", 1)[1]): ([r["iter"] for r in evals if k in r["mechanism"]],
+                                                      [r["mechanism"][k] for r in evals if k in r["mechanism"]])
+                     for k in evals[-1]["mechanism"] if k.startswith("update/")}
+        assert ("amp", "attn_norm.scale" if name == "norm_only" else "attn.q.in_scale") in expected
+        assert ("floor", "norm_f.scale") in expected
+        for (which, kind), (xs, ys) in expected.items():
+            ax = panel(fig, kind, which)
+            (line,) = [ln for ln in ax.lines if ln.get_label() == name]
+            assert list(line.get_xdata()) == xs and np.allclose(line.get_ydata(), ys, rtol=1e-12)
+            assert ax.get_xlabel() == "iteration" and "unitless" in ax.get_ylabel()
+        panels[name] = set(expected)
+    a, b = panels["norm_only"], panels["unified"]
+    assert a - b and b - a  # each arm has sites the other lacks: a panel each, with the lines of those that have it
+    assert sum(ax.axison for ax in fig.axes) == 1 + len(a | b)  # the loss, then one per panel
+    # two blocks: each kind's line is the mean of its two sites
+    evals = [r for r in read_log(tmp_path / "unified") if r["kind"] == "eval"]
+    (line,) = [ln for ln in panel(fig, "attn.q.in_scale", "floor").lines if ln.get_label() == "unified"]
+    assert line.get_ydata()[-1] == pytest.approx(statistics.fmean(
+        evals[-1]["mechanism"][f"blocks.{i}.attn.q.in_scale/g2_min"] for i in range(2)))
+
+
+def test_run_comparison_refuses_a_missing_log_a_log_without_statistics_and_one_name_twice(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "with", "--max_iters=2", "--mechanism_stats=on"))
+    run(tiny_args(ds, tmp_path / "without", "--max_iters=2", "--mechanism_stats=off"))
+    (tmp_path / "empty").mkdir()
+    out = f"--out={tmp_path / 'plots'}"
+    with pytest.raises(UserError, match=r"--run=.*empty: no log.jsonl there \(point --run at a train.py out_dir\)"):
+        plot.main([f"--run={tmp_path / 'with'}", f"--run={tmp_path / 'empty'}", out])
+    with pytest.raises(UserError, match=r"--run=.*without: its log.jsonl has no mechanism statistics.*"
+                                        r"--mechanism_stats=on"):
+        plot.main([f"--run={tmp_path / 'with'}", f"--run={tmp_path / 'without'}", out])
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "with", tmp_path / "elsewhere" / "with")
+    with pytest.raises(UserError, match=r"with given twice"):
+        plot.main([f"--run={tmp_path / 'with'}", f"--run={tmp_path / 'elsewhere' / 'with'}", out])
+    with pytest.raises(UserError, match=r"--run is empty"):
+        plot.main(["--run=", out])
+    plot.main([f"--run={tmp_path / 'without'}", out])  # one run: today's figure, statistics or not
+    assert (tmp_path / "plots" / "without.png").is_file()
+
+
+# -----------------------------------------------------------------------------
+# A file's records: synthetic, with constructed mechanism means
+
+BODY = ("variants = {'norm_only': {}, 'unified': {'reparam': 'or'}}\n"
+        "settings = {'w32': {'optimizer': 'adamw'}, 'w64': {'optimizer': 'adamw', 'weight_decay': 0.05}}\n"
+        "seeds = [1, 2, 3, 4, 5]\n"
+        "mechanism_question = {'variant': 'unified', 'reference': 'norm_only', 'settings': ['w32', 'w64']}\n")
+EFFECT = {"w32": 0.0, "w64": 0.2}  # the true unified - norm_only of the scalar per setting
+NOISE = {1: 0.013, 2: -0.021, 3: 0.004, 4: 0.017, 5: -0.009}
+
+
+def amp_of(run):
+    """The constructed scalar (mean amp_ratio) of a run: 1.1, plus the effect for unified, plus noise
+    that differs between the arms (so the paired differences have a spread)."""
+    unified = run["variant"] == "unified"
+    return 1.1 + (EFFECT[run["setting"]] + NOISE[run["seed"]] if unified else NOISE[run["seed"]] / 3)
+
+
+def mechanism_rows(cfg, amp):
+    """fake_rows with the mechanism statistics: two blocks' q in_scale (amp_ratio amp -+ 0.01, so
+    their mean is amp) and norm_f; iteration 0 has the point-in-time keys only."""
+    rows = fake_rows(cfg, 2.5)
+    first, last = [r for r in rows if r["kind"] == "eval"]
+    point = {f"blocks.{i}.attn.q.in_scale/g2_min": amp * (1 + i / 10) for i in range(2)} | {"norm_f.scale/g2_min": 0.9}
+    first["mechanism"] = dict(point)
+    last["mechanism"] = {**point, "since": 0, "blocks.0.attn.q.in_scale/amp_ratio": amp - 0.01,
+                         "blocks.1.attn.q.in_scale/amp_ratio": amp + 0.01, "update/matrix": amp / 10,
+                         "update/scale_input": None}
+    return rows
+
+
+def write_records(tmp_path, skip=()):
+    path = write_ablation(tmp_path, BODY, name="mech")
+    spec = sweep.load_ablation(path)
+    results = str(tmp_path / "results")
+    for r in sweep.plan(spec, "runs"):
+        if (r["setting"], r["variant"], r["seed"]) not in skip:
+            ablation.write_record(results, ablation.make_record(r, mechanism_rows(r["config"], amp_of(r)), "mech"))
+    return path, spec, results
+
+
+def recomputed(records, spec):
+    """The question's three rows from the records' own numbers: (paired diffs per setting, [(ci, p)], BH)."""
+    by = {(r["setting"], r["variant"], r["seed"]): stats.mechanism_scalar(r) for r in records.values()}
+    diffs = {st: [by[(st, "unified", s)] - by[(st, "norm_only", s)] for s in spec["seeds"]] for st in ("w32", "w64")}
+    tests = [(stats.mean_ci(diffs[st]), stats.paired_t_p(diffs[st])) for st in ("w32", "w64")]
+    ci, p, _ = stats.welch_t(diffs["w64"], diffs["w32"])
+    tests.append((ci, p))
+    return diffs, tests, stats.bh_adjust([p for _, p in tests])
+
+
+def test_the_mechanism_question_table_equals_stats_on_the_records(tmp_path, monkeypatch):
+    path, spec, results = write_records(tmp_path)
+    figures = captured(monkeypatch)
+    plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"])
+    records = ablation.load_records(results)
+    diffs, tests, adjusted = recomputed(records, spec)
+    for st in ("w32", "w64"):  # the constructed truth, to the records' 5 digits
+        assert np.allclose(diffs[st], [EFFECT[st] + NOISE[s] * 2 / 3 for s in spec["seeds"]], atol=1e-4)
+    md = (tmp_path / "out" / "mech.md").read_text()
+    table = [line for line in md.splitlines() if line.startswith("| `w")]
+    assert len(table) == 3
+    words = [("unresolved", "-"), ("differs", "finding"), ("differs", "finding")]
+    for line, (ci, p), p_bh, (verdict, strength) in zip(table, tests, adjusted, words):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[4] == stats.fmt_ci(ci) and cells[6] == f"{p:#.3g}" and cells[7] == f"{p_bh:#.3g}"
+        assert cells[8:] == [verdict, strength]
+    assert table[0].split("|")[4].strip() == ", ".join(f"{d:+.4f}" for d in diffs["w32"])
+    assert [line.split("|")[3].strip() for line in table] == ["5 of 5", "5 of 5", "5 and 5"]
+    welch = stats.welch_t(diffs["w64"], diffs["w32"])
+    assert table[2].split("|")[6].strip() == f"{welch[2]:.3g}" and welch[0][0] == pytest.approx(0.2, abs=0.02)
+    rows = plot.question_rows(spec, plot.collect(spec, records)[0])
+    assert [r["ci"] for r in rows] == [ci for ci, _ in tests] and [r["p_bh"] for r in rows] == adjusted
+
+    (question,) = [f for f in figures if any("(Welch)" in a.get_title() for a in f.axes)]
+    ax = question.axes[0]
+    dots = [ln for ln in ax.lines if ln.get_linestyle() == "None" and ln.get_marker() == "."]
+    assert [list(d.get_ydata()) for d in dots] == [diffs["w32"], diffs["w64"]]
+    assert (tmp_path / "out" / "mech_mechanism_question.png").is_file()
+
+
+def test_the_mechanism_figure_draws_each_site_kinds_mean_and_range_over_seeds(tmp_path, monkeypatch):
+    path, spec, results = write_records(tmp_path)
+    figures = captured(monkeypatch)
+    plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"])
+    assert (tmp_path / "out" / "mech_mechanism.png").read_bytes()[:4] == b"\x89PNG"
+    (fig,) = [f for f in figures if "per site kind" in (f._suptitle.get_text() if f._suptitle else "")]
+    floor, amp, update = fig.axes
+    assert [t.get_text() for t in floor.get_yticklabels()] == ["attn.q.in_scale", "norm_f.scale"]
+    assert [t.get_text() for t in update.get_yticklabels()] == ["matrix"]  # a None ratio is left out
+    records = list(ablation.load_records(results).values())
+    for line in floor.lines:
+        variant, setting = re.match(r"(\w+), (\w+) \(n=5\)", line.get_label()).groups()
+        mine = [r for r in records if r["variant"] == variant and r["setting"] == setting]
+        final = [r["mechanism"]["final"] for r in mine]
+        q = [statistics.fmean(f[f"blocks.{i}.attn.q.in_scale/g2_min"] for i in range(2)) for f in final]
+        assert np.allclose(line.get_xdata(), [statistics.fmean(q), 0.9], rtol=1e-12)
+        (amp_line,) = [ln for ln in amp.lines if ln.get_label() == line.get_label()]
+        assert amp_line.get_xdata()[0] == pytest.approx(statistics.fmean(stats.mechanism_scalar(r) for r in mine))
+    assert [ln.get_label() for ln in floor.lines] == [f"{v}, {s} (n=5)" for s in ("w32", "w64")
+                                                      for v in ("norm_only", "unified")]
+    lows = floor.collections[0].get_segments()[0][:, 0]  # the seeds' range: min to max
+    q0 = [statistics.fmean(r["mechanism"]["final"][f"blocks.{i}.attn.q.in_scale/g2_min"] for i in range(2))
+          for r in records if r["variant"] == "norm_only" and r["setting"] == "w32"]
+    assert list(lows) == pytest.approx([min(q0), max(q0)])
+
+
+def test_the_question_waits_for_its_planned_seeds_before_the_correction(tmp_path):
+    path, spec, results = write_records(tmp_path, skip={("w64", "unified", 5)})
+    plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"])
+    table = [line for line in (tmp_path / "out" / "mech.md").read_text().splitlines() if line.startswith("| `w")]
+    assert [line.split("|")[3].strip() for line in table] == ["5 of 5", "4 of 5", "4 and 5"]
+    assert all(line.split("|")[8].strip() == "-" and "pending" in line.split("|")[10] for line in table)
