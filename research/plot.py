@@ -165,6 +165,14 @@ def unit(cfg):
     return "characters" if cfg.get("dataset") in CHARS_PER_BPE_TOKEN else "tokens"
 
 
+def loss_unit(spec, short=False):
+    """The unit of an ablation's losses: "nats per character" for a character-level dataset (unit),
+    else "nats per token" (short: "nats/char", "nats/token", for axis labels)."""
+    chars = unit(plan(spec, "runs")[0]["config"]) == "characters"
+    return ("nats/char" if chars else "nats/token") if short else \
+        ("nats per character" if chars else "nats per token")
+
+
 def per_param(cfg, params):
     """'20 tokens per parameter', or for characters '20 characters per parameter (6.14 GPT-2 tokens)'."""
     ratio = run_tokens(cfg) / params
@@ -305,7 +313,7 @@ def decay_pull(cfg):
 
 
 def method_line(spec):
-    return ("Each row: final val loss (nats/token); the paired difference to the reference (same seed, "
+    return (f"Each row: final val loss ({loss_unit(spec)}); the paired difference to the reference (same seed, "
             "variant minus reference) per seed, and its mean with a 95% Student-t interval over seeds "
             "(df = seeds - 1). Verdict: reproduced / contradicted when the interval lies "
             "wholly on the claimed / the other side of 0, unresolved otherwise. Each row is its own 95% "
@@ -949,7 +957,7 @@ def plot_curves(spec, results, path):
             if len(both) > 1:
                 bottom.fill_between(tokens[:m], [c[1] for c in cis], [c[2] for c in cis], color=line.get_color(),
                                     alpha=0.2)
-        top.set_ylabel("validation loss (nats/token)")
+        top.set_ylabel(f"validation loss ({loss_unit(spec, short=True)})")
         top.set_title(f"{spec['name']}: {setting}")
         top.grid(alpha=0.3)
         top.legend()
@@ -1014,7 +1022,7 @@ def plot_run(out_dir, path):
                     label=f"train ({k}-iteration mean)")
     ax.plot([r["iter"] for r in evals], [r["val_loss"] for r in evals], "o-", color="C3", ms=3, label="val")
     ax.set_xlabel("iteration")
-    ax.set_ylabel("loss (nats/token)")
+    ax.set_ylabel("loss (nats per token; per character for a character-level run)")
     ax.legend(fontsize=8)
     axes[1].plot([r["iter"] for r in train], [r["lr"] for r in train], color="C2")
     axes[1].set_xlabel("iteration")
@@ -1066,15 +1074,16 @@ def plot_fit(spec, results, path):
                 if rec:
                     ax.plot(rec["final"]["tokens"] / 1e6, final_val(rec), "sD^v<>"[j % 6], color=color, mfc="none",
                             label=v if i == 0 else None)
-        loss_against_log(ax, "training tokens (millions, log)", f"{spec['name']}: {setting}; fit L(D) = E + A D^-alpha")
+        loss_against_log(ax, "training tokens (millions, log)", f"{spec['name']}: {setting}; fit L(D) = E + A D^-alpha",
+                         spec)
     save_figure(fig, path)
 
 
-def loss_against_log(ax, xlabel, title):
-    """An axis of final val loss against a log-scaled x (tokens, compute), with its legend."""
+def loss_against_log(ax, xlabel, title, spec):
+    """An axis of final val loss (in spec's loss_unit) against a log-scaled x (tokens, compute), with its legend."""
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("final validation loss (nats/token)")
+    ax.set_ylabel(f"final validation loss ({loss_unit(spec, short=True)})")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
@@ -1107,7 +1116,7 @@ def plot_ladder(spec, results, path):
             e, amp, alpha = fit["fit"]
             ax.plot(c, e + amp * c ** -alpha, "-", color="C0", lw=1)
         loss_against_log(ax, "training compute (FLOPs, log)", f"{spec['name']}: {ladder}; fit of {ref}: "
-                         f"L(C) = E + A C^-alpha")
+                         f"L(C) = E + A C^-alpha", spec)
     save_figure(fig, path)
 
 
@@ -1130,7 +1139,7 @@ def draw_gaps(ax, spec, series, reference=None):
 
 def save_gaps(fig, ax, spec, against, path):
     """Label, title and save a figure drawn by draw_gaps (the gain against `against`)."""
-    ax.set_ylabel("final val loss difference (nats/token)")
+    ax.set_ylabel(f"final val loss difference ({loss_unit(spec, short=True)})")
     ax.set_title(f"{spec['name']}: the gain vs {against} (negative: the variant is lower)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -1280,7 +1289,7 @@ def plot_runs(out_dirs, path):
             if key in series:
                 ax.plot(*series[key], ".-", ms=4, lw=0.8, color=color, label=name)
     flat[0].set_title("loss: train per iteration (thin), val at each eval", fontsize=8)
-    flat[0].set_ylabel("loss (nats/token)")
+    flat[0].set_ylabel("loss (nats per token or character)")
     for ax, (panel, name) in zip(flat[1:], order):
         ax.set_title(f"{name}\n{MECHANISM_PANELS[panel][0]}", fontsize=7)
         ax.set_ylabel(f"{MECHANISM_PANELS[panel][1]} (unitless)", fontsize=8)
