@@ -44,8 +44,7 @@ def test_cuda_stage_commands_are_valid_configs(tmp_path, monkeypatch):
     fsdp, fsdp_resume = (load_config(c[c.index("train.py") + 1:])[0] for c in cmds["fsdp"])
     assert "--nproc_per_node=4" in cmds["fsdp"][0] and fsdp["fsdp"] and fsdp["device"] == "cuda"
     assert fsdp_resume["init_from"] == "resume" and fsdp_resume["out_dir"] == fsdp["out_dir"]
-    bench_only = ("--variants", "--steps", "--warmup", "--memory", "--json")
-    cfg["bench"] = load_config([a for a in cmds["bench"][cmds["bench"].index("tools.bench") + 1:] if a.split("=")[0] not in bench_only])[0]
+    cfg["bench"] = gpu_check.bench_config(cmds["bench"][cmds["bench"].index("tools.bench") + 1:])
     assert "--nproc_per_node=1" in cmds["ddp"] and cfg["ddp"]["device"] == "cuda" and cfg["ddp"]["compile"]
     for name in ("bench", "train"):  # GPT-2 small, unified, compiled, 16 x 1024 tokens per micro-step
         c = cfg[name]
