@@ -20,8 +20,10 @@ user does not set again come from the checkpoint; rows logged after it are dropp
 
 import errno
 import fcntl
+import io
 import json
 import os
+import pickle
 import shutil
 import socket
 import sys
@@ -41,14 +43,15 @@ def atomic_write(path, mode="w", encoding=None):
     removed, path is untouched, and an OSError is raised again with path as its filename (also one
     that a library wrapped in a RuntimeError, as torch.save does)."""
     tmp = path + ".tmp"
-    try:
-        with open(tmp, mode, encoding=encoding) as f:
+    try:  # O_NOFOLLOW: a link planted at path.tmp is refused (ELOOP), not written through
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with open(fd, mode, encoding=encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
-        if os.path.exists(tmp):
+        if os.path.exists(tmp) and not os.path.islink(tmp):
             os.remove(tmp)
         if isinstance(e, RuntimeError) and isinstance(e.__context__, OSError):  # torch.save wraps the file's error
             e = e.__context__
@@ -102,9 +105,8 @@ def whole_iteration(path):
     the shard files its metadata names, each as long as the metadata says."""
     try:
         if os.path.isdir(path):
-            import torch.distributed.checkpoint as dcp
             it = load_checkpoint(os.path.join(path, "run.pt"))["iter"]
-            for info in dcp.FileSystemReader(path).read_metadata().storage_data.values():
+            for info in sharded_reader(path).read_metadata().storage_data.values():
                 shard = os.path.join(path, info.relative_path)
                 if not os.path.isfile(shard) or os.path.getsize(shard) < info.offset + info.length:
                     return None, f"damaged: {info.relative_path} is missing or cut short"
@@ -113,6 +115,67 @@ def whole_iteration(path):
         return ckpt["iter"], None
     except Exception as e:  # (UserError too: run.pt missing or unreadable)
         return None, f"damaged ({type(e).__name__}: {str(e)[:80]})"
+
+
+# torch.distributed.checkpoint's own reader unpickles ckpt.dcp/.metadata with a plain pickle.load and
+# its non-tensor entries (the optimizer groups' lr, betas, names) with torch.load(weights_only=False):
+# either runs whatever a downloaded folder's pickle names. These two read the same files as data.
+DCP_METADATA_CLASSES = {
+    ("torch.distributed.checkpoint.metadata", name) for name in (
+        "Metadata", "TensorStorageMetadata", "TensorProperties", "ChunkStorageMetadata",
+        "BytesStorageMetadata", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch.serialization", "_get_layout"),
+    ("torch", "Size"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("collections", "OrderedDict")}
+
+
+class DcpMetadataUnpickler(pickle.Unpickler):
+    """Reads a ckpt.dcp/.metadata pickle as data: it may build torch.distributed.checkpoint's metadata
+    dataclasses, torch dtypes, torch.Size, a layout by name and a path, nothing else (DCP_METADATA_CLASSES).
+    Any other global (os.system, a class with __reduce__) raises pickle.UnpicklingError before it is
+    imported or called, as dataset.PlainUnpickler does for meta.pkl."""
+
+    def find_class(self, module, name):
+        if (module, name) in DCP_METADATA_CLASSES or (
+                module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it would build {module}.{name}")
+
+
+def sharded_reader(path):
+    """A torch.distributed.checkpoint FileSystemReader for the ckpt.dcp folder at path whose metadata
+    is read by DcpMetadataUnpickler (pickle.UnpicklingError, naming the global, for anything else)."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+
+    class Reader(FileSystemReader):
+        def read_metadata(self, *args, **kwargs):
+            with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as f:
+                metadata = DcpMetadataUnpickler(f).load()
+            if not isinstance(metadata, Metadata):
+                raise pickle.UnpicklingError(f"it holds a {type(metadata).__name__}, not a checkpoint's Metadata")
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return Reader(path)
+
+
+def sharded_planner():
+    """torch.distributed.checkpoint's DefaultLoadPlanner whose non-tensor entries load with
+    torch.load(weights_only=True): plain values only, as every ckpt.pt is read."""
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint._traverse import set_element  # (what DefaultLoadPlanner uses)
+
+    class Planner(DefaultLoadPlanner):
+        def load_bytes(self, read_item, value):
+            loaded = torch.load(io.BytesIO(value.read()), weights_only=True)
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+            else:
+                self.state_dict[read_item.dest_index.fqn] = loaded
+
+    return Planner()
 
 
 def clean_stale(out_dir):
@@ -195,6 +258,22 @@ def load_checkpoint(path):
 
 
 LOCK_NAME = ".lock"
+LOG_NAME = "log.jsonl"
+# Every name a run writes in its out_dir (a save's .tmp and .old included; wandb's folder): none may be a
+# symbolic link, or a downloaded or shared out_dir could have a run truncate and write a file elsewhere.
+RUN_FILES = (LOCK_NAME, LOG_NAME, "wandb", *(name + end for name in (LOG_NAME, *CKPT_NAMES)
+                                             for end in ("", ".tmp", ".old")))
+
+
+def refuse_links(out_dir):
+    """UserError (one line, naming the link and its target) when a name the run writes in out_dir
+    (RUN_FILES) is a symbolic link; out_dir itself may be one (where the user keeps runs)."""
+    for name in dict.fromkeys(RUN_FILES):
+        path = os.path.join(out_dir, name)
+        if os.path.islink(path):
+            raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}): a run writes only its own files "
+                            f"in out_dir, never through a link; remove the link (what it points to stays as it is) "
+                            f"or choose another --out_dir")
 
 
 class OutDirInUse(UserError):
@@ -214,9 +293,10 @@ def lock_out_dir(out_dir):
     problem = folder_problem(out_dir)
     if problem:
         raise UserError(f"out_dir={out_dir!r}: {problem}")
+    refuse_links(out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # an existing file is opened, not changed
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # an existing file is opened, not changed
     except OSError as e:
         raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
                         f"choose a writable --out_dir") from None
@@ -353,19 +433,31 @@ def load_sharded(path, model, optimizers=()):
     from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
                                                          set_model_state_dict, set_optimizer_state_dict)
 
+    try:  # the metadata first, so a pickle that names code is refused as such, not as a damaged file
+        sharded_reader(path).read_metadata()
+    except pickle.UnpicklingError as e:
+        raise UserError(f"{path} is refused: its .metadata {e}, and a checkpoint's metadata holds data only; "
+                        f"nothing of it ran. Use a checkpoint that train.py wrote") from None
+    except Exception:
+        pass  # (missing or damaged: dcp.load says which below)
     state = {"model": get_model_state_dict(model)}
     if optimizers:  # (a fresh optimizer's state is made first, by a step at LR 0, to have tensors to fill)
         state["optimizers"] = get_optimizer_state_dict(model, optimizers)
     try:
         with warnings.catch_warnings():  # one process reading the folder whole is what load_model means
             warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninit")
-            dcp.load(state, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
+            dcp.load(state, storage_reader=sharded_reader(path), planner=sharded_planner(),
+                     no_dist=not torch.distributed.is_initialized())
         set_model_state_dict(model, state["model"])
         if optimizers:
             set_optimizer_state_dict(model, optimizers, state["optimizers"])
     except (Exception, CheckpointException) as e:  # (a BaseException): a shard missing or cut, another shape
         cause = e.failures[min(e.failures)] if isinstance(e, CheckpointException) and e.failures else e
         cause = cause[0] if isinstance(cause, tuple) else cause  # a rank's failure: (exception, its stack)
+        if isinstance(cause, pickle.UnpicklingError) and (  # ours (.metadata) or torch's (an entry's bytes)
+                str(cause).startswith("it would build") or "Weights only load failed" in str(cause)):
+            raise UserError(f"{path} is refused: a pickle in it names code ({str(cause)[:120]}), and a checkpoint holds "
+                            f"data only; nothing of it ran. Use a checkpoint that train.py wrote") from None
         first = (str(cause).strip().splitlines() or [""])[0][:200]
         raise UserError(f"{path} cannot be read into the model its config describes ({type(cause).__name__}: "
                         f"{first}): a file of the folder is missing or damaged, or run.pt was edited; use the "
@@ -485,7 +577,7 @@ def append_log(path, row):
     (a full disk), the file is cut back to its last whole row and an OSError naming path is raised:
     the log never holds a torn row."""
     line = (json.dumps(row) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         size = os.fstat(fd).st_size
         try:

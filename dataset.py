@@ -11,6 +11,7 @@ records it with a meta.pkl of {"dtype": "uint32"}. The batches themselves are
 drawn in train.get_batch.
 """
 
+import ast
 import os
 import pickle
 import subprocess
@@ -116,15 +117,56 @@ def recorded_vocab_size(dataset):
     return meta_vocab_size(read_meta(path), dataset) if os.path.isfile(path) else 0
 
 
-def prepare_hint(prepare):
-    """How to make a dataset's bins: run its prepare.py, after the `pip install` its docstring names."""
-    with open(prepare) as f:
-        needs = [ln.strip() for ln in f.read().split('"""')[1].splitlines() if ln.strip().startswith("pip install")]
-    return " && ".join(needs + [f"python {os.path.relpath(prepare)}"])
+LOCAL_DATASETS = ("shakespeare_char", "shakespeare")  # made on this machine by their prepare script, no download
+
+
+def repository_prepare(folder):
+    """This repository's data/<name>/prepare.py when folder is this repository's data/<name>/ (by its real
+    path), else None. A dataset folder is data: only these scripts, by their place in the repository,
+    ever prepare one, never a prepare.py that came with a folder from elsewhere."""
+    for name in os.listdir(os.path.join(HERE, "data")):
+        script = os.path.join(HERE, "data", name, "prepare.py")
+        if os.path.isfile(script) and os.path.realpath(folder) == os.path.realpath(os.path.dirname(script)):
+            return script
+    return None
+
+
+def prepare_hint(folder):
+    """How to make the token files of the dataset folder: this repository's prepare script for it (after
+    the `pip install` lines its docstring names), or, for any other folder, data/corpus/prepare.py."""
+    script = repository_prepare(folder)
+    if script is None:
+        return (f"write them with python {os.path.relpath(os.path.join(HERE, 'data', 'corpus', 'prepare.py'))} "
+                f"'<your texts>' --out={folder} (a dataset folder is data: its own scripts never run)")
+    with open(script) as f:
+        doc = ast.get_docstring(ast.parse(f.read())) or ""
+    needs = [ln.strip() for ln in doc.splitlines() if ln.strip().startswith("pip install")]
+    return " && ".join(needs + [f"python {os.path.relpath(script)}"])
+
+
+def check_char_vocabulary(meta, meta_path):
+    """UserError (one line) when a character vocabulary in meta.pkl disagrees with itself: itos and
+    stoi of other sizes or not inverse to each other, or a vocab_size other than their size (a model
+    of 1,000 outputs for 80 characters trains, but its loss is not the data's)."""
+    if not meta or not ("itos" in meta or "stoi" in meta):
+        return
+    itos, stoi = meta.get("itos"), meta.get("stoi")
+    if itos is not None and stoi is not None and (
+            not isinstance(stoi, dict) or not isinstance(itos, (list, tuple, str))
+            or len(itos) != len(stoi) or any(stoi.get(c) != i for i, c in enumerate(itos))):
+        raise UserError(f"{meta_path}: its itos ({len(itos)} entries) and stoi ({len(stoi)}) are not one "
+                        f"vocabulary (stoi[itos[i]] must be i): write meta.pkl again with the prepare script")
+    n = len(itos if itos is not None else stoi)
+    if meta.get("vocab_size") is not None and meta["vocab_size"] != n:
+        raise UserError(f"{meta_path} records vocab_size={meta['vocab_size']!r} for a character vocabulary of "
+                        f"{n} characters: set its vocab_size to {n} (or write meta.pkl again with the "
+                        f"prepare script)")
 
 
 def load_data(cfg, prepare_here=True):
-    """Check train.bin / val.bin and read meta.pkl; prepare shakespeare data if missing.
+    """Check train.bin / val.bin and read meta.pkl; prepare this repository's own data/shakespeare_char/
+    or data/shakespeare/ by its script when missing (repository_prepare: a folder elsewhere is never
+    prepared, whatever its name or its files).
 
     prepare_here: this process may run the prepare script (under DDP: local rank 0;
     every rank then meets at a barrier, whether or not anything was prepared).
@@ -141,10 +183,10 @@ def load_data(cfg, prepare_here=True):
     """
     folder = dataset_dir(cfg.dataset)
     paths = {split: os.path.join(folder, f"{split}.bin") for split in ("train", "val")}
-    prepare = os.path.join(folder, "prepare.py")
-    local = os.path.basename(folder.rstrip(os.sep)) in ("shakespeare_char", "shakespeare")
+    prepare = repository_prepare(folder)
+    local = prepare is not None and os.path.basename(os.path.dirname(prepare)) in LOCAL_DATASETS
     missing = not all(os.path.exists(p) for p in paths.values())
-    if missing and local and os.path.exists(prepare) and prepare_here:
+    if missing and local and prepare_here:
         print(f"{paths['train']} not found: running {os.path.relpath(prepare)} to make it", flush=True)
         proc = subprocess.run([sys.executable, prepare], capture_output=True, text=True)
         if proc.returncode:
@@ -155,11 +197,11 @@ def load_data(cfg, prepare_here=True):
         torch.distributed.barrier()
     for path in paths.values():
         if not os.path.isfile(path):
-            hint = prepare_hint(prepare) if os.path.exists(prepare) else \
-                "write uint16 token ids to train.bin and val.bin there (see data/*/prepare.py)"
+            hint = prepare_hint(folder)
             raise UserError(f"data file {path} not found for dataset={cfg.dataset!r}: {hint}")
     meta_path = os.path.join(folder, "meta.pkl")
     meta = read_meta(meta_path) if os.path.exists(meta_path) else None
+    check_char_vocabulary(meta, meta_path)
     recorded = (meta or {}).get("dtype")
     if recorded is not None and recorded not in DTYPES:
         raise UserError(f"{meta_path} records dtype={recorded!r}: token files must be 'uint16' or 'uint32'; set "

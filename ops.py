@@ -29,7 +29,7 @@ import torch
 import model
 import norms
 import optim
-from checkpoint import (append_log, checkpoint_path, clean_stale, lock_out_dir, newest_checkpoint, read_log, restore,
+from checkpoint import (LOG_NAME, append_log, checkpoint_path, clean_stale, lock_out_dir, newest_checkpoint, read_log, restore,
                         resume_config, trim_log)
 from configurator import MECHANISM_AUTO_MAX, UserError, check, complete, folder_problem, not_one_of, unusual
 from dataset import check_vocabulary, dataset_dir, load_data, make_codec, meta_vocab_size, recorded_vocab_size
@@ -239,7 +239,7 @@ def setup(cfg, given, held):
         rank=rank, local_rank=local_rank, world=world, ddp=ddp, master=master, data=data, model_cfg=model_cfg,
         tokens_per_iter=cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps,
         n_moe=sum(model_cfg.is_moe(layer) for layer in range(model_cfg.n_layer)),
-        ckpt_path=checkpoint_path(cfg.out_dir, cfg.fsdp), log_path=os.path.join(cfg.out_dir, "log.jsonl"),
+        ckpt_path=checkpoint_path(cfg.out_dir, cfg.fsdp), log_path=os.path.join(cfg.out_dir, LOG_NAME),
         log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None),
         tracker=start_tracker(cfg, master, finished, held)), ckpt
 

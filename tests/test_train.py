@@ -343,17 +343,6 @@ def test_checkpoint_is_written_atomically(tmp_path, monkeypatch):
     assert (tmp_path / "o" / "ckpt.pt").read_bytes() == good
 
 
-def test_default_dataset_is_prepared_when_missing(tmp_path):
-    data = tmp_path / "data"
-    (data / "shakespeare_char").mkdir(parents=True)
-    shutil.copy(os.path.join(ROOT, "data", "shakespeare_text.py"), data)
-    shutil.copy(os.path.join(ROOT, "data", "shakespeare_char", "prepare.py"), data / "shakespeare_char")
-    cfg, _ = load_config([f"--dataset={data / 'shakespeare_char'}"])
-    from types import SimpleNamespace
-    loaded = load_data(SimpleNamespace(**cfg))
-    assert os.path.getsize(loaded["train"]) // 2 > 4_000_000 and loaded["meta"]["vocab_size"] < 100
-
-
 # --- sampling ---
 
 def test_sample_works_for_plain_and_compiled_checkpoints(tmp_path, capsys):
@@ -496,15 +485,17 @@ def test_offline_bpe_and_missing_packages_name_what_to_set_or_install(tmp_path, 
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):  # no network: a dead proxy
         monkeypatch.setenv(var, "http://127.0.0.1:9")
+    import dataset
     from types import SimpleNamespace
-    cfg, _ = load_config([f"--dataset={data / 'shakespeare'}"])
+    monkeypatch.setattr(dataset, "HERE", str(tmp_path))  # a copy of the repository's data/: its scripts run
+    cfg, _ = load_config(["--dataset=shakespeare"])
     with pytest.raises(UserError, match=r"prepare.py failed: cannot load tiktoken's r50k_base .*TIKTOKEN_CACHE_DIR"):
         load_data(SimpleNamespace(**cfg))
 
     (data / "fineweb").mkdir()
     shutil.copy(os.path.join(ROOT, "data", "fineweb", "prepare.py"), data / "fineweb")
     shutil.copy(os.path.join(ROOT, "data", "bpe_docs.py"), data)  # the code it shares with data/corpus
-    cfg, _ = load_config([f"--dataset={data / 'fineweb'}"])
+    cfg, _ = load_config(["--dataset=fineweb"])
     with pytest.raises(UserError, match=r"not found .*: pip install datasets && python .*fineweb/prepare.py"):
         load_data(SimpleNamespace(**cfg))
     try:

@@ -1,0 +1,196 @@
+"""Nothing a downloaded folder holds runs as code, and a run writes nothing outside its out_dir.
+
+Each payload does something harmless but visible (it creates a marker file) and, where it can, also
+returns what the real file held, so a reader that ran it would go on as if nothing happened. Every
+command that reads the folder is run on it; the marker must never appear. Hugging Face and GGUF
+folders: tests/test_security_hf.py.
+"""
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from checkpoint import DcpMetadataUnpickler, checkpoint_path, load_checkpoint, newest_checkpoint
+from configurator import UserError
+from conftest import ROOT
+from test_train import cli, make_dataset, run, tiny_args
+
+
+class Payload:
+    """Unpickled by a reader that admits globals, it evaluates `code` (which creates the marker)."""
+
+    def __init__(self, code):
+        self.code = code
+
+    def __reduce__(self):
+        return eval, (self.code,)
+
+
+def touching(marker, then="None"):
+    """Code that creates marker, then evaluates to `then` (an expression)."""
+    return f"(__import__('pathlib').Path({str(marker)!r}).touch(), {then})[1]"
+
+
+def command(*args, cwd=ROOT):
+    """A project command as a new user runs it: stdin closed (nothing to answer a prompt with)."""
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          stdin=subprocess.DEVNULL, timeout=180)
+
+
+def one_line(proc, *names):
+    """The command failed with one line (no traceback) that names each of names."""
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert all(str(n) in last for n in names), last
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory):
+    """A tiny finished run whose checkpoint is a sharded ckpt.dcp folder (as an fsdp=True run saves it)."""
+    from test_fsdp import as_sharded
+    root = tmp_path_factory.mktemp("sharded")
+    ds = make_dataset(root / "ds")
+    run(tiny_args(ds, root / "pt", "--max_iters=2", "--eval_interval=2"))
+    out = root / "run"
+    out.mkdir()
+    as_sharded(root / "pt", out)
+    shutil.copy(root / "pt" / "log.jsonl", out)
+    return ds, out
+
+
+def with_metadata_payload(sharded_run, tmp_path, marker):
+    """A copy of the sharded run whose ckpt.dcp/.metadata runs code and then returns the real metadata."""
+    ds, src = sharded_run
+    out = tmp_path / "downloaded"
+    shutil.copytree(src, out)
+    meta = out / "ckpt.dcp" / ".metadata"
+    real = meta.read_bytes()
+    meta.write_bytes(pickle.dumps(Payload(touching(marker, f"__import__('pickle').loads({real!r})"))))
+    return ds, out
+
+
+def test_the_payload_would_run_under_a_plain_pickle_load(sharded_run, tmp_path):
+    """The payload is real: torch's own reader (a plain pickle.load) runs it and reads the folder on."""
+    from torch.distributed.checkpoint import FileSystemReader
+    marker = tmp_path / "ran"
+    _, out = with_metadata_payload(sharded_run, tmp_path, marker)
+    assert FileSystemReader(str(out / "ckpt.dcp")).read_metadata().storage_data
+    assert marker.exists()
+
+
+def test_a_real_sharded_checkpoint_reads_through_the_restricted_reader(sharded_run):
+    _, out = sharded_run
+    assert newest_checkpoint(str(out)) == (str(out / "ckpt.dcp"), [])
+    with open(out / "ckpt.dcp" / ".metadata", "rb") as f:
+        assert DcpMetadataUnpickler(f).load().storage_data
+
+
+@pytest.mark.parametrize("route", ["auto", "resume", "scratch"])
+def test_dcp_metadata_never_runs_when_train_starts(sharded_run, tmp_path, route):
+    marker = tmp_path / "ran"
+    ds, out = with_metadata_payload(sharded_run, tmp_path, marker)
+    args = tiny_args(ds, out, "--max_iters=4", "--eval_interval=2", f"--init_from={route}")
+    with pytest.raises(UserError, match="refused|already holds"):
+        run(args)
+    assert not marker.exists()
+
+
+def test_dcp_metadata_never_runs_in_sample_export_or_the_task_writer(sharded_run, tmp_path):
+    marker = tmp_path / "ran"
+    _, out = with_metadata_payload(sharded_run, tmp_path, marker)
+    for args in (["sample.py", f"--out_dir={out}", "--max_new_tokens=2"],
+                 ["-m", "tools.export", f"--out_dir={out}", f"--export_dir={tmp_path / 'hf'}", "--no_check"]):
+        one_line(command(*args), "ckpt.dcp", "refused")
+        assert not marker.exists(), args
+    assert not (tmp_path / "hf").exists()
+
+
+def test_an_optimizer_entry_that_names_code_is_refused_on_resume(sharded_run, tmp_path):
+    """torch.distributed.checkpoint stores non-tensor entries (the optimizer groups' lr, betas) as
+    torch.save'd bytes and its planner loads them with weights_only=False: here one entry is replaced
+    by a payload (appended to the shard file, the metadata pointed at it)."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+    marker = tmp_path / "ran"
+    ds, src = sharded_run
+    out = tmp_path / "downloaded"
+    shutil.copytree(src, out)
+    folder = out / "ckpt.dcp"
+    with open(folder / ".metadata", "rb") as f:
+        meta = DcpMetadataUnpickler(f).load()
+    key = next(k for k, v in meta.state_dict_metadata.items() if isinstance(v, BytesStorageMetadata))
+    index, info = next((i, s) for i, s in meta.storage_data.items() if i.fqn == key)
+    import io
+    buf = io.BytesIO()
+    torch.save(Payload(touching(marker, "1e-3")), buf)
+    shard = folder / info.relative_path
+    offset = shard.stat().st_size
+    with open(shard, "ab") as f:
+        f.write(buf.getvalue())
+    info.offset, info.length = offset, len(buf.getvalue())
+    with open(folder / ".metadata", "wb") as f:
+        pickle.dump(meta, f)
+    with pytest.raises(UserError, match="refused"):
+        run(tiny_args(ds, out, "--max_iters=4", "--eval_interval=2", "--init_from=resume"))
+    assert not marker.exists()
+
+
+def test_a_dataset_folders_own_prepare_script_never_runs(tmp_path):
+    """A folder named like a dataset this repository prepares, with a prepare.py of its own and no
+    token files: one line naming the repository's way to make them; its script never runs."""
+    marker = tmp_path / "ran"
+    folder = tmp_path / "downloads" / "shakespeare_char"
+    folder.mkdir(parents=True)
+    (folder / "prepare.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    proc = cli(*tiny_args(folder, tmp_path / "out", "--max_iters=2"))
+    one_line(proc, "train.bin", "data/corpus/prepare.py")
+    assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+def test_the_repositorys_own_prepare_script_makes_its_dataset(tmp_path, monkeypatch):
+    """--dataset=shakespeare_char names this repository's data/shakespeare_char/, whose script runs
+    when its files are missing (here a copy of the repository, so the real folder stays as it is)."""
+    import dataset
+    from configurator import load_config
+    from types import SimpleNamespace
+    (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "data", "shakespeare_text.py"), tmp_path / "data")
+    shutil.copy(os.path.join(ROOT, "data", "shakespeare_char", "prepare.py"), tmp_path / "data" / "shakespeare_char")
+    monkeypatch.setattr(dataset, "HERE", str(tmp_path))
+    cfg, _ = load_config(["--dataset=shakespeare_char"])
+    loaded = dataset.load_data(SimpleNamespace(**cfg))
+    assert os.path.getsize(loaded["train"]) // 2 > 4_000_000 and loaded["meta"]["vocab_size"] < 100
+
+
+@pytest.mark.parametrize("name", ["log.jsonl", ".lock", "ckpt.pt", "ckpt.pt.tmp", "log.jsonl.tmp"])
+def test_a_symlink_in_out_dir_is_refused_and_its_target_untouched(tmp_path, name):
+    ds = make_dataset(tmp_path / "ds")
+    out = tmp_path / "out"
+    run(tiny_args(ds, out, "--max_iters=2", "--eval_interval=2"))
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("precious\n")
+    link = out / name
+    if link.exists():
+        link.unlink()
+    link.symlink_to(target)
+    with pytest.raises(UserError, match=f"{name}.*symbolic link"):
+        run(tiny_args(ds, out, "--max_iters=4", "--eval_interval=2", "--init_from=resume"))
+    assert target.read_text() == "precious\n"
+
+
+def test_a_char_vocabulary_that_disagrees_with_its_size_is_refused(tmp_path):
+    ds = make_dataset(tmp_path / "ds", vocab=40)
+    meta_path = os.path.join(ds, "meta.pkl")
+    with open(meta_path, "rb") as f:
+        meta = pickle.load(f)
+    for bad, says in (({**meta, "vocab_size": 1000}, "vocab_size=1000 for a character vocabulary of 40"),
+                      ({**meta, "stoi": {c: i + 1 for i, c in enumerate(meta["itos"])}}, "not one vocabulary")):
+        with open(meta_path, "wb") as f:
+            pickle.dump(bad, f)
+        with pytest.raises(UserError, match=says):
+            run(tiny_args(ds, tmp_path / "out", "--max_iters=2"))
+    assert not (tmp_path / "out").exists()
