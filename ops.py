@@ -272,13 +272,15 @@ class Start:
     """Where a run starts (begin): iteration (0 from scratch), tokens seen, the last val loss
     (nan before any eval), eval_due (a kill fell between the checkpoint and its eval row in the
     log, which the loop then completes: same model, same batches; every rank agrees), and the
-    last logged train loss (nan when none)."""
+    last logged train loss (nan when none); mechanism: the checkpoint's open mechanism interval
+    (Mechanism.state) when the log has no eval row at `iter` to close it, else None."""
 
     iter: int
     tokens: int
     val_loss: float
     eval_due: bool
     last_train_loss: float
+    mechanism: dict = None
 
 
 def begin(run, ckpt, model, optimizers, val_batch):
@@ -320,7 +322,9 @@ def begin(run, ckpt, model, optimizers, val_batch):
     if run.ddp:
         torch.distributed.broadcast(missing, 0)  # rank 0 holds the log; every rank evaluates
     last_train_loss = next((r["loss"] for r in reversed(logged) if r["kind"] == "train"), float("nan"))
-    return Start(start_iter, run.tokens, val_loss, bool(missing.item()), last_train_loss)
+    closed = any(r["kind"] == "eval" and r["iter"] == start_iter for r in logged)
+    interval = None if ckpt is None or closed else ckpt.get("mechanism")
+    return Start(start_iter, run.tokens, val_loss, bool(missing.item()), last_train_loss, interval)
 
 
 # -----------------------------------------------------------------------------
@@ -601,12 +605,15 @@ def mechanism_on(cfg, raw_model):
                                            raw_model.num_params() <= MECHANISM_AUTO_MAX)
 
 
-def start_mechanism(run, raw_model, optimizers, start_iter):
-    """The run's Mechanism, its first interval starting at start_iter (a resume's step), or None
-    when mechanism_on says no; under DDP only rank 0 holds one (it writes the log), under FSDP2
-    every rank (each holds its shards, and the sums are all-reduced)."""
+def start_mechanism(run, raw_model, optimizers, start):
+    """The run's Mechanism, or None when mechanism_on says no; under DDP only rank 0 holds one (it
+    writes the log), under FSDP2 every rank (each holds its shards, and the sums are all-reduced).
+    Its first interval is the one the checkpoint left open (start.mechanism: a stop between evals, or
+    a kill before an eval's row), so a resumed run logs what the uninterrupted one did; else it starts
+    at start.iter (a new run, or a resume from an FSDP2 checkpoint, which keeps no interval: its first
+    eval row's "since" then says where the interval was cut)."""
     if mechanism_on(run.cfg, raw_model) and (run.master or run.cfg.fsdp):
-        return Mechanism(raw_model, optimizers, start_iter)
+        return Mechanism(raw_model, optimizers, start.iter, start.mechanism)
     return None
 
 
@@ -642,8 +649,9 @@ class Mechanism:
           as the scale holds it now) together: sqrt(mean gamma^2) and sqrt(mean (gamma - 1)^2), the
           drift from gamma == 1, every scale's init (a Hugging Face start begins elsewhere); weight
           decay on a role pulls its rms toward 0 (paper section 4, claim C4: IWD decays the input role).
-    Interval keys, over the steps since the last eval (s, logged as "since"; the run's first step
-    after a resume, or the step it resumed at), absent when no step was taken:
+    Interval keys, over the steps since the last eval (s, logged as "since"; a resume continues the
+    interval its checkpoint kept, so it logs what an uninterrupted run does; an FSDP2 checkpoint keeps
+    none, and the resumed step is then s), absent when no step was taken:
       "<site>/amp_folded" ||W~_t - W~_s||_F / ||W~_s||_F and "<site>/amp_plain" ||W_t - W_s||_F / ||W_s||_F
           per input-role site, W the matrices its scale folds into (columns or rows, as folds() says)
           stacked, W~ the same with only this site's gamma multiplied in (norms.fold_factor), so
@@ -667,7 +675,7 @@ class Mechanism:
     its own would be a tenth at the top level, which train.py's reading path does not need.
     """
 
-    def __init__(self, model, optimizers, step):
+    def __init__(self, model, optimizers, step, saved=None):
         site = {id(sv): name for name, sv in model.scale_vectors()}
         self.model = model
         self.relation = [(site[id(sv)], sv, cols, rows) for sv, cols, rows in model.folds() if sv.role == "input"]
@@ -677,19 +685,34 @@ class Mechanism:
         self.held = {id(p): p for p in held}
         self.sharded = any(hasattr(p, "to_local") for p in model.parameters())
         self.device = next(model.parameters()).device
-        self.take(step)
+        self.names = {id(p): name for name, p in model.named_parameters()}
+        if saved is not None and saved["since"] <= step and set(saved["copy"]) == {self.names[k] for k in self.held}:
+            by_name = {self.names[k]: k for k in self.held}
+            self.since, self.gamma = saved["since"], {k: v.to(self.device) for k, v in saved["gamma"].items()}
+            self.copy = {by_name[name]: t.to(self.device) for name, t in saved["copy"].items()}
+        else:
+            self.take(step)
 
     @torch.no_grad()
     def take(self, step):
-        """Copy the held parameters (this rank's shards) and the relation's gammas at `step`."""
+        """Copy the held parameters (this rank's shards) and the relation's gammas at `step`: the next
+        interval starts there (train.eval_and_save calls it once the eval row is written)."""
         self.since = step
         self.copy = {k: _local(p).detach().clone() for k, p in self.held.items()}
         self.gamma = {name: _full(sv()).detach().float().clone() for name, sv, _, _ in self.relation}
 
+    def state(self):
+        """The open interval's start for a checkpoint (plain tensors, keyed by parameter and site
+        name): {"since", "copy", "gamma"}; None under FSDP2, whose copies are each rank's shards."""
+        if self.sharded:
+            return None
+        return {"since": self.since, "copy": {self.names[k]: t for k, t in self.copy.items()},
+                "gamma": dict(self.gamma)}
+
     @torch.no_grad()
     def row(self, step):
-        """The "mechanism" entry of the eval row at `step` (see the class docstring); then the copy
-        moves to `step`, the start of the next interval."""
+        """The "mechanism" entry of the eval row at `step` (see the class docstring); the interval
+        stays open until take(step)."""
         gammas = {name: _full(sv()).detach().float() for name, sv in self.model.scale_vectors()}
         out = {}
         for name, g in gammas.items():
@@ -704,7 +727,6 @@ class Mechanism:
                         f"wd/{role}/drift": (g - 1).square().mean().sqrt().item()}
         if step > self.since:
             out |= {"since": self.since, **self.interval(gammas)}
-            self.take(step)
         return out
 
     def interval(self, gammas):

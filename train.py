@@ -82,7 +82,7 @@ def train(cfg, given=frozenset()):
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[run.local_rank] if device.type == "cuda" else None)
         describe(run, raw_model, groups, given)
-        mechanism = start_mechanism(run, raw_model, optimizers, start_iter)  # ops.Mechanism, or None: off
+        mechanism = start_mechanism(run, raw_model, optimizers, start)  # ops.Mechanism, or None: off
 
         # The loop. Iteration `it` first evaluates and saves when one is due (so the final
         # eval/save at it == max_iters takes the same path), then stops if a SIGTERM/SIGINT
@@ -106,7 +106,7 @@ def train(cfg, given=frozenset()):
                     break
                 stopped = stop_signal(signals, run)  # a SIGTERM/SIGINT during the step or eval before, on any rank
                 if stopped:
-                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss)
+                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss, mechanism)
                     break
                 set_lr(optimizers, lr_multiplier(it, cfg))
                 torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)  # dropout masks: same on resume
@@ -224,24 +224,29 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True, signal
     if mechanism is not None:
         row["mechanism"] = mechanism.row(it)
     saved = ""
-    if it > 0 and save:
-        write_checkpoint(run, raw_model, optimizers, it, tokens, val)
+    if it > 0 and save:  # (with the interval's start: a kill before the row below, and the resume redoes it)
+        write_checkpoint(run, raw_model, optimizers, it, tokens, val, mechanism=mechanism)
         saved = f" | saved {run.ckpt_path}"
     write_log(run, row)
+    if mechanism is not None:
+        mechanism.take(it)
     run.log(f"eval iter {it}: val loss {val:.4f}{saved}")
     return val
 
 
-def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss, eval_pending=False):
+def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss, eval_pending=False, mechanism=None):
     """Write the checkpoint after `it` iterations (every rank calls it; under FSDP2 each saves its
     shards, else rank 0 saves it all); val_loss None: saved between evals, or (eval_pending) during
-    the eval at `it`, which a resume then runs."""
+    the eval at `it`, which a resume then runs. mechanism: the run's ops.Mechanism, whose open
+    interval the checkpoint keeps when it started before `it` (ops.begin hands it to the resume)."""
+    interval = mechanism.state() if mechanism is not None and mechanism.since < it else None
     save_run_checkpoint(run.ckpt_path, raw_model, optimizers, {
         "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"],
-        "changes": run.changes, **({"eval_pending": True} if eval_pending else {})}, run.master)
+        "changes": run.changes, **({"eval_pending": True} if eval_pending else {}),
+        **({"mechanism": interval} if interval is not None else {})}, run.master)
 
 
-def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss):
+def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss, mechanism=None):
     """Stop after `it` iterations: save them (unless the eval at `it` just did: due, val_loss not None)
     and say how to go on.
 
@@ -251,7 +256,7 @@ def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, 
     val_loss None) runs first.
     """
     if it > start_iter and not (due and val_loss is not None):
-        write_checkpoint(run, raw_model, optimizers, it, tokens, None, eval_pending=due)
+        write_checkpoint(run, raw_model, optimizers, it, tokens, None, eval_pending=due, mechanism=mechanism)
     if it == start_iter == 0:
         run.log(f"stopped by {stopped} before the first step; nothing to save: start it again with the same command")
         return

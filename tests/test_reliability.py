@@ -23,7 +23,7 @@ from checkpoint import read_log as read_log_rows  # skips a last line torn mid-w
 from conftest import ROOT
 from configurator import UserError
 from ops import resolve_device
-from test_train import cli, interval_free, make_dataset, read_log, run, tiny_args
+from test_train import cli, make_dataset, read_log, run, tiny_args
 
 # train.py's command line, with every batch read 30 ms slower (same batches, same numbers): a
 # tiny run then lasts long enough to be signalled mid-way. SIGINT is made the default first,
@@ -188,7 +188,7 @@ def test_a_signal_stops_after_the_step_and_resume_is_the_uninterrupted_run(
     straight, stopped = read_log(tmp_path / "a"), read_log(tmp_path / "b")
     assert stopped == [r for r in straight if r["iter"] < saved_at or r["kind"] == "train" and r["iter"] == saved_at]
     assert run(["--init_from=auto", f"--out_dir={tmp_path / 'b'}"])["stopped"] is None
-    assert interval_free(read_log(tmp_path / "b")) == interval_free(straight)  # no eval row at the stop, every due one
+    assert read_log(tmp_path / "b") == straight  # no eval row at the stop, every due one
     for name, tensor in final_weights(tmp_path / "a").items():
         assert torch.equal(tensor, final_weights(tmp_path / "b")[name]), name
 
@@ -249,7 +249,7 @@ def test_train_py_signalled_at_a_random_step_resumes_with_auto_to_the_same_weigh
             pending and r["kind"] == "eval")]
     resumed = cli("--init_from=auto", f"--out_dir={out}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert interval_free(read_log(out)) == interval_free(read_log(straight)), k
+    assert read_log(out) == read_log(straight), k
     reference = final_weights(straight)
     for name, tensor in final_weights(out).items():
         assert torch.equal(tensor, reference[name]), (k, at, name)
@@ -591,7 +591,7 @@ def test_a_signal_during_an_evaluation_stops_it_at_the_next_batch_and_the_resume
     assert [r["iter"] for r in read_log(tmp_path / "b") if r["kind"] == "eval"] == [0]
     assert "stopped by SIGTERM after iteration 4/6" in capsys.readouterr().out
     run(["--init_from=auto", f"--out_dir={tmp_path / 'b'}"])
-    assert interval_free(read_log(tmp_path / "b")) == interval_free(read_log(tmp_path / "a"))
+    assert read_log(tmp_path / "b") == read_log(tmp_path / "a")
     for name, tensor in final_weights(tmp_path / "a").items():
         assert torch.equal(tensor, final_weights(tmp_path / "b")[name]), name
 
