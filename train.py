@@ -112,6 +112,10 @@ def train(cfg, given=frozenset()):
                 torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)  # dropout masks: same on resume
                 sums = torch.zeros(3, device=device)  # cross-entropy, lb_loss, z_loss over my micro-steps
                 for n, j in enumerate(my_micro_steps):
+                    # a stop inside a long accumulation abandons the step: the weights are still iteration it's
+                    stopped = stop_signal(signals, run) if n else None
+                    if stopped:
+                        break
                     x, y = get_batch(run.data, "train", it, j, cfg, device)
                     sync = model is fwd or n == len(my_micro_steps) - 1  # a DDP wrapper all-reduces on the last
                     with nullcontext() if sync else model.no_sync(), run.autocast:
@@ -120,6 +124,11 @@ def train(cfg, given=frozenset()):
                     (objective / len(my_micro_steps)).backward()
                     sums += torch.stack([loss.detach().float(), aux.get("lb_loss", zero).detach(),
                                          aux.get("z_loss", zero).detach()])
+                if stopped:
+                    for opt in optimizers:
+                        opt.zero_grad(set_to_none=True)
+                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss, mechanism)
+                    break
                 if cfg.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
                 for opt in optimizers:  # (each steps its own groups: optim.build_optimizers)

@@ -153,30 +153,31 @@ def test_a_second_process_on_a_run_in_use_is_refused_at_once_and_writes_nothing(
 # Preemption: finish the step, save, exit; resume is the uninterrupted run
 
 
-def signal_at(iteration, signals=(signal.SIGTERM,)):
-    """A get_batch that sends this process the signals while reading iteration `iteration`'s first batch."""
+def signal_at(iteration, signals=(signal.SIGTERM,), micro_step=0):
+    """A get_batch that sends this process the signals while reading iteration `iteration`'s batch of
+    micro-step `micro_step` (the first by default)."""
     real = train_mod.get_batch
 
-    def get_batch(data, split, index, micro_step, *rest):
-        if split == "train" and index == iteration and micro_step == 0:
+    def get_batch(data, split, index, j, *rest):
+        if split == "train" and index == iteration and j == micro_step:
             if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # default: it would kill pytest itself
                 raise AssertionError("train() does not handle SIGTERM")
             for sig in signals:  # raise_signal: to this thread, so each is handled before the next is sent
                 signal.raise_signal(sig)  # (os.kill may reach another thread: two SIGINTs can merge into one)
-        return real(data, split, index, micro_step, *rest)
+        return real(data, split, index, j, *rest)
     return get_batch
 
 
 @pytest.mark.parametrize("stop_in_step, saved_at, pending", [(4, 5, False), (3, 4, True)])
 def test_a_signal_stops_after_the_step_and_resume_is_the_uninterrupted_run(
         tmp_path, monkeypatch, capsys, stop_in_step, saved_at, pending):
-    """SIGTERM during step k (0-based): the step finishes and is saved, with no val loss; an eval due
-    at that iteration stops at its first batch (a preempted job's grace is not spent evaluating) and
-    is left pending, and the resume runs it first: the log ends as the uninterrupted run's."""
+    """SIGTERM during step k's last micro-step (0-based): the step finishes and is saved, with no val
+    loss; an eval due at that iteration stops at its first batch (a preempted job's grace is not spent
+    evaluating) and is left pending, and the resume runs it first: the log ends as the uninterrupted run's."""
     ds = make_dataset(tmp_path / "ds")
     common = ["--max_iters=8", "--eval_interval=4", "--gradient_accumulation_steps=2", "--dropout=0.1"]
     run(tiny_args(ds, tmp_path / "a", *common))
-    monkeypatch.setattr(train_mod, "get_batch", signal_at(stop_in_step))
+    monkeypatch.setattr(train_mod, "get_batch", signal_at(stop_in_step, micro_step=1))
     result = run(tiny_args(ds, tmp_path / "b", *common))
     monkeypatch.undo()
     assert result["stopped"] == "SIGTERM"
@@ -559,6 +560,31 @@ def test_weights_that_mean_nothing_are_one_line_in_sample_export_and_resume(tmp_
             assert "\n" not in str(err.value), case
         after = {p: open(out / p, "rb").read() for p in os.listdir(out) if os.path.isfile(out / p)}
         assert after == before and not (out / "hf").exists(), case
+
+
+def test_a_signal_inside_an_accumulation_abandons_the_step_and_saves_the_last_whole_iteration(tmp_path, monkeypatch):
+    """A step of many micro-batches can outlast a cluster's grace period: a SIGTERM during its first
+    micro-step stops before the second, the weights (which change only at opt.step) are saved as
+    iteration k, and the resume redoes step k whole: the run ends as the uninterrupted one, bit for bit."""
+    ds = make_dataset(tmp_path / "ds")
+    common = ["--max_iters=6", "--eval_interval=3", "--gradient_accumulation_steps=4"]
+    run(tiny_args(ds, tmp_path / "a", *common))
+    seen = []
+    real = signal_at(4)
+
+    def counting(data, split, index, j, *rest):
+        seen.append((split, index, j))
+        return real(data, split, index, j, *rest)
+    monkeypatch.setattr(train_mod, "get_batch", counting)
+    assert run(tiny_args(ds, tmp_path / "b", *common))["stopped"] == "SIGTERM"
+    monkeypatch.undo()
+    assert [s for s in seen if s[:2] == ("train", 4)] == [("train", 4, 0)]  # micro-steps 1-3 never ran
+    assert torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)["iter"] == 4
+    assert [r["iter"] for r in read_log(tmp_path / "b") if r["kind"] == "train"] == [1, 2, 3, 4]
+    run(["--init_from=resume", f"--out_dir={tmp_path / 'b'}"])
+    assert read_log(tmp_path / "b") == read_log(tmp_path / "a")
+    for name, tensor in final_weights(tmp_path / "a").items():
+        assert torch.equal(tensor, final_weights(tmp_path / "b")[name]), name
 
 
 def signal_at_val_batch(n):
