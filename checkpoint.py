@@ -254,7 +254,27 @@ def load_checkpoint(path):
     missing = needed - set(ckpt if isinstance(ckpt, dict) else ())
     if missing:
         raise UserError(f"checkpoint {path} lacks {sorted(missing)}: not a scalevec checkpoint")
+    for key, (kinds, ok, what) in CKPT_FIELDS.items():
+        value = ckpt.get(key)
+        a_bool = isinstance(value, bool) and kinds is not bool  # (True is an int to isinstance)
+        if key in ckpt and (a_bool or not isinstance(value, kinds) or not ok(value)):
+            raise UserError(f"checkpoint {path} holds {key}={str(ckpt[key])[:60]!r}: it must be {what}; the file was "
+                            f"edited or is not a scalevec checkpoint: use the checkpoint as train.py wrote it")
     return ckpt
+
+
+# What each field of a checkpoint train.py writes holds: (types, a check of the value, its words).
+CKPT_FIELDS = {
+    "iter": (int, lambda v: v >= 0, "a whole number of iterations >= 0"),
+    "tokens": (int, lambda v: v >= 0, "a whole number of tokens >= 0"),
+    "config": (dict, lambda v: all(isinstance(k, str) for k in v), "a dict of config keys"),
+    "val_loss": ((float, int, type(None)), lambda v: v is None or v == v, "a number or None"),
+    "meta": ((dict, type(None)), lambda v: True, "meta.pkl's dict or None"),
+    "changes": (list, lambda v: all(isinstance(c, dict) for c in v), "a list of {iter, changed}"),
+    "eval_pending": (bool, lambda v: True, "True or False"),
+    "mechanism": (dict, lambda v: {"since", "copy", "gamma"} <= set(v) and type(v["since"]) is int,
+                  "the open interval's {since, copy, gamma}"),
+}
 
 
 LOCK_NAME = ".lock"
@@ -539,19 +559,17 @@ def read_log(path):
     """The rows of a log.jsonl, each a dict with a str "kind" and int "iter" and "tokens"; a last
     line torn by a crash mid-write is skipped. The one reader of logs (train.py's resume, the
     sweep, plot.py --run). Raises UserError naming the file and line of any other line that is
-    not such a row (bad JSON, null, binary bytes), so one damaged file is one line, not a traceback."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not a log.jsonl (byte {e.start} is not UTF-8 text): it is damaged; delete the "
-                        f"run's folder and run it again") from None
+    not such a row (bad JSON, null, bytes that are not UTF-8), so one damaged file is one line, not a
+    traceback; a torn last line may hold any bytes (a write cut mid-character)."""
+    with open(path, "rb") as f:
+        lines = f.read().splitlines()
     rows = []
-    for n, line in enumerate(lines, 1):
+    for n, raw in enumerate(lines, 1):
+        line = raw.decode("utf-8", errors="replace")
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines):  # torn by a crash mid-write: the row was never whole
+            row = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            if n == len(lines) and raw.startswith(b"{"):  # a row torn by a crash mid-write: never whole
                 continue
             row = None
         if not (isinstance(row, dict) and isinstance(row.get("kind"), str) and type(row.get("iter")) is int

@@ -184,7 +184,8 @@ SECTIONS = {
         "learning_rate": (3e-3, Range(0, low_open=True, why="0 trains nothing, and min_lr is relative to it",
                                         usual=(1e-6, 1)),
                           "AdamW's peak LR"),
-        "muon_lr": (0.02, Range(0, usual=(1e-5, 1)), "Muon's peak LR"),
+        "muon_lr": (0.02, Range(0, low_open=True, why="0 freezes every matrix Muon steps", usual=(1e-5, 1)),
+                    "Muon's peak LR"),
         "muon_momentum": (0.95, Range(0, 1, high_open=True, usual=(0.5, 0.99)), "in [0, 1)"),
         "scale_lr": added(0.0, Range(0, usual=(1e-6, 1), zero_ok=True),
                           "AdamW's peak LR for every scale vector (0: learning_rate's): its own rule across widths, "

@@ -14,6 +14,7 @@ drawn in train.get_batch.
 import ast
 import os
 import pickle
+import shlex
 import subprocess
 import sys
 
@@ -136,12 +137,13 @@ def prepare_hint(folder):
     the `pip install` lines its docstring names), or, for any other folder, data/corpus/prepare.py."""
     script = repository_prepare(folder)
     if script is None:
-        return (f"write them with python {os.path.relpath(os.path.join(HERE, 'data', 'corpus', 'prepare.py'))} "
-                f"'<your texts>' --out={folder} (a dataset folder is data: its own scripts never run)")
+        corpus = shlex.quote(os.path.relpath(os.path.join(HERE, "data", "corpus", "prepare.py")))
+        return (f"write them with python {corpus} '<your texts>' {shlex.quote('--out=' + folder)} (a dataset "
+                f"folder is data: its own scripts never run)")
     with open(script) as f:
         doc = ast.get_docstring(ast.parse(f.read())) or ""
     needs = [ln.strip() for ln in doc.splitlines() if ln.strip().startswith("pip install")]
-    return " && ".join(needs + [f"python {os.path.relpath(script)}"])
+    return " && ".join(needs + [f"python {shlex.quote(os.path.relpath(script))}"])
 
 
 def check_char_vocabulary(meta, meta_path):

@@ -36,6 +36,7 @@ after the same step.
 
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -85,8 +86,8 @@ def train(cfg, given=frozenset()):
         mechanism = start_mechanism(run, raw_model, optimizers, start)  # ops.Mechanism, or None: off
 
         # The loop. Iteration `it` first evaluates and saves when one is due (so the final
-        # eval/save at it == max_iters takes the same path), then stops if a SIGTERM/SIGINT
-        # came during the step before (every rank agrees), then trains one step.
+        # eval/save at it == max_iters takes the same path), then trains one step, stopping before
+        # any micro-step if a SIGTERM/SIGINT came (every rank agrees).
         my_micro_steps = range(run.rank, cfg.gradient_accumulation_steps, run.world)  # j % world == rank
         zero = torch.zeros((), device=device)
         progress = Progress(run, raw_model, start_iter)
@@ -104,17 +105,12 @@ def train(cfg, given=frozenset()):
                     progress.restart_window()  # eval time is not training time
                 if last and val_loss is not None:
                     break
-                stopped = stop_signal(signals, run)  # a SIGTERM/SIGINT during the step or eval before, on any rank
-                if stopped:
-                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss, mechanism)
-                    break
                 set_lr(optimizers, lr_multiplier(it, cfg))
                 torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)  # dropout masks: same on resume
                 sums = torch.zeros(3, device=device)  # cross-entropy, lb_loss, z_loss over my micro-steps
                 for n, j in enumerate(my_micro_steps):
-                    # a stop inside a long accumulation abandons the step: the weights are still iteration it's
-                    stopped = stop_signal(signals, run) if n else None
-                    if stopped:
+                    # a stop signal on any rank, even mid-accumulation, abandons the step: weights change at opt.step
+                    if stopped := stop_signal(signals, run):
                         break
                     x, y = get_batch(run.data, "train", it, j, cfg, device)
                     sync = model is fwd or n == len(my_micro_steps) - 1  # a DDP wrapper all-reduces on the last
@@ -124,9 +120,7 @@ def train(cfg, given=frozenset()):
                     (objective / len(my_micro_steps)).backward()
                     sums += torch.stack([loss.detach().float(), aux.get("lb_loss", zero).detach(),
                                          aux.get("z_loss", zero).detach()])
-                if stopped:
-                    for opt in optimizers:
-                        opt.zero_grad(set_to_none=True)
+                if stopped:  # (saves iteration it, the last whole one; its partial gradients are not kept)
                     stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss, mechanism)
                     break
                 if cfg.grad_clip > 0:
@@ -138,10 +132,8 @@ def train(cfg, given=frozenset()):
                 tokens += run.tokens_per_iter
                 if not math.isfinite(loss_val):
                     raise FloatingPointError(diverged(run, "train", loss_val, it + 1, first_step=it == start_iter == 0))
-                row = {"kind": "train", "iter": it + 1, "tokens": tokens,
-                       "lr": optimizers[0].param_groups[0]["lr"], "loss": loss_val}
-                if run.n_moe:
-                    row |= {"lb_loss": lb_loss, "z_loss": z_loss}
+                row = {"kind": "train", "iter": it + 1, "tokens": tokens, "lr": optimizers[0].param_groups[0]["lr"],
+                       "loss": loss_val, **({"lb_loss": lb_loss, "z_loss": z_loss} if run.n_moe else {})}
                 write_log(run, row)
                 progress.step(row, aux)
             return finish(run, raw_model, start, val_loss, loss_val, progress, stopped, signals)
@@ -273,8 +265,9 @@ def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, 
         what = f"stopped by {stopped} after iteration {it}/{run.cfg.max_iters}, saved in {run.ckpt_path}"
     else:
         what = f"stopped by {stopped} before the first step; {run.ckpt_path} (iteration {it}) is unchanged"
-    how = f"the same torchrun command with `--init_from=resume --out_dir={run.cfg.out_dir}`" if run.ddp else \
-        f"`python train.py --init_from=resume --out_dir={run.cfg.out_dir}`"
+    out_dir = shlex.quote(f"--out_dir={run.cfg.out_dir}")  # a command to paste, whatever the folder's name
+    how = f"the same torchrun command with `--init_from=resume {out_dir}`" if run.ddp else \
+        f"`python train.py --init_from=resume {out_dir}`"
     run.log(f"{what}: continue with {how} (or --init_from=auto, which also starts a run that has no checkpoint)")
 
 

@@ -217,8 +217,8 @@ def test_a_damaged_log_line_is_one_error_naming_the_file_and_line(tmp_path, line
     path.write_text(f"{good}\n{line}")  # the last line, torn or not: skipped only when it is bad JSON
     if line.startswith('{"kind": "train", "iter": 2, "lo'):
         assert len(read_log(str(path))) == 1
-    path.write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(UserError, match="is not a log.jsonl"):
+    path.write_bytes(b"\xff\xfe\x00binary")  # not the start of a row: not a torn one either
+    with pytest.raises(UserError, match=r"log\.jsonl, line 1: .* is not a log row"):
         read_log(str(path))
 
 

@@ -194,3 +194,55 @@ def test_a_char_vocabulary_that_disagrees_with_its_size_is_refused(tmp_path):
         with pytest.raises(UserError, match=says):
             run(tiny_args(ds, tmp_path / "out", "--max_iters=2"))
     assert not (tmp_path / "out").exists()
+
+
+# --- what a damaged or odd file says: one line naming the value and the fix ---
+
+@pytest.mark.parametrize("key, value", [("iter", "6"), ("iter", -3), ("tokens", 2.5), ("config", [1]),
+                                        ("iter", True)])
+def test_a_checkpoint_field_of_the_wrong_kind_is_one_line(tmp_path, key, value):
+    ds = make_dataset(tmp_path / "ds")
+    out = tmp_path / "out"
+    run(tiny_args(ds, out, "--max_iters=2", "--eval_interval=2"))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    torch.save({**ckpt, key: value}, out / "ckpt.pt")
+    with pytest.raises(UserError, match=f"holds {key}=.*it must be"):
+        load_checkpoint(str(out / "ckpt.pt"))
+    one_line(cli("--init_from=resume", f"--out_dir={out}", "--max_iters=4"), f"{key}=")
+
+
+def test_a_torn_binary_last_log_line_is_dropped_and_one_inside_names_its_line(tmp_path):
+    """A write cut mid-character leaves bytes that are not UTF-8 on the last line: torn, so dropped on
+    resume like any torn line. The same bytes on an earlier line name that line and the fix."""
+    from checkpoint import read_log
+    ds = make_dataset(tmp_path / "ds")
+    out = tmp_path / "out"
+    run(tiny_args(ds, out, "--max_iters=2", "--eval_interval=2"))
+    log = out / "log.jsonl"
+    whole = log.read_bytes()
+    log.write_bytes(whole + b'{"kind": "train", "iter": 3, "l\xff\xfe')
+    rows = read_log(str(log))
+    assert len(rows) == whole.count(b"\n") and rows[-1]["kind"] == "eval" and rows[-1]["iter"] == 2
+    log.write_bytes(b'\xff\xfe\n' + whole)
+    with pytest.raises(UserError, match=r"line 1: .* delete the line"):
+        read_log(str(log))
+
+
+def test_the_continue_command_is_quoted_for_a_shell(tmp_path, monkeypatch, capsys):
+    import train as train_mod
+    from test_reliability import signal_at
+    ds = make_dataset(tmp_path / "ds")
+    out = tmp_path / "my runs" / "it's"
+    monkeypatch.setattr(train_mod, "get_batch", signal_at(1))
+    assert run(tiny_args(ds, out, "--max_iters=4"))["stopped"] == "SIGTERM"
+    monkeypatch.undo()
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    import shlex
+    command = line.split("`")[1]
+    assert shlex.split(command) == ["python", "train.py", "--init_from=resume", f"--out_dir={out}"]
+
+
+def test_a_zero_muon_lr_is_refused_not_a_note():
+    from configurator import load_config
+    with pytest.raises(UserError, match="muon_lr=0.0 must be > 0"):
+        load_config(["--optimizer=muon", "--muon_lr=0"])

@@ -28,6 +28,7 @@ every character is in the vocabulary.
 """
 
 import os
+import shlex
 import sys
 
 if __package__ in (None, ""):  # run by its path (python tools/lm_eval_tasks.py): imports live at the repository root
@@ -133,7 +134,7 @@ def check_export(export_dir, out_dir):
                     f.get_slice(key)
         except Exception as e:  # safetensors' SafetensorError: truncated, junk, empty
             raise UserError(f"{path} is damaged ({type(e).__name__}: {str(e)[:80]}): export again with python -m "
-                            f"tools.export --out_dir={out_dir} --export_dir=<a new folder>") from None
+                            f"tools.export {shlex.quote('--out_dir=' + out_dir)} --export_dir=<a new folder>") from None
 
 
 def write_jsonl(path, rows):
@@ -183,7 +184,7 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
     export_dir = os.path.join(out_dir, "hf")
     check_export(export_dir, out_dir)
     if not os.path.isfile(os.path.join(export_dir, "config.json")):
-        print(f"note: no export in {export_dir} yet: python -m tools.export --out_dir={out_dir} writes it (the "
+        print(f"note: no export in {export_dir} yet: python -m tools.export {shlex.quote('--out_dir=' + out_dir)} writes it (the "
               f"command below runs on it)")
     elif os.path.getmtime(os.path.join(export_dir, "config.json")) < os.path.getmtime(checkpoint_in(out_dir)):
         print(f"note: {export_dir} is older than {checkpoint_in(out_dir)} (the run went on since): export it again, into "
