@@ -99,11 +99,21 @@ def hf_codec(path, eos_token=None):
 
 
 def read_json(path):
-    """path's JSON object, {} when there is no such file."""
+    """path's JSON object, {} when there is no such file. SystemExit (one line naming the file) for a
+    file that is not one: unreadable, not UTF-8, not JSON, nested past Python's recursion limit, or
+    a top level other than an object (a tokenizer folder is data from elsewhere)."""
     if not os.path.isfile(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (RecursionError, ValueError, OSError) as e:  # (UnicodeDecodeError, JSONDecodeError: ValueErrors)
+        raise SystemExit(f"{path} is not a JSON file this can read ({type(e).__name__}: {str(e)[:80]}): it is "
+                         f"damaged; replace it with the model's own") from None
+    if type(value) is not dict:
+        raise SystemExit(f"{path} holds a JSON {type(value).__name__}, not an object: replace it with the "
+                         f"model's own")
+    return value
 
 
 _TOKENIZERS = {}  # per worker process: tokenizer.json path -> tokenizers.Tokenizer

@@ -7,7 +7,10 @@ merged_config puts the folder's config.json into the run's config as our model k
 (model_keys: layers, widths, heads, key/value heads, head width, d_ff, RoPE base, norm eps,
 tied head, vocabulary; Qwen3 adds QK-norm); check_data checks that the dataset was encoded with
 the folder's tokenizer; load_folder copies the weights into the GPT those keys build (load: the
-inverse of tools/export.py's map) and says what changed.
+inverse of tools/export.py's map) and says what changed. No code of a folder is ever run:
+refuse_code refuses a folder that could lead transformers to it (an auto_map, a model_type
+transformers lacks, a .py file) before transformers is asked, and every JSON file of a folder is
+read through read_json (a damaged one is one line).
 
 The checkpoint's RMSNorm weights become the scale vectors' start, so the loaded function is
 unchanged under every switch that only adds or reparameterizes scales: a shared scale takes gamma
@@ -36,6 +39,12 @@ ARCHITECTURES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True}  # name ->
 HF_TOLERANCE = 1e-4  # float32: our reading vs transformers', largest difference over the layer's largest value
 HF_CHECK_TOKENS = 64  # the check's batch: 2 sequences of at most this many tokens (a 7B folder: ~30 s on 2 cores)
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}  # safetensors' dtype names that load as the float they store
+MAX_JSON_BYTES = 64 << 20  # a config is kilobytes, a large tokenizer_config.json or index a few MiB: past
+# this a file is not one, and json would hold all of it (several times its size) in memory
+# The JSON files transformers reads from a model folder (or the folder of a .gguf) whose fields can name
+# classes (auto_map) or hold what it parses: each present one is read through read_json by refuse_code.
+FOLDER_JSON = ("config.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
+               "added_tokens.json", "chat_template.json", "processor_config.json", "preprocessor_config.json")
 
 # Every config.json field the import reads or refuses, and what it must be (a "?" kind: absent or
 # null is allowed). A field of another type is one line naming it, never a traceback or a cast.
@@ -58,7 +67,8 @@ CONFIG_FIELDS = {
 
 def read_config(folder):
     """folder/config.json as a dict, every field of CONFIG_FIELDS checked. UserError (one line) when
-    the folder or file is missing, the file is not a JSON object, or a field is of another type."""
+    the folder or file is missing, the folder holds code transformers could be led to run
+    (refuse_code), the file is not a JSON object (read_json), or a field is of another type."""
     path = os.path.join(folder, "config.json")
     if os.path.isfile(folder):
         raise UserError(f"hf_model={folder!r} is a file, not a folder: point --hf_model at the folder that holds "
@@ -69,13 +79,8 @@ def read_config(folder):
     if not os.path.isfile(path):
         raise UserError(f"hf_model={folder!r}: no config.json there (point --hf_model at a Hugging Face model "
                         f"folder, as save_pretrained writes it)")
-    try:
-        with open(path, encoding="utf-8") as f:
-            c = json.load(f)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not JSON ({str(e)[:80]})") from None
-    if type(c) is not dict:
-        raise UserError(f"{path} holds a JSON {type(c).__name__}, not the object of fields save_pretrained writes")
+    refuse_code(folder)
+    c = read_json(path)
     for field, kind in CONFIG_FIELDS.items():
         optional, (ok, what) = kind.endswith("?"), FIELD_KINDS[kind.rstrip("?")]
         if field not in c and not optional:
@@ -87,6 +92,93 @@ def read_config(folder):
     if theta is not None and not FIELD_KINDS["positive"][0](theta):
         raise UserError(f"{path}: rope_parameters.rope_theta={theta!r} is not a positive number")
     return c
+
+
+def read_json(path):
+    """The JSON object (a dict) in the file at `path`: every JSON file the project reads from a Hugging
+    Face or GGUF folder (config.json, tokenizer_config.json, generation_config.json, a safetensors
+    index, ...) is read here. UserError (one line naming the file) for every way it is not one:
+    unreadable, over MAX_JSON_BYTES, not UTF-8, not JSON, nested deeper than Python's recursion
+    limit (json raises RecursionError there), or a top level that is not an object."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_JSON_BYTES:  # json holds the whole text and its objects in memory
+            raise UserError(f"{path} is {size / 2**20:.0f} MiB, past the {MAX_JSON_BYTES >> 20} MiB of any "
+                            f"configuration file: it is not one (replace it with the model's own)")
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except RecursionError:
+        raise UserError(f"{path} nests its brackets deeper than Python's JSON reader goes: it is damaged or "
+                        f"not a configuration file (replace it with the model's own)") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text, as JSON is: it is damaged (replace it with the model's "
+                        f"own)") from None
+    except ValueError as e:  # json.JSONDecodeError
+        raise UserError(f"{path} is not JSON ({str(e)[:80]}): it is damaged (replace it with the model's "
+                        f"own)") from None
+    except OSError as e:
+        raise UserError(f"{path} cannot be read ({e.strerror or type(e).__name__}): make it readable to this "
+                        f"user") from None
+    if type(value) is not dict:
+        raise UserError(f"{path} holds a JSON {type(value).__name__}, not the object of fields save_pretrained "
+                        f"writes: it is damaged (replace it with the model's own)")
+    return value
+
+
+def refuse_code(folder, model_folder=True):
+    """Refuse, before transformers is asked, a folder that could lead it to run the folder's own code
+    (or a repository's): every reader of a Hugging Face folder calls this (read_config, so
+    --hf_model and tools.hf_check; transformers_reading; tools.gguf_to_hf and tools.gguf_check on
+    the folders they load). Each file of FOLDER_JSON present is read through read_json, so a
+    damaged one is one line too. UserError (one line naming the file or value, and the fix) for:
+    an auto_map in any of them; and with model_folder (a model's own folder, not one a .gguf file
+    merely lies in, such as a package's or a downloads folder, where transformers reads no code
+    unless an auto_map names it), a *.py file in the folder, and a config.json model_type that is
+    missing or, with transformers installed, not in its CONFIG_MAPPING (transformers would look for
+    the folder's code to build it). Returns None."""
+    fix = "this project never runs a folder's code (trust_remote_code=False): use a standard Llama or Qwen3 folder"
+    for name in FOLDER_JSON:
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        c = read_json(path)
+        if "auto_map" in c:
+            if model_folder:
+                how = f"{fix} (save_pretrained from a model transformers builds itself), or delete auto_map if " \
+                      f"the model is one"
+            else:
+                how = "transformers reads this file beside the .gguf, and this project never runs a folder's code " \
+                      "(trust_remote_code=False): move the .gguf into a folder of its own, or delete auto_map once " \
+                      "you have read the code"
+            raise UserError(f"{path}: auto_map={short(c['auto_map'])} names code for transformers to run; {how}")
+    if not model_folder:
+        return
+    for name in sorted(os.listdir(folder)):
+        if name.lower().endswith(".py"):
+            raise UserError(f"{os.path.join(folder, name)} is Python code in a model folder, which transformers "
+                            f"can be led to run; {fix}, or move the file out of the folder once you have read it")
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        return  # (read_config says what is missing)
+    model_type = read_json(path).get("model_type")
+    if type(model_type) is not str or not model_type:
+        raise UserError(f"{path}: model_type={short(model_type)} is not a model's name (save_pretrained writes "
+                        f"one, as 'llama'): transformers cannot tell which model to build; save the model again "
+                        f"with save_pretrained")
+    try:  # only transformers knows its models; without it nothing here asks transformers anything
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except ImportError:
+        return
+    if model_type not in CONFIG_MAPPING:
+        raise UserError(f"{path}: model_type={model_type!r} is not a model this transformers builds, so only the "
+                        f"folder's own code could build it; {fix} (or upgrade transformers if it is a newer "
+                        f"standard model)")
+
+
+def short(value, limit=80):
+    """repr(value), cut to `limit` characters (a value from a file goes into one line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def model_keys(folder):
@@ -164,7 +256,12 @@ def check_data(folder, dataset_folder):
     path = os.path.join(folder, "tokenizer.json")
     if meta and "tokenizer" in meta and os.path.isfile(path):
         from tokenizers import Tokenizer
-        if Tokenizer.from_str(meta["tokenizer"]).get_vocab() != Tokenizer.from_file(path).get_vocab():
+        try:
+            theirs = Tokenizer.from_file(path).get_vocab()
+        except Exception as e:  # the tokenizers library's own exception type: not JSON, too deep, not a tokenizer
+            raise UserError(f"{path} is not a tokenizer.json the tokenizers library reads ({str(e)[:80]}): replace "
+                            f"it with the model's own") from None
+        if Tokenizer.from_str(meta["tokenizer"]).get_vocab() != theirs:
             raise UserError(f"{where} is encoded with another tokenizer than {folder}'s (their vocabularies "
                             f"differ): {fix}")
 
@@ -182,10 +279,9 @@ class FolderWeights:
         self.folder, index = folder, os.path.join(folder, "model.safetensors.index.json")
         if os.path.isfile(index):
             try:
-                with open(index, encoding="utf-8") as f:
-                    weight_map = json.load(f)["weight_map"]
+                weight_map = read_json(index)["weight_map"]
                 assert type(weight_map) is dict and all(type(v) is str for v in weight_map.values())
-            except (ValueError, UnicodeDecodeError, KeyError, TypeError, AssertionError):
+            except (UserError, KeyError, AssertionError):
                 raise UserError(f"{index} is not a safetensors index (a JSON object whose weight_map maps tensor "
                                 f"names to files): save the model again with save_pretrained") from None
         elif os.path.isfile(os.path.join(folder, "model.safetensors")):
@@ -388,15 +484,19 @@ def agree(ours, theirs, where, folder):
 
 def transformers_reading(folder):
     """transformers' own model of the folder (AutoConfig, then AutoModelForCausalLM.from_config) on the
-    meta device, float32, eager SDPA attention; None when transformers is not installed."""
+    meta device, float32, eager SDPA attention; None when transformers is not installed. UserError
+    (refuse_code) for a folder that could lead transformers to its own code: it is asked only to
+    read a local folder (local_files_only) and never to run code there (trust_remote_code=False)."""
     try:
         import transformers
     except ImportError:
         return None
-    config = transformers.AutoConfig.from_pretrained(folder)
+    refuse_code(folder)
+    config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
     config._attn_implementation = "sdpa"
     with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+        return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32,
+                                                             trust_remote_code=False).eval()
 
 
 def their_parts(hf, weights, idx):

@@ -23,7 +23,6 @@ if __package__ in (None, ""):  # run by its path: imports live at the repository
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import argparse
-import json
 import subprocess
 
 from configurator import UserError, cli
@@ -80,12 +79,18 @@ def expected(config):
 
 def logit_difference(export_dir, path):
     """The largest logit difference between the export and its GGUF file loaded by transformers, over
-    the export's largest logit, on a random batch."""
+    the export's largest logit, on a random batch. Both are loaded locally and without running any
+    folder's code (trust_remote_code=False); UserError when the GGUF's folder names code
+    (refuse_code) or its sizes are not its tensors' (tools.gguf_to_hf.check_gguf)."""
     import torch
     from transformers import AutoModelForCausalLM
-    a = AutoModelForCausalLM.from_pretrained(export_dir, dtype=torch.float32).eval()
-    b = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                             dtype=torch.float32).eval()
+    from hf.folder import refuse_code
+    from tools.gguf_to_hf import check_gguf
+    refuse_code(os.path.dirname(path), model_folder=False)  # transformers reads the JSON files beside the .gguf
+    check_gguf(path)  # its sizes are its tensors' before transformers builds a model of them
+    local = dict(dtype=torch.float32, trust_remote_code=False, local_files_only=True)
+    a = AutoModelForCausalLM.from_pretrained(export_dir, **local).eval()
+    b = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path), **local).eval()
     idx = torch.randint(0, a.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         x, y = a(idx).logits, b(idx).logits
@@ -97,7 +102,9 @@ EXPORT_FIELDS = ("architectures", "num_hidden_layers", "num_attention_heads", "n
 
 
 def read_export_config(export_dir):
-    """export_dir/config.json, checked to be an export's (one line naming what is wrong)."""
+    """export_dir/config.json, checked to be an export's: UserError (one line naming what is wrong) when
+    the folder or file is missing, the file is not a JSON object (hf.folder.read_json) or lacks an
+    EXPORT_FIELDS field."""
     fix = "point --export_dir at a folder python -m tools.export wrote (a run's out_dir/hf)"
     path = os.path.join(export_dir, "config.json")
     if not os.path.isdir(export_dir):
@@ -106,25 +113,26 @@ def read_export_config(export_dir):
         what = "a run's folder (its export is in hf/)" if os.path.exists(os.path.join(export_dir, "ckpt.pt")) or \
             os.path.exists(os.path.join(export_dir, "ckpt.dcp")) else "not an export"
         raise UserError(f"--export_dir={export_dir} has no config.json: {what}: {fix}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-        missing = [k for k in EXPORT_FIELDS if k not in config]
-        assert not missing and isinstance(config["architectures"], list) and config["architectures"], missing
-    except (ValueError, UnicodeDecodeError, AssertionError, TypeError) as e:
-        why = f"lacks {e}" if isinstance(e, AssertionError) else f"is not JSON ({str(e)[:60]})"
-        raise UserError(f"{path} {why}: it is damaged or not an export's: export again") from None
+    from hf.folder import read_json
+    config = read_json(path)  # one line for every way it is not a JSON object (too deep, not UTF-8, ...)
+    missing = [k for k in EXPORT_FIELDS if k not in config]
+    if missing or not isinstance(config["architectures"], list) or not config["architectures"]:
+        raise UserError(f"{path} lacks {missing or 'a list of architectures'}: it is damaged or not an export's: "
+                        f"export again")
     return config
 
 
 def check(export_dir, llama_cpp, python=sys.executable):
     """Convert and check one export; returns [(check, ok, detail)]. UserError (one line) when export_dir
     is not an export: missing, not a folder, or its config.json missing, not JSON or without the
-    fields an export writes."""
+    fields an export writes; or when it holds code (hf.folder.refuse_code), checked before the
+    converter or transformers reads it."""
     config = read_export_config(export_dir)
     arch = config["architectures"][0]
     if arch not in GGUF_ARCH:
         raise UserError(f"{export_dir} is a {arch}: llama.cpp has no architecture for it (only {', '.join(GGUF_ARCH)})")
+    from hf.folder import refuse_code
+    refuse_code(export_dir)  # before llama.cpp's converter (it loads some tokenizers with trust_remote_code=True)
     path = os.path.abspath(export_dir.rstrip(os.sep)) + ".f32.gguf"
     convert(export_dir, llama_cpp, python, path)
     meta = metadata(path)

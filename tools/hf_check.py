@@ -10,7 +10,11 @@ installed, runs our reading of the folder beside transformers' own, block by
 block on a fixed batch, each model built on the meta device and filled one
 block at a time: no more than a block of each is held, so a folder far larger
 than this machine's memory for training is checked here. Exit status 1 with
-one line naming the first disagreement.
+one line naming the first disagreement. No code of the folder is ever run: a
+folder that could lead transformers to it (an auto_map, a model_type
+transformers lacks, a .py file) is refused, one line, before transformers is
+asked (hf.folder.refuse_code), and transformers reads it with
+trust_remote_code=False.
 """
 
 import os
