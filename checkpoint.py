@@ -4,10 +4,11 @@ A run's out_dir holds
     ckpt.pt    {"model": state dict (uncompiled, unwrapped), "optimizers": [state dicts],
                 "config": the run's full config, "iter", "tokens", "val_loss", "meta": meta.pkl's dict}
                written at every eval and at the end, atomically (a crash never leaves half a file);
-               also when a signal stops the run between evals, with "val_loss": None (no eval there)
+               also when a signal stops the run between evals, with "val_loss": None (no eval there);
+               "mechanism": the mechanism statistics' open interval, when it began before "iter"
     log.jsonl  one JSON object per train step and per eval ("kind": "train" | "eval", "iter", "tokens",
                then "loss" and "lr", or "val_loss" and per-site scale statistics)
-    .lock      the pid and host of the process training there (lock_out_dir): one owner per run
+    .lock      the pid and host of the process training there (start.lock_out_dir): one owner per run
 A run with fsdp=True writes ckpt.dcp/ instead of ckpt.pt: a torch.distributed.checkpoint folder
 (each rank writes its shards of the weights and AdamW moments, keyed by parameter name) with
 run.pt beside them (ckpt.pt's other keys, and the optimizer groups' layout); also written so
@@ -19,21 +20,17 @@ user does not set again come from the checkpoint; rows logged after it are dropp
 """
 
 import errno
-import fcntl
 import io
 import json
 import os
 import pickle
 import shutil
-import socket
-import sys
-import tempfile
 import warnings
 from contextlib import contextmanager
 
 import torch
 
-from configurator import MODEL_KEYS, TRACKING_KEYS, UserError, complete, folder_problem
+from configurator import MODEL_KEYS, TRACKING_KEYS, UserError, complete
 
 
 @contextmanager
@@ -277,71 +274,7 @@ CKPT_FIELDS = {
 }
 
 
-LOCK_NAME = ".lock"
 LOG_NAME = "log.jsonl"
-# Every name a run writes in its out_dir (a save's .tmp and .old included; wandb's folder): none may be a
-# symbolic link, or a downloaded or shared out_dir could have a run truncate and write a file elsewhere.
-RUN_FILES = (LOCK_NAME, LOG_NAME, "wandb", *(name + end for name in (LOG_NAME, *CKPT_NAMES)
-                                             for end in ("", ".tmp", ".old")))
-
-
-def refuse_links(out_dir):
-    """UserError (one line, naming the link and its target) when a name the run writes in out_dir
-    (RUN_FILES) is a symbolic link; out_dir itself may be one (where the user keeps runs)."""
-    for name in dict.fromkeys(RUN_FILES):
-        path = os.path.join(out_dir, name)
-        if os.path.islink(path):
-            raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}): a run writes only its own files "
-                            f"in out_dir, never through a link; remove the link (what it points to stays as it is) "
-                            f"or choose another --out_dir")
-
-
-class OutDirInUse(UserError):
-    """Another process holds an out_dir's lock (lock_out_dir)."""
-
-
-def lock_out_dir(out_dir):
-    """Make out_dir and own it: an exclusive flock on out_dir/.lock, which then holds this
-    process's pid and host. Returns the open lock file: closing it releases the lock, and so
-    does the end of the process, however it ends (the kernel drops the lock, even on SIGKILL).
-
-    Raises UserError, one line naming the holder's pid and host, when another process holds
-    the lock; the refused process writes nothing. Raises UserError when out_dir is not
-    writable. On a filesystem without flock (some network mounts) warns and goes on unlocked.
-    """
-    path = os.path.join(out_dir, LOCK_NAME)
-    problem = folder_problem(out_dir)
-    if problem:
-        raise UserError(f"out_dir={out_dir!r}: {problem}")
-    refuse_links(out_dir)
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # an existing file is opened, not changed
-    except OSError as e:
-        raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
-                        f"choose a writable --out_dir") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            print(f"warning: cannot lock {path} ({e.strerror}; this filesystem lacks flock): nothing stops "
-                  f"a second process from training in out_dir={out_dir!r} at the same time", file=sys.stderr)
-        else:
-            pid, _, host = os.pread(fd, 300, 0).decode(errors="replace").strip().partition(" ")
-            os.close(fd)
-            raise OutDirInUse(f"out_dir={out_dir!r} is in use: process {pid or '?'} on {host or '?'} is training "
-                            f"there (it holds {path}); wait for it to end, stop it (kill -TERM {pid or '<pid>'} "
-                            f"saves and stops it), or choose another --out_dir") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
-    try:
-        with tempfile.TemporaryFile(dir=out_dir):  # the lock file may exist already: can we create files?
-            pass
-    except OSError as e:
-        os.close(fd)
-        raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
-                        f"choose a writable --out_dir") from None
-    return os.fdopen(fd, "w")
 
 
 # -----------------------------------------------------------------------------
@@ -425,7 +358,7 @@ def restore(ckpt, model, optimizers, cfg):
 
 
 def is_sharded(model):
-    """Whether FSDP2 shards model (ops.shard)."""
+    """Whether FSDP2 shards model (common.shard)."""
     from torch.distributed.fsdp import FSDPModule
     return isinstance(model, FSDPModule)
 

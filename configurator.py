@@ -26,13 +26,10 @@ compile errors are ops.py's.
 
 import ast
 import difflib
-import errno
 import importlib.util
 import math
 import os
 import re
-import signal
-import sys
 import traceback
 
 
@@ -86,7 +83,7 @@ class Path:
 
 
 GE0, GE1 = Range(0), Range(1)
-MECHANISM_AUTO_MAX = 50_000_000  # mechanism_stats="auto": on up to this many parameters (ops.mechanism_on)
+MECHANISM_AUTO_MAX = 50_000_000  # mechanism_stats="auto": on up to this many parameters (mechanism.mechanism_on)
 
 
 def added(default, allowed, meaning, *, absent):
@@ -122,7 +119,7 @@ SECTIONS = {
         "eval_iters": (20, GE1, "validation batches per eval (a fixed set)"),
         "log_interval": (50, GE1, "iterations between progress lines"),
         "mechanism_stats": added("auto", Choices("auto", "on", "off"),
-                                 'the scale vectors\' mechanism in every eval row (ops.Mechanism: preconditioner '
+                                 'the scale vectors\' mechanism in every eval row (mechanism.Mechanism: preconditioner '
                                  'floor, amplification of the folded maps, update ratios per optimizer group, weight '
                                  f'decay\'s pull) | "auto": on up to {MECHANISM_AUTO_MAX / 1e6:g}M parameters (it copies ~12% of the '
                                  f'training state at 124M); never changes training, so no run hash holds it',
@@ -218,7 +215,7 @@ SECTIONS = {
                                    "DDP)", absent=False),
         "cpu_numerics": added("native", Choices("native", "portable"),
                               '"native": the CPU kernels this CPU dispatches to | "portable": one kernel level on '
-                              'every x86-64 CPU with AVX2 (ops.PORTABLE_ENV, set before torch loads; changes the '
+                              'every x86-64 CPU with AVX2 (common.PORTABLE_ENV, set before torch loads; changes the '
                               'numbers, so never pair its runs with native ones)', absent="native"),
         "ddp_timeout_s": (600, Range(1, 10**7, why="a timedelta of it must exist; 10**7 s is 115 days"),
                           "seconds a DDP collective may wait"),
@@ -231,8 +228,6 @@ ABSENT = {key: row[3] for keys in SECTIONS.values() for key, row in keys.items()
 TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name", "mechanism_stats")
 MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
     {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
-
-
 
 
 class UserError(Exception):
@@ -259,55 +254,6 @@ def folder_problem(path):
     except OSError as e:
         return f"cannot write in {parent} ({e.strerror or type(e).__name__}): name a folder this user can write"
     return None
-
-
-def tell_torchrun(message):
-    """Under torchrun, write `message` where its failure summary looks (TORCHELASTIC_ERROR_FILE, in
-    the format of torch.distributed.elastic's ErrorHandler), so the summary that ends the output
-    shows the one-line error instead of a link to its docs under its own traceback."""
-    import json
-    import time
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path:
-        return
-    try:
-        with open(path, "w") as f:
-            json.dump({"message": {"message": message, "extraInfo": {"py_callstack": message,
-                                                                     "timestamp": str(int(time.time()))}}}, f)
-    except OSError:
-        pass  # the summary then shows torchrun's link: the line above it still says what went wrong
-
-
-def cli(main):
-    """Run a command's main(argv): a UserError becomes one 'error: ...' line on stderr (exit 1), a
-    Ctrl-C (KeyboardInterrupt) one 'interrupted' line (exit 130, as a shell reports SIGINT); a full
-    disk (or quota, or file-size limit) one line naming the file (exit 1); output piped into a
-    reader that closes early (`| head`) ends quietly."""
-    try:
-        try:
-            code = main(sys.argv[1:])
-        finally:  # a piped stdout is block-buffered: its last write happens here, inside the handler
-            sys.stdout.flush()
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        tell_torchrun(f"error: {e}")
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(128 + signal.SIGINT)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
-        sys.exit(1)
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # a full disk, a quota, a size limit
-            raise
-        message = (f"error: {e.strerror} writing {e.filename or 'a file'}: nothing is torn (a log keeps its last "
-                   "whole row, a checkpoint or record its last whole version); free space on that disk, then run the "
-                   "same command again (a training run: add --init_from=auto to continue from its checkpoint)")
-        print(message, file=sys.stderr)
-        tell_torchrun(message)
-        sys.exit(1)
-    sys.exit(code)
 
 
 def usage(doc, choices=None):
@@ -505,102 +451,16 @@ def unusual(cfg):
     return found
 
 
-GB = 1e9
-
-
-def estimate_size(cfg):
-    """(parameters, activation bytes of one float32 micro-batch) of a run config (a dict), roughly:
-    per block 2 n_embd (n_head + n_kv_head) head_dim (attention) + 3 n_embd d_ff (SwiGLU; per
-    expert in MoE blocks, plus the router and any shared expert), the token embedding and an untied
-    LM head. Builds nothing."""
-    n, n_layer, vocab = cfg["n_embd"], cfg["n_layer"], 64 * math.ceil(cfg["vocab_size"] / 64)
-    head_dim = cfg.get("head_dim") or n / cfg["n_head"]
-    attention = 2 * n * (cfg["n_head"] + (cfg.get("n_kv_head") or cfg["n_head"])) * head_dim
-    d_ff = cfg["d_ff"] or 64 * math.ceil(8 * n / 3 / 64)
-    expert = cfg["expert_d_ff"] or d_ff
-    moe_layers = n_layer // cfg["moe_every"] if cfg["n_experts"] else 0
-    moe_mlp = cfg["n_experts"] * (3 * n * expert + n) + (3 * n * expert if cfg["shared_expert"] else 0)
-    params = n_layer * attention + (n_layer - moe_layers) * 3 * n * d_ff + moe_layers * moe_mlp \
-        + vocab * n * (1 if cfg["tie_embeddings"] else 2)
-    ffn = cfg["top_k"] * expert if cfg["n_experts"] else d_ff
-    tokens = cfg["batch_size"] * cfg["block_size"]
-    activations = 4 * tokens * (n_layer * (8 * n + 3 * ffn) + 2 * vocab)
-    return params, activations
-
-
-def memory_limit(device):
-    """(bytes, what) of the memory a run on `device` keeps its weights in: the CUDA device's when
-    torch is loaded and CUDA is in use (cheap to ask), else this machine's RAM; None when unknown."""
-    torch = sys.modules.get("torch")
-    if torch is not None and (device.startswith("cuda") or device == "auto"):
-        try:
-            if torch.cuda.is_available():
-                index = int(device.partition(":")[2] or os.environ.get("LOCAL_RANK", 0))
-                props = torch.cuda.get_device_properties(index)
-                return props.total_memory, f"CUDA device {index} ({props.name})"
-            if device != "auto":
-                return None  # resolve_device says CUDA is missing
-        except Exception:  # a bad index or driver: resolve_device names it
-            return None
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's RAM"
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def state_bytes(params, fsdp, world):
-    """Bytes per process of the float32 weights, gradients and AdamW's two moments: 16 a parameter,
-    split over the `world` processes under FSDP2 (fsdp), whole on each under DDP."""
-    return 16 * params / (world if fsdp else 1)
-
-
-def check_memory(cfg, can_shard=True):
-    """UserError, one line with the estimate, when the float32 weights, gradients and AdamW states
-    (state_bytes: ~16 bytes a parameter, over WORLD_SIZE under fsdp) and one micro-batch's
-    activations and logits (estimate_size) cannot fit in the memory the run trains in (per device:
-    a micro-batch is per process). Names the largest batch_size that fits when a smaller
-    micro-batch is the fix, and --fsdp=True with the processes it needs when sharding is (and the
-    optimizer can step shards: can_shard)."""
-    params, activations = estimate_size(cfg)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    state = state_bytes(params, cfg.get("fsdp"), world)
-    limit = memory_limit(cfg["device"])
-    if limit is None or state + activations <= limit[0]:
-        return
-    gb = lambda b: f"{b / GB:.3g}" if b < 10**300 else "inf"  # noqa: E731
-    sharded = f" (sharded over {world} processes)" if cfg.get("fsdp") and world > 1 else ""
-    need = f"about {gb(state)} GB for float32 weights, gradients and AdamW states{sharded} and {gb(activations)} " \
-        f"GB of activations and logits for a micro-batch of batch_size={cfg['batch_size']} x " \
-        f"block_size={cfg['block_size']} tokens"
-    fits = int((limit[0] - state) / (activations / cfg["batch_size"])) if state < limit[0] else 0
-    room = limit[0] - activations / cfg["batch_size"]  # beside a micro-batch of one sequence
-    shards = math.ceil(16 * params / room) if room > 0 and 16 * params / room < 1e6 else 0
-    shard = f", or shard them with --fsdp=True under torchrun over {shards} or more processes (GPUs)" \
-        if can_shard and shards > max(world, 1) else ""
-    if fits >= 1:
-        keep = max(1, cfg["batch_size"] // fits)
-        raise UserError(f"{need}, more than the {gb(limit[0])} GB of {limit[1]}: use --batch_size={fits} or less "
-                        f"(--gradient_accumulation_steps={cfg['gradient_accumulation_steps'] * keep} keeps about "
-                        f"the same tokens per iteration){shard}")
-    heads = ("n_head", "n_kv_head", "head_dim") if cfg.get("n_kv_head") or cfg.get("head_dim") else ()
-    size = ", ".join(f"{k}={cfg[k]}" for k in ("n_layer", "n_embd", *heads, "d_ff", "vocab_size", "n_experts",
-                                               "expert_d_ff") if cfg[k])
-    raise UserError(f"{size}: about {gb(params)} billion parameters need {need}, more than the {gb(limit[0])} GB of "
-                    f"{limit[1]}: lower --n_embd, --n_layer, --d_ff or --n_experts"
-                    + (" (or the heads' widths)" if heads else "") + shard)
-
-
 def complete(cfg):
     """A stored config (a record's or a checkpoint's, a dict) with every key: a key added after it
     was written takes the value it meant then (its row's absent=: ABSENT), else its default."""
     return {**DEFAULTS, **ABSENT, **cfg}
 
 
-def check(cfg_dict, can_shard=True):
-    """UserError for any value out of its range (ALLOWED), a W&B setting W&B would refuse, and a
-    size whose weights cannot fit in memory (check_memory; can_shard: whether the optimizer can
-    step FSDP2's shards, which optim knows): all this module can check alone. ops.check_config
-    adds the model's and optimizer's checks."""
+def check(cfg_dict):
+    """UserError for any value out of its range (ALLOWED) and a W&B setting W&B would refuse: all
+    this module can check alone. ops.check_config adds memory (memory.check_memory), the model's
+    and the optimizer's checks."""
     check_values(cfg_dict)
     project = cfg_dict.get("wandb_project", "")
     if len(project) > 128 or set(project) & set("/\\#?%:"):
@@ -608,18 +468,5 @@ def check(cfg_dict, can_shard=True):
                         f"/ \\ # ? % :")
     if cfg_dict.get("wandb_log") and importlib.util.find_spec("wandb") is None:
         raise UserError("wandb_log=True needs the wandb package: pip install wandb (or drop --wandb_log)")
-    check_memory(cfg_dict, can_shard)
 
 
-# OpenMP (torch's CPU threads) spins an idle thread before it sleeps. Alone that is fastest (sleeping
-# costs the default run's model ~20% on 2 cores), but beside another busy process on the same cores a
-# spinning thread holds the core the thread it waits for needs: steps 4-25x slower, where sleeping
-# threads give the fair 2x (bench.py --shared=True measures both).
-OMP_THREAD_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
-
-
-def set_omp_env():
-    """Set OMP_THREAD_ENV in os.environ where the user has not set the key. Takes effect only
-    before torch loads (OpenMP reads its settings once): train.py calls it first thing."""
-    for key, value in OMP_THREAD_ENV.items():
-        os.environ.setdefault(key, value)

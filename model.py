@@ -636,7 +636,7 @@ class GPT(nn.Module):
         and the matrices it multiplies into (norms.fold_scale_), in folding order; Block.folds for
         each block, then the final-norm scale into the LM head's columns when the head is untied
         (tied, that scale is output-role and has no fold). fold_scales() consumes it, and so do the
-        mechanism statistics (ops.Mechanism), which read W~ = the matrices with gamma multiplied in."""
+        mechanism statistics (mechanism.Mechanism), which read W~ = the matrices with gamma multiplied in."""
         for block in self.blocks:
             yield from block.folds()
         if self.norm_f.scale is not None and self.lm_head.weight is not self.wte.weight:
@@ -705,24 +705,3 @@ class GPT(nn.Module):
                 logits[logits < kth] = -float("inf")
             idx = torch.cat([idx, torch.multinomial(F.softmax(logits, dim=-1), 1)], dim=1)
         return idx
-
-
-
-# -----------------------------------------------------------------------------
-# MFU: model FLOPs (GPT.flops_per_token) over the device's peak
-
-# Dense bf16 tensor-core peaks (FLOP/s, vendor datasheets); matched against the
-# CUDA device name, most specific entry first. MFU is omitted for other devices.
-PEAK_BF16_FLOPS = [
-    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("GH200", 989e12), ("H200", 989e12),
-    ("H100", 989e12), ("B200", 2250e12), ("A100", 312e12), ("L40S", 362e12),
-    ("L40", 181e12), ("L4", 121e12), ("RTX 4090", 165e12),
-]
-
-
-def peak_flops(device):
-    """Dense bf16 peak FLOP/s of a CUDA torch.device from PEAK_BF16_FLOPS, else None (CPU, MPS, unknown GPU)."""
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)

@@ -451,7 +451,7 @@ def fused_branches(x, linears):
 def fold_factor(gamma, w, side):
     """gamma shaped to multiply W (d_out, d_in) elementwise, in W's dtype: (1, d_in) for
     side="columns" (W diag(gamma)), (d_out, 1) for side="rows" (diag(gamma) W). The one product
-    rule of folding: fold_scale_ applies it in place, the statistics (ops.Mechanism) out of place."""
+    rule of folding: fold_scale_ applies it in place, the statistics (mechanism.Mechanism) out of place."""
     g = gamma.to(w.dtype)
     return g[None, :] if side == "columns" else g[:, None]
 

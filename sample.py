@@ -14,12 +14,16 @@ import math
 import sys
 import warnings
 
-import torch
+import common
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
+import torch  # noqa: E402
 
 from checkpoint import checkpoint_in, load_model
-from configurator import UserError, cli
+from common import cli, resolve_device
+from configurator import UserError
 from dataset import make_codec
-from ops import resolve_device
 
 
 def main(argv):

@@ -3,7 +3,7 @@
     python train.py                                   # unified strategy, shakespeare_char, CPU, ~3.5 min
     python train.py configs/unified_124m.py --max_iters=1000
     torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py
-    torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py --fsdp=True  # sharded (ops.shard)
+    torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py --fsdp=True  # sharded (common.shard)
     python train.py --help                            # every config key, its default and meaning
 
 The knobs (configurator.py holds every default; set them in a config file or
@@ -13,7 +13,7 @@ attn_placement, mlp_placement, qk_norm, output_norms, scale_wd), the size
 weight_decay, lr_schedule, warmup_iters) and the budget (max_iters,
 batch_size, block_size, gradient_accumulation_steps).
 
-Read top to bottom: train() sets up (ops.setup), builds, restores (ops.begin),
+Read top to bottom: train() sets up (start.setup), builds, restores (start.begin),
 runs the loop and finishes; the pieces it calls follow it. A run's operations (its
 processes, the description and warnings at start, progress lines, log rows and
 W&B, the end-of-run sample) live in ops.py. Outputs in out_dir: ckpt.pt
@@ -42,19 +42,21 @@ import sys
 import time
 from contextlib import ExitStack, nullcontext
 
-import configurator
+import common
 
-configurator.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import numpy as np
 import torch
 
 from checkpoint import save_run_checkpoint
-from configurator import UserError, cli, load_config, usage
+from common import StopSignals, cli, compile_errors, numerics_env, shard, stop_signal
+from configurator import UserError, load_config, usage
+from mechanism import start_mechanism
 from model import GPT
-from ops import (STOP_NOTE, Progress, StopSignals, begin, choices, compile_errors, describe, diverged,
-                 end_of_run_sample, numerics_env, setup, shard, start_mechanism, stop_signal, write_log)
+from ops import STOP_NOTE, Progress, choices, describe, diverged, end_of_run_sample, write_log
 from optim import build_optimizers, lr_multiplier, set_lr
+from start import begin, setup
 
 
 def train(cfg, given=frozenset()):
@@ -71,7 +73,7 @@ def train(cfg, given=frozenset()):
         cfg, device, ddp = run.cfg, run.device, run.ddp
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
         if cfg.fsdp:
-            shard(raw_model)  # FSDP2 (ops.shard): before the optimizers see the parameters
+            shard(raw_model)  # FSDP2 (common.shard): before the optimizers see the parameters
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
         # the checkpoint's weights and moments, a Hugging Face folder's (checked on a val batch), or the init
         start = begin(run, ckpt, raw_model, optimizers, lambda: get_batch(run.data, "val", 0, 0, cfg, device)[0])
@@ -79,11 +81,11 @@ def train(cfg, given=frozenset()):
         start_iter, tokens, val_loss = start.iter, start.tokens, start.val_loss
         model = torch.compile(raw_model) if cfg.compile else raw_model
         fwd = model  # evals run without the DDP wrapper
-        if ddp and not cfg.fsdp:  # (FSDP2 reduce-scatters the gradients itself: ops.shard)
+        if ddp and not cfg.fsdp:  # (FSDP2 reduce-scatters the gradients itself: common.shard)
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[run.local_rank] if device.type == "cuda" else None)
         describe(run, raw_model, groups, given)
-        mechanism = start_mechanism(run, raw_model, optimizers, start)  # ops.Mechanism, or None: off
+        mechanism = start_mechanism(run, raw_model, optimizers, start)  # mechanism.Mechanism, or None: off
 
         # The loop. Iteration `it` first evaluates and saves when one is due (so the final
         # eval/save at it == max_iters takes the same path), then trains one step, stopping before
@@ -178,7 +180,7 @@ def all_reduce_mean(t, run):
 @torch.no_grad()
 def evaluate(run, fwd, signals=None):
     """(val loss, expert load (n_moe, n_experts) as lists or None) over the fixed val batches, all
-    ranks; (None, None) when a SIGTERM/SIGINT (signals: ops.StopSignals) stops it at a batch."""
+    ranks; (None, None) when a SIGTERM/SIGINT (signals: common.StopSignals) stops it at a batch."""
     cfg = run.cfg
     fwd.eval()
     total = torch.zeros((), device=run.device)
@@ -207,7 +209,7 @@ def evaluate(run, fwd, signals=None):
 
 def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True, signals=None, mechanism=None):
     """Evaluate, write the checkpoint (rank 0, it > 0, save) and then the eval row (with the
-    mechanism statistics when `mechanism`, an ops.Mechanism, is given); returns the val loss, or
+    mechanism statistics when `mechanism`, an mechanism.Mechanism, is given); returns the val loss, or
     None when a signal stopped the evaluation (nothing written: stop_here saves).
 
     The checkpoint comes first: a logged final eval means a finished run.
@@ -238,8 +240,8 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True, signal
 def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss, eval_pending=False, mechanism=None):
     """Write the checkpoint after `it` iterations (every rank calls it; under FSDP2 each saves its
     shards, else rank 0 saves it all); val_loss None: saved between evals, or (eval_pending) during
-    the eval at `it`, which a resume then runs. mechanism: the run's ops.Mechanism, whose open
-    interval the checkpoint keeps when it started before `it` (ops.begin hands it to the resume)."""
+    the eval at `it`, which a resume then runs. mechanism: the run's mechanism.Mechanism, whose open
+    interval the checkpoint keeps when it started before `it` (start.begin hands it to the resume)."""
     interval = mechanism.state() if mechanism is not None and mechanism.since < it else None
     save_run_checkpoint(run.ckpt_path, raw_model, optimizers, {
         "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"],

@@ -49,7 +49,9 @@ An ablation file (plain Python, configs/ablations/) sets
                      them recorded, the largest SD of the claim rows' paired differences over them
                      sets the planned seeds, the first n with n = stats.seeds_for_power(gap, that
                      SD) (at least k; at most every seed of the file: the shortfall is said), so
-                     the seeds after the pilot are planned by a rule written before it ran
+                     the seeds after the pilot are planned by a rule written before it ran; a file
+                     whose every seed (a setting's setting_seeds cap) does not reach the power at
+                     sd, or caps a setting below k, is refused, as a fixed design's shortfall is
     mechanism_question {"variant": v, "reference": r, "settings": [a, b]}: a pre-registered question
                      on the mechanism statistics rather than the loss (plot.py: per setting, v - r of
                      stats.mechanism_scalar paired by seed; between the two settings, Welch on those
@@ -77,7 +79,8 @@ import time
 
 from checkpoint import atomic_write, checkpoint_in, read_log
 from configurator import ABSENT, DEFAULTS, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
-from ops import check_config, inert_keys, resolve_device
+from common import resolve_device
+from ops import check_config, inert_keys
 from research.stats import family_alpha, ladder_power, paired_power, seeds_for_power
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
@@ -212,8 +215,9 @@ def power_alpha(spec):
 
 
 def check_power(spec, path):
-    """UserError naming the entry for bad setting_seeds or power, and for planned seeds that do not
-    reach the registered power (module docstring)."""
+    """UserError naming the entry for bad setting_seeds or power, for planned seeds that do not
+    reach the registered power at its sd, and for a pilot whose rule cannot reach it at its cap of
+    seeds (the power reached and the seeds needed; module docstring)."""
     table = table_seeds(spec)
     for setting, n in spec["setting_seeds"].items():
         if setting not in spec["settings"] or type(n) is not int or not 1 <= n <= len(table):
@@ -230,9 +234,19 @@ def check_power(spec, path):
         raise UserError(f"{path}: power = {p!r}: write {{'sd': SD > 0, 'gap': gap > 0, 'power': 0.8 to 1}}, and "
                         f"optionally 'pilot': 4 or more of its {len(table)} table seeds (not with ladders), for a "
                         f"file with claim rows")
-    if pilot:
-        return
     alpha, need = power_alpha(spec), p["power"]
+    if pilot:  # the rule may run every seed a setting has: the design must reach the power there
+        for setting in spec["settings"]:
+            cap = len(table[:spec["setting_seeds"].get(setting, len(table))])
+            if cap < pilot:
+                raise UserError(f"{path}: setting_seeds[{setting!r}] = {cap} is below the pilot's {pilot} seeds: its "
+                                f"pilot could never finish; give it {pilot} or more")
+            got = paired_power(p["gap"], p["sd"], cap, alpha)
+            if got < need:
+                raise UserError(f"{path}: setting {setting!r}: its pilot rule stops at {cap} seeds, where the power is "
+                                f"{got:.2f} at sd={p['sd']}, gap={p['gap']}, alpha={alpha:.3g}, below the registered "
+                                f"{need}: it needs {seeds_needed(p, alpha)}; add seeds (seeds, setting_seeds)")
+        return
     for name, ladder in spec["ladders"].items():
         seeds = [len(setting_table_seeds(spec, s)) for s in ladder]
         got = ladder_power(p["gap"], p["sd"], seeds, alpha) if sum(n - 1 for n in seeds) else 0.0
@@ -247,7 +261,14 @@ def check_power(spec, path):
             if got < need:
                 raise UserError(f"{path}: setting {setting!r} plans {n} seeds: power {got:.2f} at sd={p['sd']}, "
                                 f"gap={p['gap']}, alpha={alpha:.3g}, below the registered {need}: it needs "
-                                f"{seeds_for_power(p['gap'], p['sd'], alpha, need)} (or a pilot)")
+                                f"{seeds_needed(p, alpha)} (or a pilot)")
+
+
+def seeds_needed(power, alpha):
+    """How many seeds a paired test needs to reach the registered power (a file's `power` entry) at
+    level alpha, as a phrase: "N seeds", or "more than 100 seeds" past stats.seeds_for_power's search."""
+    n = seeds_for_power(power["gap"], power["sd"], alpha, power["power"], most=100)
+    return f"{n} seeds" if n else "more than 100 seeds"
 
 
 # What --scale_down sets in every setting: character-level Shakespeare (prepared by train.py on
@@ -463,7 +484,7 @@ def state(run, records=None):
         return "recorded"
     log = os.path.join(run["out_dir"], "log.jsonl")
     try:
-        rows = read_log(log) if os.path.exists(log) else []
+        rows = read_rows(log) if os.path.exists(log) else []
     except UserError as e:
         run["damaged"] = str(e)
         return "damaged"
@@ -600,6 +621,56 @@ def check_unchanged(run, started, root=ROOT):
 RERUN = "delete the run's folder and run it again"
 
 
+def is_number(value):
+    """An int or a float as JSON gives them (a bool, though an int in Python, is not one)."""
+    return type(value) in (int, float)
+
+
+def row_problem(row):
+    """What a log row (read_log's: a dict with kind, iter and tokens) lacks of what research code reads
+    from it, as a phrase naming the key, or None: a train row's "loss" and "lr" and an eval row's
+    "val_loss" are finite numbers (train.py stops before it would log another); an eval row's
+    "scales", when present, is {site: {statistic: number}} and its "mechanism" a dict of numbers
+    or None (an undefined ratio), "since" an iteration."""
+    kind, it = row["kind"], row["iter"]
+    where = f"the {kind} row of iteration {it}"
+    for key in {"train": ("loss", "lr"), "eval": ("val_loss",)}.get(kind, ()):
+        if key not in row:
+            return f"{where} has no {key!r}"
+        if not (is_number(row[key]) and math.isfinite(row[key])):
+            return f"{where} has {key!r} = {row[key]!r:.40}, not a finite number"
+    if kind != "eval":
+        return None
+    scales = row.get("scales", {})
+    if not isinstance(scales, dict):
+        return f"{where} has 'scales' = {scales!r:.40}, not a dict of sites"
+    for site, st in scales.items():
+        if not (isinstance(st, dict) and all(is_number(v) for v in st.values())):
+            return f"{where} has 'scales'[{site!r}] = {st!r:.40}, not a dict of numbers"
+    mech = row.get("mechanism", {})
+    if not isinstance(mech, dict):
+        return f"{where} has 'mechanism' = {mech!r:.40}, not a dict of statistics"
+    for key, v in mech.items():
+        if key == "since" and type(v) is not int:
+            return f"{where} has 'mechanism'['since'] = {v!r:.40}, not an iteration"
+        if key != "since" and not (v is None or is_number(v)):
+            return f"{where} has 'mechanism'[{key!r}] = {v!r:.40}, not a number or null"
+    return None
+
+
+def read_rows(path):
+    """checkpoint.read_log's rows of a log.jsonl, each checked by row_problem: the one reader of logs in
+    research code (the sweep's state and records, plot.py --run). Raises UserError (one line naming
+    the file, the line, the key and the fix) for the first row that lacks what is read from it."""
+    rows = read_log(path)
+    for n, row in enumerate(rows, 1):  # read_log drops only a torn last line: row n is line n
+        problem = row_problem(row)
+        if problem:
+            raise UserError(f"{path}, line {n}: {problem}: the log is damaged or not train.py's; delete the line "
+                            f"(the run's checkpoint is unaffected) or {RERUN}")
+    return rows
+
+
 def excerpt(values, k):
     """values around index k as a short list text: '[0, 20, 20, 40, ...]'."""
     lo, hi = max(0, k - 3), min(len(values), k + 4)
@@ -670,7 +741,7 @@ def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None, pro
     provenance (start_provenance's dict, the token files' hashes added as "data"):
     "commit" from its code, "diff" when that tree was dirty, and its device,
     device_name, threads, versions and data.
-    A run that logged the mechanism statistics (ops.Mechanism) adds "mechanism" (mechanism_record).
+    A run that logged the mechanism statistics (mechanism.Mechanism) adds "mechanism" (mechanism_record).
     Raises UserError when the log has no final eval or is not the log of one run (check_log).
     """
     import torch
@@ -802,6 +873,6 @@ def record(run, results, records, wall_s=None, threads=None):
     if started:
         started["data"] = data_hashes(run["config"])
         started["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(log)))
-    rec = make_record(run, read_log(log), run["ablation"], wall_s, threads, provenance=started)
+    rec = make_record(run, read_rows(log), run["ablation"], wall_s, threads, provenance=started)
     records[run["hash"]] = rec
     return write_record(results, rec)

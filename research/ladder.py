@@ -35,6 +35,10 @@ import sys
 if __package__ in (None, ""):  # run by its path: its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402 (from the repository root, the path above)
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
 import argparse
 import json
 import math
@@ -42,7 +46,9 @@ import math
 import torch
 
 from checkpoint import atomic_write
-from configurator import GB, UserError, cli, estimate_size, folder_problem
+from common import cli
+from configurator import UserError, folder_problem
+from memory import GB, estimate_size
 from model import GPT, model_config
 from optim import OPTIMIZERS, param_groups
 from research.ablation import (claim_rows, load_ablation, plan, power_alpha, run_config, setting_table_seeds,
@@ -50,6 +56,24 @@ from research.ablation import (claim_rows, load_ablation, plan, power_alpha, run
 from research.stats import ladder_power, paired_power, seeds_for_power
 from research.slurm import H100_PEAK_TFLOPS, MFU_ASSUMED
 from types import SimpleNamespace
+
+# What the plan's machine figures may be: (lowest, highest, what the value is). Outside these a value
+# still computes a table, but one of no machine (--mfu=1e-300: a total of 300 digits; a percentage
+# given as --mfu=40 is not a fraction at all).
+PLAUSIBLE = {
+    "mfu": (0.01, 1.0, "MFU is a fraction such as 0.4 (40%), not a percentage; a real run's is above 0.01"),
+    "gpu_memory_gb": (1.0, 2048.0, "one GPU's memory in GB, such as 80 (H100) or 141 (H200)"),
+    "peak_tflops": (1.0, 20000.0, f"one GPU's dense bf16 peak in TFLOP/s, such as {H100_PEAK_TFLOPS} (H100/H200)"),
+}
+
+
+def check_plausible(flag, value, where=None):
+    """UserError (one line naming the value, its range and an example) unless `value` lies in
+    PLAUSIBLE[flag]'s range; where: how the line names the value (default "--<flag>=<value>")."""
+    low, high, what = PLAUSIBLE[flag]
+    if not (type(value) in (int, float) and math.isfinite(value) and low <= value <= high):
+        raise UserError(f"{where or f'--{flag}={value}'}: must be from {low:g} to {high:g}: {what}")
+
 
 # FineWeb-Edu's sample subsets (GPT-2 tokens, as the dataset card names them), smallest first
 FINEWEB_SUBSETS = (("sample-10BT", 10e9), ("sample-100BT", 100e9), ("sample-350BT", 350e9))
@@ -71,6 +95,8 @@ def measured_mfu(path):
                         f"run, an unknown GPU, or both stages failed)")
     if type(mfu) not in (int, float) or not 0 < mfu <= 100:
         raise UserError(f"--gpu_check={path}: {stage} stage's mfu_percent={mfu!r} is not a percentage in (0, 100]")
+    check_plausible("mfu", mfu / 100, f"--gpu_check={path}: {stage} stage's mfu_percent={mfu!r} (MFU {mfu / 100:g}; "
+                                      f"give --mfu instead)")
     return mfu / 100, stage
 
 
@@ -226,20 +252,19 @@ def main(argv):
     p.add_argument("--gpu_memory_gb", type=float, default=80, help="memory of one GPU (H100: 80, H200: 141)")
     p.add_argument("--peak_tflops", type=float, default=H100_PEAK_TFLOPS,
                    help=f"its dense bf16 peak (H100/H200 SXM: {H100_PEAK_TFLOPS})")
-    p.add_argument("--mfu", type=float, default=0, help=f"model FLOPs utilization, 0-1 (default: --gpu_check's, "
-                   f"else {MFU_ASSUMED:g} assumed)")
+    p.add_argument("--mfu", type=float, default=None, help=f"model FLOPs utilization, a fraction from "
+                   f"{PLAUSIBLE['mfu'][0]:g} to 1 (default: --gpu_check's, else {MFU_ASSUMED:g} assumed)")
     p.add_argument("--gpu_check", default="", help="a tools/gpu_check summary.json: its measured MFU")
     p.add_argument("--out", default="", help="also write the table to this markdown file")
     args = p.parse_args(argv)
-    for name, ok, need in (("mfu", 0 <= args.mfu <= 1, "in (0, 1] (0: --gpu_check's, else assumed)"),
-                           ("gpu_memory_gb", args.gpu_memory_gb > 0, "> 0"), ("peak_tflops", args.peak_tflops > 0, "> 0")):
-        if not ok or not math.isfinite(getattr(args, name)):
-            raise UserError(f"--{name}={getattr(args, name)}: must be {need}")
+    for flag in PLAUSIBLE:
+        if getattr(args, flag) is not None:
+            check_plausible(flag, getattr(args, flag))
     problem = args.out and (folder_problem(os.path.dirname(os.path.abspath(args.out))) or
                             (os.path.isdir(args.out) and "a folder: name a markdown file"))
     if problem:  # said before the plan is computed
         raise UserError(f"--out={args.out}: {problem}")
-    if args.mfu:
+    if args.mfu is not None:
         mfu, source = args.mfu, "--mfu"
     elif args.gpu_check:
         mfu, stage = measured_mfu(args.gpu_check)

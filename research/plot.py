@@ -8,7 +8,10 @@
 --run given twice or more draws the runs on shared axes (x: iteration), one colour each, labelled
 by folder name: the loss, each optimizer group's update ratio, and per site kind (the site's name
 without its block index, averaged over blocks) the preconditioner floor and the amplification
-from each eval row's mechanism statistics (ops.Mechanism; train with --mechanism_stats=on).
+from each eval row's mechanism statistics (mechanism.Mechanism; train with --mechanism_stats=on).
+A figure name past FIGURE_NAME_BYTES (long or many run names) keeps each name's head and tail and
+ends in a hash of the full names; the command says so, and the figure's title names every run.
+A log row without what is drawn from it is one error naming the file, line and key.
 
 For each ablation file, writes to --out (default out-plots/; the committed tables are assets/):
     <name>.md             per setting: the regime (the baseline's parameters, tokens, tokens
@@ -84,6 +87,10 @@ import sys
 if __package__ in (None, ""):  # run by its path (python research/plot.py): its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402 (from the repository root, the path above)
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
 import argparse
 import glob
 import json
@@ -100,14 +107,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from common import cli  # noqa: E402
+from configurator import UserError, folder_problem  # noqa: E402
 from model import GPT, model_config  # noqa: E402
 from optim import lr_multiplier  # noqa: E402
 from research.ablation import (ROOT, load_ablation, load_records, lr_choice, plan,  # noqa: E402
-                               planned_table_seeds, tuning_setting, tuning_seeds)
+                               planned_table_seeds, read_rows, tuning_setting, tuning_seeds)
 from research.stats import (bh_adjust, fit_power_law, fmt_ci, interpolated_tokens, ladder_multiplier,  # noqa: E402
                             mean_ci, mechanism_scalar, paired_t_p, tokens_to_reach, verdict, welch_t)
-from checkpoint import read_log  # noqa: E402
-from configurator import UserError, cli, folder_problem  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # From records to tables
@@ -1195,16 +1202,17 @@ def plot_lr(configs, path):
 
 
 # -----------------------------------------------------------------------------
-# The mechanism statistics (ops.Mechanism): runs side by side, a file's runs, its pre-registered question
+# The mechanism statistics (mechanism.Mechanism): runs side by side, a file's runs, its pre-registered question
 
 
 def read_run(out_dir):
     """(rows, train rows, eval rows) of a run's out_dir/log.jsonl, finished or not; UserError (one
-    line naming the folder) when the log is missing or has no rows."""
+    line naming the folder) when the log is missing or has no rows, and (naming the file, line and
+    key: ablation.read_rows) for a row without what is drawn from it."""
     log = os.path.join(out_dir, "log.jsonl")
     if not os.path.isfile(log):
         raise UserError(f"--run={out_dir}: no log.jsonl there (point --run at a train.py out_dir)")
-    rows = read_log(log)
+    rows = read_rows(log)
     train = [r for r in rows if r["kind"] == "train"]
     evals = [r for r in rows if r["kind"] == "eval"]
     if not train and not evals:
@@ -1301,13 +1309,51 @@ def plot_runs(out_dirs, path):
         ax.axis("off")
     fig.legend(*flat[0].get_legend_handles_labels(), loc="upper right", fontsize=8)
     fig.suptitle(f"{' vs '.join(name for name, *_ in runs)}: the mechanism statistics at each eval "
-                 f"(ops.Mechanism; interval ratios over the steps since the last eval)", fontsize=9)
+                 f"(mechanism.Mechanism; interval ratios over the steps since the last eval)", fontsize=9)
     save_figure(fig, path, top=1 - 0.5 / (3.2 * rows_n))  # half an inch for the title and legend
 
 
+# The longest figure name --run writes, in bytes: file systems refuse names over 255 bytes, and six
+# sweep-named runs (about 45 characters each) joined by "_vs_" pass that.
+FIGURE_NAME_BYTES = 120
+FIGURE_HASH_CHARS = 10  # hex digits of SHA-256 over the full names: tells shortened lists apart
+
+
+def figure_name(names):
+    """The file name of --run's figure of the runs `names` (their folders' names, in order):
+    "<a>_vs_<b>.png" while that fits FIGURE_NAME_BYTES; else each name longer than an equal share of
+    the bytes (at least 8) kept as its head and tail around a "~" (a sweep's run names differ at
+    both ends: variant and setting first, seed and config hash last), the whole cut where it still
+    passes, and "_<hash>.png" appended, the hash taken over the full names, so two lists that
+    shorten alike keep two files. Returns (the name, whether it was shortened)."""
+    import hashlib
+    full = "_vs_".join(names) + ".png"
+    if len(full.encode()) <= FIGURE_NAME_BYTES:
+        return full, False
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:FIGURE_HASH_CHARS]
+    tail = f"_{digest}.png"
+    room = FIGURE_NAME_BYTES - len(tail)
+    share = max(8, (room - len("_vs_") * (len(names) - 1)) // len(names))
+    stem = "_vs_".join(n if len(n.encode()) <= share else head_tail(n, share) for n in names)
+    return cut_bytes(stem, room) + tail, True
+
+
+def cut_bytes(text, limit, end=False):
+    """text's first (end: last) characters that fit `limit` bytes of UTF-8, never half a character."""
+    data = text.encode()
+    return (data[-limit:] if end else data[:limit]).decode(errors="ignore") if limit > 0 else ""
+
+
+def head_tail(name, limit):
+    """name in `limit` bytes of UTF-8: its head and its tail around a "~"."""
+    head = (limit - 1) // 2
+    return cut_bytes(name, head) + "~" + cut_bytes(name, limit - 1 - head, end=True)
+
+
 def draw_runs(out_dirs, out):
-    """plot_run's figure for one --run (out/<name>.png), plot_runs' for several (out/<a>_vs_<b>.png);
-    returns its path. UserError for an empty --run or two runs of one folder name (their legend
+    """plot_run's figure for one --run (out/<name>.png), plot_runs' for several (out/<a>_vs_<b>.png;
+    figure_name shortens a long one and appends a hash); returns (its path, a note saying it was
+    shortened, else ""). UserError for an empty --run or two runs of one folder name (their legend
     labels, the folder names, would not tell them apart)."""
     if any(not d.strip() for d in out_dirs):
         raise UserError("--run is empty: name a train.py out_dir")
@@ -1317,12 +1363,15 @@ def draw_runs(out_dirs, out):
         raise UserError(f"--run: {', '.join(twice)} given twice (runs are labelled by their folder's name): "
                         f"give each run once, from folders of different names")
     os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "_vs_".join(names) + ".png")
+    name, shortened = figure_name(names)
+    path = os.path.join(out, name)
     if len(out_dirs) == 1:
         plot_run(out_dirs[0], path)
     else:
         plot_runs(out_dirs, path)
-    return path
+    note = (f" (the runs' names shortened to fit {FIGURE_NAME_BYTES} bytes, with a hash of the full names; "
+            f"the figure's title names each run)" if shortened else "")
+    return path, note
 
 
 def record_by_kind(rec):
@@ -1476,7 +1525,8 @@ def main(argv):
         if args.ablations or args.results or args.readme:
             raise UserError(f"--run={args.run[0]} draws runs from their logs: give no ablation files, --results "
                             f"or --readme with it")
-        print(f"wrote {draw_runs(args.run, args.out)}")
+        path, note = draw_runs(args.run, args.out)
+        print(f"wrote {path}{note}")
         return
     if not args.ablations:
         raise UserError("give ablation files (configs/ablations/*.py), or --run=OUT_DIR for one run's curves")

@@ -19,14 +19,15 @@ the first one's job, every field kept (TrainJob.requeued).
 
 Claims: before a run's job is submitted, the submission takes the run's claim
 file (slurm_job in its out_dir) under an exclusive lock, so two submissions of
-the same file never submit a run twice; the claim then holds the job's id, and the
-job releases it when it ends (removed when recorded; "failed ..." with
-train.py's exit status and last error line when train.py failed). A claim
-whose job Slurm no longer has (a node failure, a killed job) is stale and the
-next submission takes it over. A run that finished but whose job died before
-recording it is recorded from its own log by the next submission, as a local
-sweep does. `--slurm --status` lists each planned run as recorded, queued,
-running, failed or open.
+the same file never submit a run twice; the claim then holds the job's id (a local
+job's: its controller's pid and host), and the job releases it when it ends (removed
+when recorded; "failed ..." with train.py's exit status and last error line when
+train.py failed). A claim whose job Slurm no longer has (a node failure, a killed
+job), or whose local job's process is gone, is stale and the next submission takes
+it over; a run another submission recorded meanwhile is not submitted again. A
+run that finished but whose job died before recording it is recorded from its own
+log by the next submission, as a local sweep does. `--slurm --status` lists each
+planned run as recorded, queued, running, failed or open.
 """
 
 import copy
@@ -46,7 +47,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H100_PEAK_TFLOPS = 989
 MFU_ASSUMED = 0.40
 PORT = 29500  # the c10d rendezvous port on the first node
-JOB_FILE = "slurm_job"  # in a run's out_dir: its claim ("submitting ...", "job <id>", or "failed <id> ...")
+# in a run's out_dir: its claim ("submitting <pid> <host>", "job <id>[ local <host>]" or "failed <id> ...")
+JOB_FILE = "slurm_job"
 
 
 def import_submitit():
@@ -180,11 +182,38 @@ def release(run):
 
 
 def job_state(job_id, folder):
-    """Slurm's (or the local executor's) state of the job, as submitit reads it."""
+    """Slurm's state of the job as submitit reads it; for a local job (its id: its controller's pid on
+    this host), "RUNNING" while that process lives, else "FINISHED" (its result written) or
+    "NO PROCESS AND NO RESULT". Not submitit's LocalJob.state: that knows only the processes the
+    reading process started, so another submission's live job would read as ended."""
     submitit = import_submitit()
-    job = (submitit.SlurmJob if submitit.AutoExecutor.which() == "slurm" else submitit.local.local.LocalJob)(
-        folder=folder, job_id=job_id)
-    return job.state
+    if submitit.AutoExecutor.which() == "slurm":
+        return submitit.SlurmJob(folder=folder, job_id=job_id).state
+    if job_id.isdigit() and controller_alive(int(job_id)):
+        return "RUNNING"
+    done = submitit.local.local.LocalJob(folder=folder, job_id=job_id).paths.result_pickle.exists()
+    return "FINISHED" if done else "NO PROCESS AND NO RESULT"
+
+
+def controller_alive(pid):
+    """Whether pid is a live submitit controller here: alive, and where /proc shows command lines, one
+    that runs submitit (a pid the system reused for another program, or a zombie, is not the job).
+    An empty command line is read again for up to a second: a process caught inside its exec (its
+    parent's Popen has returned, its arguments are not yet in place) shows none for a moment."""
+    if not pid_alive(pid):
+        return False
+    if not os.path.isdir("/proc"):  # no command lines to read (macOS): the pid alone
+        return True
+    for _ in range(20):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = f.read()
+        except OSError:  # it ended meanwhile
+            return False
+        if line:
+            return b"submitit" in line
+        time.sleep(0.05)
+    return False  # a zombie (or a kernel thread) keeps an empty one
 
 
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "FINISHED", "INTERRUPTED",
@@ -195,23 +224,31 @@ def claim_state(run, folder):
     """(state, detail) of the run's claim: ("open", "") with none; ("submitting", who) while another
     submission submits it; ("queued" | "running", job id) while its job is pending or running;
     ("failed", "job N: train.py exited with ...: <its last error line>") after train.py failed;
-    ("stale", why) when the job it names ended without releasing it (a node failure, a kill), or
-    the submission that took it died before it submitted."""
+    ("stale", why) when the job it names ended without releasing it (a node failure, a kill), the
+    submission that took it died before it submitted, or the line is none this code writes.
+    A claim of another host's submitter or local job is respected as live: its process cannot be
+    checked from here (delete the claim file, claim_path, once it is known to be gone)."""
     line = read_claim(run)
     if line is None:
         return "open", ""
     kind, _, rest = line.partition(" ")
-    if kind == "failed":
+    words = rest.split()
+    if kind == "failed" and words:
         job_id, _, why = rest.partition(" ")
         return "failed", f"job {job_id}: {why}"
-    if kind == "submitting":
-        pid, _, host = rest.partition(" ")
+    if kind == "submitting" and len(words) == 2 and words[0].isdigit():
+        pid, host = words
         alive = host != socket.gethostname() or pid_alive(int(pid))
         return ("submitting", f"process {pid} on {host}") if alive else ("stale", f"its submitter {pid} died")
-    state = job_state(rest, folder)
-    if state in ENDED:
-        return "stale", f"job {rest} ended ({state}) without recording the run"
-    return ("running" if state == "RUNNING" else "queued"), rest
+    if kind == "job" and (len(words) == 1 or len(words) == 3 and words[1] == "local"):
+        job_id, host = words[0], words[2] if len(words) == 3 else None
+        if host is not None and host != socket.gethostname():
+            return "running", f"{job_id}, a local job on {host}"
+        state = job_state(job_id, folder)
+        if state in ENDED:
+            return "stale", f"job {job_id} ended ({state}) without recording the run"
+        return ("running" if state == "RUNNING" else "queued"), job_id
+    return "stale", f"its claim {line[:80]!r} is none this code writes"
 
 
 def pid_alive(pid):
@@ -357,11 +394,24 @@ def grace_s(args):
     return max(10, args.signal_delay_s - 10)
 
 
+# The most a node holds: a job asking more describes no machine (DGX/HGX nodes hold 8 GPUs, HGX-2 16;
+# the largest two-socket nodes about 400 cores, twice that in hardware threads).
+MAX_GPUS_PER_NODE = 16
+MAX_CPUS_PER_TASK = 1024
+
+
 def check_flags(args):
-    """UserError (one line) for --slurm flags that cannot describe a job."""
+    """UserError (one line naming the value and the fix) for --slurm flags that cannot describe a job:
+    counts below 1 (GPUs below 0), more GPUs or cores than a node holds (MAX_GPUS_PER_NODE,
+    MAX_CPUS_PER_TASK), several CPU-only nodes, a warning not before the time limit."""
     for name in ("nodes", "time_min", "cpus_per_task"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name}={getattr(args, name)}: must be >= 1")
+    for name, most, what in (("gpus_per_node", MAX_GPUS_PER_NODE, "GPUs (8 on a DGX/HGX node)"),
+                             ("cpus_per_task", MAX_CPUS_PER_TASK, "CPU cores")):
+        if getattr(args, name) > most:
+            raise UserError(f"--{name}={getattr(args, name)}: more {what} than a node holds (at most {most}): give "
+                            f"one node's count; --nodes sets how many nodes")
     if args.gpus_per_node < 0 or args.signal_delay_s < 1:
         raise UserError(f"--gpus_per_node={args.gpus_per_node} / --signal_delay_s={args.signal_delay_s}: need "
                         f">= 0 GPUs and a warning >= 1 s before the limit")
@@ -388,6 +438,10 @@ def submit(runs, args, results, threads=1):
             state, detail = claim_state(run, folder)
             print(f"{state} already: {run['name']} ({detail})")
             continue
+        if os.path.exists(os.path.join(results, run["name"] + ".json")):  # its job ended since this one planned
+            release(run)
+            print(f"recorded already: {run['name']} (by another submission's job)")
+            continue
         if before[0] == "failed":
             print(f"resubmitting {run['name']}: its last {before[1]}")
         ex = executor(folder, args, run["name"])
@@ -397,7 +451,8 @@ def submit(runs, args, results, threads=1):
         except BaseException:
             release(run)
             raise
-        write_claim(run, f"job {job.job_id}")
+        # a local job's id is its controller's pid: meaningful on this host only, so the host is kept
+        write_claim(run, f"job {job.job_id}" + (f" local {socket.gethostname()}" if local else ""))
         print(f"submitted {run['name']}: job {job.job_id}", flush=True)
         jobs.append((run, job))
     failed = 0

@@ -396,7 +396,7 @@ def mechanism_scalar(record):
     """The mean amplification of a run's input-role sites: the mean over its sites of amp_ratio's
     mean over the run's evaluation intervals (a record's "mechanism" -> "mean", research/ablation.py
     mechanism_record), amp_ratio = (||W~_t - W~_s|| / ||W~_s||) / (||W_t - W_s|| / ||W_s||) for W~ the
-    map with the site's gamma folded in (ops.Mechanism; paper Theorem 2.2, claim C3). Only input-role
+    map with the site's gamma folded in (mechanism.Mechanism; paper Theorem 2.2, claim C3). Only input-role
     sites have one; a site whose matrix never moved (None) is left out. None for a record without
     the statistics or without any such site."""
     means = (record.get("mechanism") or {}).get("mean", {})

@@ -23,6 +23,10 @@ import sys
 if __package__ in (None, ""):  # run by its path (python research/sweep.py): its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402 (from the repository root, the path above)
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
 import argparse
 import fnmatch
 import signal
@@ -32,10 +36,10 @@ import time
 
 from research.ablation import (code_state, load_ablation, load_records, plan, record, start_provenance, state,
                                tuning_seeds, tuning_setting)
-from checkpoint import OutDirInUse, lock_out_dir
-from configurator import UserError, cli, folder_problem
-from ops import StopSignals, fmt_duration
+from common import StopSignals, cli, fmt_duration
+from configurator import UserError, folder_problem
 from research import slurm
+from start import OutDirInUse, lock_out_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
@@ -105,7 +109,7 @@ def all_runs(specs, out_root, records, patterns=()):
 
 def elsewhere(run, results):
     """Why another process has this run (a second sweep on the same file): its record appeared in
-    results/, or another process holds its out_dir (checkpoint.lock_out_dir); None when neither."""
+    results/, or another process holds its out_dir (start.lock_out_dir); None when neither."""
     if os.path.exists(os.path.join(results, run["name"] + ".json")):
         return "recorded by another process"
     if os.path.isdir(run["out_dir"]):
@@ -119,7 +123,7 @@ def elsewhere(run, results):
 def run_queue(todo, parallel, threads, results, records, signals, skipped):
     """Train the runs of todo, `parallel` at a time; record each as it finishes. Returns the failed ones.
 
-    Once `signals` (an ops.StopSignals) has received a signal, starts no more runs,
+    Once `signals` (an common.StopSignals) has received a signal, starts no more runs,
     sends SIGTERM to the running ones (they save and exit) and waits for them."""
     import torch  # only to count GPUs
 
@@ -218,9 +222,14 @@ def submit_jobs(runs, states, args):
     return 1 if failed else 0
 
 
+# Runs at once, or CPU threads a run: past the cores of any one machine (and its hardware threads) a
+# count means nothing; a record would state threads that torch never ran.
+MOST_AT_ONCE = 1024
+
+
 def parse_flags(argv):
-    """The command's flags, checked (UserError, one line): counts >= 0; --out_root and --results
-    absolute (train.py runs with cwd = this folder) and writable, before any training."""
+    """The command's flags, checked (UserError, one line): counts from 0 to MOST_AT_ONCE; --out_root and
+    --results absolute (train.py runs with cwd = this folder) and writable, before any training."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ablations", nargs="+", help="ablation files (configs/ablations/*.py)")
     p.add_argument("--out_root", default="", help="where runs train (checkpoints, logs; not committed; default runs/)")
@@ -239,6 +248,11 @@ def parse_flags(argv):
         raise UserError("--status lists the runs' Slurm jobs: give it with --slurm")
     if args.parallel < 0 or args.threads < 0:
         raise UserError(f"--parallel={args.parallel} / --threads={args.threads}: must be >= 1 (0 = the default)")
+    for name in ("parallel", "threads"):
+        if getattr(args, name) > MOST_AT_ONCE:
+            raise UserError(f"--{name}={getattr(args, name)}: more than any one machine has cores (at most "
+                            f"{MOST_AT_ONCE}; this one has {os.cpu_count()}): give a count such as {os.cpu_count()}, "
+                            f"or 0 for the default")
     suffix = "-scaled-down" if args.scale_down else ""
     args.out_root = os.path.abspath(args.out_root or "runs" + suffix)
     args.results = os.path.abspath(args.results or "results" + suffix)

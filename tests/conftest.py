@@ -1,10 +1,15 @@
-"""Test setup: the repo root on sys.path; GPT-2's BPE file from ../shared/tiktoken_cache when present."""
+"""Test setup: the repo root on sys.path; OpenMP's idle threads asleep (common.set_omp_env) before torch loads;
+GPT-2's BPE file from ../shared/tiktoken_cache when present."""
 
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+import common  # noqa: E402
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep, as in every command
 
 _cache = os.path.join(os.path.dirname(ROOT), "shared", "tiktoken_cache")
 if "TIKTOKEN_CACHE_DIR" not in os.environ and os.path.isdir(_cache):

@@ -15,10 +15,13 @@ import pytest
 import torch
 
 import configurator
-from configurator import ALLOWED, DEFAULTS, MODEL_KEYS, SECTIONS, UserError, estimate_size, load_config, usage
+import memory
+from common import DEVICE_FORMS
+from configurator import ALLOWED, DEFAULTS, MODEL_KEYS, SECTIONS, UserError, load_config, usage
 from conftest import ROOT
+from memory import estimate_size
 from model import GPTConfig, model_config
-from ops import DEVICE_FORMS, check_config, inert_keys, inert_notes
+from ops import check_config, inert_keys, inert_notes
 from research.ablation import load_ablation
 from test_train import make_dataset, run, tiny_args
 
@@ -76,7 +79,13 @@ def test_commands_import_the_small_modules_never_train_py_or_each_other():
 
 # The first screen: the reading path, nanoGPT's companions (sample, the config) and the small shared
 # modules. Anything else goes in a folder (hf/ for reading other formats, research/, tools/).
-TOP_LEVEL = {"train", "model", "norms", "optim", "sample", "configurator", "ops", "checkpoint", "dataset"}
+# The reading path (train, model, norms, optim), nanoGPT's companions (sample, configurator) and the small
+# modules of one concept each: a run's start, what it checks and says, the mechanism statistics, the
+# process utilities every command shares, the memory estimate, checkpoints and the log, token files.
+TOP_LEVEL = {"train", "model", "norms", "optim", "sample", "configurator", "start", "ops", "mechanism", "common",
+             "memory", "checkpoint", "dataset"}
+MODULE_LINES = 600  # no module of the product longer (model.py, the model itself, dense and MoE, aside)
+MODEL_LINES = 728
 
 
 def test_no_top_level_module_imports_a_command_folder_and_train_py_stays_readable():
@@ -99,6 +108,9 @@ def test_no_top_level_module_imports_a_command_folder_and_train_py_stays_readabl
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
                 long.append(f"{name}.{node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert not long, f"functions over ~80 lines: {long}"
+    over = {name: n for name, path in modules.items() if name.split(".")[0] not in ("tests",)
+            and (n := sum(1 for _ in open(path))) > (MODEL_LINES if name == "model" else MODULE_LINES)}
+    assert not over, f"modules over {MODULE_LINES} lines (model.py: {MODEL_LINES}), each more than one concept: {over}"
 
 
 def test_the_config_module_is_a_leaf_and_the_imports_have_no_cycle():
@@ -352,7 +364,7 @@ def test_the_defaults_and_every_committed_config_are_usual():
 def test_the_memory_check_counts_activations_and_logits_and_names_a_batch_that_fits(monkeypatch):
     """A micro-batch whose activations and logits alone overflow memory is refused before anything is
     built, naming the largest batch_size the estimate fits; that batch_size then passes."""
-    monkeypatch.setattr(configurator, "memory_limit", lambda device: (8e9, "a machine of 8 GB"))
+    monkeypatch.setattr(memory, "memory_limit", lambda device: (8e9, "a machine of 8 GB"))
     cfg = {**DEFAULTS, "batch_size": 256, "block_size": 1024, "vocab_size": 50304}
     params, activations = estimate_size(cfg)
     assert 16 * params < 8e9 < 16 * params + activations  # the weights fit, the micro-batch does not
@@ -366,7 +378,7 @@ def test_the_memory_check_counts_activations_and_logits_and_names_a_batch_that_f
 def test_a_model_past_one_device_is_told_how_many_fsdp_processes_hold_it(monkeypatch):
     """Weights, gradients and AdamW states that no micro-batch fits beside under DDP name --fsdp=True
     with the processes whose shards (16 bytes a parameter over N) fit; with that many it passes."""
-    monkeypatch.setattr(configurator, "memory_limit", lambda device: (4e9, "a GPU of 4 GB"))
+    monkeypatch.setattr(memory, "memory_limit", lambda device: (4e9, "a GPU of 4 GB"))
     cfg = {**DEFAULTS, "n_layer": 24, "n_embd": 1024, "n_head": 16, "vocab_size": 50304, "batch_size": 4}
     params, activations = estimate_size(cfg)
     need = math.ceil(16 * params / (4e9 - activations / 4))

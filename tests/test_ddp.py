@@ -104,7 +104,7 @@ def test_the_split_error_gives_settings_that_divide_and_keep_the_batch(monkeypat
     """The one-line fix it names divides by WORLD_SIZE, and keeps the sequences per iteration when
     batch_size allows (the default run under 2 processes: 2 micro-steps of 16)."""
     import re
-    from ops import setup_distributed
+    from common import setup_distributed
     monkeypatch.setenv("WORLD_SIZE", str(world))
     cfg = SimpleNamespace(gradient_accumulation_steps=accum, batch_size=batch)
     with pytest.raises(UserError) as info:

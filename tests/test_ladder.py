@@ -5,12 +5,14 @@ end to end at miniature size (--scale_down)."""
 
 import math
 import os
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from configurator import UserError, estimate_size
+from configurator import UserError
+from memory import estimate_size
 from conftest import ROOT
 from model import GPT, model_config
 from research import ablation, plot, stats, sweep
@@ -142,6 +144,40 @@ def test_a_missing_or_cpu_gpu_check_summary_is_one_line(tmp_path):
     assert measured_mfu(str(tmp_path / "s.json")) == (0.39, "protocol")
     (tmp_path / "s.json").write_text('{"stages": {"protocol": {"rc": 1}, "train": {"mfu_percent": 42.5}}}')
     assert measured_mfu(str(tmp_path / "s.json")) == (0.425, "train")
+
+
+@pytest.mark.parametrize("flag, words", [
+    ("--mfu=1e-300", "--mfu=1e-300: must be from 0.01 to 1: MFU is a fraction such as 0.4"),
+    ("--mfu=0.005", "--mfu=0.005: must be from 0.01 to 1"),
+    ("--mfu=0", "--mfu=0.0: must be from 0.01 to 1"),
+    ("--mfu=40", "--mfu=40.0: must be from 0.01 to 1: MFU is a fraction such as 0.4 (40%), not a percentage"),
+    ("--mfu=nan", "--mfu=nan: must be from 0.01 to 1"),
+    ("--peak_tflops=1e-300", "--peak_tflops=1e-300: must be from 1 to 20000: one GPU's dense bf16 peak in TFLOP/s"),
+    ("--peak_tflops=inf", "--peak_tflops=inf: must be from 1 to 20000"),
+    ("--gpu_memory_gb=1e-300", "--gpu_memory_gb=1e-300: must be from 1 to 2048: one GPU's memory in GB"),
+    ("--gpu_memory_gb=1e300", "--gpu_memory_gb=1e+300: must be from 1 to 2048"),
+])
+def test_a_machine_figure_that_describes_no_gpu_is_one_line_naming_it(flag, words):
+    """--mfu, --peak_tflops and --gpu_memory_gb outside what any GPU or training run has (a 300-digit
+    total from --mfu=1e-300, a percentage given as a fraction) are refused before the plan."""
+    with pytest.raises(UserError, match=re.escape(words)):
+        ladder_main([LADDER, flag])
+
+
+def test_a_meaningless_mfu_from_the_command_line_is_one_line_without_a_traceback(tmp_path):
+    """python -m research.ladder --mfu=1e-300: exit 1, one line naming the value and the fix; and a
+    gpu_check summary whose MFU is below 1% (no training run's) alike, naming the file."""
+    import subprocess
+    import sys
+    (tmp_path / "s.json").write_text('{"stages": {"train": {"mfu_percent": 1e-298}}}')
+    for flag, line in (("--mfu=1e-300", "error: --mfu=1e-300: must be from 0.01 to 1: MFU is a fraction such as 0.4"),
+                       (f"--gpu_check={tmp_path / 's.json'}",
+                        f"error: --gpu_check={tmp_path / 's.json'}: train stage's mfu_percent=1e-298 (MFU 1e-300; give "
+                        f"--mfu instead): must be from 0.01 to 1")):
+        done = subprocess.run([sys.executable, "-m", "research.ladder", LADDER, flag], capture_output=True, text=True,
+                              cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+        assert done.returncode == 1 and "Traceback" not in done.stderr and done.stdout == "", done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith(line), done.stderr
 
 
 # -----------------------------------------------------------------------------
@@ -337,6 +373,7 @@ def test_the_pilots_sd_sets_the_planned_seeds_by_the_registered_rule(tmp_path):
 
 @pytest.mark.parametrize("line, match", [
     ("power = {'sd': 0.005, 'gap': 0.009, 'power': 0.8}", r"setting 's' plans 3 seeds: power 0\.\d\d .* needs \d+"),
+    ("power = {'sd': 0.5, 'gap': 0.009, 'power': 0.8}", r"plans 3 seeds: .* needs more than 100 seeds \(or a pilot\)"),
     ("power = {'sd': 0.005, 'gap': 0.009, 'power': 0.5}", r"power = .*'power': 0.8 to 1"),
     ("power = {'sd': 0.005, 'gap': 0.009, 'power': 0.8, 'pilot': 2}", r"'pilot': 4 or more of its 3 table seeds"),
     ("power = {'sd': -1, 'gap': 0.009, 'power': 0.8}", r"'sd': SD > 0"),
@@ -352,6 +389,36 @@ def test_a_file_that_cannot_reach_its_registered_power_is_refused(tmp_path, line
         f"settings = {{'s': {{}}}}\nseeds = [1, 2, 3]\n{line}\n"))
     with pytest.raises(UserError, match=match):
         sweep.load_ablation(path)
+
+
+@pytest.mark.parametrize("sd, seeds, cap", [(0.01, 8, None), (0.012, 8, None), (0.5, 8, None), (0.004, 8, None),
+                                           (0.004, 8, 3)])
+def test_a_pilot_design_that_cannot_reach_its_registered_power_at_its_cap_is_refused(tmp_path, sd, seeds, cap):
+    """With a pilot the rule runs at most every table seed of the setting (its setting_seeds' cap): a
+    file whose power at that cap, at its registered SD, is below the registered power is refused at
+    load with the power it reaches and the seeds it needs (stats.paired_power and seeds_for_power,
+    at one claim row's level 0.05), as a fixed design's shortfall is; a cap below the pilot, which
+    could never finish, too. A design that reaches it loads."""
+    extra = f"setting_seeds = {{'s': {cap}}}\n" if cap else ""
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': {'reparam': 'or'}}\nexpected = {'unified': 'lower'}\n"
+        f"settings = {{'s': {{}}}}\nseeds = list(range(1, {seeds + 1}))\n{extra}"
+        f"power = {{'sd': {sd}, 'gap': 0.009, 'power': 0.8, 'pilot': 4}}\n"))
+    if cap:
+        with pytest.raises(UserError, match=rf"setting_seeds\['s'\] = {cap} is below the pilot's 4 seeds: .* "
+                                            rf"give it 4"):
+            sweep.load_ablation(path)
+        return
+    got, need = stats.paired_power(0.009, sd, seeds, 0.05), stats.seeds_for_power(0.009, sd, 0.05, 0.8, most=100)
+    assert (got < 0.8) == (need is None or need > seeds)  # the two computations agree on the shortfall
+    if got >= 0.8:
+        assert sweep.load_ablation(path)["power"]["pilot"] == 4
+        return
+    with pytest.raises(UserError, match=rf"setting 's': its pilot rule stops at {seeds} seeds, where the power is "
+                                        rf"{got:.2f} at sd={sd}, .* below the registered 0.8: it needs "
+                                        rf"{need if need else 'more than 100'} seeds") as e:
+        sweep.load_ablation(path)
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.slow

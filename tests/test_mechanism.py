@@ -1,4 +1,4 @@
-"""The mechanism statistics (ops.Mechanism): each key against its formula on a step taken by hand,
+"""The mechanism statistics (mechanism.Mechanism): each key against its formula on a step taken by hand,
 the folding relation they read, training unchanged by them, every site in the row, and resume."""
 
 import copy
@@ -11,7 +11,7 @@ import torch
 
 from configurator import DEFAULTS, UserError, load_config
 from model import GPT, GPTConfig
-from ops import Mechanism
+from mechanism import Mechanism
 from optim import build_optimizers
 from research.ablation import config_hash
 from test_reliability import signal_at

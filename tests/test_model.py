@@ -108,7 +108,8 @@ def test_grouped_query_attention_and_head_dim_size_every_map_and_scale():
     """n_head=4 query heads of head_dim=12 over n_kv_head=2 on a width of 32: W_q is 48 x 32, W_k
     and W_v 24 x 32, W_o 32 x 48; DP's scales on q, k, v and around W_o take those widths; the
     parameter count, the FLOPs' attention term and configurator's estimate (before any build) follow."""
-    from configurator import DEFAULTS, estimate_size
+    from configurator import DEFAULTS
+    from memory import estimate_size
     kw = dict(n_layer=2, n_head=4, n_kv_head=2, head_dim=12, n_embd=32, d_ff=64, block_size=16, vocab_size=64,
               tie_embeddings=False, branch_scales=True, attn_placement="dual", dual_sites="all")
     model = GPT(config(**kw))

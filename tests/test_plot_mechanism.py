@@ -224,3 +224,107 @@ def test_the_question_waits_for_its_planned_seeds_before_the_correction(tmp_path
     table = [line for line in (tmp_path / "out" / "mech.md").read_text().splitlines() if line.startswith("| `w")]
     assert [line.split("|")[3].strip() for line in table] == ["5 of 5", "4 of 5", "4 and 5"]
     assert all(line.split("|")[8].strip() == "-" and "pending" in line.split("|")[10] for line in table)
+
+
+# -----------------------------------------------------------------------------
+# --run from the command line: long names, and log rows without what is drawn from them
+
+TINY = {"batch_size": 4, "block_size": 16, "gradient_accumulation_steps": 1, "max_iters": 4}
+
+
+def write_log(folder, rows):
+    import json
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "log.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return str(folder)
+
+
+def plot_command(*args):
+    """python -m research.plot ARGS, as a user runs it: (exit status, stdout, stderr)."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "research.plot", *args], capture_output=True, text=True,
+                          cwd=ablation.ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_runs_with_long_names_get_a_bounded_stated_figure_name(tmp_path):
+    """Three runs named as a sweep names them, each 90 characters: joined with _vs_ they pass the
+    255 bytes a file name may have. The figure's name is at most plot.FIGURE_NAME_BYTES, each
+    name's head and tail kept, with a hash of the full names (two lists that shorten alike: two
+    files), and the command says so; one run of a 252-character folder (with .png: 256) alike."""
+    import hashlib
+    names = [f"unified_adamw_d012_tpp20_s{s}_lrx0.5_itx4_" + "h" * 48 + "_cfg" + str(s) for s in (1, 2, 3)]
+    dirs = [write_log(tmp_path / n, mechanism_rows(TINY, 1.1)) for n in names]
+    assert len("_vs_".join(names).encode()) + 4 > 255
+    out = tmp_path / "plots"
+    code, stdout, stderr = plot_command(*(f"--run={d}" for d in dirs), f"--out={out}")
+    assert code == 0 and "Traceback" not in stderr, stderr
+    (made,) = os.listdir(out)
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:plot.FIGURE_HASH_CHARS]
+    assert made.endswith(f"_{digest}.png") and len(made.encode()) <= plot.FIGURE_NAME_BYTES
+    assert made.startswith("unified_adamw") and made.count("_vs_") == 2 and "_cfg1_vs_" in made
+    assert (out / made).read_bytes()[:4] == b"\x89PNG"
+    assert stdout.strip() == (f"wrote {out / made} (the runs' names shortened to fit {plot.FIGURE_NAME_BYTES} bytes, "
+                              f"with a hash of the full names; the figure's title names each run)")
+    # the same three shortened alike but for a middle character: another file, not an overwrite
+    other = [n.replace("h" * 48, "h" * 20 + "X" + "h" * 27) for n in names]
+    dirs = [write_log(tmp_path / "other" / n, mechanism_rows(TINY, 1.1)) for n in other]
+    code, _, stderr = plot_command(*(f"--run={d}" for d in dirs), f"--out={out}")
+    assert code == 0 and len(os.listdir(out)) == 2, stderr
+    long_one = write_log(tmp_path / ("r" * 252), fake_rows(TINY, 2.5))
+    code, stdout, stderr = plot_command(f"--run={long_one}", f"--out={out}")
+    assert code == 0 and "Traceback" not in stderr and "shortened" in stdout, stderr
+    assert max(len(n.encode()) for n in os.listdir(out)) <= plot.FIGURE_NAME_BYTES and len(os.listdir(out)) == 3
+
+
+@pytest.mark.parametrize("where, change, words", [
+    ("eval", lambda r: r.pop("val_loss"), r"the eval row of iteration 4 has no 'val_loss'"),
+    ("eval", lambda r: r.update(val_loss="2.5"), r"the eval row of iteration 4 has 'val_loss' = '2.5', not a finite"),
+    ("eval", lambda r: r.update(val_loss=float("nan")),
+     r"the eval row of iteration 4 has 'val_loss' = nan, not a finite"),
+    ("train", lambda r: r.pop("loss"), r"the train row of iteration 2 has no 'loss'"),
+    ("train", lambda r: r.update(lr=True), r"the train row of iteration 2 has 'lr' = True, not a finite number"),
+    ("eval", lambda r: r["mechanism"].update({"update/matrix": "0.11"}),
+     r"the eval row of iteration 4 has 'mechanism'\['update/matrix'\] = '0.11', not a number or null"),
+    ("eval", lambda r: r["mechanism"].update({"since": 0.5}),
+     r"the eval row of iteration 4 has 'mechanism'\['since'\] = 0.5, not an iteration"),
+    ("eval", lambda r: r.update(scales={"norm_f.scale": {"mean": "1"}}),
+     r"the eval row of iteration 4 has 'scales'\['norm_f.scale'\] = \{'mean': '1'\}, not a dict of numbers"),
+])
+def test_a_log_row_without_what_is_read_is_one_error_naming_file_line_and_key(tmp_path, where, change, words):
+    """A row of a run's log that lacks a value plot.py and the sweep read, or holds one of another type
+    there, is one error naming the file, its line number, the key and the fix: from plot.py --run
+    (one run, and runs side by side), and from the sweep's reading of the run (ablation.state: a
+    damaged log, skipped with that line)."""
+    rows = mechanism_rows(TINY, 1.1)
+    line = next(n for n, r in enumerate(rows, 1) if r["kind"] == where and r["iter"] == (4 if where == "eval" else 2))
+    change(rows[line - 1])
+    bad, good = write_log(tmp_path / "bad", rows), write_log(tmp_path / "good", mechanism_rows(TINY, 1.2))
+    log = os.path.join(bad, "log.jsonl")
+    message = rf"^{re.escape(log)}, line {line}: {words}.*; delete the line"
+    for runs in ([bad], [good, bad]):
+        with pytest.raises(UserError, match=message) as e:
+            plot.main([*(f"--run={d}" for d in runs), f"--out={tmp_path / 'plots'}"])
+        assert "\n" not in str(e.value)
+    run = {"out_dir": bad, "hash": "h", "config": TINY}
+    assert ablation.state(run) == "damaged" and re.match(message, run["damaged"])
+    assert ablation.state({**run, "out_dir": good}) == "done"
+
+
+def test_a_bad_log_row_from_the_command_line_is_one_line_without_a_traceback(tmp_path):
+    """python -m research.plot --run: an eval row without val_loss (one run), and a mechanism value that
+    is a string (runs side by side): exit 1, one line on stderr naming the file, line and key."""
+    rows = mechanism_rows(TINY, 1.1)
+    del rows[-1]["val_loss"]
+    no_val = write_log(tmp_path / "no_val", rows)
+    rows = mechanism_rows(TINY, 1.1)
+    rows[-1]["mechanism"]["update/matrix"] = "0.11"
+    text = write_log(tmp_path / "text", rows)
+    good = write_log(tmp_path / "good", mechanism_rows(TINY, 1.2))
+    for runs, key in (([no_val], "has no 'val_loss'"), ([good, text], "has 'mechanism'['update/matrix'] = '0.11'")):
+        code, stdout, stderr = plot_command(*(f"--run={d}" for d in runs), f"--out={tmp_path / 'plots'}")
+        assert code == 1 and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+        assert stderr.startswith(f"error: {os.path.join(runs[-1], 'log.jsonl')}, line {len(rows)}: the eval row "
+                                 f"of iteration 4 {key}"), stderr

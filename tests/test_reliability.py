@@ -3,6 +3,7 @@ of train.py, of torchrun and of sweep.py, a device the machine lacks, a resume t
 the LR schedule."""
 
 import errno
+import glob
 import hashlib
 import os
 import random
@@ -16,13 +17,14 @@ import time
 import pytest
 import torch
 
+import common as shared  # (tests name their argument lists `common`)
 import configurator
 import ops
 import train as train_mod
 from checkpoint import read_log as read_log_rows  # skips a last line torn mid-write
+from common import resolve_device
 from conftest import ROOT
 from configurator import UserError
-from ops import resolve_device
 from test_train import cli, make_dataset, read_log, run, tiny_args
 
 # train.py's command line, with every batch read 30 ms slower (same batches, same numbers): a
@@ -32,13 +34,13 @@ SLOW_TRAIN = f"""
 import signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {ROOT!r})
-import configurator, train
+import common, train
 real_get_batch = train.get_batch
 def slow_get_batch(*args):
     time.sleep(0.03)
     return real_get_batch(*args)
 train.get_batch = slow_get_batch
-configurator.cli(train.main)
+common.cli(train.main)
 """
 # Hold out_dir/.lock as a training process does (flock, then "pid host"), until killed.
 HOLD_LOCK = """
@@ -393,10 +395,10 @@ def test_append_log_cut_short_by_a_full_disk_leaves_only_whole_rows(tmp_path, mo
 FILLS_UP = """
 import resource, signal, sys, torch
 sys.path.insert(0, {root!r})
-import checkpoint, configurator
+import checkpoint, common
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
 resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
-configurator.cli(lambda argv: checkpoint.save_checkpoint({path!r}, {{"iter": 8, "w": torch.zeros(100_000)}}))
+common.cli(lambda argv: checkpoint.save_checkpoint({path!r}, {{"iter": 8, "w": torch.zeros(100_000)}}))
 """
 
 
@@ -430,7 +432,7 @@ def test_disk_full_mid_run_is_one_line_and_auto_finishes_the_uninterrupted_run(t
     monkeypatch.setattr(ops, "append_log", fills_at_6)
     monkeypatch.setattr(sys, "argv", ["train.py", *tiny_args(ds, tmp_path / "b", *common)])
     with pytest.raises(SystemExit) as info:
-        configurator.cli(train_mod.main)
+        shared.cli(train_mod.main)
     monkeypatch.undo()
     assert info.value.code == 1
     assert [r["iter"] for r in read_log_rows(log)] == [0, 1, 2, 3, 4, 4, 5]
@@ -446,7 +448,7 @@ def test_cli_reports_a_full_disk_in_one_line(tmp_path, capsys):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "log.jsonl"))
 
     with pytest.raises(SystemExit) as info:
-        configurator.cli(main)
+        shared.cli(main)
     err = capsys.readouterr().err
     assert info.value.code == 1 and err.count("\n") == 1
     assert err.startswith(f"error: No space left on device writing {tmp_path / 'log.jsonl'}: nothing is torn")
@@ -461,8 +463,8 @@ def test_cli_reports_a_full_disk_in_one_line(tmp_path, capsys):
 def test_train_py_sets_the_openmp_wait_policy_before_torch_loads(given, expected):
     """OpenMP reads OMP_WAIT_POLICY once, when torch loads: train.py sets it first (passive: idle
     threads sleep, so a second process on the cores is not starved), unless the user set it."""
-    code = ("import os, sys, configurator; f = configurator.set_omp_env\n"
-            "configurator.set_omp_env = lambda: (print('torch' in sys.modules), f())\n"
+    code = ("import os, sys, common; f = common.set_omp_env\n"
+            "common.set_omp_env = lambda: (print('torch' in sys.modules), f())\n"
             "import train; print(os.environ['OMP_WAIT_POLICY'])")
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if given:
@@ -470,6 +472,48 @@ def test_train_py_sets_the_openmp_wait_policy_before_torch_loads(given, expected
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
                          timeout=120, check=True).stdout.split()
     assert out == ["False", expected]
+
+
+def entry_points():
+    """Every command of the repository: a file with a `__main__` block at the top, in tools/ or research/,
+    or a data prepare script, as a path relative to ROOT."""
+    found = []
+    for folder in ("", "tools", "research", *glob.glob("data/*/", root_dir=ROOT)):
+        for path in sorted(glob.glob(os.path.join(ROOT, folder, "*.py"))):
+            if 'if __name__ == "__main__":' in open(path).read() and not os.path.basename(path).startswith("test"):
+                found.append(os.path.relpath(path, ROOT))
+    return found
+
+
+def test_every_command_sleeps_openmps_idle_threads_before_torch_can_load():
+    """A command's top level, up to its common.set_omp_env() call, imports only the standard library,
+    common and configurator (which load no torch: checked in a fresh process), so OpenMP reads the
+    passive wait policy; a command without the call (a prepare script) loads no torch at import."""
+    import ast
+    stdlib = set(sys.stdlib_module_names)
+    commands = entry_points()
+    assert {"train.py", "sample.py", "tools/export.py", "research/sweep.py", "data/corpus/prepare.py"} <= set(commands)
+    torch_free = {"common", "configurator"}
+    for path in commands:
+        tree = ast.parse(open(os.path.join(ROOT, path)).read())
+        before, called = [], False
+        for node in tree.body:
+            if isinstance(node, ast.Expr) and "set_omp_env" in ast.unparse(node):
+                called = True
+                break
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                before += [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        late = [m for m in before if m.split(".")[0] not in stdlib | torch_free]
+        if called:
+            assert not late, f"{path} imports {late} before common.set_omp_env()"
+        else:
+            code = (f"import runpy, sys; sys.argv = [{path!r}]; sys.path.insert(0, {ROOT!r}); "
+                    f"sys.path.insert(0, {os.path.dirname(os.path.join(ROOT, path))!r}); "
+                    f"runpy.run_path({os.path.join(ROOT, path)!r}, run_name='not_main'); print('torch' in sys.modules)")
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+            assert out.stdout.split()[-1:] == ["False"], (path, out.stderr[-500:])
+    code = f"import sys; sys.path.insert(0, {ROOT!r}); import common, configurator; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip() == "False"
 
 
 def test_a_tilde_in_a_path_key_is_the_home_folder_as_a_shell_would_have_made_it(tmp_path, monkeypatch):

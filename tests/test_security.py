@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from checkpoint import DcpMetadataUnpickler, checkpoint_path, load_checkpoint, newest_checkpoint
+from checkpoint import DcpMetadataUnpickler, load_checkpoint, newest_checkpoint
 from configurator import UserError
 from conftest import ROOT
 from test_train import cli, make_dataset, run, tiny_args

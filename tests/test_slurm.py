@@ -104,7 +104,11 @@ def test_the_sbatch_script_of_a_two_node_run_and_its_torchrun_line(tmp_path, cap
 
 @pytest.mark.parametrize("flags, words", [(["--nodes=0"], "--nodes=0: must be >= 1"),
                                           (["--nodes=2", "--gpus_per_node=0"], "several nodes run torchrun"),
-                                          (["--time_min=1", "--signal_delay_s=90"], "not before the end")])
+                                          (["--time_min=1", "--signal_delay_s=90"], "not before the end"),
+                                          (["--gpus_per_node=1000"], r"--gpus_per_node=1000: more GPUs .* "
+                                                                     r"\(at most 16\)"),
+                                          (["--cpus_per_task=100000"], r"--cpus_per_task=100000: more CPU cores .* "
+                                                                       r"\(at most 1024\)")])
 def test_bad_slurm_flags_are_one_line(tmp_path, flags, words):
     from configurator import UserError
     with pytest.raises(UserError, match=words):
@@ -272,3 +276,142 @@ def test_a_dry_run_ends_with_the_jobs_gpu_hours_and_the_runs_past_the_time_limit
     assert sweep.main(args) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "about 480 GPU-hours" in last and "2 pass --time_min=60 min and finish over requeued jobs: baseline_" in last
+
+
+# -----------------------------------------------------------------------------
+# Concurrent submissions: a run another live process has submitted is its, not stale
+
+# A submitter as `python -m research.sweep` runs it, whose local jobs wait for a gate file before
+# they start (submitit's `setup` runs first in the job's shell): the test decides when they train,
+# so the second submission's claim check always meets the first one's jobs alive.
+GATED_SUBMITTER = """
+import shlex
+import sys
+
+from common import cli
+from research import slurm, sweep
+
+gate = sys.argv.pop(1)
+made = slurm.executor
+
+
+def gated(folder, args, name):
+    ex = made(folder, args, name)
+    ex.update_parameters(setup=[f"while [ ! -e {shlex.quote(gate)} ]; do sleep 0.1; done"])
+    return ex
+
+
+slurm.executor = gated
+cli(sweep.main)
+"""
+
+
+def lines_of(proc):
+    """A queue of proc's stdout lines (None at its end), read on a thread so a wait can time out."""
+    import queue
+    import threading
+    out = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            out.put(line.rstrip("\n"))
+        out.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return out
+
+
+def wait_for(out, seen, count, pattern, what, timeout=120):
+    """Read lines into `seen` until `count` of them match `pattern` (re.match); fail naming `what`."""
+    import re
+    deadline = time.time() + timeout
+    while sum(bool(re.match(pattern, ln)) for ln in seen) < count:
+        line = out.get(timeout=max(0.1, deadline - time.time()))
+        assert line is not None, f"{what} ended early: {seen}"
+        seen.append(line)
+
+
+@pytest.mark.slow
+def test_two_concurrent_local_submissions_submit_each_run_once(tmp_path):
+    """Submission A submits both runs as local jobs (held at a gate, so they are alive and unrecorded);
+    submission B, started meanwhile on the same file, finds each claimed by A's live job and
+    submits nothing. Then the jobs train: each run trains once, both commands exit 0, two records."""
+    import sys
+    path = write_ablation(tmp_path, TWO_RUNS)
+    driver, gate = tmp_path / "submitter.py", tmp_path / "gate"
+    driver.write_text(GATED_SUBMITTER)
+    cmd = [sys.executable, str(driver), str(gate), path, "--slurm", *CPU, f"--results={tmp_path / 'r'}",
+           f"--out_root={tmp_path / 'o'}"]
+    env = {**os.environ, "PYTHONPATH": slurm.ROOT, "OMP_NUM_THREADS": "1"}
+    procs, seen = {}, {"a": [], "b": []}
+    try:
+        procs["a"] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=slurm.ROOT,
+                                      env=env)
+        out_a = lines_of(procs["a"])
+        wait_for(out_a, seen["a"], 2, r"submitted ", "submission A")
+        procs["b"] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=slurm.ROOT,
+                                      env=env)
+        out_b = lines_of(procs["b"])
+        wait_for(out_b, seen["b"], 2, r"submitted |\w+ already: ", "submission B")  # B's claim checks, done
+    finally:
+        gate.touch()  # the jobs may train now (whatever happened: no job waits forever)
+    codes = {k: p.wait(timeout=300) for k, p in procs.items()}
+    for key, out in (("a", out_a), ("b", out_b)):
+        while (line := out.get(timeout=30)) is not None:
+            seen[key].append(line)
+    errors = {k: p.stderr.read() for k, p in procs.items()}
+    assert codes == {"a": 0, "b": 0}, (seen, errors)
+    assert not any(ln.startswith("submitted ") for ln in seen["b"]), seen["b"]
+    assert sum(ln.startswith(("running already: ", "queued already: ")) for ln in seen["b"]) == 2, seen["b"]
+    assert sum(ln.startswith("recorded ") for ln in seen["a"]) == 2 and not any("FAILED" in ln for ln in seen["a"])
+    spec = sweep.load_ablation(path)
+    for run in sweep.plan(spec, str(tmp_path / "o")):
+        assert open(os.path.join(run["out_dir"], "train.log")).read().count("parameters:") == 1, run["name"]
+    assert len(records(tmp_path / "r")) == 2
+
+
+def test_a_run_recorded_after_the_submission_planned_it_is_not_submitted(tmp_path, monkeypatch, capsys):
+    """Another submission's job recorded the run (and released its claim) between this submission's
+    plan and its claim: the claim is open, but the record is there, so nothing is submitted."""
+    from types import SimpleNamespace
+    local_jobs(monkeypatch)
+    spec = sweep.load_ablation(write_ablation(tmp_path, TWO_RUNS))
+    run = {**sweep.plan(spec, str(tmp_path / "o"))[0], "ablation": spec["name"]}
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / f"{run['name']}.json").write_text("{}")
+
+    def executor(folder, args, name):
+        raise AssertionError(f"{name} submitted")
+
+    monkeypatch.setattr(slurm, "executor", executor)
+    args = SimpleNamespace(out_root=str(tmp_path / "o"), gpus_per_node=0, nodes=1, signal_delay_s=120)
+    assert slurm.submit([run], args, str(tmp_path / "r")) == 0
+    assert f"recorded already: {run['name']}" in capsys.readouterr().out
+    assert slurm.read_claim(run) is None  # released: nothing holds the run
+
+
+def test_a_local_jobs_claim_is_live_while_its_controller_lives_here(tmp_path, monkeypatch):
+    """A local job's claim names its controller's pid and host: running while a submitit process has that
+    pid here; stale once it is gone, or when the pid is another program's (reused); running when the
+    host is another (its processes cannot be checked from here); a line no code writes is stale."""
+    import socket
+    import sys
+    local_jobs(monkeypatch)
+    run, folder, here = {"name": "r", "out_dir": str(tmp_path / "run")}, str(tmp_path / "slurm"), socket.gethostname()
+    os.makedirs(run["out_dir"])
+    # a process whose command line names submitit, as submitit.local._local's does
+    controller = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "submitit.local._local"])
+    try:
+        slurm.write_claim(run, f"job {controller.pid} local {here}")
+        assert slurm.claim_state(run, folder) == ("running", str(controller.pid))
+        assert not slurm.take_claim(run, folder)
+    finally:
+        controller.kill()
+        controller.wait()
+    assert slurm.claim_state(run, folder)[0] == "stale"
+    slurm.write_claim(run, f"job {os.getpid()} local {here}")  # alive, but pytest: not a submitit controller
+    assert slurm.claim_state(run, folder)[0] == "stale"
+    slurm.write_claim(run, f"job {controller.pid} local another-host")
+    assert slurm.claim_state(run, folder) == ("running", f"{controller.pid}, a local job on another-host")
+    slurm.write_claim(run, "job")
+    assert slurm.claim_state(run, folder)[0] == "stale" and slurm.take_claim(run, folder)

@@ -686,6 +686,18 @@ def test_malformed_ablation_entries_are_named(tmp_path, line, match):
         sweep.load_ablation(path)
 
 
+@pytest.mark.parametrize("flag", ["--threads=99999999999999999999", "--parallel=100000", "--threads=1025"])
+def test_a_count_past_any_machines_cores_is_one_line_naming_it(tmp_path, flag):
+    """--threads or --parallel past sweep.MOST_AT_ONCE: refused before anything runs (a record would state
+    threads torch never ran; an estimate at that parallelism means nothing), naming the value and the fix."""
+    name, value = flag[2:].split("=")
+    with pytest.raises(UserError, match=rf"^--{name}={value}: more than any one machine has cores \(at most 1024; "
+                                        rf"this one has {os.cpu_count()}\): give a count such as"):
+        sweep.main([write_ablation(tmp_path), flag, "--dry_run", f"--results={tmp_path / 'r'}"])
+    assert sweep.main([write_ablation(tmp_path), f"--{name}=1024", "--dry_run", f"--results={tmp_path / 'r'}",
+                       f"--out_root={tmp_path / 'o'}"]) == 0
+
+
 def test_dry_run_estimates_the_open_runs_from_recorded_wall_times_of_the_same_shape(tmp_path, capsys):
     path = write_ablation(tmp_path)  # baseline, unified x lr 1, 2; seed 1; 4 iterations each
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
@@ -817,7 +829,7 @@ def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
 def test_a_second_sweep_leaves_another_processs_runs_alone_and_exits_0(tmp_path, capsys):
     """Two sweeps of one file: a run whose out_dir another process holds is skipped as its run (not
     FAILED), the rest are trained and recorded, and the exit status is 0."""
-    from checkpoint import lock_out_dir
+    from start import lock_out_dir
 
     path = write_ablation(tmp_path, body=("variants = {'baseline': {}, 'unified': " + UNIFIED + "}\n"
                                           "settings = {'adamw': {}}\nseeds = [1]\n"))

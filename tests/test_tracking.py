@@ -55,7 +55,7 @@ def test_every_log_row_goes_to_the_tracker_with_the_config(tmp_path, monkeypatch
             assert data["eval/val_loss"] == row["val_loss"]
             for site, stats in row["scales"].items():
                 assert all(data[f"eval/scales/{site}/{k}"] == v for k, v in stats.items())
-            for key, value in row["mechanism"].items():  # (ops.Mechanism: flat already)
+            for key, value in row["mechanism"].items():  # (mechanism.Mechanism: flat already)
                 assert data[f"eval/mechanism/{key}"] == value
             assert len(data) == 2 + 4 * len(row["scales"]) + len(row["mechanism"])  # nothing else, nothing nested
 

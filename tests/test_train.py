@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+import common
 import ops
+import start
 import sample
 import train as train_mod
 from conftest import ROOT
@@ -401,8 +403,8 @@ def test_checkpoint_keeps_the_requested_device_and_each_machine_resolves_it(tmp_
     config = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["config"]
     assert (config["device"], config["dtype"]) == ("auto", "auto")
     seen = []
-    real = ops.resolve_device
-    monkeypatch.setattr(ops, "resolve_device", lambda device, dtype: (seen.append((device, dtype)), real(device, dtype))[1])
+    real = common.resolve_device
+    monkeypatch.setattr(start, "resolve_device", lambda device, dtype: (seen.append((device, dtype)), real(device, dtype))[1])
     run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=3"])
     assert seen == [("auto", "auto")]  # resolved again on this machine
     run(tiny_args(ds, tmp_path / "p", "--max_iters=2", "--device=cpu", "--dtype=float32"))
@@ -671,7 +673,7 @@ def test_a_long_evaluation_is_named_at_start_on_every_device_whose_speed_is_know
     assert bool(named) == (speed is not None), lines
     if speed:
         seconds = ops.run_flops(run, model)["evaluation"] / speed
-        assert seconds > 60 and f"at least {ops.fmt_duration(seconds)} ({speed:.2g} FLOP/s" in named[0]
+        assert seconds > 60 and f"at least {common.fmt_duration(seconds)} ({speed:.2g} FLOP/s" in named[0]
 
 
 # -----------------------------------------------------------------------------
@@ -683,11 +685,11 @@ def test_a_long_evaluation_is_named_at_start_on_every_device_whose_speed_is_know
 def test_portable_numerics_train_the_same_whatever_vector_width_the_process_starts_with(tmp_path):
     """Two vector widths on one machine: ATen's kernels at ATEN_CPU_CAPABILITY=default (no AVX) and
     at this CPU's own width give different losses (the widths matter, so the test can fail); under
-    --cpu_numerics=portable train.py sets ops.PORTABLE_ENV and restarts, so a process started at
+    --cpu_numerics=portable train.py sets common.PORTABLE_ENV and restarts, so a process started at
     either width trains on the same kernels: the same losses, bit for bit, and the run's config
     records the switch."""
     data = make_dataset(tmp_path / "data", vocab=40)
-    clean = {k: v for k, v in os.environ.items() if k not in ops.PORTABLE_ENV}
+    clean = {k: v for k, v in os.environ.items() if k not in common.PORTABLE_ENV}
 
     def losses(name, env, *extra):
         out = tmp_path / name
@@ -709,7 +711,7 @@ def test_portable_numerics_train_the_same_whatever_vector_width_the_process_star
 def test_portable_numerics_without_their_environment_are_one_line(tmp_path, monkeypatch):
     """train() in a process that lacks PORTABLE_ENV (torch loaded without it) refuses the run, naming
     each variable and the fix, before anything is written."""
-    for k in ops.PORTABLE_ENV:
+    for k in common.PORTABLE_ENV:
         monkeypatch.delenv(k, raising=False)
     data = make_dataset(tmp_path / "data")
     with pytest.raises(UserError, match=r"cpu_numerics='portable' needs ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE "

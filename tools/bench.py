@@ -20,7 +20,7 @@ variants mean much). Config keys as in train.py; bench-only options:
 --variants, --steps, --warmup, --memory, --json=PATH (the table as JSON, for scripts),
 --shared.
 
-"stats %": the mechanism statistics' cost (ops.Mechanism, which train.py runs at every eval
+"stats %": the mechanism statistics' cost (mechanism.Mechanism, which train.py runs at every eval
 under mechanism_stats) as a share of the training between two evals: the median time of one
 statistics computation / (eval_interval x the median step time), at the config's eval_interval
 (max_iters when it is 0); measured for every variant, whatever mechanism_stats says.
@@ -37,6 +37,10 @@ import sys
 if __package__ in (None, ""):  # run by its path (python tools/bench.py): its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402 (from the repository root, the path above)
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
 import json
 import resource
 import statistics
@@ -52,10 +56,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import model
-from model import GPT, model_config, peak_flops
+from common import OMP_THREAD_ENV, cli, peak_flops, resolve_device
+from configurator import DEFAULTS, UserError, load_config, usage
+from mechanism import Mechanism
+from model import GPT, model_config
 from optim import build_optimizers
-from configurator import DEFAULTS, OMP_THREAD_ENV, UserError, cli, load_config, usage
-from ops import Mechanism, resolve_device
 
 # The baseline: the Llama/Gemma scale switches (model.BASELINE), no decay on scales.
 BASELINE = {**model.BASELINE, "scale_wd": "none"}

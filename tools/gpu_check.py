@@ -55,11 +55,14 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-import numpy as np
-
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common  # noqa: E402  (no torch at import)
 from configurator import folder_problem  # noqa: E402  (a leaf: no torch)
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
+import numpy as np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 GOALS = {"step_time_ratio": 1.02, "memory_ratio": 1.01, "baseline_mfu": 45.0}

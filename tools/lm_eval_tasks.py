@@ -34,6 +34,10 @@ import sys
 if __package__ in (None, ""):  # run by its path (python tools/lm_eval_tasks.py): imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402 (from the repository root, the path above)
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
 import argparse
 import importlib.util
 import json
@@ -41,7 +45,8 @@ import json
 import numpy as np
 
 from checkpoint import atomic_write, checkpoint_in, load_checkpoint
-from configurator import UserError, cli, folder_problem
+from common import cli
+from configurator import UserError, folder_problem
 from dataset import codec_kind, dataset_dir, hf_tokenizer, make_codec
 
 TASKS = ("scalevec_val", "scalevec_next_line")

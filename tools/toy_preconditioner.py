@@ -34,12 +34,17 @@ import sys
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # noqa: E402 (from the repository root, the path above)
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
 import argparse
 import math
 
 import torch
 
-from configurator import UserError, cli, folder_problem
+from common import cli
+from configurator import UserError, folder_problem
 
 D_IN, D_OUT, N = 32, 8, 1024
 

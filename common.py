@@ -1,0 +1,310 @@
+"""Process utilities every command shares, as nanochat's common.py: the OpenMP environment, the
+command-line entry (one line per error), devices and their bf16 peaks, torchrun's processes (DDP
+and FSDP2), SIGTERM/SIGINT as a clean stop, compile errors, the CPU numerics setting, durations.
+
+It loads torch only inside the functions that need it, so a command calls set_omp_env() after
+importing this module and before torch loads (OpenMP reads its settings once).
+"""
+
+import datetime
+import errno
+import math
+import os
+import re
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+
+from configurator import UserError, not_one_of
+
+# -----------------------------------------------------------------------------
+# The command line: OpenMP's threads, one line per error
+
+
+# OpenMP (torch's CPU threads) spins an idle thread before it sleeps. Alone that is fastest (sleeping
+# costs the default run's model ~20% on 2 cores), but beside another busy process on the same cores a
+# spinning thread holds the core the thread it waits for needs: steps 4-25x slower, where sleeping
+# threads give the fair 2x (bench.py --shared=True measures both).
+OMP_THREAD_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def set_omp_env():
+    """Set OMP_THREAD_ENV in os.environ where the user has not set the key. Takes effect only
+    before torch loads (OpenMP reads its settings once): train.py calls it first thing."""
+    for key, value in OMP_THREAD_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def tell_torchrun(message):
+    """Under torchrun, write `message` where its failure summary looks (TORCHELASTIC_ERROR_FILE, in
+    the format of torch.distributed.elastic's ErrorHandler), so the summary that ends the output
+    shows the one-line error instead of a link to its docs under its own traceback."""
+    import json
+    import time
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            json.dump({"message": {"message": message, "extraInfo": {"py_callstack": message,
+                                                                     "timestamp": str(int(time.time()))}}}, f)
+    except OSError:
+        pass  # the summary then shows torchrun's link: the line above it still says what went wrong
+
+
+def cli(main):
+    """Run a command's main(argv): a UserError becomes one 'error: ...' line on stderr (exit 1), a
+    Ctrl-C (KeyboardInterrupt) one 'interrupted' line (exit 130, as a shell reports SIGINT); a full
+    disk (or quota, or file-size limit) one line naming the file (exit 1); output piped into a
+    reader that closes early (`| head`) ends quietly."""
+    try:
+        try:
+            code = main(sys.argv[1:])
+        finally:  # a piped stdout is block-buffered: its last write happens here, inside the handler
+            sys.stdout.flush()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        tell_torchrun(f"error: {e}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        sys.exit(1)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # a full disk, a quota, a size limit
+            raise
+        message = (f"error: {e.strerror} writing {e.filename or 'a file'}: nothing is torn (a log keeps its last "
+                   "whole row, a checkpoint or record its last whole version); free space on that disk, then run the "
+                   "same command again (a training run: add --init_from=auto to continue from its checkpoint)")
+        print(message, file=sys.stderr)
+        tell_torchrun(message)
+        sys.exit(1)
+    sys.exit(code)
+
+
+# -----------------------------------------------------------------------------
+# Devices: which one, its dtype, its bf16 peak (MFU), the CPU numerics setting
+
+
+DEVICE_FORMS = "'auto', 'cpu', 'cuda', 'cuda:N', 'mps'"
+
+
+def resolve_device(device, dtype="auto"):
+    """(device, dtype) with "auto" resolved on this machine: CUDA, else MPS, else CPU; bfloat16 on
+    CUDA, else float32. UserError, one line, for any device this machine cannot use: a name not in
+    DEVICE_FORMS (as torch spells them: "CPU" and "" are errors), CUDA or MPS absent, cuda:N with
+    N >= the number of visible CUDA devices; and for an unknown dtype."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+        raise UserError(f"device={device!r} is not one of {DEVICE_FORMS}")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError(f"device={device!r} but CUDA is not available: use --device=cpu")
+        count, index = torch.cuda.device_count(), int(device.partition(":")[2] or 0)
+        if index >= count:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            raise UserError(f"device={device!r} but this machine has {count} CUDA device(s), cuda:0 to "
+                            f"cuda:{count - 1}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
+                            + ": use --device=cuda or one of those")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise UserError("device='mps' but MPS (Apple-silicon GPUs) is not available on this machine: "
+                        "use --device=cpu")
+    if dtype == "auto":
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    if dtype not in ("float32", "bfloat16"):
+        raise UserError(not_one_of("dtype", dtype, ("auto", "float32", "bfloat16")))
+    return device, dtype
+
+
+# Dense bf16 tensor-core peaks (FLOP/s, vendor datasheets); matched against the
+# CUDA device name, most specific entry first. MFU is omitted for other devices.
+PEAK_BF16_FLOPS = [
+    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("GH200", 989e12), ("H200", 989e12),
+    ("H100", 989e12), ("B200", 2250e12), ("A100", 312e12), ("L40S", 362e12),
+    ("L40", 181e12), ("L4", 121e12), ("RTX 4090", 165e12),
+]
+
+
+def peak_flops(device):
+    """Dense bf16 peak FLOP/s of a CUDA torch.device from PEAK_BF16_FLOPS, else None (CPU, MPS, unknown GPU)."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)
+
+
+# cpu_numerics="portable": the settings that decide which CPU kernels run, each fixed to one level
+# every x86-64 CPU with AVX2 has (Intel since 2013, AMD since 2015), so a run's numbers need not
+# depend on the CPU type. Each is read when torch (or MKL, or inductor) loads, so it must be in the
+# environment before: train.py's command line re-executes itself with them (numerics_env). What
+# they cost and what a run made without them varies with: results/README.md (records).
+PORTABLE_ENV = {
+    "ATEN_CPU_CAPABILITY": "avx2",  # ATen's kernels, and inductor's vector width (its default follows it)
+    "MKL_CBWR": "COMPATIBLE",  # MKL's GEMM: the conditional-reproducibility branch that holds on non-Intel CPUs
+    "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3",  # inductor's C++ flags: -march=x86-64-v3 (AVX2, FMA), not native
+}
+
+
+def numerics_env(cfg):
+    """{variable: value} of PORTABLE_ENV this process lacks under cpu_numerics="portable" ({} when it
+    has them all, or for "native"). cfg: a config dict or namespace."""
+    if (cfg["cpu_numerics"] if isinstance(cfg, dict) else cfg.cpu_numerics) != "portable":
+        return {}
+    return {k: v for k, v in PORTABLE_ENV.items() if os.environ.get(k) != v}
+
+
+def check_numerics(cfg):
+    """UserError unless cpu_numerics="portable" found its environment (numerics_env) and torch took it:
+    its kernels dispatch to AVX2 (a CPU without AVX2 falls back to less, and is refused)."""
+    import torch
+
+    missing = numerics_env(cfg)
+    if missing:
+        prefix = " ".join(f"{k}={v}" for k, v in missing.items())
+        raise UserError(f"cpu_numerics='portable' needs {prefix} in the environment before torch loads: give "
+                        f"--cpu_numerics=portable on train.py's command line (it sets them and restarts), or "
+                        f"prefix the command with them")
+    if cfg.cpu_numerics == "portable" and torch.backends.cpu.get_cpu_capability() != "AVX2":
+        raise UserError(f"cpu_numerics='portable' runs AVX2 kernels, and this CPU dispatches to "
+                        f"{torch.backends.cpu.get_cpu_capability()}: use cpu_numerics='native' here")
+
+
+def fmt_duration(seconds):
+    """'45s', '12m05s' or '3h20m'."""
+    s = int(seconds)
+    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+# -----------------------------------------------------------------------------
+# torchrun's processes: DDP and FSDP2; a stop signal every rank agrees on; compile errors
+
+
+def setup_distributed(cfg, device_name):
+    """(rank, local_rank, world_size) from torchrun's environment; init the process group.
+
+    NCCL on CUDA, gloo on CPU, whenever torchrun launched us (WORLD_SIZE set),
+    even as one process: `--nproc_per_node=1` runs the DDP path of 8 (as in
+    nanoGPT). Raises UserError, before any collective (so no rank hangs), when
+    gradient_accumulation_steps does not divide by WORLD_SIZE.
+    """
+    import torch
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    accum = cfg.gradient_accumulation_steps
+    if accum % world:
+        k = world // math.gcd(accum, world)  # the fewest extra micro-steps that divide among the processes
+        same = f"--gradient_accumulation_steps={accum * k} --batch_size={cfg.batch_size // k} keeps the " \
+            f"{cfg.batch_size * accum} sequences per iteration" if cfg.batch_size % k == 0 else \
+            f"--gradient_accumulation_steps={accum * k} (then {cfg.batch_size * accum * k} sequences per iteration)"
+        raise UserError(f"gradient_accumulation_steps={accum} does not divide by WORLD_SIZE={world} (it is the "
+                        f"global count of micro-steps, shared among the processes): {same}")
+    if cfg.fsdp and "WORLD_SIZE" not in os.environ:
+        raise UserError("fsdp=True (given, or a resumed run's own) shards the model over torchrun's processes: "
+                        "launch with `torchrun --standalone --nproc_per_node=N train.py ...` (N >= 1), or pass "
+                        "--fsdp=False (a sharded checkpoint resumes in one process too)")
+    if "WORLD_SIZE" in os.environ:
+        backend = "nccl" if device_name.startswith("cuda") else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+        torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.ddp_timeout_s))
+    return rank, local_rank, world
+
+
+def shard(model):
+    """FSDP2 (torch.distributed.fsdp.fully_shard) over the process group, in place: each block is
+    one unit (its parameters gathered for its forward and backward, then freed), the root holds the
+    embedding, final norm and head. Parameters become DTensors sharded along their first dimension,
+    so call it before the optimizers are built; gradients are reduce-scattered (averaged, as DDP's)
+    at every micro-step. Each rank keeps 1/world of the parameters, gradients and AdamW moments.
+    Every forward is a collective: all ranks run the same number of them (train.evaluate)."""
+    import warnings
+
+    from torch.distributed.fsdp import fully_shard
+
+    # the root returns the logits as a view (the padded vocabulary cut off); nothing writes to them in place
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+
+
+class StopSignals:
+    """A context in which SIGTERM and SIGINT ask the program to stop cleanly instead of killing it.
+
+    Clusters send SIGTERM some seconds before SIGKILL; Ctrl-C sends SIGINT. Inside the context
+    the first of them sets `received` (its name, e.g. "SIGTERM") and writes `note` (if any) to
+    stderr; the program polls `received` at a point where stopping is clean. A later SIGINT
+    raises KeyboardInterrupt when `repeat_quits` (a second Ctrl-C quits at once; cli shows it as
+    one line), else it is ignored like a later SIGTERM (schedulers may send several). A signal
+    that was ignored when the context began (SIGINT in a background job) stays ignored; outside
+    the main thread nothing is installed. The previous handlers come back on exit.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, note="", repeat_quits=True):
+        self.note, self.repeat_quits = note, repeat_quits
+        self.received, self.previous = None, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self.previous[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def handle(self, signum, frame):
+        name = signal.Signals(signum).name
+        if self.received is None:
+            self.received = name
+            if self.note:  # os.write: a print here could re-enter a print the signal interrupted
+                os.write(2, f"{name}: {self.note}\n".encode())
+        elif signum == signal.SIGINT and self.repeat_quits:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        self.previous = {}
+
+
+def stop_signal(signals, run):
+    """The signal ("SIGTERM", "SIGINT") that asks this run to stop, received by any rank, or None.
+
+    Called by every rank at the same point (of every iteration, eval batch, FSDP2 sample token):
+    under DDP or FSDP2 (world > 1) the ranks all-reduce the largest signal number, so all stop at
+    the same point.
+    """
+    import torch
+
+    number = signal.Signals[signals.received].value if signals.received else 0
+    if run.ddp and run.world > 1:
+        t = torch.tensor(number, device=run.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        number = int(t.item())
+    return signal.Signals(number).name if number else None
+
+
+@contextmanager
+def compile_errors(enabled):
+    """Turn a torch.compile failure (no C++ compiler, an inductor bug) into one line with the fix."""
+    try:
+        yield
+    except Exception as e:
+        if not enabled:
+            raise
+        import torch._dynamo.exc  # only here: a compile error means torch is loaded
+        if isinstance(e, torch._dynamo.exc.TorchDynamoException) or \
+                type(e).__module__.startswith(("torch._inductor", "torch._dynamo")):
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise UserError(f"torch.compile failed ({type(e).__name__}: {first}): run with --compile=False") from None
+        raise

@@ -1,0 +1,194 @@
+"""The mechanism statistics: what the scale vectors do to training (paper Theorem 2.2, claim C3),
+read from the model and its optimizers at every evaluation, into the eval row's "mechanism" entry.
+
+What each key measures, and what it cannot, is the Mechanism class's docstring; what it reads is
+declared beside the code it describes (the folding relation, GPT.folds; the product rule,
+norms.fold_factor; the optimizer groups, optim.param_groups), so it adds no rule of its own.
+"""
+
+import torch
+
+import norms
+from configurator import MECHANISM_AUTO_MAX
+
+
+def mechanism_on(cfg, raw_model):
+    """Whether this run logs the mechanism statistics (mechanism_stats: "on", "off", or "auto": on
+    up to MECHANISM_AUTO_MAX parameters, where the copy they need is a few MB)."""
+    return cfg.mechanism_stats == "on" or (cfg.mechanism_stats == "auto" and
+                                           raw_model.num_params() <= MECHANISM_AUTO_MAX)
+
+
+def start_mechanism(run, raw_model, optimizers, start):
+    """The run's Mechanism, or None when mechanism_on says no; under DDP only rank 0 holds one (it
+    writes the log), under FSDP2 every rank (each holds its shards, and the sums are all-reduced).
+    Its first interval is the one the checkpoint left open (start.mechanism: a stop between evals, or
+    a kill before an eval's row), so a resumed run logs what the uninterrupted one did; else it starts
+    at start.iter (a new run, or a resume from an FSDP2 checkpoint, which keeps no interval: its first
+    eval row's "since" then says where the interval was cut)."""
+    if mechanism_on(run.cfg, raw_model) and (run.master or run.cfg.fsdp):
+        return Mechanism(raw_model, optimizers, start.iter, start.mechanism)
+    return None
+
+
+def _local(t):
+    """This rank's shard of a parameter FSDP2 sharded (a DTensor), else the tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _full(t):
+    """A whole small tensor (a gamma): gathered from its shards under FSDP2 (a collective)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+class Mechanism:
+    """The scale vectors' mechanism at every eval, per site and per role, read from the model and
+    its optimizers as they are (no_grad, no randomness: training is the same bit for bit); the eval
+    row's "mechanism" entry, a flat dict of floats (keys below, docs/reference.md).
+
+    The reading (paper Theorem 2.2, claim C3). In a Pre-Norm map y = W diag(gamma) x_hat, gamma adds
+    no function (it folds: W~ = W diag(gamma), GPT.folds), but under gradient flow on (W, gamma) the
+    folded columns w~_j = gamma_j w_j move as dw~_j/dt = -P_j dL/dw~_j with the preconditioner
+    P_j = gamma_j^2 I + w_j w_j^T, whose smallest eigenvalue is at least gamma_j^2: as gamma grows
+    the effective map learns faster. Under Adam (our reading, not the paper's) the step on each
+    entry of W is normalized, |dW_ij| ~ lr, so w~_j moves by about gamma_j * lr (+ w_j dgamma_j):
+    there the amplification is |gamma_j|, not gamma_j^2 (sqrt of the floor below).
+
+    Point-in-time keys, every eval:
+      "<site>/g2_min", "<site>/g2_mean"  min_j and mean_j of gamma_j^2 over the site's channels: the
+          preconditioner's floor and its mean (for an output-role site, which has no W to fold into,
+          only gamma's statistics); "<site>/spread" max_j |gamma_j| / min_j |gamma_j| (None if a
+          gamma_j is 0). <site> is the scale vector's module name, as in the row's "scales".
+      "wd/<role>/rms", "wd/<role>/drift"  over every effective gamma of the role ("input", "output"
+          as the scale holds it now) together: sqrt(mean gamma^2) and sqrt(mean (gamma - 1)^2), the
+          drift from gamma == 1, every scale's init (a Hugging Face start begins elsewhere); weight
+          decay on a role pulls its rms toward 0 (paper section 4, claim C4: IWD decays the input role).
+    Interval keys, over the steps since the last eval (s, logged as "since"; a resume continues the
+    interval its checkpoint kept, so it logs what an uninterrupted run does; an FSDP2 checkpoint keeps
+    none, and the resumed step is then s), absent when no step was taken:
+      "<site>/amp_folded" ||W~_t - W~_s||_F / ||W~_s||_F and "<site>/amp_plain" ||W_t - W_s||_F / ||W_s||_F
+          per input-role site, W the matrices its scale folds into (columns or rows, as folds() says)
+          stacked, W~ the same with only this site's gamma multiplied in (norms.fold_factor), so
+          each site's ratio isolates its own scale; "<site>/amp_ratio" = amp_folded / amp_plain
+          (None if amp_plain is 0): how much faster the effective map moved than its matrix.
+      "update/<group>" ||theta_t - theta_s|| / ||theta_s|| per optimizer group (optim.param_groups'
+          names) over the group's parameters the copy holds, "held/<group>" that share of the
+          group's parameters (1 for the scale, magnitude and router groups; the matrices the
+          input-role scales fold into for "matrix"; the embedding is not held). The interval form
+          serves every optimizer (Muon's update cannot be read back from its state).
+
+    Memory: a copy of those matrices and of every scale parameter, about 12% of the float32 training
+    state (weights, gradients, AdamW moments) of the unified model at 124M (q, k, v, gate, up: 59M
+    of 124M parameters); mechanism_stats="auto" takes it only up to MECHANISM_AUTO_MAX parameters.
+    Under FSDP2 the copy is of each rank's shards; the squared sums are all-reduced (never a
+    matrix's full_tensor), and only the gammas (d entries each) are gathered. Every rank calls row().
+    """
+
+    def __init__(self, model, optimizers, step, saved=None):
+        site = {id(sv): name for name, sv in model.scale_vectors()}
+        self.model = model
+        self.relation = [(site[id(sv)], sv, cols, rows) for sv, cols, rows in model.folds() if sv.role == "input"]
+        self.groups = [(g["name"], g["params"]) for opt in optimizers for g in opt.param_groups]
+        held = [w for _, _, cols, rows in self.relation for w in (*cols, *rows)]
+        held += [p for _, sv in model.scale_vectors() for p in sv.parameters()]
+        self.held = {id(p): p for p in held}
+        self.sharded = any(hasattr(p, "to_local") for p in model.parameters())
+        self.device = next(model.parameters()).device
+        self.names = {id(p): name for name, p in model.named_parameters()}
+        if saved is not None and saved["since"] <= step and set(saved["copy"]) == {self.names[k] for k in self.held}:
+            by_name = {self.names[k]: k for k in self.held}
+            self.since, self.gamma = saved["since"], {k: v.to(self.device) for k, v in saved["gamma"].items()}
+            self.copy = {by_name[name]: t.to(self.device) for name, t in saved["copy"].items()}
+        else:
+            self.take(step)
+
+    @torch.no_grad()
+    def take(self, step):
+        """Copy the held parameters (this rank's shards) and the relation's gammas at `step`: the next
+        interval starts there (train.eval_and_save calls it once the eval row is written)."""
+        self.since = step
+        self.copy = {k: _local(p).detach().clone() for k, p in self.held.items()}
+        self.gamma = {name: _full(sv()).detach().float().clone() for name, sv, _, _ in self.relation}
+
+    def state(self):
+        """The open interval's start for a checkpoint (plain tensors, keyed by parameter and site
+        name): {"since", "copy", "gamma"}; None under FSDP2, whose copies are each rank's shards."""
+        if self.sharded:
+            return None
+        return {"since": self.since, "copy": {self.names[k]: t for k, t in self.copy.items()},
+                "gamma": dict(self.gamma)}
+
+    @torch.no_grad()
+    def row(self, step):
+        """The "mechanism" entry of the eval row at `step` (see the class docstring); the interval
+        stays open until take(step)."""
+        gammas = {name: _full(sv()).detach().float() for name, sv in self.model.scale_vectors()}
+        out = {}
+        for name, g in gammas.items():
+            low = g.abs().min().item()
+            out |= {f"{name}/g2_min": g.square().min().item(), f"{name}/g2_mean": g.square().mean().item(),
+                    f"{name}/spread": g.abs().max().item() / low if low > 0 else None}
+        for role in norms.ROLES:
+            g = [gammas[name] for name, sv in self.model.scale_vectors() if sv.role == role]
+            if g:
+                g = torch.cat(g)
+                out |= {f"wd/{role}/rms": g.square().mean().sqrt().item(),
+                        f"wd/{role}/drift": (g - 1).square().mean().sqrt().item()}
+        if step > self.since:
+            out |= {"since": self.since, **self.interval(gammas)}
+        return out
+
+    def interval(self, gammas):
+        """The interval keys: every squared sum first (one all-reduce under FSDP2), then the ratios."""
+        sums = []  # per site [||dW~||^2, ||W~_s||^2, ||dW||^2, ||W_s||^2]; per group [||dtheta||^2, ||theta_s||^2]
+        for name, sv, cols, rows in self.relation:
+            acc = torch.zeros(4, dtype=torch.float64, device=self.device)
+            for w, side in [(w, "columns") for w in cols] + [(w, "rows") for w in rows]:
+                now, then = _local(w), self.copy[id(w)]
+                folded_now = now * norms.fold_factor(self._part(gammas[name], now, side), now, side)
+                folded_then = then * norms.fold_factor(self._part(self.gamma[name], then, side), then, side)
+                acc += torch.stack([_sq(folded_now - folded_then), _sq(folded_then), _sq(now - then), _sq(then)])
+            sums.append(acc)
+        for _, params in self.groups:
+            acc = torch.zeros(2, dtype=torch.float64, device=self.device)
+            for p in params:
+                if id(p) in self.held:
+                    acc += torch.stack([_sq(_local(p) - self.copy[id(p)]), _sq(self.copy[id(p)])])
+            sums.append(acc)
+        flat = torch.cat(sums) if sums else torch.zeros(0, dtype=torch.float64, device=self.device)
+        if self.sharded:
+            torch.distributed.all_reduce(flat)
+        values, out = flat.sqrt().tolist(), {}
+        for i, (name, _, _, _) in enumerate(self.relation):
+            d_folded, folded, d_plain, plain = values[4 * i: 4 * i + 4]
+            a, b = _ratio(d_folded, folded), _ratio(d_plain, plain)
+            out |= {f"{name}/amp_folded": a, f"{name}/amp_plain": b,
+                    f"{name}/amp_ratio": _ratio(a, b) if a is not None and b is not None else None}
+        base = 4 * len(self.relation)
+        for i, (group, params) in enumerate(self.groups):
+            d, norm = values[base + 2 * i: base + 2 * i + 2]
+            held = sum(p.numel() for p in params if id(p) in self.held)
+            if held:
+                out |= {f"update/{group}": _ratio(d, norm), f"held/{group}": held / sum(p.numel() for p in params)}
+        return out
+
+    @staticmethod
+    def _part(gamma, w, side):
+        """The entries of a whole gamma that meet this rank's rows of W (FSDP2 shards dim 0 as
+        torch.chunk does): all of it for columns, this rank's chunk for rows."""
+        if side == "columns" or gamma.numel() == w.size(0):
+            return gamma
+        chunks = gamma.chunk(torch.distributed.get_world_size())
+        rank = torch.distributed.get_rank()
+        part = chunks[rank] if rank < len(chunks) else gamma[:0]
+        assert part.numel() == w.size(0), (gamma.shape, w.shape)
+        return part
+
+
+def _sq(t):
+    """||t||_F^2, accumulated in float64."""
+    return t.square().sum(dtype=torch.float64)
+
+
+def _ratio(a, b):
+    return a / b if b > 0 else None
