@@ -14,17 +14,19 @@ weight_decay, lr_schedule, warmup_iters) and the budget (max_iters,
 batch_size, block_size, gradient_accumulation_steps).
 
 Read top to bottom: train() sets up (start.setup), builds, restores (start.begin),
-runs the loop and finishes; the pieces it calls follow it. A run's operations (its
-processes, the description and warnings at start, progress lines, log rows and
-W&B, the end-of-run sample) live in ops.py. Outputs in out_dir: ckpt.pt
+compiles and wraps, runs the loop and finishes, each stage under a banner; the pieces it
+calls follow it. What a run checks and says (the description and warnings at start,
+progress lines, log rows and W&B, the end-of-run sample) lives in ops.py, its processes
+and signals in common.py, its mechanism statistics in mechanism.py. Outputs in out_dir: ckpt.pt
 (written atomically at every eval and at the end; under FSDP2 the sharded
 ckpt.dcp/) and log.jsonl (see checkpoint.py).
 
 One process owns an out_dir while it trains (out_dir/.lock): a second train.py
 on it stops at once with an error naming the owner's pid. SIGTERM (a cluster's
-warning before SIGKILL) or SIGINT (Ctrl-C) finishes the current step (or the
-current batch of an evaluation, which the resume then runs again), saves the
-checkpoint and exits with 128 + the signal's number (143, 130; what a shell
+warning before SIGKILL) or SIGINT (Ctrl-C) stops before the next micro-step (a
+step cut inside its gradient accumulation is abandoned: the weights change only
+at the optimizer's step) or after the current batch of an evaluation (which the
+resume then runs again), saves the last whole iteration and exits with 128 + the signal's number (143, 130; what a shell
 reports for a process that signal killed) and a line saying how to continue:
 `--init_from=resume`, or `--init_from=auto` (resume if out_dir holds a
 checkpoint, else start), the one command for a job that may be preempted and
@@ -62,23 +64,23 @@ from start import begin, setup
 def train(cfg, given=frozenset()):
     """Run one training run; returns dict(val_loss, train_loss, wall_s, model (uncompiled), stopped).
 
-    cfg: a full config dict (every key of configurator.DEFAULTS); given: the keys
-    the user set explicitly (on resume, the others come from the checkpoint).
-    stopped: None, or the signal ("SIGTERM", "SIGINT") that stopped the run after a
-    step, its checkpoint saved (stop_here). Raises UserError for bad input (and
-    when another process trains in out_dir) and FloatingPointError for a non-finite loss.
-    """
+    cfg: every key of configurator.DEFAULTS; given: the keys the user set (a resume takes the others from
+    its checkpoint). stopped: None, or the signal ("SIGTERM", "SIGINT") that stopped the run, its last
+    whole iteration saved. Raises UserError for bad input and FloatingPointError for a non-finite loss."""
     with ExitStack() as held:  # what setup takes (the out_dir's lock) is released however the run ends
-        run, ckpt = setup(cfg, given, held)  # scratch, resume, auto or a Hugging Face folder (ops.py)
+        # --- set up: which start (scratch, resume, auto, a Hugging Face folder), device, processes, data (start.py)
+        run, ckpt = setup(cfg, given, held)
         cfg, device, ddp = run.cfg, run.device, run.ddp
+        # --- build: the GPT of run.model_cfg (model.py: which scale vector sits where), its optimizer groups
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
         if cfg.fsdp:
             shard(raw_model)  # FSDP2 (common.shard): before the optimizers see the parameters
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)
-        # the checkpoint's weights and moments, a Hugging Face folder's (checked on a val batch), or the init
+        # --- restore: a checkpoint's weights and moments (what it holds: checkpoint.py), a HF folder's, or the init
         start = begin(run, ckpt, raw_model, optimizers, lambda: get_batch(run.data, "val", 0, 0, cfg, device)[0])
         del ckpt  # its weights live in the model now
         start_iter, tokens, val_loss = start.iter, start.tokens, start.val_loss
+        # --- compile and wrap
         model = torch.compile(raw_model) if cfg.compile else raw_model
         fwd = model  # evals run without the DDP wrapper
         if ddp and not cfg.fsdp:  # (FSDP2 reduce-scatters the gradients itself: common.shard)
@@ -87,9 +89,8 @@ def train(cfg, given=frozenset()):
         describe(run, raw_model, groups, given)
         mechanism = start_mechanism(run, raw_model, optimizers, start)  # mechanism.Mechanism, or None: off
 
-        # The loop. Iteration `it` first evaluates and saves when one is due (so the final
-        # eval/save at it == max_iters takes the same path), then trains one step, stopping before
-        # any micro-step if a SIGTERM/SIGINT came (every rank agrees).
+        # --- the loop: iteration `it` evaluates and saves when one is due (the final eval at max_iters too),
+        # then trains one step, stopping before any micro-step once a SIGTERM/SIGINT came (every rank agrees)
         my_micro_steps = range(run.rank, cfg.gradient_accumulation_steps, run.world)  # j % world == rank
         zero = torch.zeros((), device=device)
         progress = Progress(run, raw_model, start_iter)
@@ -138,6 +139,7 @@ def train(cfg, given=frozenset()):
                        "loss": loss_val, **({"lb_loss": lb_loss, "z_loss": z_loss} if run.n_moe else {})}
                 write_log(run, row)
                 progress.step(row, aux)
+            # --- finish: the sample and the final line (a stopped run said how to continue)
             return finish(run, raw_model, start, val_loss, loss_val, progress, stopped, signals)
 
 

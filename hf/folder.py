@@ -540,7 +540,7 @@ def check_folder(cfg, log, tokens=HF_CHECK_TOKENS):
     hf = transformers_reading(cfg.hf_model)
     if hf is None:
         log("note: transformers is not installed, so the folder is not checked against its reading "
-            "(pip install -r requirements-export.txt)")
+            "(pip install -e '.[export]')")
         return
     idx = check_batch(cfg, tokens)
     baseline_logits(model_config(cfg), weights, idx, hf)

@@ -1,4 +1,4 @@
-"""An ablation's open runs as Slurm jobs, through submitit (pip install -r requirements-cluster.txt).
+"""An ablation's open runs as Slurm jobs, through submitit (pip install -e '.[cluster]').
 
     python -m research.sweep configs/ablations/c8_unified.py --slurm --partition=gpu --gpus_per_node=8 \\
         --time_min=1440 [--nodes=2 --account=A --qos=Q] [--dry_run]
@@ -56,7 +56,7 @@ def import_submitit():
         import submitit
         return submitit
     except ImportError:
-        raise UserError("--slurm needs the package submitit: pip install -r requirements-cluster.txt") from None
+        raise UserError("--slurm needs the package submitit: pip install -e '.[cluster]'") from None
 
 
 class TrainJob:

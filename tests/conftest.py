@@ -17,7 +17,7 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and os.path.isdir(_cache):
 
 # The Llama/Gemma baseline's scale vectors. Tests that build a model.GPTConfig start from
 # these: its defaults are the default run's (the unified strategy), one table with configurator.
-from model import BASELINE  # noqa: E402
+from model import BASELINE  # noqa: E402, F401
 
 
 def add_row(monkeypatch, section, key, row):

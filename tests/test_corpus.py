@@ -292,7 +292,8 @@ def test_flags_that_cannot_work_are_refused_before_any_read(tmp_path, enc):
     docs = write_corpus(tmp_path / "in")
     (tmp_path / "taken").write_text("a file")
     bad([tmp_path / "in", f"--out={tmp_path / 'taken'}"], r"--out=.*taken: a file, not a folder")
-    bad([tmp_path / "in", f"--out={tmp_path / 'taken' / 'sub'}"], r"--out=.*taken is a file, not a folder: no folder can be made inside it")
+    bad([tmp_path / "in", f"--out={tmp_path / 'taken' / 'sub'}"],
+        r"--out=.*taken is a file, not a folder: no folder can be made inside it")
     if os.path.isdir("/proc/self"):  # a folder no user, root included, can create files in
         bad([tmp_path / "in", "--out=/proc/self/ds"], r"--out=/proc/self/ds: cannot write in /proc/self")
     for share in ("nan", "0", "1.5", "-0.1", "inf"):

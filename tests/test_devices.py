@@ -221,10 +221,12 @@ def test_sample_py_picks_its_device_as_train_py_does(tmp_path, monkeypatch, caps
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))  # every registry entry, a fork's too
 def test_checkpoint_moves_between_devices(device, tmp_path, optimizer):
     """2 iterations on device, 2 more resumed on the CPU, 2 more back on device: the same losses
-    as 6 straight on device (a constant LR after warmup: the schedule depends on max_iters). float32 (TF32 on CUDA; Muon runs in bf16 there and in float32 on the
-    CPU), so on CUDA to 1e-2 relative; on the CPU exactly (1e-6)."""
+    as 6 straight on device (a constant LR after warmup: the schedule depends on max_iters). float32
+    (TF32 on CUDA; Muon runs in bf16 there and in float32 on the CPU), so on CUDA to 1e-2 relative;
+    on the CPU exactly (1e-6)."""
     ds = make_dataset(tmp_path / "ds")
-    common = ["--eval_interval=2", "--dtype=float32", "--lr_schedule=constant", f"--optimizer={optimizer}", "--gradient_accumulation_steps=2"]
+    common = ["--eval_interval=2", "--dtype=float32", "--lr_schedule=constant", f"--optimizer={optimizer}",
+              "--gradient_accumulation_steps=2"]
     run(tiny_args(ds, tmp_path / "a", "--max_iters=6", f"--device={device.type}", *common))
     for iters, dev in ((2, device.type), (4, "cpu"), (6, device.type)):
         init = "--init_from=resume" if iters > 2 else "--init_from=scratch"

@@ -25,8 +25,8 @@ from configurator import UserError
 
 
 def needs_transformers():
-    pytest.importorskip("transformers", reason="optional extra: pip install -r requirements-export.txt")
-    pytest.importorskip("safetensors", reason="optional extra: pip install -r requirements-export.txt")
+    pytest.importorskip("transformers", reason="optional extra: pip install -e '.[export]'")
+    pytest.importorskip("safetensors", reason="optional extra: pip install -e '.[export]'")
 
 
 def needs_gpt2_bpe():
@@ -268,7 +268,7 @@ def test_existing_folder_is_not_overwritten(tmp_path):
 
 def test_missing_transformers_gives_the_install_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail
-    with pytest.raises(UserError, match="pip install -r requirements-export.txt"):
+    with pytest.raises(UserError, match="pip install -e '.[export]'"):
         export.export(tiny_model(), str(tmp_path / "hf"))
     assert os.listdir(tmp_path) == []
 

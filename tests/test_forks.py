@@ -119,7 +119,7 @@ def trains_and_resumes_exactly(tmp_path, switches):
 
 def exports(out_dir):
     """export.py writes a folder whose logits transformers reproduces (it checks), or refuses in one line."""
-    pytest.importorskip("transformers", reason="optional extra: pip install -r requirements-export.txt")
+    pytest.importorskip("transformers", reason="optional extra: pip install -e '.[export]'")
     from tools import export
 
     try:

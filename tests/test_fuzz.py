@@ -153,7 +153,7 @@ def fill(text, paths, new):
 def test_every_command_meets_bad_values_with_one_line(command, flag, value, paths, tmp_path, capsys, monkeypatch):
     module, base, _ = COMMANDS[command]
     if any(key in "".join(base) + value for key in ("{export}", "{hf}")) and not os.path.exists(paths["hf"]):
-        pytest.skip("needs transformers: pip install -r requirements-export.txt")
+        pytest.skip("needs transformers: pip install -e '.[export]'")
     monkeypatch.chdir(tmp_path)  # whatever a command writes by default lands here
     new = str(tmp_path / "new")
     argv = [fill(a, paths, new) for a in base]

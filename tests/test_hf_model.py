@@ -33,7 +33,7 @@ def corpus_text(seed, n_words=400):
 def tokenizer_json(path):
     """A byte-level BPE tokenizer trained on corpus_text, with <|endoftext|>, saved as path/tokenizer.json
     with a tokenizer_config.json naming its eos_token (as a model folder holds them); returns its size."""
-    pytest.importorskip("tokenizers", reason="optional extra: pip install -r requirements-export.txt")
+    pytest.importorskip("tokenizers", reason="optional extra: pip install -e '.[export]'")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -33,7 +33,7 @@ def trained(tmp_path_factory):
     the two tasks written beside it."""
     needs_transformers()
     if importlib.util.find_spec("lm_eval") is None:
-        pytest.skip("needs lm-eval: pip install -r requirements-eval.txt")
+        pytest.skip("needs lm-eval: pip install -e '.[eval]'")
     from test_corpus import corpus
     tmp = tmp_path_factory.mktemp("lm_eval")
     tokenizer_json(tmp / "tok")
@@ -179,7 +179,7 @@ def test_the_printed_command_scores_every_task_it_names(tmp_path, block_size):
     its text: lm-eval gives a number for each task it names, at a short and a longer context."""
     needs_transformers()
     if importlib.util.find_spec("lm_eval") is None:
-        pytest.skip("needs lm-eval: pip install -r requirements-eval.txt")
+        pytest.skip("needs lm-eval: pip install -e '.[eval]'")
     out = char_run(tmp_path, block_size)
     subprocess.run([sys.executable, "-m", "tools.export", f"--out_dir={out}"], cwd=ROOT, check=True,
                    capture_output=True)

@@ -99,7 +99,7 @@ TOKENS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + ["ab", "<|endoftext|>
 def tiny_gguf(path, n_layer=2, n_embd=32, n_head=4, n_kv=2, d_ff=64, tokens=TOKENS, drop=(), **override):
     """Write the tiny GGUF to path; override: {metadata key after "llama.": value (None: left out)}; tokens:
     the tokenizer's; drop: name prefixes of tensors left out."""
-    gguf = pytest.importorskip("gguf", reason="optional: pip install --no-deps gguf")
+    gguf = pytest.importorskip("gguf", reason="optional: pip install -e '.[gguf]'")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fields = {"context_length": 64, "embedding_length": n_embd, "block_count": n_layer, "feed_forward_length": d_ff,
               "attention.head_count": n_head, "attention.head_count_kv": n_kv,
@@ -140,8 +140,7 @@ def tiny_gguf(path, n_layer=2, n_embd=32, n_head=4, n_kv=2, d_ff=64, tokens=TOKE
 
 def needs_converter():
     for package in ("gguf", "accelerate", "transformers"):
-        pytest.importorskip(package, reason="tools.gguf_to_hf: pip install --no-deps gguf && pip install accelerate "
-                                            "-r requirements-export.txt")
+        pytest.importorskip(package, reason="tools.gguf_to_hf: pip install -e '.[export,gguf]'")
 
 
 # -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 from research import slurm, sweep
 from test_sweep import write_ablation
 
-pytest.importorskip("submitit", reason="optional: pip install -r requirements-cluster.txt")
+pytest.importorskip("submitit", reason="optional: pip install -e '.[cluster]'")
 
 TWO_RUNS = ("variants = {'baseline': {}, 'hg': {'branch_scales': True}}\nexpected = {'hg': 'lower'}\n"
             "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1]\n")

