@@ -120,9 +120,10 @@ SECTIONS = {
         "log_interval": (50, GE1, "iterations between progress lines"),
         "mechanism_stats": added("auto", Choices("auto", "on", "off"),
                                  'the scale vectors\' mechanism in every eval row (mechanism.Mechanism: preconditioner '
-                                 'floor, amplification of the folded maps, update ratios per optimizer group, weight '
-                                 f'decay\'s pull) | "auto": on up to {MECHANISM_AUTO_MAX / 1e6:g}M parameters (it copies ~12% of the '
-                                 f'training state at 124M); never changes training, so no run hash holds it',
+                                 'floor, the folded step against the scale-free one and its two parts, update ratios '
+                                 f'per optimizer group, gamma\'s state) | "auto": on up to {MECHANISM_AUTO_MAX / 1e6:g}M '
+                                 f'parameters (it holds ~24% of the training state at 124M); never changes training, so '
+                                 f'no run hash holds it',
                                  absent="off"),
         "sample_tokens": (300, GE0, "tokens sampled and printed at the end (0: none)"),
         "wandb_log": (False, None,

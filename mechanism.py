@@ -47,39 +47,57 @@ class Mechanism:
     row's "mechanism" entry, a flat dict of floats (keys below, docs/reference.md).
 
     The reading (paper Theorem 2.2, claim C3). In a Pre-Norm map y = W diag(gamma) x_hat, gamma adds
-    no function (it folds: W~ = W diag(gamma), GPT.folds), but under gradient flow on (W, gamma) the
-    folded columns w~_j = gamma_j w_j move as dw~_j/dt = -P_j dL/dw~_j with the preconditioner
-    P_j = gamma_j^2 I + w_j w_j^T, whose smallest eigenvalue is at least gamma_j^2: as gamma grows
-    the effective map learns faster. Under Adam (our reading, not the paper's) the step on each
-    entry of W is normalized, |dW_ij| ~ lr, so w~_j moves by about gamma_j * lr (+ w_j dgamma_j):
-    there the amplification is |gamma_j|, not gamma_j^2 (sqrt of the floor below).
+    no function (it folds: W~ = W diag(gamma), GPT.folds), but gradient descent on (W, gamma) moves
+    the folded column w~_j = gamma_j w_j, to first order in the LR eta, by
+        dw~_j = gamma_j dW_j + w_j dgamma_j = -eta (gamma_j^2 I + w_j w_j^T) g_j,   g_j = dL/dw~_j:
+    the step a scale-free model (W~ trained directly) would take, -eta g_j, scaled by gamma_j^2 (the
+    preconditioner's floor) plus a rank-one term along w_j that comes from gamma's own update. The
+    keys below read each part: "gain" (the folded step against the scale-free one on the same
+    gradients), "step_matrix" (gamma * dW: the gamma^2 term) and "step_scale" (dgamma * W: the
+    rank-one term). Under plain SGD with a constant gamma, gain is gamma^2 (4 at gamma = 2, 1 at 1).
+    Under AdamW each entry's step is normalized by its own second moment, so dW no longer carries
+    gamma_j (the matrix's step is about lr per entry whatever gamma is): the folded step is gamma_j
+    times Adam's, and gain is then in units of Adam's step over the raw gradient, comparable between
+    variants at one LR and optimizer, not across them; step_matrix / step_scale keep their meaning.
+    Under Muon the matrix's step is orthogonalized as a whole (no per-column gamma either).
+    "move_ratio" compares the folded map's relative motion with its own matrix's: 1 for any constant
+    gamma (a fixed gamma scales both alike), so it measures gamma's change over the interval, not the
+    preconditioner.
 
     Point-in-time keys, every eval:
       "<site>/g2_min", "<site>/g2_mean"  min_j and mean_j of gamma_j^2 over the site's channels: the
           preconditioner's floor and its mean (for an output-role site, which has no W to fold into,
           only gamma's statistics); "<site>/spread" max_j |gamma_j| / min_j |gamma_j| (None if a
           gamma_j is 0). <site> is the scale vector's module name, as in the row's "scales".
-      "wd/<role>/rms", "wd/<role>/drift"  over every effective gamma of the role ("input", "output"
-          as the scale holds it now) together: sqrt(mean gamma^2) and sqrt(mean (gamma - 1)^2), the
-          drift from gamma == 1, every scale's init (a Hugging Face start begins elsewhere); weight
-          decay on a role pulls its rms toward 0 (paper section 4, claim C4: IWD decays the input role).
+      "gamma/<role>/rms", "gamma/<role>/drift"  over every effective gamma of the role ("input",
+          "output" as the scale holds it now) together: sqrt(mean gamma^2) and sqrt(mean (gamma - 1)^2),
+          the drift from gamma == 1, every scale's init (a Hugging Face start begins elsewhere). They
+          are gamma's state, whatever moves it: weight decay (paper section 4, claim C4: IWD decays the
+          input role) pulls the rms toward 0, and the gradients move it with no decay at all.
     Interval keys, over the steps since the last eval (s, logged as "since"; a resume continues the
     interval its checkpoint kept, so it logs what an uninterrupted run does; an FSDP2 checkpoint keeps
     none, and the resumed step is then s), absent when no step was taken:
-      "<site>/amp_folded" ||W~_t - W~_s||_F / ||W~_s||_F and "<site>/amp_plain" ||W_t - W_s||_F / ||W_s||_F
-          per input-role site, W the matrices its scale folds into (columns or rows, as folds() says)
-          stacked, W~ the same with only this site's gamma multiplied in (norms.fold_factor), so
-          each site's ratio isolates its own scale; "<site>/amp_ratio" = amp_folded / amp_plain
-          (None if amp_plain is 0): how much faster the effective map moved than its matrix.
+      per input-role site, W the matrices its scale folds into (columns or rows, as folds() says)
+          stacked, W~ the same with only this site's gamma multiplied in (norms.fold_factor), so each
+          site's keys isolate its own scale; every norm is Frobenius, dX = X_t - X_s:
+      "<site>/move_folded" ||dW~|| / ||W~_s||, "<site>/move_plain" ||dW|| / ||W_s||, "<site>/move_ratio"
+          their ratio (None if move_plain is 0): 1 for a constant gamma (see above).
+      "<site>/step_matrix" ||gamma_s * dW|| / ||W~_s|| and "<site>/step_scale" ||dgamma * W_s|| / ||W~_s||:
+          the two first-order parts of dW~ (their cross term dgamma * dW is second order).
+      "<site>/gain" ||dW~|| / ||sum_t eta_t G~_t||: the folded map's step against the step plain
+          gradient descent on W~ itself would take with the same LRs (the matrix group's) and the same
+          gradients G~_t = dL/dW~ at each step t (record_step reads them before the optimizer steps,
+          after clipping); None when no step was recorded.
       "update/<group>" ||theta_t - theta_s|| / ||theta_s|| per optimizer group (optim.param_groups'
           names) over the group's parameters the copy holds, "held/<group>" that share of the
           group's parameters (1 for the scale, magnitude and router groups; the matrices the
           input-role scales fold into for "matrix"; the embedding is not held). The interval form
           serves every optimizer (Muon's update cannot be read back from its state).
 
-    Memory: a copy of those matrices and of every scale parameter, about 12% of the float32 training
-    state (weights, gradients, AdamW moments) of the unified model at 124M (q, k, v, gate, up: 59M
-    of 124M parameters); mechanism_stats="auto" takes it only up to MECHANISM_AUTO_MAX parameters.
+    Memory: a copy of those matrices and of every scale parameter, and the scale-free step's sum per
+    site and matrix, about 24% of the float32 training state (weights, gradients, AdamW moments) of
+    the unified model at 124M (q, k, v, gate, up: 59M of 124M parameters); mechanism_stats="auto"
+    takes them only up to MECHANISM_AUTO_MAX parameters.
     Under FSDP2 the copy is of each rank's shards; the squared sums are all-reduced (never a
     matrix's full_tensor), and only the gammas (d entries each) are gathered. Every rank calls row().
     """
@@ -95,20 +113,46 @@ class Mechanism:
         self.sharded = any(hasattr(p, "to_local") for p in model.parameters())
         self.device = next(model.parameters()).device
         self.names = {id(p): name for name, p in model.named_parameters()}
-        if saved is not None and saved["since"] <= step and set(saved["copy"]) == {self.names[k] for k in self.held}:
+        self.group_of = {id(p): g for opt in optimizers for g in opt.param_groups for p in g["params"]}
+        self.pairs = [(name, w, side) for name, _, cols, rows in self.relation
+                      for w, side in [(w, "columns") for w in cols] + [(w, "rows") for w in rows]]
+        if saved is not None and saved["since"] <= step and set(saved["copy"]) == {self.names[k] for k in self.held} \
+                and set(saved.get("sgd", ())) == {self._key(name, w) for name, w, _ in self.pairs}:
             by_name = {self.names[k]: k for k in self.held}
             self.since, self.gamma = saved["since"], {k: v.to(self.device) for k, v in saved["gamma"].items()}
             self.copy = {by_name[name]: t.to(self.device) for name, t in saved["copy"].items()}
+            self.sgd = {k: v.to(self.device) for k, v in saved["sgd"].items()}
+            self.steps = saved.get("steps", 0)
         else:
             self.take(step)
+
+    def _key(self, site, w):
+        return f"{site}|{self.names[id(w)]}"
 
     @torch.no_grad()
     def take(self, step):
         """Copy the held parameters (this rank's shards) and the relation's gammas at `step`: the next
         interval starts there (train.eval_and_save calls it once the eval row is written)."""
-        self.since = step
+        self.since, self.steps = step, 0
         self.copy = {k: _local(p).detach().clone() for k, p in self.held.items()}
-        self.gamma = {name: _full(sv()).detach().float().clone() for name, sv, _, _ in self.relation}
+        self.gamma = {name: _full(sv()).detach().double().clone() for name, sv, _, _ in self.relation}
+        self.sgd = {self._key(name, w): torch.zeros_like(_local(w), dtype=torch.float32) for name, w, _ in self.pairs}
+
+    @torch.no_grad()
+    def record_step(self):
+        """Add this step's scale-free gradient step, eta * dL/dW~, to each site's sum ("gain"): call it
+        after the backward (and clipping), before the optimizers step. dL/dW~ = dL/dW / gamma (W~ = W
+        with gamma multiplied in, so dL/dW = dL/dW~ * gamma); a channel whose gamma is 0 adds nothing.
+        Under FSDP2 each rank adds its shards (every rank calls it)."""
+        gammas = {name: _full(sv()).detach().float() for name, sv, _, _ in self.relation}
+        for name, w, side in self.pairs:
+            if w.grad is None:
+                continue
+            grad = _local(w.grad).float()
+            factor = norms.fold_factor(self._part(gammas[name], grad, side), grad, side)
+            scale_free = torch.where(factor != 0, grad / torch.where(factor != 0, factor, 1), 0)
+            self.sgd[self._key(name, w)] += self.group_of[id(w)]["lr"] * scale_free
+        self.steps += 1
 
     def state(self):
         """The open interval's start for a checkpoint (plain tensors, keyed by parameter and site
@@ -116,13 +160,13 @@ class Mechanism:
         if self.sharded:
             return None
         return {"since": self.since, "copy": {self.names[k]: t for k, t in self.copy.items()},
-                "gamma": dict(self.gamma)}
+                "gamma": dict(self.gamma), "sgd": dict(self.sgd), "steps": self.steps}
 
     @torch.no_grad()
     def row(self, step):
         """The "mechanism" entry of the eval row at `step` (see the class docstring); the interval
         stays open until take(step)."""
-        gammas = {name: _full(sv()).detach().float() for name, sv in self.model.scale_vectors()}
+        gammas = {name: _full(sv()).detach().double() for name, sv in self.model.scale_vectors()}
         out = {}
         for name, g in gammas.items():
             low = g.abs().min().item()
@@ -132,23 +176,25 @@ class Mechanism:
             g = [gammas[name] for name, sv in self.model.scale_vectors() if sv.role == role]
             if g:
                 g = torch.cat(g)
-                out |= {f"wd/{role}/rms": g.square().mean().sqrt().item(),
-                        f"wd/{role}/drift": (g - 1).square().mean().sqrt().item()}
+                out |= {f"gamma/{role}/rms": g.square().mean().sqrt().item(),
+                        f"gamma/{role}/drift": (g - 1).square().mean().sqrt().item()}
         if step > self.since:
             out |= {"since": self.since, **self.interval(gammas)}
         return out
 
     def interval(self, gammas):
         """The interval keys: every squared sum first (one all-reduce under FSDP2), then the ratios."""
-        sums = []  # per site [||dW~||^2, ||W~_s||^2, ||dW||^2, ||W_s||^2]; per group [||dtheta||^2, ||theta_s||^2]
-        for name, sv, cols, rows in self.relation:
-            acc = torch.zeros(4, dtype=torch.float64, device=self.device)
-            for w, side in [(w, "columns") for w in cols] + [(w, "rows") for w in rows]:
-                now, then = _local(w), self.copy[id(w)]
-                folded_now = now * norms.fold_factor(self._part(gammas[name], now, side), now, side)
-                folded_then = then * norms.fold_factor(self._part(self.gamma[name], then, side), then, side)
-                acc += torch.stack([_sq(folded_now - folded_then), _sq(folded_then), _sq(now - then), _sq(then)])
-            sums.append(acc)
+        # per site [||dW~||^2, ||W~_s||^2, ||dW||^2, ||W_s||^2, ||gamma_s dW||^2, ||dgamma W_s||^2, ||sum eta G~||^2];
+        # per group [||dtheta||^2, ||theta_s||^2]
+        per_site = {name: torch.zeros(SITE_SUMS, dtype=torch.float64, device=self.device) for name, *_ in self.relation}
+        for name, w, side in self.pairs:  # in float64: an interval's step is a small difference of large weights
+            now, then = _local(w).double(), self.copy[id(w)].double()
+            g_now = norms.fold_factor(self._part(gammas[name], now, side), now, side)
+            g_then = norms.fold_factor(self._part(self.gamma[name], then, side), then, side)
+            per_site[name] += torch.stack([_sq(now * g_now - then * g_then), _sq(then * g_then), _sq(now - then), _sq(then),
+                                           _sq(g_then * (now - then)), _sq((g_now - g_then) * then),
+                                           _sq(self.sgd[self._key(name, w)])])
+        sums = list(per_site.values())
         for _, params in self.groups:
             acc = torch.zeros(2, dtype=torch.float64, device=self.device)
             for p in params:
@@ -160,11 +206,13 @@ class Mechanism:
             torch.distributed.all_reduce(flat)
         values, out = flat.sqrt().tolist(), {}
         for i, (name, _, _, _) in enumerate(self.relation):
-            d_folded, folded, d_plain, plain = values[4 * i: 4 * i + 4]
+            d_folded, folded, d_plain, plain, by_matrix, by_scale, scale_free = values[SITE_SUMS * i: SITE_SUMS * (i + 1)]
             a, b = _ratio(d_folded, folded), _ratio(d_plain, plain)
-            out |= {f"{name}/amp_folded": a, f"{name}/amp_plain": b,
-                    f"{name}/amp_ratio": _ratio(a, b) if a is not None and b is not None else None}
-        base = 4 * len(self.relation)
+            out |= {f"{name}/move_folded": a, f"{name}/move_plain": b,
+                    f"{name}/move_ratio": _ratio(a, b) if a is not None and b is not None else None,
+                    f"{name}/step_matrix": _ratio(by_matrix, folded), f"{name}/step_scale": _ratio(by_scale, folded),
+                    f"{name}/gain": _ratio(d_folded, scale_free) if self.steps else None}
+        base = SITE_SUMS * len(self.relation)
         for i, (group, params) in enumerate(self.groups):
             d, norm = values[base + 2 * i: base + 2 * i + 2]
             held = sum(p.numel() for p in params if id(p) in self.held)
@@ -183,6 +231,21 @@ class Mechanism:
         part = chunks[rank] if rank < len(chunks) else gamma[:0]
         assert part.numel() == w.size(0), (gamma.shape, w.shape)
         return part
+
+
+SITE_SUMS = 7  # squared norms per input-role site (Mechanism.interval)
+
+# Keys an earlier version logged under other names (the committed records keep theirs): readers of a
+# record or a log map them with renamed_key, so one name means one statistic everywhere.
+RENAMED = {"/amp_folded": "/move_folded", "/amp_plain": "/move_plain", "/amp_ratio": "/move_ratio", "wd/": "gamma/"}
+
+
+def renamed_key(key):
+    """key under its current name (RENAMED), e.g. "wd/input/rms" -> "gamma/input/rms"."""
+    for old, new in RENAMED.items():
+        if old in key:
+            return key.replace(old, new, 1)
+    return key
 
 
 def _sq(t):

@@ -126,11 +126,7 @@ def train(cfg, given=frozenset()):
                 if stopped:  # (saves iteration it, the last whole one; its partial gradients are not kept)
                     stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss, mechanism)
                     break
-                if cfg.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-                for opt in optimizers:  # (each steps its own groups: optim.build_optimizers)
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
+                optimizer_step(raw_model, optimizers, cfg, mechanism)
                 loss_val, lb_loss, z_loss = all_reduce_mean(sums / len(my_micro_steps), run).tolist()
                 tokens += run.tokens_per_iter
                 if not math.isfinite(loss_val):
@@ -170,6 +166,19 @@ def get_batch(data, split, index, micro_step, cfg, device):
     if device.type == "cuda":
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
+
+
+def optimizer_step(raw_model, optimizers, cfg, mechanism):
+    """Clip the gradients (grad_clip > 0), let the mechanism statistics read them (the step a
+    scale-free model would take on them: mechanism.Mechanism.record_step), step every optimizer
+    (each its own groups: optim.build_optimizers) and drop the gradients."""
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
+    if mechanism is not None:
+        mechanism.record_step()
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
 
 
 def all_reduce_mean(t, run):

@@ -17,10 +17,10 @@ def test_bench_prints_a_ratio_per_variant(capsys, tmp_path):
     table = json.loads((tmp_path / "b.json").read_text())["variants"]  # the same numbers for scripts
     assert table["baseline"]["ratio"] == table["baseline"]["memory_ratio"] == table["baseline"]["per_flop"] == 1.0
     assert table["unified"]["ms_per_step"] / table["baseline"]["ms_per_step"] == pytest.approx(table["unified"]["ratio"])
-    # the statistics' cost over the default eval_interval's 100 steps, a share in (0, 1)
+    # the statistics' cost over the default eval_interval's 100 steps (one row, 100 record_steps), in (0, 1)
     u = table["unified"]
-    assert u["mechanism_share"] == pytest.approx(u["mechanism_ms"] / (100 * u["ms_per_step"])) and \
-        0 < u["mechanism_share"] < 1
+    assert u["mechanism_share"] == pytest.approx((u["mechanism_ms"] + 100 * u["mechanism_step_ms"]) /
+                                                 (100 * u["ms_per_step"])) and 0 < u["mechanism_share"] < 1
     rows = {line.split()[0]: line.split() for line in out.splitlines()
             if line.split() and line.split()[0] in ("baseline", "unified", "unified_moe")}
     assert set(rows) == {"baseline", "unified", "unified_moe"}

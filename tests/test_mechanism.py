@@ -51,10 +51,10 @@ def rel(after, before):
 
 
 def test_one_step_by_hand_gives_every_logged_value():
-    """Baseline, untied head, n_layer=1, scales far from 1, one AdamW step: the amplification of the
-    pre-norm and final-norm sites, the floor, the update ratios and the decay's pull equal their
-    formulas computed here from the parameters before and after, with W~ taken from fold_scales()
-    on a copy of the model; the same ratio without gamma is far from the logged one."""
+    """Baseline, untied head, n_layer=1, scales far from 1, one AdamW step: the relative motion of the
+    pre-norm and final-norm sites' folded maps, the floor, the update ratios and gamma's state equal
+    their formulas computed here from the parameters before and after, with W~ taken from
+    fold_scales() on a copy of the model; the same ratio without gamma is far from the logged one."""
     model = GPT(GPTConfig(**BASELINE, **TINY, tie_embeddings=False), seed=0)
     far_from_one(model)
     optimizers, _ = build_optimizers(model, opt_cfg(), "cpu")
@@ -76,10 +76,10 @@ def test_one_step_by_hand_gives_every_logged_value():
         f0, f1 = dict(folded_before.named_parameters()), dict(folded_after.named_parameters())
         amp_folded = rel([f1[n] for n in names], [f0[n] for n in names])
         amp_plain = rel([p1[n] for n in names], [p0[n] for n in names])
-        assert row[f"{site}/amp_folded"] == pytest.approx(amp_folded, rel=1e-5), site
-        assert row[f"{site}/amp_plain"] == pytest.approx(amp_plain, rel=1e-5), site
-        assert row[f"{site}/amp_ratio"] == pytest.approx(amp_folded / amp_plain, rel=1e-5), site
-        # a statistic that left gamma out of W~ would log amp_plain as amp_folded: far apart here
+        assert row[f"{site}/move_folded"] == pytest.approx(amp_folded, rel=1e-5), site
+        assert row[f"{site}/move_plain"] == pytest.approx(amp_plain, rel=1e-5), site
+        assert row[f"{site}/move_ratio"] == pytest.approx(amp_folded / amp_plain, rel=1e-5), site
+        # a statistic that left gamma out of W~ would log move_plain as move_folded: far apart here
         assert abs(amp_folded - amp_plain) > 1e-3 * amp_plain, site
         g = p1[site + ".weight"].detach().double()
         assert row[f"{site}/g2_min"] == pytest.approx(g.square().min().item(), rel=1e-6)
@@ -97,13 +97,13 @@ def test_one_step_by_hand_gives_every_logged_value():
     assert row["update/lm_head"] == pytest.approx(rel([p1["lm_head.weight"]], [p0["lm_head.weight"]]), rel=1e-5)
     assert "update/embedding" not in row  # the copy holds no embedding
     g = torch.cat([p1[n].detach().double() for n in scales])
-    assert row["wd/input/rms"] == pytest.approx(g.square().mean().sqrt().item(), rel=1e-6)
-    assert row["wd/input/drift"] == pytest.approx((g - 1).square().mean().sqrt().item(), rel=1e-6)
-    assert "wd/output/rms" not in row  # the baseline untied has no output-role scale
+    assert row["gamma/input/rms"] == pytest.approx(g.square().mean().sqrt().item(), rel=1e-6)
+    assert row["gamma/input/drift"] == pytest.approx((g - 1).square().mean().sqrt().item(), rel=1e-6)
+    assert "gamma/output/rms" not in row  # the baseline untied has no output-role scale
 
 
 def test_the_folded_map_of_a_dp_outer_scale_and_a_dnp_up_scale_is_the_fold_of_their_matrices():
-    """DP's u_q folds into W_q's rows and DNP's u_up into W_down's columns: amp_folded over one step
+    """DP's u_q folds into W_q's rows and DNP's u_up into W_down's columns: move_folded over one step
     equals the relative change of those matrices with only that gamma multiplied in, rows or columns."""
     model = GPT(GPTConfig(**{**BASELINE, "attn_placement": "dual", "mlp_placement": "dual_norm"}, **TINY), seed=0)
     far_from_one(model, seed=3)
@@ -115,11 +115,11 @@ def test_the_folded_map_of_a_dp_outer_scale_and_a_dnp_up_scale_is_the_fold_of_th
     q = "blocks.0.attn.q"
     u0, u1 = before[f"{q}.out_scale.weight"], after[f"{q}.out_scale.weight"].detach()
     expected = rel([u1[:, None] * after[f"{q}.weight"].detach()], [u0[:, None] * before[f"{q}.weight"]])
-    assert row[f"{q}.out_scale/amp_folded"] == pytest.approx(expected, rel=1e-5)
+    assert row[f"{q}.out_scale/move_folded"] == pytest.approx(expected, rel=1e-5)
     up, down = "blocks.0.mlp.up.out_scale.weight", "blocks.0.mlp.down.weight"
     expected = rel([after[down].detach() * after[up].detach()[None, :]], [before[down] * before[up][None, :]])
-    assert row["blocks.0.mlp.up.out_scale/amp_folded"] == pytest.approx(expected, rel=1e-5)
-    assert "blocks.0.mlp.gate.out_scale/amp_folded" not in row  # output-role under DNP: SiLU follows it
+    assert row["blocks.0.mlp.up.out_scale/move_folded"] == pytest.approx(expected, rel=1e-5)
+    assert "blocks.0.mlp.gate.out_scale/move_folded" not in row  # output-role under DNP: SiLU follows it
     assert "blocks.0.mlp.gate.out_scale/g2_min" in row
 
 
@@ -145,9 +145,9 @@ def test_every_scale_site_is_in_the_row_and_every_input_role_site_has_its_amplif
     row = mech.row(1)
     for name, sv in model.scale_vectors():
         assert {f"{name}/g2_min", f"{name}/g2_mean", f"{name}/spread"} <= row.keys(), name
-        assert (f"{name}/amp_folded" in row) == (sv.role == "input"), name
-        assert row.get(f"{name}/amp_folded", 1.0) > 0, name
-    assert ("norm_f.scale/amp_folded" in row) == (not tie)  # tied, the final-norm scale has no fold
+        assert (f"{name}/move_folded" in row) == (sv.role == "input"), name
+        assert row.get(f"{name}/move_folded", 1.0) > 0, name
+    assert ("norm_f.scale/move_folded" in row) == (not tie)  # tied, the final-norm scale has no fold
     groups = {g["name"] for opt in optimizers for g in opt.param_groups}
     assert {k.split("/")[1] for k in row if k.startswith("update/")} == groups - {"embedding"}  # (not held)
     if model.config.n_experts:  # the shared pre-MLP scale (or, under HG, each branch's) reaches every expert
@@ -156,8 +156,8 @@ def test_every_scale_site_is_in_the_row_and_every_input_role_site_has_its_amplif
         if variant == "moe":
             assert readers == [[w for e in moe.experts for w in (e.gate.weight, e.up.weight)] + [moe.router.weight]]
         else:
-            assert readers == [] and "blocks.0.mlp.router.in_scale/amp_folded" in row
-            assert all(f"blocks.0.mlp.experts.{i}.{b}.in_scale/amp_folded" in row for i in range(3)
+            assert readers == [] and "blocks.0.mlp.router.in_scale/move_folded" in row
+            assert all(f"blocks.0.mlp.experts.{i}.{b}.in_scale/move_folded" in row for i in range(3)
                        for b in ("gate", "up"))
 
 
@@ -207,7 +207,7 @@ def test_a_resumed_run_logs_the_interval_the_stop_left_open(tmp_path, monkeypatc
     assert [straight[i].get("since") for i in (0, 4, 8)] == [None, 0, 4]
     assert resumed == straight
     assert [cut[i].get("since") for i in (0, 4, 8)] == [None, 0, 6]
-    amp = "blocks.0.attn.q.in_scale/amp_plain"
+    amp = "blocks.0.attn.q.in_scale/move_plain"
     assert cut[8][amp] < straight[8][amp]  # 2 steps of movement against 4
 
 
@@ -226,7 +226,7 @@ def test_a_record_carries_the_final_statistics_and_each_interval_keys_mean(tmp_p
     rec = ablation.make_record(planned, rows, "abl")["mechanism"]
     intervals = [r["mechanism"] for r in evals if "since" in r["mechanism"]]
     assert rec["intervals"] == len(intervals) == 3 and rec["final"]["since"] == 4
-    key = next(k for k in intervals[-1] if k.endswith("/amp_ratio"))
+    key = next(k for k in intervals[-1] if k.endswith("/move_ratio"))
     want = sum(m[key] for m in intervals) / len(intervals)
     assert rec["mean"][key] == pytest.approx(want, rel=1e-4) and rec["final"][key] == pytest.approx(intervals[-1][key],
                                                                                                        rel=1e-4)
@@ -239,7 +239,102 @@ def test_a_record_carries_the_final_statistics_and_each_interval_keys_mean(tmp_p
 
 def test_the_registered_scalar_is_the_mean_of_the_input_role_sites_amplification():
     from research.stats import mechanism_scalar
-    rec = {"mechanism": {"mean": {"a.scale/amp_ratio": 1.5, "b.scale/amp_ratio": 2.5, "c.scale/amp_ratio": None,
-                                  "a.scale/amp_folded": 9.0, "a.scale/g2_min": 7.0}}}
+    rec = {"mechanism": {"mean": {"a.scale/move_ratio": 1.5, "b.scale/move_ratio": 2.5, "c.scale/move_ratio": None,
+                                  "a.scale/move_folded": 9.0, "a.scale/g2_min": 7.0}}}
     assert mechanism_scalar(rec) == 2.0  # the two defined ratios, nothing else
     assert mechanism_scalar({"mechanism": {"mean": {"a.scale/g2_min": 1.0}}}) is None and mechanism_scalar({}) is None
+
+
+# --- Theorem 2.2 under plain SGD: what each statistic must read ---
+
+SITE = "blocks.0.mlp_norm.scale"  # the pre-MLP scale, folded into the columns of W_gate and W_up
+READERS = ("blocks.0.mlp.gate.weight", "blocks.0.mlp.up.weight")
+
+
+def sgd_step(model, mech, lr, frozen=(), seed=1):
+    """One plain-SGD step on every parameter but `frozen` (their gradients dropped), with the
+    gradients the mechanism reads first; returns {name: (value before, gradient)}."""
+    gen = torch.Generator().manual_seed(seed)
+    x, y = torch.randint(0, 40, (4, 8), generator=gen), torch.randint(0, 40, (4, 8), generator=gen)
+    model(x, y)[1].backward()
+    before = {n: (p.detach().clone(), None if p.grad is None else p.grad.detach().clone())
+              for n, p in model.named_parameters()}
+    mech.record_step()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.grad is not None and n not in frozen:
+                p -= lr * p.grad
+            p.grad = None
+    return before
+
+
+def sgd_model(gamma=None, lr=1e-3, readers_times=1.0, dtype=torch.float32):
+    """The untied baseline with every scale vector far from 1 (or SITE's gamma constant at `gamma`) and
+    SITE's readers' weights times readers_times, and a Mechanism whose matrix group steps at lr (plain
+    SGD is taken by hand: the groups give the LR)."""
+    model = GPT(GPTConfig(**BASELINE, **TINY, tie_embeddings=False), seed=0).to(dtype)
+    far_from_one(model)
+    with torch.no_grad():
+        for name in READERS:
+            dict(model.named_parameters())[name].mul_(readers_times)
+    if gamma is not None:
+        dict(model.scale_vectors())[SITE].set_(torch.full((TINY["n_embd"],), float(gamma)))
+    optimizers, _ = build_optimizers(model, opt_cfg(learning_rate=lr, weight_decay=0.0), "cpu")
+    return model, Mechanism(model, optimizers, step=0)
+
+
+def test_under_sgd_the_folded_step_is_the_theorems_first_order_prediction():
+    """One SGD step of LR eta: the folded columns w~_j = gamma_j w_j of SITE's readers move by
+    -eta (gamma_j^2 I + w_j w_j^T) g_j (paper Theorem 2.2), g_j = dL/dw~_j = dL/dw_j / gamma_j, up to
+    the second-order term eta^2 dgamma_j dw_j; step_matrix reads the gamma^2 term, step_scale the
+    rank-one term, gain the folded step over eta ||g||: each equals its hand computation here. The
+    readers' weights are 10x their init, so that ||w_j||^2 is near gamma_j^2 and the rank-one term
+    is a large part of the step (at init it is ~1%)."""
+    lr = 1e-4  # (in float64: no rounding of the weights the step lands on)
+    model, mech = sgd_model(lr=lr, readers_times=10.0, dtype=torch.float64)
+    before = sgd_step(model, mech, lr)
+    row = mech.row(1)
+    gamma, g_gamma = before[SITE + ".weight"]
+    params = dict(model.named_parameters())
+    gamma64 = gamma.double()
+    g = {n: before[n][1].double() / gamma64[None, :] for n in READERS}  # dL/dW~, column by column
+    # w_j is the column j of every reader stacked (the scale multiplies all of them): w_j . g_j sums over both
+    dot = sum((before[n][0].double() * g[n]).sum(0, keepdim=True) for n in READERS)
+    assert torch.allclose(g_gamma.double()[None, :], dot, rtol=1e-4, atol=1e-9)  # dL/dgamma_j = w_j . g_j
+    predicted, moved, folded, by_matrix, by_scale, scale_free = [], [], [], [], [], []
+    for name in READERS:
+        w = before[name][0].double()
+        # -(gamma_j^2 I + w_j w_j^T) g_j for every column j at once
+        predicted.append(-lr * (gamma64[None, :] ** 2 * g[name] + w * dot))
+        moved.append(params[name].detach().double() * params[SITE + ".weight"].detach().double()[None, :]
+                     - w * gamma64[None, :])
+        folded.append(w * gamma64[None, :])
+        by_matrix.append(-lr * gamma64[None, :] ** 2 * g[name])
+        by_scale.append(-lr * w * dot)
+        scale_free.append(-lr * g[name])
+    norm = lambda ts: math.sqrt(sum(t.square().sum().item() for t in ts))  # noqa: E731
+    error = norm([m - p for m, p in zip(moved, predicted)]) / norm(predicted)
+    assert error < 2e-2  # second order in eta
+    # the rank-one term is no rounding: dropping it misses by far more
+    assert norm([m - b for m, b in zip(moved, by_matrix)]) / norm(predicted) > 10 * error
+    assert row[f"{SITE}/step_matrix"] == pytest.approx(norm(by_matrix) / norm(folded), rel=1e-2)
+    assert row[f"{SITE}/step_scale"] == pytest.approx(norm(by_scale) / norm(folded), rel=1e-2)
+    assert row[f"{SITE}/gain"] == pytest.approx(norm(moved) / norm(scale_free), rel=1e-4)
+    assert row[f"{SITE}/move_folded"] == pytest.approx(norm(moved) / norm(folded), rel=1e-4)
+
+
+@pytest.mark.parametrize("gamma", [1.0, 2.0, 0.5])
+def test_a_frozen_gamma_reads_as_its_square_in_gain_and_as_one_in_move_ratio(gamma):
+    """gamma held constant (its gradient dropped) under SGD: the folded map steps by
+    -eta gamma^2 dL/dW~, so gain is gamma^2 (4 at gamma = 2, 1 at 1, 0.25 at 0.5) and step_scale 0,
+    while move_ratio, which compares the folded map with its own matrix, is 1 at every gamma: it
+    cannot tell a gamma of 2 from 1, and is named for what it reads (gamma's change)."""
+    model, mech = sgd_model(gamma=gamma, lr=1e-2)
+    for k in range(3):
+        sgd_step(model, mech, 1e-2, frozen={SITE + ".weight"}, seed=k)
+    row = mech.row(3)
+    # (to the float32 rounding of the weights the steps land on, ~1e-5 of a step here)
+    assert row[f"{SITE}/gain"] == pytest.approx(gamma ** 2, rel=1e-3)
+    assert row[f"{SITE}/move_ratio"] == pytest.approx(1.0, rel=1e-5)
+    assert row[f"{SITE}/step_scale"] == 0.0
+    assert row[f"{SITE}/step_matrix"] == pytest.approx(row[f"{SITE}/move_folded"], rel=1e-6)

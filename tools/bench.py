@@ -20,9 +20,10 @@ variants mean much). Config keys as in train.py; bench-only options:
 --variants, --steps, --warmup, --memory, --json=PATH (the table as JSON, for scripts),
 --shared.
 
-"stats %": the mechanism statistics' cost (mechanism.Mechanism, which train.py runs at every eval
-under mechanism_stats) as a share of the training between two evals: the median time of one
-statistics computation / (eval_interval x the median step time), at the config's eval_interval
+"stats %": the mechanism statistics' cost (mechanism.Mechanism: under mechanism_stats train.py
+reads the gradients at every step, record_step, and computes the row at every eval) as a share of
+the training between two evals: (the median time of one row and its new copy + eval_interval x
+that of one record_step) / (eval_interval x the median step time), at the config's eval_interval
 (max_iters when it is 0); measured for every variant, whatever mechanism_stats says.
 
 --shared=True (CPU) measures a shared machine: the first variant's step time
@@ -238,21 +239,31 @@ def time_steps(built, names, steps, warmup, x, y, ctx, device):
 
 
 def time_mechanism(built, names, device, repeats=5):
-    """{variant: median seconds of one mechanism statistics computation (Mechanism.row: the
-    point-in-time statistics, the interval's, the new copy)}; GPT2Reference has none."""
+    """{variant: (median seconds of one eval's mechanism statistics (Mechanism.row: the point-in-time
+    statistics, the interval's; then take, the new copy), median seconds of one step's record_step)};
+    GPT2Reference has none."""
     found = {}
     for n in names:
         model, _, opts = built[n]
         if not isinstance(model, GPT):
             continue
-        mech, times = Mechanism(model, opts, 0), []
+        mech, per_eval, per_step = Mechanism(model, opts, 0), [], []
+        for p in model.parameters():  # record_step reads the gradients: any values time alike
+            p.grad = torch.zeros_like(p)
         for k in range(1, repeats + 1):
             sync(device)
             t0 = time.perf_counter()
-            mech.row(k)
+            mech.record_step()
             sync(device)
-            times.append(time.perf_counter() - t0)
-        found[n] = statistics.median(times)
+            t1 = time.perf_counter()
+            mech.row(k)
+            mech.take(k)
+            sync(device)
+            per_step.append(t1 - t0)
+            per_eval.append(time.perf_counter() - t1)
+        for p in model.parameters():
+            p.grad = None
+        found[n] = (statistics.median(per_eval), statistics.median(per_step))
         del mech
     return found
 
@@ -260,7 +271,7 @@ def time_mechanism(built, names, device, repeats=5):
 def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interval=1):
     """Print one row per variant (parameters, median ms/step, its ratio to names[0], per FLOP,
     tokens/s, MFU where the peak is known, the mechanism statistics' share of an eval interval of
-    `interval` steps (mech: seconds per computation), peak memory); returns the rows as dicts."""
+    `interval` steps (mech: seconds per eval and per step), peak memory); returns the rows as dicts."""
     mech = mech or {}
     ref = statistics.median(times[names[0]])
     mem_head = f"  peak {memory_kind} MiB (ratio)" if mem else ""
@@ -276,7 +287,7 @@ def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interv
                 f" {tokens / med:>10,.0f}")
         if peak:
             line += f" {100 * model.flops_per_token() * tokens / med / peak:>5.1f}%"
-        share = mech[n] / (interval * med) if n in mech else None
+        share = (mech[n][0] + interval * mech[n][1]) / (interval * med) if n in mech else None
         line += f" {100 * share:>8.3f}" if share is not None else f" {'-':>8}"
         if mem:
             line += f"  {mem[n]:>9.0f} ({mem[n] / mem[names[0]]:.3f})"
@@ -285,7 +296,8 @@ def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interv
                        tokens_per_s=tokens / med,
                        mfu_percent=100 * model.flops_per_token() * tokens / med / peak if peak else None,
                        peak_mib=mem.get(n), memory_ratio=mem[n] / mem[names[0]] if mem else None,
-                       mechanism_ms=1000 * mech[n] if n in mech else None, mechanism_share=share)
+                       mechanism_ms=1000 * mech[n][0] if n in mech else None,
+                       mechanism_step_ms=1000 * mech[n][1] if n in mech else None, mechanism_share=share)
     print(f"ratios are against {names[0]!r}; stats %: the mechanism statistics' share of the {interval} steps "
           f"between two evals")
     return rows
