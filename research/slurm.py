@@ -7,7 +7,7 @@ One job per open run (neither recorded nor queued): a job runs torchrun on each
 node (one node: --standalone; several: c10d rendezvous at the first node's
 address, which submitit's job environment gives) over train.py with
 --init_from=auto, then writes the run's record exactly as a local sweep does
-(research.ablation.record), so research/plot.py reads cluster and local runs alike.
+(research.records.record), so research/plot.py reads cluster and local runs alike.
 
 Time limits and preemption: Slurm warns a job before its limit with SIGUSR2
 (submitit asks for it --signal_delay_s ahead; SIGTERM it does not pass on).
@@ -89,7 +89,7 @@ class TrainJob:
                 f"--rdzv_id={env.job_id}", *train]
 
     def __call__(self):
-        from research.ablation import record, start_provenance
+        from research.records import record, start_provenance
         submitit = import_submitit()
         env = submitit.JobEnvironment()
         first, t0 = env.global_rank == 0, time.time()

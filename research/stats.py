@@ -1,6 +1,8 @@
 """The statistics of the ablation tables, apart from drawing: Student t intervals and p values,
-Benjamini-Hochberg adjustment, verdicts, the power-law fit of the token multiplier, the power of
-a paired protocol (how many seeds it plans), and a ladder's compute multiplier with its interval.
+Benjamini-Hochberg adjustment, the words a row may use (every verdict and strength is decided here:
+verdict, ladder_verdict, difference_verdict, strength), the power-law fit of the token multiplier,
+the power of a paired protocol (how many seeds it plans), and a ladder's compute multiplier with
+its interval.
 
 research/plot.py's docstring states the rules these implement (and results/README.md in
 prose); tests/test_stats.py checks each against hand computations and reference values.
@@ -176,6 +178,45 @@ def verdict(ci, n, expected):
     if below or above:
         return "contradicted" + few
     return "unresolved" + few
+
+
+def ladder_verdict(ci, df, expected):
+    """The verdict of a ladder's compute multiplier, from its interval on the loss scale (ci: -ln M and
+    its interval, as a ladder row carries it; None without a multiplier) and its t interval's df:
+    '-' without an expectation, 'unresolved' without a multiplier, 'unresolved (one seed a rung: no
+    interval)' without an interval, else verdict over df + 1 seeds."""
+    if not expected:
+        return "-"
+    if ci is None:
+        return "unresolved"
+    if ci[1] is None:
+        return "unresolved (one seed a rung: no interval)"
+    return verdict(ci, df + 1, expected)
+
+
+def excludes_zero(ci):
+    """Whether a mean_ci interval lies wholly on one side of 0 (one seed: no interval, False)."""
+    return ci is not None and ci[1] is not None and (ci[2] < 0 or ci[1] > 0)
+
+
+def difference_verdict(ci):
+    """The verdict of a row that claims no direction (a mechanism question's): 'differs' when its
+    interval excludes 0, else 'unresolved'."""
+    return "differs" if excludes_zero(ci) else "unresolved"
+
+
+def strength(ci, p_bh, expected=None):
+    """The word a sentence about a row may use, beside its verdict: "finding" when its interval
+    excludes 0 and its Benjamini-Hochberg adjusted p (p_bh, over the row's family) is <= 0.05,
+    "lead" when the interval excludes 0 only uncorrected, "-" otherwise (unresolved) or without a
+    p_bh. With the claim's direction (expected: 'lower' or 'higher'), a finding or lead on the other
+    side of 0 says so ("lead, against the claim"); a row that claims none gets the word alone."""
+    if p_bh is None or not excludes_zero(ci):
+        return "-"
+    word = "finding" if p_bh <= 0.05 else "lead"
+    if not expected:
+        return word
+    return word if (ci[0] < 0) == (expected == "lower") else f"{word}, against the claim"
 
 
 def fmt_ci(ci, spec="+.4f"):
@@ -394,7 +435,7 @@ def ladder_power(gap, sd, seeds_per_rung, alpha=0.05):
 
 def mechanism_scalar(record):
     """The mean amplification of a run's input-role sites: the mean over its sites of amp_ratio's
-    mean over the run's evaluation intervals (a record's "mechanism" -> "mean", research/ablation.py
+    mean over the run's evaluation intervals (a record's "mechanism" -> "mean", research/records.py
     mechanism_record), amp_ratio = (||W~_t - W~_s|| / ||W~_s||) / (||W_t - W_s|| / ||W_s||) for W~ the
     map with the site's gamma folded in (mechanism.Mechanism; paper Theorem 2.2, claim C3). Only input-role
     sites have one; a site whose matrix never moved (None) is left out. None for a record without

@@ -8,7 +8,7 @@
     python -m research.sweep configs/ablations/ladder.py --settings='*_tpp20' --dry_run  # some settings only
     python -m research.sweep configs/ablations/c8_d012.py --scale_down   # a GPU file, end to end on a CPU (~minutes)
 
-The ablation file format, how runs are paired and named, and the records: ablation.py.
+The ablation file format and how runs are paired and named: ablation.py; their records: records.py.
 
 SIGTERM or SIGINT (Ctrl-C) stops a sweep cleanly: it starts no more runs, passes a
 SIGTERM to each running train.py (which finishes its step, saves its checkpoint and
@@ -34,8 +34,8 @@ import statistics
 import subprocess
 import time
 
-from research.ablation import (code_state, load_ablation, load_records, plan, record, start_provenance, state,
-                               tuning_seeds, tuning_setting)
+from research.ablation import load_ablation, plan, state, tuning_seeds, tuning_setting
+from research.records import code_state, load_records, record, start_provenance
 from common import StopSignals, cli, fmt_duration
 from configurator import UserError, folder_problem
 from research import slurm

@@ -15,7 +15,8 @@ from configurator import UserError
 from memory import estimate_size
 from conftest import ROOT
 from model import GPT, model_config
-from research import ablation, plot, stats, sweep
+from research import ablation, comparisons, multipliers, plot, regime, stats, summary, sweep
+from research.records import make_record, write_record
 from research.ladder import main as ladder_main, plan_table, subset_for
 from test_sweep import fake_rows, write_ablation
 
@@ -200,8 +201,8 @@ def record_law(spec, results, k):
     """Records whose final losses follow L(C) = E + A C^-alpha: the baseline at its compute C, the
     other variant as if it had k times its compute (a compute multiplier of exactly k)."""
     for run in sweep.plan(spec, "runs"):
-        c = plot.train_flops(run["config"]) * (k if run["variant"] != "baseline" else 1)
-        ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], E + A * c ** -ALPHA),
+        c = regime.train_flops(run["config"]) * (k if run["variant"] != "baseline" else 1)
+        write_record(results, make_record(run, fake_rows(run["config"], E + A * c ** -ALPHA),
                                                             spec["name"]))
 
 
@@ -209,12 +210,12 @@ def test_the_ladder_fit_recovers_a_known_compute_multiplier(tmp_path):
     path = ladder_file(tmp_path, lambda w: 4)
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     record_law(spec, results, k=1.25)
-    collected = plot.collect(spec, sweep.load_records(results))[0]
-    [row] = plot.ladder_rows(spec, collected)
+    collected = comparisons.collect(spec, sweep.load_records(results))[0]
+    [row] = multipliers.ladder_rows(spec, collected)
     assert row["ladder"]["fit"][2] == pytest.approx(ALPHA, rel=1e-3)
     assert row["ladder"]["per_rung"] == pytest.approx([1.25] * 4, rel=1e-3)
     assert row["ladder"]["multiplier"] == pytest.approx(1.25, rel=1e-3) and row["ladder"]["low"] is None
-    md = "\n".join(plot.ladder_table(spec, collected))
+    md = "\n".join(multipliers.ladder_table(spec, collected))
     assert "| unified | 1.250 | 1.250 | 1.250 | 1.250 | x1.250 (no rung with two seeds: no interval) | - | 0 | " \
            "unresolved (one seed a rung: no interval) | 1, 1, 1, 1 |" in md
     assert "not the paper's quantity" in md  # 4 iterations of 64 tokens: far below 100 tokens per parameter
@@ -237,16 +238,16 @@ def test_a_ladders_interval_over_seeds_is_in_its_table_and_the_summary_with_its_
     noise = {(s, v): 0.002 * ((7 * s + 3 * (v == "unified")) % 5 - 2) for s in (1, 2, 3) for v in spec["variants"]}
     losses = {}
     for run in sweep.plan(spec, "runs"):
-        c = plot.train_flops(run["config"]) * (1.2 if run["variant"] != "baseline" else 1)
+        c = regime.train_flops(run["config"]) * (1.2 if run["variant"] != "baseline" else 1)
         losses[(run["setting"], run["variant"], run["seed"])] = loss = E + A * c ** -ALPHA + noise[(run["seed"],
                                                                                                      run["variant"])]
-        ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], loss), spec["name"]))
+        write_record(results, make_record(run, fake_rows(run["config"], loss), spec["name"]))
     assert sorted(s for st, v, s in losses if st == "w64") == [1, 1] and len([k for k in losses if k[0] == "w16"]) == 6
-    collected = plot.collect(spec, sweep.load_records(results))[0]
-    [row] = plot.ladder_rows(spec, collected)
+    collected = comparisons.collect(spec, sweep.load_records(results))[0]
+    [row] = multipliers.ladder_rows(spec, collected)
     seeds = {st: [1, 2, 3] if st in ("w16", "w32") else [1] for st in rungs}
-    flops = {st: plot.train_flops(ablation.build_config(spec, st, "baseline", 1)) for st in rungs}
-    flops_u = {st: plot.train_flops(ablation.build_config(spec, st, "unified", 1)) for st in rungs}
+    flops = {st: regime.train_flops(ablation.build_config(spec, st, "baseline", 1)) for st in rungs}
+    flops_u = {st: regime.train_flops(ablation.build_config(spec, st, "unified", 1)) for st in rungs}
     want = stats.ladder_multiplier([flops[st] for st in rungs],
                                    [[losses[(st, "baseline", s)] for s in seeds[st]] for st in rungs],
                                    [[losses[(st, "unified", s)] for s in seeds[st]] for st in rungs],
@@ -255,10 +256,10 @@ def test_a_ladders_interval_over_seeds_is_in_its_table_and_the_summary_with_its_
     assert (row["ladder"]["low"], row["ladder"]["high"], row["p"]) == pytest.approx(
         (want["low"], want["high"], want["p"]), rel=1e-9)
     assert row["ci"][0] == pytest.approx(-math.log(want["multiplier"])) and row["ci"][1] < row["ci"][0] < row["ci"][2]
-    md = "\n".join(plot.ladder_table(spec, collected))
+    md = "\n".join(multipliers.ladder_table(spec, collected))
     assert f"x{want['multiplier']:.3f} [{want['low']:.3f}, {want['high']:.3f}] | {want['p']:#.3g} |" in md
     assert "| 3, 3, 1, 1 |" in md
-    table = plot.summary([(spec, collected, [], None)])
+    table = summary.summary([(spec, collected, [], None)])
     line = next(ln for ln in table.splitlines() if "| widths |" in ln)
     assert f"compute multiplier x{want['multiplier']:.3f}" in line and "per rung 3, 3, 1, 1" in line
     paired = [stats.paired_t_p([losses[(st, "unified", s)] - losses[(st, "baseline", s)] for s in (1, 2, 3)])
@@ -273,11 +274,11 @@ def test_the_ladder_is_called_the_papers_quantity_only_at_its_regime(tmp_path):
     def iters(width):  # about 100 tokens per parameter: params / 64 tokens per iteration x 100
         cfg = {**ablation.build_config(sweep.load_ablation(ladder_file(tmp_path / "probe", lambda w: 4)),
                                        f"w{width}", "baseline", 1), "vocab_size": 40}
-        return round(100 * plot.param_count(cfg) / 64)
+        return round(100 * regime.param_count(cfg) / 64)
     path = ladder_file(tmp_path, iters)
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     record_law(spec, results, k=1.1)
-    md = "\n".join(plot.ladder_table(spec, plot.collect(spec, sweep.load_records(results))[0]))
+    md = "\n".join(multipliers.ladder_table(spec, comparisons.collect(spec, sweep.load_records(results))[0]))
     assert "the paper's compute multiplier (its regime: about 100 tokens per parameter)" in md
 
 
@@ -352,7 +353,7 @@ def test_the_pilots_sd_sets_the_planned_seeds_by_the_registered_rule(tmp_path):
     loss = {"baseline": 3.0, "unified": 2.99, "norm_only": 2.995}
     for r in pilot_runs:
         noise = spread[r["seed"]] * {"baseline": 0, "unified": 1, "norm_only": 0.5}[r["variant"]]
-        ablation.write_record(results, ablation.make_record(r, fake_rows(r["config"], loss[r["variant"]] + noise),
+        write_record(results, make_record(r, fake_rows(r["config"], loss[r["variant"]] + noise),
                                                             spec["name"]))
     sd = max(np.std([spread[s] for s in range(1, 5)], ddof=1),
              np.std([0.5 * spread[s] for s in range(1, 5)], ddof=1))
@@ -364,10 +365,10 @@ def test_the_pilots_sd_sets_the_planned_seeds_by_the_registered_rule(tmp_path):
                                       for v in loss for s in range(1, 5)}) == (want, pytest.approx(sd))
     for r in sweep.plan(spec, "runs", records):
         if r["seed"] > 4:
-            ablation.write_record(results, ablation.make_record(r, fake_rows(r["config"], loss[r["variant"]]),
+            write_record(results, make_record(r, fake_rows(r["config"], loss[r["variant"]]),
                                                                 spec["name"]))
-    collected = plot.collect(spec, sweep.load_records(results))[0]
-    rows = plot.comparisons(spec, collected)
+    collected = comparisons.collect(spec, sweep.load_records(results))[0]
+    rows = comparisons.comparisons(spec, collected)
     assert all(len(c["seeds"]) == want and "added after a look" not in c["verdict"] for c in rows)
 
 

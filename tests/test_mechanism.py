@@ -212,10 +212,10 @@ def test_a_resumed_run_logs_the_interval_the_stop_left_open(tmp_path, monkeypatc
 
 
 def test_a_record_carries_the_final_statistics_and_each_interval_keys_mean(tmp_path):
-    """research.ablation.make_record on a real run's log: "mechanism" holds the last eval row's entry
+    """research.records.make_record on a real run's log: "mechanism" holds the last eval row's entry
     and, per key, the mean over the eval rows that close an interval (computed here from the log);
     a log without the statistics gives a record without the field."""
-    from research import ablation
+    from research import records
     data = make_dataset(tmp_path / "data")
     out = str(tmp_path / "on")
     run(tiny_args(data, out, "--max_iters=6", "--eval_interval=2", "--mechanism_stats=on"))
@@ -223,7 +223,7 @@ def test_a_record_carries_the_final_statistics_and_each_interval_keys_mean(tmp_p
     evals = [r for r in rows if r["kind"] == "eval"]
     planned = {"name": "x", "hash": "h", "out_dir": out, "variant": "v", "setting": "s", "seed": 1, "lr_mult": 1.0, "iter_mult": 1.0,
                "config": {**load_config(tiny_args(data, out, "--max_iters=6", "--eval_interval=2"))[0]}}
-    rec = ablation.make_record(planned, rows, "abl")["mechanism"]
+    rec = records.make_record(planned, rows, "abl")["mechanism"]
     intervals = [r["mechanism"] for r in evals if "since" in r["mechanism"]]
     assert rec["intervals"] == len(intervals) == 3 and rec["final"]["since"] == 4
     key = next(k for k in intervals[-1] if k.endswith("/move_ratio"))
@@ -234,7 +234,7 @@ def test_a_record_carries_the_final_statistics_and_each_interval_keys_mean(tmp_p
     assert rec["mean"][floor] == pytest.approx(sum(m[floor] for m in intervals) / 3, rel=1e-4)
     assert "since" not in rec["mean"]
     bare = [{k: v for k, v in r.items() if k != "mechanism"} for r in rows]
-    assert "mechanism" not in ablation.make_record(planned, bare, "abl")
+    assert "mechanism" not in records.make_record(planned, bare, "abl")
 
 
 def test_the_registered_scalar_is_the_mean_of_the_input_role_sites_amplification():

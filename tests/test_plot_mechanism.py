@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from configurator import UserError
-from research import ablation, plot, stats, sweep
+from research import ablation, comparisons, mechanism_figures, mechanism_question, plot, run_figures, stats, sweep
+from research.records import load_records, make_record, write_record
 from test_sweep import fake_rows, write_ablation
 from test_train import make_dataset, read_log, run, tiny_args
 
@@ -21,13 +22,13 @@ NORM_ONLY = ["--branch_scales=False", "--mlp_placement=in_norm", "--reparam=plai
 def captured(monkeypatch):
     """The figures plot.py closes, in order (it closes each once saved)."""
     figures = []
-    monkeypatch.setattr(plot.plt, "close", figures.append)
+    monkeypatch.setattr(run_figures.plt, "close", figures.append)
     return figures
 
 
 def panel(fig, kind, which):
-    """The axes of a site kind's (or group's) panel: floor, amp or update (plot.MECHANISM_PANELS)."""
-    (ax,) = [a for a in fig.axes if a.get_title() == f"{kind}\n{plot.MECHANISM_PANELS[which][0]}"]
+    """The axes of a site kind's (or group's) panel: floor, amp or update (mechanism_figures.MECHANISM_PANELS)."""
+    (ax,) = [a for a in fig.axes if a.get_title() == f"{kind}\n{mechanism_figures.MECHANISM_PANELS[which][0]}"]
     return ax
 
 
@@ -148,7 +149,7 @@ def write_records(tmp_path, skip=()):
     results = str(tmp_path / "results")
     for r in sweep.plan(spec, "runs"):
         if (r["setting"], r["variant"], r["seed"]) not in skip:
-            ablation.write_record(results, ablation.make_record(r, mechanism_rows(r["config"], amp_of(r)), "mech"))
+            write_record(results, make_record(r, mechanism_rows(r["config"], amp_of(r)), "mech"))
     return path, spec, results
 
 
@@ -166,7 +167,7 @@ def test_the_mechanism_question_table_equals_stats_on_the_records(tmp_path, monk
     path, spec, results = write_records(tmp_path)
     figures = captured(monkeypatch)
     plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"])
-    records = ablation.load_records(results)
+    records = load_records(results)
     diffs, tests, adjusted = recomputed(records, spec)
     for st in ("w32", "w64"):  # the constructed truth, to the records' 5 digits
         assert np.allclose(diffs[st], [EFFECT[st] + NOISE[s] * 2 / 3 for s in spec["seeds"]], atol=1e-4)
@@ -182,7 +183,7 @@ def test_the_mechanism_question_table_equals_stats_on_the_records(tmp_path, monk
     assert [line.split("|")[3].strip() for line in table] == ["5 of 5", "5 of 5", "5 and 5"]
     welch = stats.welch_t(diffs["w64"], diffs["w32"])
     assert table[2].split("|")[6].strip() == f"{welch[2]:.3g}" and welch[0][0] == pytest.approx(0.2, abs=0.02)
-    rows = plot.question_rows(spec, plot.collect(spec, records)[0])
+    rows = mechanism_question.question_rows(spec, comparisons.collect(spec, records)[0])
     assert [r["ci"] for r in rows] == [ci for ci, _ in tests] and [r["p_bh"] for r in rows] == adjusted
 
     (question,) = [f for f in figures if any("(Welch)" in a.get_title() for a in f.axes)]
@@ -201,7 +202,7 @@ def test_the_mechanism_figure_draws_each_site_kinds_mean_and_range_over_seeds(tm
     floor, amp, update = fig.axes
     assert [t.get_text() for t in floor.get_yticklabels()] == ["attn.q.in_scale", "norm_f.scale"]
     assert [t.get_text() for t in update.get_yticklabels()] == ["matrix"]  # a None ratio is left out
-    records = list(ablation.load_records(results).values())
+    records = list(load_records(results).values())
     for line in floor.lines:
         variant, setting = re.match(r"(\w+), (\w+) \(n=5\)", line.get_label()).groups()
         mine = [r for r in records if r["variant"] == variant and r["setting"] == setting]
@@ -251,7 +252,7 @@ def plot_command(*args):
 
 def test_runs_with_long_names_get_a_bounded_stated_figure_name(tmp_path):
     """Three runs named as a sweep names them, each 90 characters: joined with _vs_ they pass the
-    255 bytes a file name may have. The figure's name is at most plot.FIGURE_NAME_BYTES, each
+    255 bytes a file name may have. The figure's name is at most run_figures.FIGURE_NAME_BYTES, each
     name's head and tail kept, with a hash of the full names (two lists that shorten alike: two
     files), and the command says so; one run of a 252-character folder (with .png: 256) alike."""
     import hashlib
@@ -262,11 +263,11 @@ def test_runs_with_long_names_get_a_bounded_stated_figure_name(tmp_path):
     code, stdout, stderr = plot_command(*(f"--run={d}" for d in dirs), f"--out={out}")
     assert code == 0 and "Traceback" not in stderr, stderr
     (made,) = os.listdir(out)
-    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:plot.FIGURE_HASH_CHARS]
-    assert made.endswith(f"_{digest}.png") and len(made.encode()) <= plot.FIGURE_NAME_BYTES
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:run_figures.FIGURE_HASH_CHARS]
+    assert made.endswith(f"_{digest}.png") and len(made.encode()) <= run_figures.FIGURE_NAME_BYTES
     assert made.startswith("unified_adamw") and made.count("_vs_") == 2 and "_cfg1_vs_" in made
     assert (out / made).read_bytes()[:4] == b"\x89PNG"
-    assert stdout.strip() == (f"wrote {out / made} (the runs' names shortened to fit {plot.FIGURE_NAME_BYTES} bytes, "
+    assert stdout.strip() == (f"wrote {out / made} (the runs' names shortened to fit {run_figures.FIGURE_NAME_BYTES} bytes, "
                               f"with a hash of the full names; the figure's title names each run)")
     # the same three shortened alike but for a middle character: another file, not an overwrite
     other = [n.replace("h" * 48, "h" * 20 + "X" + "h" * 27) for n in names]
@@ -276,7 +277,7 @@ def test_runs_with_long_names_get_a_bounded_stated_figure_name(tmp_path):
     long_one = write_log(tmp_path / ("r" * 252), fake_rows(TINY, 2.5))
     code, stdout, stderr = plot_command(f"--run={long_one}", f"--out={out}")
     assert code == 0 and "Traceback" not in stderr and "shortened" in stdout, stderr
-    assert max(len(n.encode()) for n in os.listdir(out)) <= plot.FIGURE_NAME_BYTES and len(os.listdir(out)) == 3
+    assert max(len(n.encode()) for n in os.listdir(out)) <= run_figures.FIGURE_NAME_BYTES and len(os.listdir(out)) == 3
 
 
 @pytest.mark.parametrize("where, change, words", [

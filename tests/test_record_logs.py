@@ -1,5 +1,5 @@
-"""A record is made only from the log of one run (ablation.check_log), and a record whose evals are
-not those of one finished run is refused wherever records are read (ablation.load_records, plot.py)."""
+"""A record is made only from the log of one run (records.check_log), and a record whose evals are
+not those of one finished run is refused wherever records are read (records.load_records, plot.py)."""
 
 import json
 import os
@@ -10,6 +10,7 @@ import pytest
 
 from research import ablation
 from research import plot
+from research import records
 from checkpoint import append_log, read_log, trim_log
 from conftest import ROOT
 from configurator import DEFAULTS, UserError
@@ -57,7 +58,7 @@ def test_a_log_with_duplicated_train_iterations_is_refused(tmp_path):
     rows.insert(5, train_row(3))  # a second process wrote iteration 3 again
     with pytest.raises(UserError, match=r"runs/baseline_adamw_s1_0123abcd.*train rows at iterations .*"
                                         r"iteration 3 twice.*two processes.*delete the run's folder"):
-        ablation.make_record(run, rows, "tiny")
+        records.make_record(run, rows, "tiny")
 
 
 def test_two_processes_in_one_out_dir_are_refused_naming_the_first_duplicate(tmp_path):
@@ -65,7 +66,7 @@ def test_two_processes_in_one_out_dir_are_refused_naming_the_first_duplicate(tmp
     one, other = log_rows(run["config"]), log_rows(run["config"])
     rows = [r for pair in zip(one, other) for r in pair]  # interleaved, as two writers append
     with pytest.raises(UserError, match=r"iteration 0 twice|iteration 1 twice"):
-        ablation.make_record(run, rows, "tiny")
+        records.make_record(run, rows, "tiny")
 
 
 def test_a_log_with_eval_iterations_out_of_order_is_refused(tmp_path):
@@ -74,7 +75,7 @@ def test_a_log_with_eval_iterations_out_of_order_is_refused(tmp_path):
     rows.insert(rows.index(eval_row(8)) + 1, eval_row(4))  # evals 0, 8, 4, 10
     with pytest.raises(UserError, match=r"runs/baseline_adamw_s1_0123abcd.*eval rows at iterations "
                                         r"\[0, 8, 4, 10\]: iteration 4 after 8"):
-        ablation.make_record(run, rows, "tiny")
+        records.make_record(run, rows, "tiny")
 
 
 def test_a_log_with_a_duplicated_eval_is_refused(tmp_path):
@@ -82,7 +83,7 @@ def test_a_log_with_a_duplicated_eval_is_refused(tmp_path):
     rows = log_rows(run["config"])
     rows.insert(rows.index(eval_row(4)) + 1, eval_row(4))
     with pytest.raises(UserError, match=r"eval rows at iterations \[0, 4, 4, 8, 10\]: iteration 4 twice"):
-        ablation.make_record(run, rows, "tiny")
+        records.make_record(run, rows, "tiny")
 
 
 @pytest.mark.parametrize("missing", [1, 6, 10])
@@ -90,7 +91,7 @@ def test_a_log_with_a_missing_train_row_is_refused(tmp_path, missing):
     run = make_run(tmp_path)
     rows = [r for r in log_rows(run["config"]) if not (r["kind"] == "train" and r["iter"] == missing)]
     with pytest.raises(UserError, match=rf"runs/baseline_adamw_s1_0123abcd.*no train row at iteration {missing}"):
-        ablation.make_record(run, rows, "tiny")
+        records.make_record(run, rows, "tiny")
 
 
 def test_an_eval_off_the_configs_grid_is_refused(tmp_path):
@@ -98,7 +99,7 @@ def test_an_eval_off_the_configs_grid_is_refused(tmp_path):
     rows = log_rows(run["config"])
     rows.insert(rows.index(train_row(6)) + 1, eval_row(6))  # eval_interval=4: no eval is due at 6
     with pytest.raises(UserError, match=r"eval row at iteration 6 .*eval_interval=4.*max_iters=10"):
-        ablation.make_record(run, rows, "tiny")
+        records.make_record(run, rows, "tiny")
 
 
 def test_tokens_that_are_not_iterations_times_tokens_per_iteration_are_refused(tmp_path):
@@ -106,22 +107,22 @@ def test_tokens_that_are_not_iterations_times_tokens_per_iteration_are_refused(t
     rows = log_rows(run["config"])
     rows[rows.index(train_row(7))] = dict(train_row(7), tokens=6 * PER_ITER)
     with pytest.raises(UserError, match=rf"train, iteration 7\) has tokens={6 * PER_ITER}.*= {7 * PER_ITER}"):
-        ablation.make_record(run, rows, "tiny")
+        records.make_record(run, rows, "tiny")
 
 
 def test_a_log_without_its_final_eval_is_still_named_so(tmp_path):
     run = make_run(tmp_path)
     with pytest.raises(UserError, match="no eval at max_iters=10"):
-        ablation.make_record(run, log_rows(run["config"], stop=9), "tiny")
+        records.make_record(run, log_rows(run["config"], stop=9), "tiny")
 
 
 def test_a_consistent_log_whose_last_eval_is_off_the_interval_is_recorded(tmp_path):
     run = make_run(tmp_path)  # max_iters=10, eval_interval=4: evals at 0, 4, 8 and 10
     rows = log_rows(run["config"])
-    ablation.check_log(run, rows)
-    rec = ablation.make_record(run, rows, "tiny")
+    records.check_log(run, rows)
+    rec = records.make_record(run, rows, "tiny")
     assert [(e["iter"], e["tokens"]) for e in rec["evals"]] == [(i, i * PER_ITER) for i in (0, 4, 8, 10)]
-    assert rec["final"]["iter"] == 10 and ablation.record_problem(rec) is None
+    assert rec["final"]["iter"] == 10 and records.record_problem(rec) is None
 
 
 def test_a_resumed_runs_trimmed_log_is_recorded(tmp_path):
@@ -134,7 +135,7 @@ def test_a_resumed_runs_trimmed_log_is_recorded(tmp_path):
     for r in log_rows(run["config"], start=4):
         append_log(path, r)
     rows = read_log(path)
-    ablation.check_log(run, rows)
+    records.check_log(run, rows)
     assert rows == log_rows(run["config"])
     # a checkpoint a signal saved between evals (iteration 6) writes no eval row: trimmed, resumed, the same
     path2 = os.path.join(run["out_dir"], "log2.jsonl")
@@ -143,14 +144,14 @@ def test_a_resumed_runs_trimmed_log_is_recorded(tmp_path):
     trim_log(path2, 6)
     for r in log_rows(run["config"], start=6):
         append_log(path2, r)
-    assert ablation.make_record(run, read_log(path2), "tiny")["evals"][-1]["iter"] == 10
+    assert records.make_record(run, read_log(path2), "tiny")["evals"][-1]["iter"] == 10
 
 
 def test_a_run_without_evals_between_is_recorded(tmp_path):
     run = make_run(tmp_path, eval_interval=0)  # train.py then evaluates at max_iters only
     rows = log_rows(run["config"])
     assert [r["iter"] for r in rows if r["kind"] == "eval"] == [10]
-    ablation.check_log(run, rows)
+    records.check_log(run, rows)
 
 
 # -----------------------------------------------------------------------------
@@ -159,23 +160,23 @@ def test_a_run_without_evals_between_is_recorded(tmp_path):
 
 def write_bad_record(tmp_path, evals_at=(0, 20, 20, 40), max_iters=40):
     run = make_run(tmp_path, max_iters=max_iters, eval_interval=20)
-    rec = ablation.make_record(run, log_rows(run["config"]), "tiny")
+    rec = records.make_record(run, log_rows(run["config"]), "tiny")
     rec["evals"] = [{"iter": i, "tokens": i * PER_ITER, "val_loss": 3.0} for i in evals_at]
-    return ablation.write_record(str(tmp_path / "results"), rec)
+    return records.write_record(str(tmp_path / "results"), rec)
 
 
 def test_load_records_refuses_a_record_with_duplicated_evals(tmp_path):
     path = write_bad_record(tmp_path)
     with pytest.raises(UserError, match=rf"{re.escape(path)}: its evals' iterations \[0, 20, 20, 40\] do not increase.*"
                                         r"remove it.*run its run again"):
-        ablation.load_records(str(tmp_path / "results"))
+        records.load_records(str(tmp_path / "results"))
 
 
 def test_load_records_refuses_a_record_that_ends_before_max_iters(tmp_path):
     path = write_bad_record(tmp_path, evals_at=(0, 20), max_iters=40)
     with pytest.raises(UserError, match=rf"{re.escape(path)}: its last eval is at iteration 20.*max_iters=40.*"
                                         r"remove it"):
-        ablation.load_records(str(tmp_path / "results"))
+        records.load_records(str(tmp_path / "results"))
 
 
 def test_plot_refuses_a_record_with_duplicated_evals(tmp_path):
@@ -195,11 +196,11 @@ def test_every_committed_record_passes_the_check():
     refused = {}
     for p in paths:
         with open(os.path.join(ROOT, p)) as f:
-            problem = ablation.record_problem(json.load(f))
+            problem = records.record_problem(json.load(f))
         if problem:
             refused[p] = problem
     assert refused == {}
-    ablation.load_records(os.path.join(ROOT, "results"))
+    records.load_records(os.path.join(ROOT, "results"))
 
 
 @pytest.mark.parametrize("line", ['{"kind": "train", "iter": 2, "lo', "null", "[1, 2]", '{"kind": "eval"}'])
@@ -227,11 +228,11 @@ def test_a_record_with_a_val_loss_that_is_no_number_is_refused_by_name(tmp_path,
     spec = ablation.load_ablation(write_ablation(tmp_path))
     results = tmp_path / "results"
     run = ablation.plan(spec, "runs")[0]
-    rec = ablation.make_record(run, fake_rows(run["config"], 2.0), "tiny")
+    rec = records.make_record(run, fake_rows(run["config"], 2.0), "tiny")
     rec["final"]["val_loss"] = bad
-    path = ablation.write_record(str(results), rec)
+    path = records.write_record(str(results), rec)
     with pytest.raises(UserError, match=rf"{os.path.basename(path)}: it holds a val_loss of"):
-        ablation.load_records(str(results))
+        records.load_records(str(results))
 
 
 def test_a_sweep_skips_what_it_cannot_read_names_it_and_goes_on(tmp_path, capsys):

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from research.ablation import config_hash, load_ablation, load_records, plan, run_config
+from research.ablation import config_hash, load_ablation, plan, run_config
+from research.records import load_records
 from conftest import ROOT, add_row
 from configurator import ABSENT, DEFAULTS, TRACKING_KEYS, complete, load_config
 from model import model_config

@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from research import ablation
-from research import plot, stats
-from research import sweep
+from research import comparisons, multipliers, plot, regime, stats, summary, sweep, tables, trends
+from research.records import (check_unchanged, code_state, commit_label, make_record, read_provenance, start_provenance,
+                              write_record)
 from conftest import ROOT
 from test_train import make_dataset
 from configurator import UserError
@@ -51,7 +51,7 @@ def fake_rows(cfg, val_loss):
 def record_runs(spec, results, loss_of):
     """Write a record for every planned run, final val loss loss_of(run)."""
     for run in sweep.plan(spec, "runs"):
-        ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], loss_of(run)), spec["name"]))
+        write_record(results, make_record(run, fake_rows(run["config"], loss_of(run)), spec["name"]))
 
 
 # -----------------------------------------------------------------------------
@@ -62,8 +62,8 @@ def test_record_round_trips_and_is_small(tmp_path):
     spec = sweep.load_ablation(write_ablation(tmp_path))
     run = sweep.plan(spec, str(tmp_path / "runs"))[1]
     rows = fake_rows(run["config"], 2.5)
-    record = ablation.make_record(run, rows, "tiny", wall_s=12.34, threads=1, commit="abc")
-    path = ablation.write_record(str(tmp_path / "results"), record)
+    record = make_record(run, rows, "tiny", wall_s=12.34, threads=1, commit="abc")
+    path = write_record(str(tmp_path / "results"), record)
     assert os.path.basename(path) == run["name"] + ".json" and os.path.getsize(path) < 8000
     loaded = sweep.load_records(str(tmp_path / "results"))
     assert loaded == {run["hash"]: json.loads(json.dumps(record))}
@@ -74,7 +74,7 @@ def test_record_round_trips_and_is_small(tmp_path):
     assert rec["config"] == run["config"] and rec["seed"] == 1 and rec["variant"] == run["variant"]
     assert rec["wall_s"] == 12.3 and rec["threads"] == 1 and "torch" in rec
     with pytest.raises(UserError, match="no eval at max_iters"):
-        ablation.make_record(run, rows[:2], "tiny")
+        make_record(run, rows[:2], "tiny")
 
 
 def test_a_run_with_a_record_is_skipped_and_shared_runs_are_one(tmp_path):
@@ -141,7 +141,7 @@ def test_plot_builds_the_table_and_interval_from_records_alone(tmp_path):
     half = 4.303 * 0.01 / math.sqrt(3)  # t_{0.975,2} * sd / sqrt(n), sd of (-0.01, -0.02, -0.03) = 0.01
     lines = md.splitlines()
     cfg = next(r for r in sweep.plan(spec, "runs") if r["variant"] == "baseline")["config"]
-    assert lines[lines.index("Setting `adamw`:") + 2] == plot.regime(cfg, plot.param_count(cfg), "baseline")
+    assert lines[lines.index("Setting `adamw`:") + 2] == regime.regime(cfg, regime.param_count(cfg), "baseline")
     row = next(line for line in md.splitlines() if line.startswith("| unified |"))
     assert "-0.0100, -0.0200, -0.0300" in row and f"-0.0200 [{-0.02 - half:+.4f}, {-0.02 + half:+.4f}]" in row
     assert row.endswith("| lower | unresolved |")  # the interval reaches past 0
@@ -157,7 +157,7 @@ def test_a_record_made_in_another_training_mode_is_left_out_of_the_pairs(tmp_pat
     for run in sweep.plan(spec, "runs"):
         loss = 2.0 + (run["seed"] == 3 and run["variant"] == "unified") * 0.5  # seed 3's pair: +0.5
         threads = 2 if run["seed"] == 3 and run["variant"] == "unified" else 1
-        ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], loss), spec["name"],
+        write_record(results, make_record(run, fake_rows(run["config"], loss), spec["name"],
                                                       threads=threads, commit="abc123"))
     assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
     md = open(tmp_path / "out" / "tiny.md").read()
@@ -177,7 +177,7 @@ def test_summary_lists_each_comparison_once_with_its_largest_seed_set_and_every_
     record_runs(sweep.load_ablation(paths[0]), results,
                 lambda run: 2.0 - (0.01 * run["seed"]) * (run["variant"] == "unified"))
     readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{plot.README_BEGIN}\nold table\n{plot.README_END}\noutro\n")
+    readme.write_text(f"intro\n{summary.README_BEGIN}\nold table\n{summary.README_END}\noutro\n")
     assert plot.main([*paths, f"--results={results}", f"--out={tmp_path / 'out'}", f"--readme={readme}"]) == 0
     table = open(tmp_path / "out" / "summary.md").read()
     rows = [line for line in table.splitlines() if "unified - baseline" in line]
@@ -192,7 +192,7 @@ def test_summary_lists_each_comparison_once_with_its_largest_seed_set_and_every_
     assert "1 comparisons, 1 of them with a claim" in table and "about 0.1 of the 1" in table
     assert "0 findings" in table and "0 leads" in table and "With every seed: 0 exclude 0 and 0 survive" in table
     text = readme.read_text()
-    assert text.startswith(f"intro\n{plot.README_BEGIN}\n| ablation |") and text.endswith(f"{plot.README_END}\noutro\n")
+    assert text.startswith(f"intro\n{summary.README_BEGIN}\n| ablation |") and text.endswith(f"{summary.README_END}\noutro\n")
     assert "old table" not in text and rows[0] in text
 
 
@@ -203,8 +203,8 @@ def test_seeds_added_after_a_look_make_the_verdict_nominal_beside_the_planned_on
     spec = sweep.load_ablation(path)
     diffs = {1: -0.01, 2: -0.02, 3: +0.01, 4: -0.03}
     record_runs(spec, str(tmp_path / "results"), lambda run: 2.0 + diffs[run["seed"]] * (run["variant"] == "unified"))
-    results, _, _ = plot.collect(spec, sweep.load_records(str(tmp_path / "results")))
-    (c,) = plot.comparisons(spec, results)
+    results, _, _ = comparisons.collect(spec, sweep.load_records(str(tmp_path / "results")))
+    (c,) = comparisons.comparisons(spec, results)
     planned = stats.mean_ci([-0.01, -0.02, 0.01])
     assert c["seeds"] == [1, 2, 3, 4] and c["verdict"].startswith(stats.verdict(stats.mean_ci(list(diffs.values())), 4, "lower"))
     assert f"(seed 4 added after a look: nominal 95%; the 3 planned: {stats.fmt_ci(planned)} unresolved)" in c["verdict"]
@@ -220,9 +220,9 @@ def test_lr_table_names_no_best_until_every_multiplier_is_recorded(tmp_path):
     results_dir = str(tmp_path / "results")
     for run in sweep.plan(spec, "runs"):
         if run["lr_mult"] == 1.0 or run["variant"] == "baseline":  # unified at 2x not recorded
-            ablation.write_record(results_dir, ablation.make_record(run, fake_rows(run["config"], 2.0 + run["lr_mult"]), "tiny"))
-    results, _, _ = plot.collect(spec, sweep.load_records(results_dir))
-    table = plot.lr_table(spec, results)
+            write_record(results_dir, make_record(run, fake_rows(run["config"], 2.0 + run["lr_mult"]), "tiny"))
+    results, _, _ = comparisons.collect(spec, sweep.load_records(results_dir))
+    table = tables.lr_table(spec, results)
     assert next(r for r in table if r.startswith("| baseline |")).endswith("| 3.0000 (x1, edge) | - |")
     assert next(r for r in table if r.startswith("| unified |")) == "| unified | 3.0000 | - | - | - |"
 
@@ -234,8 +234,8 @@ def test_lr_table_marks_a_best_at_the_sweeps_edge(tmp_path):
     best = {"baseline": 1.0, "unified": 2.0}
     results_dir = str(tmp_path / "results")
     record_runs(spec, results_dir, lambda run: 2.0 - 0.1 * (run["lr_mult"] == best[run["variant"]]))
-    results, _, _ = plot.collect(spec, sweep.load_records(results_dir))
-    table = plot.lr_table(spec, results)
+    results, _, _ = comparisons.collect(spec, sweep.load_records(results_dir))
+    table = tables.lr_table(spec, results)
     assert next(r for r in table if r.startswith("| baseline |")).endswith("| 1.9000 (x1) | - |")
     assert next(r for r in table if r.startswith("| unified |")).endswith("| 1.9000 (x2, edge) | +0.0000 |")
 
@@ -246,7 +246,7 @@ def record_with_choices(spec, results, loss_of):
         records = sweep.load_records(results)
         for run in sweep.plan(spec, "runs", records):
             if not run.get("waiting") and run["hash"] not in records:
-                ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], loss_of(run)),
+                write_record(results, make_record(run, fake_rows(run["config"], loss_of(run)),
                                                               spec["name"]))
 
 
@@ -285,7 +285,7 @@ def test_lr_table_under_tuning_seeds_shows_their_means_the_choice_and_an_edge(tm
            "2.0500 (2.0000, 2.1000) | edge: extend lr_multipliers | - |" in lines
     assert "unified_short_s1_lrx(edge: extend lr_multipliers)" in md  # its table runs wait, named as missing
     # the config a setting's tables state (regime, decay pull) is that of its runs, at the chosen LR
-    full = plot.collect(spec, sweep.load_records(results))[0]
+    full = comparisons.collect(spec, sweep.load_records(results))[0]
     lr = {k: e["config"]["learning_rate"] for k, e in full.items() if k[1] != "unified"}
     assert lr[("long", "norm_only")] == lr[("short", "norm_only")] == 2 * lr[("long", "baseline")] \
         == 2 * lr[("short", "baseline")]
@@ -293,7 +293,7 @@ def test_lr_table_under_tuning_seeds_shows_their_means_the_choice_and_an_edge(tm
     records = sweep.load_records(results)
     del records[next(r["hash"] for r in sweep.plan(spec, "runs", records)
                      if (r["setting"], r["variant"], r["seed"], r["lr_mult"]) == ("long", "norm_only", 102, 2.0))]
-    table = plot.lr_table(spec, plot.collect(spec, records)[0])
+    table = tables.lr_table(spec, comparisons.collect(spec, records)[0])
     assert "| norm_only | 2.2000 (2.2000, 2.2000) | 2.1000 (2.1000, 2.1000) | - (1.9800, -) | " \
            "2.0500 (2.0500, 2.0500) | - | - |" in table
 
@@ -310,11 +310,11 @@ def test_readme_without_a_summary_block_is_refused_before_drawing(tmp_path):
 def test_readme_summary_is_what_the_committed_records_give():
     folder = os.path.join(ROOT, "configs", "ablations")
     paths = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))
-    collected, _ = plot.collect_all(paths, sweep.load_records(os.path.join(ROOT, "results")))
+    collected, _ = comparisons.collect_all(paths, sweep.load_records(os.path.join(ROOT, "results")))
     text = open(os.path.join(ROOT, "results", "README.md")).read()
-    block = text[text.index(plot.README_BEGIN) + len(plot.README_BEGIN):text.index(plot.README_END)]
-    assert block.strip() == plot.summary(collected), \
-        "results/README.md's summary differs from the records: run " + plot.README_BEGIN[len("<!-- summary: "):-4]
+    block = text[text.index(summary.README_BEGIN) + len(summary.README_BEGIN):text.index(summary.README_END)]
+    assert block.strip() == summary.summary(collected), \
+        "results/README.md's summary differs from the records: run " + summary.README_BEGIN[len("<!-- summary: "):-4]
 
 
 def test_the_readmes_summary_is_written_only_from_every_ablation(tmp_path):
@@ -335,8 +335,8 @@ def test_nested_seed_sets_of_the_same_runs_are_one_row_and_others_stay_apart(tmp
     results = str(tmp_path / "results")
     for path in paths.values():
         record_runs(sweep.load_ablation(path), results, lambda run: 2.0 - 0.01 * run["seed"] * (run["variant"] == "unified"))
-    collected, _ = plot.collect_all(list(paths.values()), sweep.load_records(results))
-    rows = [line for line in plot.summary(collected).splitlines() if "unified - baseline" in line]
+    collected, _ = comparisons.collect_all(list(paths.values()), sweep.load_records(results))
+    rows = [line for line in summary.summary(collected).splitlines() if "unified - baseline" in line]
     # seeds 1-3 nest in 1-4: one row with 4 seeds, a_claim's claim kept; seeds 5-6 do not nest: their own row
     four = stats.mean_ci([-0.01, -0.02, -0.03, -0.04])
     p = stats.bh_adjust([stats.paired_t_p([-0.01, -0.02, -0.03, -0.04]), stats.paired_t_p([-0.05, -0.06])])[0]
@@ -353,8 +353,8 @@ def test_summary_adjusts_p_over_the_claim_rows_only_and_counts_both(tmp_path):
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03], "c": [0.01, 0.02, 0.04]}
     record_runs(spec, results, lambda run: 2.0 + diffs[run["variant"]][run["seed"] - 1])
-    collected, _ = plot.collect_all([path], sweep.load_records(results))
-    table = plot.summary(collected)
+    collected, _ = comparisons.collect_all([path], sweep.load_records(results))
+    table = summary.summary(collected)
     # a: mean -0.011, sd 0.001, |t| = 11 sqrt(3), t^2 = 363, df 2: p = 1 - sqrt(363) / sqrt(365) = 0.002743
     # b: |t| = 2 sqrt(3): p = 1 - sqrt(12) / sqrt(14) = 0.0742. m = 2 claim rows (c is a control):
     # p_adj(a) = min(2 p_a, p_b) = 2 p_a = 0.005487, p_adj(b) = p_b
@@ -379,7 +379,7 @@ def test_strength_comes_from_the_planned_seeds_and_their_own_correction(tmp_path
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     diffs = {"baseline": [0] * 5, "a": [-0.01, -0.03, 0.005, -0.02, -0.02], "b": [0.010, 0.011, 0.012, 0.011, 0.010]}
     record_runs(spec, results, lambda run: 2.0 + diffs[run["variant"]][run["seed"] - 1])
-    table = plot.summary(plot.collect_all([path], sweep.load_records(results))[0])
+    table = summary.summary(comparisons.collect_all([path], sweep.load_records(results))[0])
     row = {v: next(line for line in table.splitlines() if f"| {v} - baseline |" in line) for v in "ab"}
     full = stats.bh_adjust([stats.paired_t_p(diffs["a"]), stats.paired_t_p(diffs["b"])])
     planned = stats.bh_adjust([stats.paired_t_p(diffs["a"][:3]), stats.paired_t_p(diffs["b"][:3])])
@@ -391,17 +391,17 @@ def test_strength_comes_from_the_planned_seeds_and_their_own_correction(tmp_path
 def test_commit_names_keep_the_dirty_mark_and_unknown_fields_do_not_split_the_mode():
     assert plot.short_commit("0123456789abcdef0123+dirty") == "0123456789ab+dirty"
     assert plot.short_commit("0123456789abcdef0123") == "0123456789ab" and plot.short_commit(None) == "unknown"
-    assert plot.same_mode((True, None, "2.13.0"), (True, 1, "2.13.0"))
-    assert not plot.same_mode((True, 2, "2.13.0"), (True, 1, "2.13.0"))
+    assert comparisons.same_mode((True, None, "2.13.0"), (True, 1, "2.13.0"))
+    assert not comparisons.same_mode((True, 2, "2.13.0"), (True, 1, "2.13.0"))
 
 
 def test_decay_pull_is_the_sum_of_the_schedule():
     cfg = dict(learning_rate=1e-3, min_lr=1e-3, max_iters=1000, warmup_iters=0, lr_schedule="constant",
                weight_decay=0.1, wsd_decay_frac=0.2)
-    pull, total = plot.decay_pull(cfg)
+    pull, total = regime.decay_pull(cfg)
     assert total == pytest.approx(1000 * 1e-3 * 0.1) and pull == pytest.approx(math.exp(-0.1))
     # with a linear warmup of 10: (1 + 2 + ... + 10) / 10 = 5.5 iterations' worth, then 990 full ones
-    assert plot.decay_pull({**cfg, "warmup_iters": 10})[1] == pytest.approx((5.5 + 990) * 1e-4)
+    assert regime.decay_pull({**cfg, "warmup_iters": 10})[1] == pytest.approx((5.5 + 990) * 1e-4)
 
 
 def test_decay_caption_gives_a_faster_magnitude_its_own_pull(tmp_path):
@@ -412,7 +412,7 @@ def test_decay_caption_gives_a_faster_magnitude_its_own_pull(tmp_path):
     record_runs(spec, str(tmp_path / "results"), lambda run: 2.0)
     assert plot.main([path, f"--results={tmp_path / 'results'}", f"--out={tmp_path / 'out'}"]) == 0
     caption = next(line for line in open(tmp_path / "out" / "tiny.md") if "decay pull" in line)
-    pull, total = plot.decay_pull(sweep.plan(spec, "runs")[0]["config"])
+    pull, total = regime.decay_pull(sweep.plan(spec, "runs")[0]["config"])
     # decoupled decay at 4x the LR: p <- p (1 - 4 lr_t wd) per step, exp(-4 S) over the run
     assert f"= {pull:.3f} (sum = {total:.2f}" in caption and f"exp(-4 sum) = {math.exp(-4 * total):.3f}" in caption
 
@@ -478,10 +478,10 @@ def test_token_multiplier_is_normalized_so_the_reference_scores_exactly_one(tmp_
 
     for run in sweep.plan(spec, "runs"):  # wall times: baseline 100 s, unified (1.4 + 0.1 seed) x that
         wall = 100.0 * ((1.4 + 0.1 * run["seed"]) if run["variant"] == "unified" else 1.0)
-        record = ablation.make_record(run, fake_rows(run["config"], loss(run)), "tiny", wall_s=wall)
-        ablation.write_record(results_dir, record)
-    results, _, _ = plot.collect(spec, sweep.load_records(results_dir))
-    ref, fits, _, per_variant = plot.multipliers(spec, results, "adamw")
+        record = make_record(run, fake_rows(run["config"], loss(run)), "tiny", wall_s=wall)
+        write_record(results_dir, record)
+    results, _, _ = comparisons.collect(spec, sweep.load_records(results_dir))
+    ref, fits, _, per_variant = multipliers.multipliers(spec, results, "adamw")
     assert ref == "baseline"
     for seed in (1, 2, 3):
         own = per_variant["baseline"][seed]
@@ -493,9 +493,9 @@ def test_token_multiplier_is_normalized_so_the_reference_scores_exactly_one(tmp_
         assert per_variant["unified"][seed]["wall"] == pytest.approx(1.4 + 0.1 * seed)
     assert abs(per_variant["baseline"][1]["raw"][0] - 1) > 1e-3  # the fit misses the 1x point: a normalizer
     assert per_variant["unified"][2]["fitted"] == pytest.approx(1.25, rel=2e-3)  # seed 2 lies on the law
-    md = "\n".join(plot.multiplier_table(spec, results))
+    md = "\n".join(multipliers.multiplier_table(spec, results))
     cfg = results[("adamw", "baseline")]["config"]
-    n, t = plot.param_count(cfg), 4 * 4 * 16
+    n, t = regime.param_count(cfg), 4 * 4 * 16
     assert f"Token multiplier at {n / 1e6:.3g}M parameters and {t / n:.3g} tokens per parameter, `adamw`" in md
     half = 4.302652729911275 * 0.1 / math.sqrt(3)  # wall ratios 1.5, 1.6, 1.7: mean 1.6, sd 0.1
     unified = next(line for line in md.splitlines() if line.startswith("| unified |"))
@@ -509,13 +509,13 @@ def test_the_regime_line_states_parameters_tokens_and_passes():
     # (4,531,100 / 1,390,451) = 0.628; / 4,531,100 training characters = 0.452 passes. 8,000 windows of
     # 257 characters each: lambda = 8000 x 257 / 4,530,844 = 0.454 windows on a character (Poisson:
     # never e^-0.454 = 64%, two or more 1 - e^-0.454 (1 + 0.454) = 8%)
-    assert plot.regime(cfg, 1_000_000, "baseline") == (
+    assert regime.regime(cfg, 1_000_000, "baseline") == (
         "Regime: 1M parameters (`baseline`), 2.05M characters, 2.05 characters per parameter (0.628 GPT-2 tokens); "
         "expected coverage of the training data 36% (64% of its characters never in a window, 8% in two or more; "
         "0.452 passes of random windows over shakespeare_char's 4,531,100 training characters).")
-    assert plot.regime({**cfg, "dataset": "elsewhere"}, 500_000, "ref") == \
+    assert regime.regime({**cfg, "dataset": "elsewhere"}, 500_000, "ref") == \
         "Regime: 0.5M parameters (`ref`), 2.05M tokens, 4.1 tokens per parameter."
-    assert plot.regime(None, 1, "x") == "" and plot.regime(cfg, None, "x") == ""
+    assert regime.regime(None, 1, "x") == "" and regime.regime(cfg, None, "x") == ""
 
 
 def test_coverage_matches_a_simulation_of_random_windows():
@@ -530,7 +530,7 @@ def test_coverage_matches_a_simulation_of_random_windows():
             counts[i:i + cfg["block_size"] + 1] += 1
         interior = counts[cfg["block_size"]:train - cfg["block_size"]]
         never, again = never + (interior == 0).mean() / 2000, again + (interior >= 2).mean() / 2000
-    assert plot.coverage(cfg, train) == pytest.approx((never, again), abs=0.01)
+    assert regime.coverage(cfg, train) == pytest.approx((never, again), abs=0.01)
 
 
 def test_characters_per_gpt2_token_is_measured_on_the_training_text():
@@ -543,14 +543,14 @@ def test_characters_per_gpt2_token_is_measured_on_the_training_text():
     except Exception as e:  # offline, no cached vocabulary
         pytest.skip(f"GPT-2's BPE file is not at hand ({type(e).__name__})")
     text = shakespeare_text.load_plays()[0]
-    assert len(text) / len(enc.encode_ordinary(text)) == plot.CHARS_PER_BPE_TOKEN["shakespeare_char"]
+    assert len(text) / len(enc.encode_ordinary(text)) == regime.CHARS_PER_BPE_TOKEN["shakespeare_char"]
 
 
 def test_train_tokens_match_the_prepared_split():
     path = os.path.join(ROOT, "data", "shakespeare_char", "train.bin")
     if not os.path.isfile(path):
         pytest.skip("data/shakespeare_char/train.bin not prepared")
-    assert os.path.getsize(path) // 2 == plot.TRAIN_TOKENS["shakespeare_char"]  # uint16 ids
+    assert os.path.getsize(path) // 2 == regime.TRAIN_TOKENS["shakespeare_char"]  # uint16 ids
 
 
 def test_tune_lr_runs_the_other_seeds_at_each_variants_best_lr(tmp_path):
@@ -565,7 +565,7 @@ def test_tune_lr_runs_the_other_seeds_at_each_variants_best_lr(tmp_path):
     for run in runs:
         if not run.get("waiting"):
             loss = 2.0 - 0.1 * (run["lr_mult"] == best[run["variant"]])
-            ablation.write_record(results, ablation.make_record(run, fake_rows(run["config"], loss), "tiny"))
+            write_record(results, make_record(run, fake_rows(run["config"], loss), "tiny"))
     records = sweep.load_records(results)
     runs = sweep.plan(spec, "runs", records)
     assert not any(r.get("waiting") for r in runs)
@@ -583,8 +583,8 @@ def test_width_trend_pairs_each_width_and_draws_only_when_the_width_varies(tmp_p
     # unified minus baseline at seed s and width w: -0.01 w/32 + 0.002 s
     record_runs(spec, results, lambda run: 2.0 + (run["variant"] == "unified") * (
         -0.01 * run["config"]["n_embd"] / 32 + 0.002 * run["seed"]))
-    collected, _ = plot.collect_all([path], sweep.load_records(results))
-    trend = plot.width_trend(spec, collected[0][1])
+    collected, _ = comparisons.collect_all([path], sweep.load_records(results))
+    trend = trends.width_trend(spec, collected[0][1])
     assert [(v, [w for w, _, _ in points]) for v, points in trend] == [("unified", [32, 64])]
     half = 4.302652729911275 * 0.002 / math.sqrt(3)  # t_{0.975, 2} * sd([2, 4, 6] thousandths) / sqrt(3)
     for (w, params, c), k in zip(trend[0][1], (1, 2)):
@@ -592,7 +592,7 @@ def test_width_trend_pairs_each_width_and_draws_only_when_the_width_varies(tmp_p
         assert c["ci"] == pytest.approx((-0.01 * k + 0.004, -0.01 * k + 0.004 - half, -0.01 * k + 0.004 + half))
         baseline_run = next(r for r in sweep.plan(spec, "runs") if r["variant"] == "baseline"
                             and r["config"]["n_embd"] == w)
-        assert params == plot.param_count(baseline_run["config"])
+        assert params == regime.param_count(baseline_run["config"])
     assert trend[0][1][0][1] < trend[0][1][1][1]
     out = tmp_path / "out"
     plot.main([path, f"--results={results}", f"--out={out}"])
@@ -616,10 +616,10 @@ def test_tpp_trend_pairs_each_budget_and_draws_only_when_budgets_vary(tmp_path):
     # and k x 4 iterations: -0.01 k + 0.002 s
     record_runs(spec, results, lambda run: 2.0 + 0.05 * run["seed"] - 0.01 * run["config"]["max_iters"] + (
         run["variant"] == "unified") * (-0.01 * run["config"]["max_iters"] / 4 + 0.002 * run["seed"]))
-    collected, _ = plot.collect_all([path], sweep.load_records(results))
-    trend = plot.tpp_trend(spec, collected[0][1])
+    collected, _ = comparisons.collect_all([path], sweep.load_records(results))
+    trend = trends.tpp_trend(spec, collected[0][1])
     cfg = next(r for r in sweep.plan(spec, "runs") if r["variant"] == "baseline")["config"]
-    n = plot.param_count(cfg)
+    n = regime.param_count(cfg)
     # 4 and 8 iterations of 4 x 16 tokens, budgets ascending whatever the settings' order
     assert [(v, [(tpp, tokens, params) for tpp, tokens, params, _ in points]) for v, points in trend] == \
         [("unified", [(256 / n, 256, n), (512 / n, 512, n)])]
@@ -643,8 +643,8 @@ def test_tpp_trend_pairs_each_budget_and_draws_only_when_budgets_vary(tmp_path):
     for p in (one, mixed):
         record_runs(sweep.load_ablation(p), results, lambda run: 2.0 + 0.01 * run["seed"])
         assert plot.main([p, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
-        collected, _ = plot.collect_all([p], sweep.load_records(results))
-        assert plot.tpp_trend(collected[0][0], collected[0][1]) == []
+        collected, _ = comparisons.collect_all([p], sweep.load_records(results))
+        assert trends.tpp_trend(collected[0][0], collected[0][1]) == []
     assert not (tmp_path / "out" / "one_tpp.png").exists() and not (tmp_path / "out" / "mixed_tpp.png").exists()
 
 
@@ -703,9 +703,9 @@ def test_dry_run_estimates_the_open_runs_from_recorded_wall_times_of_the_same_sh
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     runs = sweep.plan(spec, "runs")
     first = next(r for r in runs if r["variant"] == "baseline" and r["lr_mult"] == 1.0)
-    ablation.write_record(results, ablation.make_record(first, fake_rows(first["config"], 2.0), "tiny", wall_s=40.0))
+    write_record(results, make_record(first, fake_rows(first["config"], 2.0), "tiny", wall_s=40.0))
     other = {**first, "name": "wide", "hash": "x" * 40, "config": {**first["config"], "n_embd": 64}}  # not counted
-    ablation.write_record(results, ablation.make_record(other, fake_rows(other["config"], 2.0), "tiny", wall_s=4000.0))
+    write_record(results, make_record(other, fake_rows(other["config"], 2.0), "tiny", wall_s=4000.0))
     assert sweep.main([path, "--dry_run", f"--results={results}", "--parallel=3"]) == 0
     # 3 open runs x 4 iterations x (40 s / 4 iterations), 3 at a time: 40 s
     assert "open: 3 runs; 3 of them at the pace of recorded runs of the same shape: about 40s at --parallel=3" \
@@ -754,16 +754,16 @@ def git_repo(path):
 def test_code_state_names_the_commit_and_the_diff_of_tracked_code_only(tmp_path):
     root = git_repo(tmp_path / "repo")
     head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    clean = ablation.code_state(root)
-    assert clean == {"commit": head, "diff": ""} and ablation.commit_label(clean) == head
+    clean = code_state(root)
+    assert clean == {"commit": head, "diff": ""} and commit_label(clean) == head
     (tmp_path / "repo" / "results" / "a.json").write_text('{"new": 1}\n')  # records are not code
     (tmp_path / "repo" / "scratch.py").write_text("y = 2\n")  # untracked: not in the commit's files
-    assert ablation.code_state(root) == clean
+    assert code_state(root) == clean
     (tmp_path / "repo" / "code.py").write_text("x = 2\n")
-    dirty = ablation.code_state(root)
+    dirty = code_state(root)
     assert dirty["commit"] == head and "-x = 1\n+x = 2" in dirty["diff"]
-    assert ablation.commit_label(dirty) == head + "+dirty"
-    assert ablation.code_state(str(tmp_path)) is None and ablation.commit_label(None) is None  # outside git
+    assert commit_label(dirty) == head + "+dirty"
+    assert code_state(str(tmp_path)) is None and commit_label(None) is None  # outside git
 
 
 def test_a_run_resumes_and_is_recorded_only_on_the_code_it_started_from(tmp_path):
@@ -771,16 +771,16 @@ def test_a_run_resumes_and_is_recorded_only_on_the_code_it_started_from(tmp_path
     spec = sweep.load_ablation(write_ablation(tmp_path))
     run = sweep.plan(spec, str(tmp_path / "runs"))[0]
     os.makedirs(run["out_dir"])
-    started = ablation.start_provenance(run, threads=1, root=root)
+    started = start_provenance(run, threads=1, root=root)
     assert started["device"] == "cpu" and started["threads"] == 1 and started["code"]["diff"] == ""
-    assert ablation.read_provenance(run) == json.loads(json.dumps(started))
-    ablation.check_unchanged(run, started, root=root)  # nothing changed: fine
-    assert ablation.start_provenance(run, threads=1, root=root) == started  # a resume keeps its start's file
+    assert read_provenance(run) == json.loads(json.dumps(started))
+    check_unchanged(run, started, root=root)  # nothing changed: fine
+    assert start_provenance(run, threads=1, root=root) == started  # a resume keeps its start's file
     (tmp_path / "repo" / "code.py").write_text("x = 3\n")
     with pytest.raises(UserError, match="changed while it trained"):
-        ablation.check_unchanged(run, started, root=root)
+        check_unchanged(run, started, root=root)
     with pytest.raises(UserError, match="a resumed run must continue on its own code"):
-        ablation.start_provenance(run, threads=1, root=root)
+        start_provenance(run, threads=1, root=root)
 
 
 def test_a_swept_record_pins_device_threads_data_versions_and_commit(tmp_path):
@@ -802,9 +802,9 @@ def test_a_swept_record_pins_device_threads_data_versions_and_commit(tmp_path):
     ds = tmp_path / "ds"
     assert rec["data"] == {n: hashlib.sha256((ds / n).read_bytes()).hexdigest() for n in ("train.bin", "val.bin")}
     assert rec["versions"]["torch"] == torch.__version__ and rec["versions"]["numpy"] == numpy.__version__
-    code = ablation.code_state()
+    code = code_state()
     if code is not None:  # a source tree outside git (an archive) has no commit to name
-        assert rec["commit"] == ablation.commit_label(code) and rec.get("diff", "") == code["diff"]
+        assert rec["commit"] == commit_label(code) and rec.get("diff", "") == code["diff"]
 
 
 def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
@@ -817,9 +817,9 @@ def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
     diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03]}
     for run in sweep.plan(spec, "runs"):
         if run["variant"] != "b" or run["seed"] < 3:  # b's seed 3 still running
-            ablation.write_record(results, ablation.make_record(
+            write_record(results, make_record(
                 run, fake_rows(run["config"], 2.0 + diffs[run["variant"]][run["seed"] - 1]), spec["name"]))
-    table = plot.summary(plot.collect_all([path], sweep.load_records(results))[0])
+    table = summary.summary(comparisons.collect_all([path], sweep.load_records(results))[0])
     row = {v: next(line for line in table.splitlines() if f"| {v} - baseline |" in line) for v in "ab"}
     assert row["b"].endswith("| - | lower | unresolved (2 seeds) | pending (2 of 3 planned seeds) |")
     assert f"| {stats.paired_t_p(diffs['a']):#.3g} | lower | reproduced | finding |" in row["a"]  # a family of one

@@ -104,11 +104,11 @@ def test_offline_wandb_writes_its_files_in_out_dir(tmp_path):
 
 
 def test_plot_run_draws_the_logged_losses_lr_and_scales(tmp_path, monkeypatch):
-    from research import plot
+    from research import plot, run_figures
     ds = make_dataset(tmp_path / "ds")
     run(tiny_args(ds, tmp_path / "o", "--max_iters=6", "--eval_interval=3"))
     figures = []
-    monkeypatch.setattr(plot.plt, "close", figures.append)
+    monkeypatch.setattr(run_figures.plt, "close", figures.append)
     plot.main([f"--run={tmp_path / 'o'}", f"--out={tmp_path / 'plots'}"])
     assert (tmp_path / "plots" / "o.png").read_bytes()[:4] == b"\x89PNG"
     rows = read_log(tmp_path / "o")

