@@ -235,6 +235,21 @@ class Mechanism:
 
 SITE_SUMS = 7  # squared norms per input-role site (Mechanism.interval)
 
+# The per-site interval statistics an ablation file's mechanism_question may register as its scalar
+# (research/stats.py mechanism_scalar: the mean over the run's input-role sites and its intervals).
+SITE_STATISTICS = {
+    "gain": "the folded map's step over the scale-free gradient step (gamma^2 under SGD, constant gamma)",
+    "step_matrix": "||gamma dW|| / ||W~||, the gamma^2 term of the folded step",
+    "step_scale": "||dgamma W|| / ||W~||, the rank-one term of the folded step",
+    "move_ratio": "the folded map's relative motion over its matrix's (1 for any constant gamma: gamma's change)",
+}
+
+
+def renamed_mechanism(flat):
+    """A flat mechanism dict (an eval row's, a record's "final" or "mean") with every key under its
+    current name (renamed_key)."""
+    return {renamed_key(k): v for k, v in flat.items()}
+
 # Keys an earlier version logged under other names (the committed records keep theirs): readers of a
 # record or a log map them with renamed_key, so one name means one statistic everywhere.
 RENAMED = {"/amp_folded": "/move_folded", "/amp_plain": "/move_plain", "/amp_ratio": "/move_ratio", "wd/": "gamma/"}

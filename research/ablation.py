@@ -53,10 +53,12 @@ An ablation file (plain Python, configs/ablations/) sets
                      the seeds after the pilot are planned by a rule written before it ran; a file
                      whose every seed (a setting's setting_seeds cap) does not reach the power at
                      sd, or caps a setting below k, is refused, as a fixed design's shortfall is
-    mechanism_question {"variant": v, "reference": r, "settings": [a, b]}: a pre-registered question
-                     on the mechanism statistics rather than the loss (plot.py: per setting, v - r of
-                     stats.mechanism_scalar paired by seed; between the two settings, Welch on those
-                     differences; a family of these three rows of its own, BH over them)
+    mechanism_question {"variant": v, "reference": r, "settings": [a, b], "statistic": s}: a
+                     pre-registered question on the mechanism statistics rather than the loss
+                     (research/mechanism_question.py: per setting, v - r of stats.mechanism_scalar of
+                     the per-site statistic s (mechanism.SITE_STATISTICS; absent: "move_ratio")
+                     paired by seed; between the two settings, Welch on those differences; a family
+                     of these three rows of its own, BH over them)
 Runs are paired: one seed gives every variant the same initial matrices and the
 same batches (model.GPT.init_weights, train.get_batch), and validation is on
 the same fixed batches for all. A run is named <variant>_<setting>_s<seed>
@@ -75,6 +77,7 @@ import json
 import os
 import statistics
 
+from mechanism import SITE_STATISTICS
 from checkpoint import checkpoint_in
 from configurator import ABSENT, DEFAULTS, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
 from ops import check_config, inert_keys
@@ -143,13 +146,14 @@ def load_ablation(path, scale_down=False):
     check_tuning(spec, path)
     check_power(spec, path)
     q = spec["mechanism_question"]
-    if q and not (q.keys() == {"variant", "reference", "settings"} and q["variant"] in variants
+    if q and not ({"variant", "reference", "settings"} <= q.keys() <= {"variant", "reference", "settings", "statistic"}
+                  and q.get("statistic", "move_ratio") in SITE_STATISTICS and q["variant"] in variants
                   and q["reference"] in variants and q["variant"] != q["reference"]
                   and isinstance(q["settings"], (list, tuple)) and len(q["settings"]) == 2
                   and all(st in spec["settings"] for st in q["settings"])):
         raise UserError(f"{path}: mechanism_question = {q!r}: write {{'variant': v, 'reference': r, 'settings': "
-                        f"[a, b]}} with two different variants of {list(variants)} and two settings of "
-                        f"{list(spec['settings'])}")
+                        f"[a, b], 'statistic': s}} with two different variants of {list(variants)}, two settings of "
+                        f"{list(spec['settings'])} and s one of {list(SITE_STATISTICS)} (absent: 'move_ratio')")
     spec["base"] = os.path.join(ROOT, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
     if not os.path.isfile(spec["base"]):
         raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")

@@ -22,25 +22,28 @@ def site_kind(site):
 # panel: (what it shows, its axis label); the statistics are ratios, unitless
 MECHANISM_PANELS = {
     "floor": ("floor: min_j gamma_j^2 (the preconditioner's, mean over blocks)", "min_j gamma_j^2"),
-    "amp": ("amplification: amp_ratio = rel. change of W~ / of W (mean over blocks)", "amp_ratio"),
+    "gain": ("gain: the folded step over the scale-free gradient step (mean over blocks)", "gain"),
+    "move": ("gamma's change: move_ratio = rel. change of W~ / of W (mean over blocks)", "move_ratio"),
     "update": ("update ratio: ||theta_t - theta_s|| / ||theta_s|| of an optimizer group", "update ratio"),
 }
 
 
 def by_kind(flat):
-    """{"floor": {site kind: the mean over its blocks of <site>/g2_min}, "amp": the same of
-    <site>/amp_ratio, "update": {group: update/<group>}} of a flat mechanism dict (an eval row's
-    "mechanism", or a record's "final" or "mean"). A None (an undefined ratio) is left out of its
-    kind's mean, and a kind with none left is absent; kinds in the order the dict first names them."""
-    out, values = {"floor": {}, "amp": {}, "update": {}}, {"floor": {}, "amp": {}}
+    """{"floor": {site kind: the mean over its blocks of <site>/g2_min}, "gain" and "move": the same
+    of <site>/gain and <site>/move_ratio, "update": {group: update/<group>}} of a flat mechanism dict
+    (an eval row's "mechanism", or a record's "final" or "mean", keys under their current names). A
+    None (an undefined ratio) is left out of its kind's mean, and a kind with none left is absent;
+    kinds in the order the dict first names them."""
+    panel_of = {"g2_min": "floor", "gain": "gain", "move_ratio": "move"}
+    out, values = {p: {} for p in MECHANISM_PANELS}, {p: {} for p in panel_of.values()}
     for key, value in flat.items():
         head, _, stat = key.rpartition("/")
         if value is None:
             continue
         if head == "update":
             out["update"][stat] = value
-        elif stat in ("g2_min", "amp_ratio"):
-            values["floor" if stat == "g2_min" else "amp"].setdefault(site_kind(head), []).append(value)
+        elif stat in panel_of:
+            values[panel_of[stat]].setdefault(site_kind(head), []).append(value)
     for panel, kinds in values.items():
         out[panel] = {kind: statistics.fmean(xs) for kind, xs in kinds.items()}
     return out
@@ -54,7 +57,7 @@ def record_by_kind(rec):
     if not mech:
         return None
     final, mean = by_kind(mech["final"]), by_kind(mech["mean"])
-    return {"floor": final["floor"], "amp": mean["amp"], "update": mean["update"]}
+    return {"floor": final["floor"], "gain": mean["gain"], "move": mean["move"], "update": mean["update"]}
 
 
 def mechanism_entries(spec, results):
@@ -81,11 +84,15 @@ def plot_mechanism(entries, spec, path):
     """Per panel (the floor at the end; the amplification and the update ratios as means over the
     intervals), one row per site kind or group: each setting's and variant's mean over seeds (dot)
     and the seeds' range (bar), from mechanism_entries."""
-    fig, axes = plt.subplots(1, 3, figsize=(17, 1.5 + 0.3 * max(len(e[3]["floor"]) for e in entries) * len(entries)
+    fig, axes = plt.subplots(1, len(MECHANISM_PANELS), figsize=(22, 1.5 + 0.3 * max(len(e[3]["floor"]) for e in entries) * len(entries)
                                             ** 0.5), squeeze=False)
     k = len(entries)
     for ax, (panel, (what, label)) in zip(axes[0], MECHANISM_PANELS.items()):
         names = list(dict.fromkeys(n for *_, panels in entries for n in panels[panel]))
+        if not names:  # a statistic added after these records were made
+            ax.set_title(f"{what}\n(not in these records: logged since)", fontsize=8)
+            ax.set_axis_off()
+            continue
         for j, (setting, v, seeds, panels) in enumerate(entries):
             pts = [(i + 0.7 * (j - (k - 1) / 2) / k, panels[panel][n]) for i, n in enumerate(names)
                    if n in panels[panel]]

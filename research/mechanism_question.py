@@ -8,10 +8,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from mechanism import SITE_STATISTICS  # noqa: E402
 from research.comparisons import planned_seeds  # noqa: E402
 from research.figures import draw_gaps, save_figure  # noqa: E402
 from research.stats import (bh_adjust, difference_verdict, fmt_ci, mean_ci, mechanism_scalar, paired_t_p,  # noqa: E402
                             strength, welch_t)
+
+
+def statistic(spec):
+    """The per-site statistic the file's mechanism_question registered (mechanism.SITE_STATISTICS):
+    its "statistic", or "move_ratio" for a file registered before the key existed (as amp_ratio)."""
+    return spec["mechanism_question"].get("statistic", "move_ratio")
 
 
 def question_rows(spec, results):
@@ -25,14 +32,14 @@ def question_rows(spec, results):
     else "unresolved"); strength stats.strength ("finding" when also p (BH) <= 0.05, "lead" when only
     the interval excludes 0, else "-")."""
     q = spec["mechanism_question"]
-    v, ref, (s0, s1) = q["variant"], q["reference"], q["settings"]
+    v, ref, (s0, s1), stat = q["variant"], q["reference"], q["settings"], statistic(spec)
     rows, per = [], {}
     for st in (s0, s1):
         a, b = results[(st, v)]["seeds"], results[(st, ref)]["seeds"]
         planned = planned_seeds(spec, results, st)
         seeds = [s for s in planned if s in a and s in b
-                 and None not in (mechanism_scalar(a[s]), mechanism_scalar(b[s]))]
-        per[st] = [mechanism_scalar(a[s]) - mechanism_scalar(b[s]) for s in seeds]
+                 and None not in (mechanism_scalar(a[s], stat), mechanism_scalar(b[s], stat))]
+        per[st] = [mechanism_scalar(a[s], stat) - mechanism_scalar(b[s], stat) for s in seeds]
         rows.append(dict(what=f"`{st}`: {v} - {ref}", test="paired t", seeds=f"{len(seeds)} of {len(planned)}",
                          diffs=per[st], complete=len(seeds) == len(planned), ci=mean_ci(per[st]),
                          p=paired_t_p(per[st]), df=len(seeds) - 1 if len(seeds) > 1 else None))
@@ -50,10 +57,12 @@ def question_rows(spec, results):
 def question_table(spec, rows):
     """Markdown: the mechanism question's three rows (question_rows) and what they compute."""
     q = spec["mechanism_question"]
-    v, ref, (s0, s1) = q["variant"], q["reference"], q["settings"]
+    v, ref, (s0, s1), stat = q["variant"], q["reference"], q["settings"], statistic(spec)
+    earlier = " (logged as amp_ratio when these records were made)" if stat == "move_ratio" else ""
     out = [f"The mechanism question (registered with the file; its three rows are a family of their own, outside "
            f"the summary's): `{v}` - `{ref}` of the mechanism scalar (stats.mechanism_scalar: the mean over a "
-           f"run's input-role sites of amp_ratio's mean over its eval intervals; unitless) per setting, paired "
+           f"run's input-role sites of {stat}'s mean over its eval intervals{earlier}: {SITE_STATISTICS[stat]}; "
+           f"unitless) per setting, paired "
            f"by seed (95% Student t interval, two-sided paired t p, df = seeds - 1); and `{s1}`'s paired "
            f"differences minus `{s0}`'s, unpaired by Welch's t (95% interval with the Welch-Satterthwaite df, "
            f"two-sided p). p (BH): Benjamini-Hochberg over these three rows, once every planned seed is "
@@ -80,7 +89,7 @@ def plot_question(spec, rows, path):
     ax.set_xticks([0, 1], [f"{st}\n(n={len(r['diffs'])})" for st, r in zip(q["settings"], rows)])
     ax.set_xlim(-0.5, 1.5)
     ax.set_xlabel("setting")
-    ax.set_ylabel("mechanism scalar difference\n(mean amp_ratio; unitless)")
+    ax.set_ylabel(f"mechanism scalar difference\n(mean {statistic(spec)}; unitless)")
     ax.set_title(f"{spec['name']}: {q['variant']} - {q['reference']} per seed\n{q['settings'][1]} minus "
                  f"{q['settings'][0]} (Welch): {fmt_ci(rows[2]['ci'])}", fontsize=9)
     ax.grid(alpha=0.3)

@@ -21,6 +21,7 @@ import time
 from checkpoint import atomic_write, read_log
 from common import resolve_device
 from configurator import UserError
+from mechanism import renamed_mechanism
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, whose git state pins a record
 RECORD_FORMAT = 1
@@ -197,6 +198,8 @@ def read_rows(path):
         if problem:
             raise UserError(f"{path}, line {n}: {problem}: the log is damaged or not train.py's; delete the line "
                             f"(the run's checkpoint is unaffected) or {RERUN}")
+        if isinstance(row.get("mechanism"), dict):  # a log written before a statistic's rename
+            row["mechanism"] = renamed_mechanism(row["mechanism"])
     return rows
 
 
@@ -368,6 +371,8 @@ def read_record(path):
         raise UserError(f"{path}: {problem}: not the record of one finished run, so its numbers cannot be "
                         f"used; remove it (git rm it if committed) and run its run again (delete the run's "
                         f"folder under the sweep's --out_root, then run the sweep again)")
+    if rec.get("mechanism"):  # a record made before a statistic's rename reads under its current name
+        rec["mechanism"] = {k: renamed_mechanism(v) if isinstance(v, dict) else v for k, v in rec["mechanism"].items()}
     return rec
 
 

@@ -99,9 +99,10 @@ def run_series(evals):
 def plot_runs(out_dirs, path):
     """Runs side by side on shared axes (x: iteration), one colour each and labelled by its folder's
     name in the figure's legend: the loss (train per iteration, thin; val at each eval, markers),
-    each optimizer group's update ratio, and per site kind its floor and its amplification
-    (run_series). A panel one run lacks (a site the other variant has) shows the others. UserError
-    (one line naming the folder) for a missing log, or one without mechanism statistics."""
+    each optimizer group's update ratio, and per site kind its floor, its gain (the folded step over
+    the scale-free one) and its move_ratio (run_series). A panel one run lacks (a site the other
+    variant has) shows the others. UserError (one line naming the folder) for a missing log, or one
+    without mechanism statistics."""
     runs = []
     for d in out_dirs:
         _, train, evals = read_run(d)
@@ -111,7 +112,7 @@ def plot_runs(out_dirs, path):
         runs.append((os.path.basename(os.path.abspath(d)), train, evals, run_series(evals)))
     keys = dict.fromkeys(k for *_, series in runs for k in series)
     kinds = dict.fromkeys(name for panel, name in keys if panel != "update")
-    order = [k for k in keys if k[0] == "update"] + [(p, kind) for kind in kinds for p in ("floor", "amp")
+    order = [k for k in keys if k[0] == "update"] + [(p, kind) for kind in kinds for p in ("floor", "gain", "move")
                                                      if (p, kind) in keys]
     cols = 4
     rows_n = -(-(len(order) + 1) // cols)

@@ -433,13 +433,14 @@ def ladder_power(gap, sd, seeds_per_rung, alpha=0.05):
 # The mechanism statistics' one scalar per run
 
 
-def mechanism_scalar(record):
-    """The mean amplification of a run's input-role sites: the mean over its sites of amp_ratio's
-    mean over the run's evaluation intervals (a record's "mechanism" -> "mean", research/records.py
-    mechanism_record), amp_ratio = (||W~_t - W~_s|| / ||W~_s||) / (||W_t - W_s|| / ||W_s||) for W~ the
-    map with the site's gamma folded in (mechanism.Mechanism; paper Theorem 2.2, claim C3). Only input-role
-    sites have one; a site whose matrix never moved (None) is left out. None for a record without
-    the statistics or without any such site."""
+def mechanism_scalar(record, statistic="move_ratio"):
+    """One number per run for a mechanism question: the mean over a run's input-role sites of
+    `<site>/<statistic>`'s mean over its evaluation intervals (a record's "mechanism" -> "mean",
+    research/records.py mechanism_record; the statistics and their meanings: mechanism.SITE_STATISTICS,
+    paper Theorem 2.2, claim C3). Only input-role sites have one; a site whose value is undefined
+    (None) is left out. None for a record without the statistics or without any such site.
+    statistic: "move_ratio" (the default: what files registered before "statistic" existed did, as
+    amp_ratio, its earlier name), "gain", "step_matrix" or "step_scale"."""
     means = (record.get("mechanism") or {}).get("mean", {})
-    values = [v for k, v in means.items() if k.endswith("/amp_ratio") and v is not None]
+    values = [v for k, v in means.items() if k.endswith(f"/{statistic}") and v is not None]
     return statistics.fmean(values) if values else None

@@ -27,7 +27,7 @@ def captured(monkeypatch):
 
 
 def panel(fig, kind, which):
-    """The axes of a site kind's (or group's) panel: floor, amp or update (mechanism_figures.MECHANISM_PANELS)."""
+    """The axes of a site kind's (or group's) panel: floor, gain, move or update (mechanism_figures.MECHANISM_PANELS)."""
     (ax,) = [a for a in fig.axes if a.get_title() == f"{kind}\n{mechanism_figures.MECHANISM_PANELS[which][0]}"]
     return ax
 
@@ -69,11 +69,12 @@ def test_two_runs_side_by_side_draw_the_logged_values_labelled_by_folder(tmp_pat
         assert list(val.get_ydata()) == [r["val_loss"] for r in evals]
         assert list(tr.get_ydata()) == [r["loss"] for r in train]
         expected = {("floor", k): v for k, v in kind_means(evals, "g2_min").items()}
-        expected |= {("amp", k): v for k, v in kind_means(evals, "amp_ratio").items()}
+        expected |= {("gain", k): v for k, v in kind_means(evals, "gain").items()}
+        expected |= {("move", k): v for k, v in kind_means(evals, "move_ratio").items()}
         expected |= {("update", k.split("/", 1)[1]): ([r["iter"] for r in evals if k in r["mechanism"]],
                                                       [r["mechanism"][k] for r in evals if k in r["mechanism"]])
                      for k in evals[-1]["mechanism"] if k.startswith("update/")}
-        assert ("amp", "attn_norm.scale" if name == "norm_only" else "attn.q.in_scale") in expected
+        assert ("gain", "attn_norm.scale" if name == "norm_only" else "attn.q.in_scale") in expected
         assert ("floor", "norm_f.scale") in expected
         for (which, kind), (xs, ys) in expected.items():
             ax = panel(fig, kind, which)
@@ -199,7 +200,8 @@ def test_the_mechanism_figure_draws_each_site_kinds_mean_and_range_over_seeds(tm
     plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"])
     assert (tmp_path / "out" / "mech_mechanism.png").read_bytes()[:4] == b"\x89PNG"
     (fig,) = [f for f in figures if "per site kind" in (f._suptitle.get_text() if f._suptitle else "")]
-    floor, amp, update = fig.axes
+    floor, gain, move, update = fig.axes  # (these records, made as before the rename, carry no gain)
+    assert len(gain.lines) == 0 and "not in these records" in gain.get_title()
     assert [t.get_text() for t in floor.get_yticklabels()] == ["attn.q.in_scale", "norm_f.scale"]
     assert [t.get_text() for t in update.get_yticklabels()] == ["matrix"]  # a None ratio is left out
     records = list(load_records(results).values())
@@ -209,7 +211,7 @@ def test_the_mechanism_figure_draws_each_site_kinds_mean_and_range_over_seeds(tm
         final = [r["mechanism"]["final"] for r in mine]
         q = [statistics.fmean(f[f"blocks.{i}.attn.q.in_scale/g2_min"] for i in range(2)) for f in final]
         assert np.allclose(line.get_xdata(), [statistics.fmean(q), 0.9], rtol=1e-12)
-        (amp_line,) = [ln for ln in amp.lines if ln.get_label() == line.get_label()]
+        (amp_line,) = [ln for ln in move.lines if ln.get_label() == line.get_label()]
         assert amp_line.get_xdata()[0] == pytest.approx(statistics.fmean(stats.mechanism_scalar(r) for r in mine))
     assert [ln.get_label() for ln in floor.lines] == [f"{v}, {s} (n=5)" for s in ("w32", "w64")
                                                       for v in ("norm_only", "unified")]
