@@ -220,13 +220,18 @@ SECTIONS = {
                               'numbers, so never pair its runs with native ones)', absent="native"),
         "ddp_timeout_s": (600, Range(1, 10**7, why="a timedelta of it must exist; 10**7 s is 115 days"),
                           "seconds a DDP collective may wait"),
+        "max_estimated_hours": added(24.0, Range(0, usual=(1, 10**4), zero_ok=True),
+                                     "a run whose time on the device it found is at least this many hours (its FLOPs "
+                                     "at the device's best: a lower bound) stops at start, naming it (0: no limit)",
+                                     absent=0.0),
     },
 }
 DEFAULTS = {key: row[0] for keys in SECTIONS.values() for key, row in keys.items()}
 ALLOWED = {key: row[1] for keys in SECTIONS.values() for key, row in keys.items()}
 ABSENT = {key: row[3] for keys in SECTIONS.values() for key, row in keys.items() if len(row) > 3}  # added() rows
-# what a run reports and where, never the numbers it trains to: no run hash holds them, a resume may change them
-TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name", "mechanism_stats")
+# what a run reports and where, and what it checks at its start, never the numbers it trains to: no run hash
+# holds them, a resume may change them
+TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name", "mechanism_stats", "max_estimated_hours")
 MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
     {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
 

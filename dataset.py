@@ -142,8 +142,19 @@ def prepare_hint(folder):
                 f"folder is data: its own scripts never run)")
     with open(script) as f:
         doc = ast.get_docstring(ast.parse(f.read())) or ""
-    needs = [ln.strip() for ln in doc.splitlines() if ln.strip().startswith("pip install")]
-    return " && ".join(needs + [f"python {shlex.quote(os.path.relpath(script))}"])
+    lines = [ln.strip() for ln in doc.splitlines()]
+    needs = [ln for ln in lines if ln.startswith("pip install")]
+    command = f"python {shlex.quote(os.path.relpath(script))}"
+    said = []
+    for way in (ln for ln in lines if ln.startswith("python ") and "#" in ln):  # the docstring's usage lines
+        cmd, comment = (part.strip() for part in way.split("#", 1))
+        words = cmd.split(None, 2)
+        said.append(f"{words[2] if len(words) > 2 else 'by default'}: {comment}")
+    hint = " && ".join(needs + [command]) + (f" ({'; '.join(said)})" if said else "")
+    if "network" in doc:  # a download: say so, and the way that needs none
+        hint += (". It downloads (needs the network); without it, or on a CPU, train on your own text: "
+                 "data/corpus/prepare.py, then configs/unified_bpe_cpu.py")
+    return hint
 
 
 def check_char_vocabulary(meta, meta_path):

@@ -112,6 +112,7 @@ def describe(run, raw_model, groups, given=frozenset()):
         changed = ", ".join(f"{k}={new!r} (the checkpoint's: {old!r})" for k, (old, new) in run.changed.items())
         log(f"note: resuming at iteration {it} with {changed}: iterations 1-{it} ran on the checkpoint's values "
             f"(the checkpoint's 'changes' and a 'resume' row of the log record it)")
+    check_duration(run, raw_model)
     if run.device.type == "cpu" and cpu_seconds(run, raw_model) > 3600:
         parts = run_flops(run, raw_model)
         per_iter = raw_model.flops_per_token() * run.tokens_per_iter
@@ -150,6 +151,24 @@ def describe(run, raw_model, groups, given=frozenset()):
                 f"{cfg.lr_schedule} schedule and the rest follow the {cfg.max_iters}-iteration one (LR multiplier "
                 f"{lr_multiplier(it, cfg):.3g} at iteration {it}, {lr_multiplier(it, old):.3g} on the checkpoint's): "
                 f"the LRs of neither schedule from scratch")
+
+
+def check_duration(run, raw_model):
+    """UserError (one line) when the whole run needs at least max_estimated_hours on its device: its
+    FLOPs (run_flops) at the device's best (device_flops; a lower bound, so a refused run would take
+    longer still). Not checked where the device's best is unknown (an unlisted GPU, MPS)."""
+    cfg, speed = run.cfg, device_flops(run)
+    if not cfg.max_estimated_hours or not speed:
+        return
+    seconds = sum(run_flops(run, raw_model).values()) / speed
+    if seconds >= 3600 * cfg.max_estimated_hours:
+        where = f"this CPU (at most {speed:.0e} FLOP/s)" if run.device.type == "cpu" else \
+            f"this {run.device.type} device (its bf16 peak, {speed:.2g} FLOP/s)"
+        raise UserError(f"this run needs {sum(run_flops(run, raw_model).values()):.2g} FLOPs: at least "
+                        f"{fmt_duration(seconds)} on {where}, past max_estimated_hours={cfg.max_estimated_hours:g}"
+                        + (": it is sized for GPUs; on a CPU train configs/unified_bpe_cpu.py or the default "
+                           "`python train.py`, or" if run.device.type == "cpu" else ": use more devices (torchrun), or")
+                        + " pass --max_estimated_hours=0 to start it anyway")
 
 
 def run_flops(run, raw_model):

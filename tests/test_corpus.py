@@ -313,3 +313,36 @@ def test_flags_that_cannot_work_are_refused_before_any_read(tmp_path, enc):
             fineweb.main(flags + [f"--out={tmp_path / 'fw'}"] * ("--out" not in flags[0]), load_dataset=never)
         assert "\n" not in str(e.value)
     assert not (tmp_path / "fw").exists()
+
+
+def test_fineweb_without_the_network_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    """Offline (the Hub's host does not resolve): one line naming the network need, the size at the
+    flags given and the small slice, before the Hub's client retries for a minute; a stream that
+    breaks mid-way is the same line, and --out is as it was."""
+    import socket
+    import types
+
+    def unresolved(*args, **kw):
+        raise OSError(-2, "Name or service not known")
+
+    def never(*args, **kw):
+        raise AssertionError("the Hub was asked although its host does not resolve")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=never))
+    monkeypatch.setattr(socket, "getaddrinfo", unresolved)
+    out = tmp_path / "fw"
+    with pytest.raises(SystemExit) as e:
+        fineweb.main(["--train_tokens=1e8", f"--out={out}"])
+    line = str(e.value)
+    assert "\n" not in line and "needs the network" in line and "0.2 GB" in line and "--train_tokens=1e8" in line
+    assert not out.exists()
+    monkeypatch.undo()
+
+    def broken(*args, **kw):
+        def docs():
+            yield {"text": "one document"}
+            raise ConnectionError("Couldn't reach 'HuggingFaceFW/fineweb-edu' on the Hub")
+        return docs()
+    with pytest.raises(SystemExit, match="needs the network"):
+        fineweb.main(["--val_tokens=1", "--train_tokens=1e3", "--workers=1", f"--out={out}"], load_dataset=broken)
+    assert not out.exists() or sorted(os.listdir(out)) == []

@@ -718,3 +718,35 @@ def test_portable_numerics_without_their_environment_are_one_line(tmp_path, monk
                                         r"TORCHINDUCTOR_CPP_MARCH=x86-64-v3 in the environment"):
         run(tiny_args(data, str(tmp_path / "out"), "--max_iters=2", "--cpu_numerics=portable"))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_past_max_estimated_hours_stops_at_start_and_zero_starts_it(tmp_path, monkeypatch):
+    """The whole run's FLOPs at the device's best (a lower bound) past max_estimated_hours: one line
+    naming the time, the limit and the flag, before any step; --max_estimated_hours=0 starts it (here
+    stopped by a signal at its first step, saved)."""
+    from test_reliability import signal_at
+    ds = make_dataset(tmp_path / "ds")
+    args = tiny_args(ds, tmp_path / "o", "--max_iters=10000000000", "--eval_interval=0")
+    with pytest.raises(UserError, match=r"at least \d+h\d\dm on this CPU .*past max_estimated_hours=24: it is sized "
+                                        r"for GPUs.*--max_estimated_hours=0 to start it anyway") as e:
+        run(args)
+    assert "\n" not in str(e.value) and not (tmp_path / "o" / "ckpt.pt").exists()
+    log = tmp_path / "o" / "log.jsonl"
+    assert not log.exists() or not [r for r in read_log(tmp_path / "o") if r["kind"] == "train"]
+    monkeypatch.setattr(train_mod, "get_batch", signal_at(0))
+    assert run([*args, "--max_estimated_hours=0"])["stopped"] == "SIGTERM"
+
+
+def test_the_124m_configs_missing_data_names_the_download_its_size_and_the_cpu_route():
+    """configs/unified_124m.py without data/fineweb's files: one line with the prepare command, its
+    default size, the small slice, the network need and the route that needs no network."""
+    from types import SimpleNamespace
+    cfg, _ = load_config([os.path.join(ROOT, "configs", "unified_124m.py")])
+    if os.path.exists(os.path.join(ROOT, "data", "fineweb", "train.bin")):
+        pytest.skip("data/fineweb is prepared here")
+    with pytest.raises(UserError) as e:
+        load_data(SimpleNamespace(**cfg))
+    line = str(e.value)
+    for words in ("pip install datasets && python data/fineweb/prepare.py", "5.5 GB", "--train_tokens=1e8",
+                  "needs the network", "configs/unified_bpe_cpu.py"):
+        assert words in line, words

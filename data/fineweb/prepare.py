@@ -69,7 +69,8 @@ def main(argv=None, load_dataset=None):
             raise SystemExit(f"{flag}={value:g}: a token count >= 1 (e.g. 1e8)")
     if args.workers < 1:
         raise SystemExit(f"--workers={args.workers}: encode with at least 1 process")
-    if load_dataset is None:
+    real = load_dataset is None
+    if real:
         try:
             from datasets import load_dataset
         except ImportError:
@@ -77,9 +78,35 @@ def main(argv=None, load_dataset=None):
     check_out(args.out)
     encoding()  # fail fast, before streaming
 
-    docs = load_dataset("HuggingFaceFW/fineweb-edu", name=args.subset, split="train", streaming=True)
-    return prepare(docs, args.out, int(args.val_tokens), int(args.train_tokens), args.workers,
-                   source=f"the {args.subset} subset")
+    try:
+        offline = real and hub_problem()  # said at once: the Hub's client would retry for a minute first
+        if offline:
+            raise ConnectionError(offline)
+        docs = load_dataset("HuggingFaceFW/fineweb-edu", name=args.subset, split="train", streaming=True)
+        return prepare(docs, args.out, int(args.val_tokens), int(args.train_tokens), args.workers,
+                       source=f"the {args.subset} subset")
+    except (OSError, ConnectionError) as e:  # (requests' and huggingface_hub's errors are OSErrors too)
+        raise SystemExit(f"cannot stream HuggingFaceFW/fineweb-edu from the Hugging Face Hub ({type(e).__name__}: "
+                         f"{str(e)[:100]}): this script needs the network (about {args.train_tokens * 2 / 1e9:.2g} "
+                         f"GB of token files at --train_tokens={args.train_tokens:g}; --train_tokens=1e8 is a small "
+                         f"slice); without it, prepare elsewhere and copy {args.out}, or train on your own text "
+                         f"(data/corpus/prepare.py, configs/unified_bpe_cpu.py); --out is as it was") from None
+
+
+def hub_problem():
+    """Why the Hugging Face Hub cannot be reached from here (its host does not resolve), or None."""
+    import socket
+    from urllib.parse import urlparse
+    try:
+        from huggingface_hub import constants
+        host = urlparse(constants.ENDPOINT).hostname
+    except ImportError:
+        host = "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as e:
+        return f"{host} does not resolve: {e.strerror or e}"
+    return None
 
 
 if __name__ == "__main__":
