@@ -371,17 +371,27 @@ def run_config_file(path):
     return namespace
 
 
+class Given(set):
+    """The keys a config sets explicitly (load_config), with `where` each was set: {key: "on the
+    command line" or "in <config file>"}, so a note about a key says where its value came from."""
+
+    def __init__(self, keys=()):
+        super().__init__(keys)
+        self.where = {}
+
+
 def load_config(argv):
     """Defaults, then config files (plain assignments), then --key=value overrides.
 
     Args: argv without the program name, e.g. ["configs/x.py", "--max_iters=10"].
-    Returns: (config dict with every key of DEFAULTS, set of keys given explicitly).
+    Returns: (config dict with every key of DEFAULTS, the keys given explicitly: a Given, a set that
+    also says where each was set).
     Raises UserError naming the bad key or value (unknown key, wrong type,
     missing config file, malformed argument, a key given twice on the command
     line (a key a config file sets may be set again on the command line, which
     wins), a value ALLOWED refuses).
     """
-    cfg, given, on_line = dict(DEFAULTS), set(), {}
+    cfg, given, on_line = dict(DEFAULTS), Given(), {}
     for arg in argv:
         if arg.startswith("--"):
             if "=" not in arg:
@@ -395,6 +405,7 @@ def load_config(argv):
             on_line[key] = arg
             cfg[key] = parse_value(key, text)
             given.add(key)
+            given.where[key] = "on the command line"
         else:
             if not os.path.isfile(arg):
                 raise UserError(f"config file {arg!r} not found")
@@ -405,7 +416,9 @@ def load_config(argv):
                 if key not in DEFAULTS:
                     raise unknown_key(key, arg)
                 cfg[key] = check_type(key, value, arg)
-                given.add(key)
+                if key not in on_line:  # (a later file sets it again; the command line wins over files)
+                    given.add(key)
+                    given.where[key] = f"in {arg}"
     for key, allowed in ALLOWED.items():  # ~ in a path: the shell leaves it alone after --key=
         if isinstance(allowed, Path):
             cfg[key] = os.path.expanduser(cfg[key])

@@ -86,7 +86,9 @@ def unusual_notes(cfg):
 def inert_notes(cfg, given):
     """One 'note: --key=value has no effect: why; it is ignored' line per key the user gave
     (`given`, as load_config returns it) that inert_keys says changes nothing."""
-    return [f"note: --{key}={cfg[key]} has no effect: {why}; it is ignored"
+    where = getattr(given, "where", {})
+    return [f"note: --{key}={cfg[key]} has no effect: {why}; it is ignored" if where.get(key, "on the command line")
+            == "on the command line" else f"note: {key}={cfg[key]!r} ({where[key]}) has no effect: {why}; it is ignored"
             for key, why in inert_keys(cfg) if key in given]
 
 
@@ -194,6 +196,14 @@ def cpu_seconds(run, raw_model):
     return sum(run_flops(run, raw_model).values()) / CPU_FLOPS
 
 
+def fmt_rate(per_second):
+    """A rate in a unit that fits its size, 3 significant digits: '23.4', '12.3k', '1.23M'."""
+    for scale, unit in ((1e6, "M"), (1e3, "k")):
+        if per_second >= scale:
+            return f"{per_second / scale:.3g}{unit}"
+    return f"{per_second:.3g}"
+
+
 def write_log(run, row):
     """Append row to log.jsonl (rank 0), and send it to the tracker when there is one."""
     if run.master:
@@ -280,7 +290,7 @@ class Progress:
         moe = f" | lb {row['lb_loss']:.3f} | max load (last batch) " \
             f"{aux['expert_load'].max().item() * cfg.n_experts:.2f}" if "lb_loss" in row else ""
         self.run.log(f"iter {done}/{cfg.max_iters} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | "
-                     f"{tok_s / 1e3:.1f}k tok/s | {ms:.0f} ms/iter{mfu}{moe} | ETA {fmt_duration(eta)}")
+                     f"{fmt_rate(tok_s)} tok/s | {ms:.0f} ms/iter{mfu}{moe} | ETA {fmt_duration(eta)}")
         if self.run.device.type == "cpu" and eta > 3600 and not self.warned_slow:
             self.warned_slow = True  # the config is judged at start (describe); here only the machine
             why = "this config is sized for a GPU (use --device=cuda there, or a smaller model / fewer " \

@@ -482,12 +482,17 @@ def test_a_value_that_acts_under_an_untied_head_gets_no_note():
     assert notes(["--tie_embeddings=False", "--scale_wd=all"]) == []
 
 
-def test_a_key_given_in_a_config_file_is_noted_as_one_on_the_command_line(tmp_path):
+def test_a_key_given_in_a_config_file_is_noted_as_the_files(tmp_path):
+    """A note names where the value came from: the config file that set it (not a flag the user never
+    typed), or the command line, which wins over the file."""
     path = tmp_path / "cfg.py"
     path.write_text("muon_lr = 0.01\nlr_schedule = 'constant'\nmin_lr = 0.0\n")
-    assert notes([str(path)]) == [f"note: --muon_lr=0.01 has no effect: {MUON}; it is ignored",
-                                  f"note: --min_lr=0.0 has no effect: {CONSTANT}; it is ignored"]
-    assert notes([str(path), "--optimizer=muon"]) == [f"note: --min_lr=0.0 has no effect: {CONSTANT}; it is ignored"]
+    assert notes([str(path)]) == [f"note: muon_lr=0.01 (in {path}) has no effect: {MUON}; it is ignored",
+                                  f"note: min_lr=0.0 (in {path}) has no effect: {CONSTANT}; it is ignored"]
+    assert notes([str(path), "--optimizer=muon"]) == [
+        f"note: min_lr=0.0 (in {path}) has no effect: {CONSTANT}; it is ignored"]
+    assert notes([str(path), "--min_lr=0"]) == [f"note: muon_lr=0.01 (in {path}) has no effect: {MUON}; it is ignored",
+                                                f"note: --min_lr=0.0 has no effect: {CONSTANT}; it is ignored"]
 
 
 def test_several_reasons_give_one_note_per_key():
@@ -518,7 +523,7 @@ COMMITTED = {"ablation_base.py": ["muon_lr", "wsd_decay_frac"]}
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "*.py"))), ids=os.path.basename)
 def test_committed_configs_note_only_keys_they_truly_set_inert(path):
-    noted = [n.split("=", 1)[0].removeprefix("note: --") for n in notes([path])]
+    noted = [n.split("=", 1)[0].removeprefix("note: ").removeprefix("--") for n in notes([path])]
     assert noted == COMMITTED.get(os.path.basename(path), [])
     if noted:  # and under the setting they are there for, none
         assert notes([path, "--optimizer=muon", "--lr_schedule=wsd"]) == []

@@ -750,3 +750,10 @@ def test_the_124m_configs_missing_data_names_the_download_its_size_and_the_cpu_r
     for words in ("pip install datasets && python data/fineweb/prepare.py", "5.5 GB", "--train_tokens=1e8",
                   "needs the network", "configs/unified_bpe_cpu.py"):
         assert words in line, words
+
+
+@pytest.mark.parametrize("rate, shown", [(12.34, "12.3"), (999.4, "999"), (1000.0, "1k"), (12_345.0, "12.3k"),
+                                         (1_234_567.0, "1.23M")])
+def test_throughput_is_shown_in_a_unit_that_fits_its_size(rate, shown):
+    """10-25 tokens/s (a large model on a CPU) was shown as 0.0k tok/s."""
+    assert ops.fmt_rate(rate) == shown

