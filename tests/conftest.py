@@ -35,3 +35,44 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a real pre-trained model, lm-eval, torchrun, GPU files at miniature "
                                        "size, large simulations (a minute or more each on 2 cores); -m 'not slow' "
                                        "skips them")
+
+
+# A SIGTERM or SIGINT from outside ends the test run, even while a test is inside an in-process
+# train(): its StopSignals turns the first one into a clean stop of that run, and the test would go
+# on to the next. Tests that signal themselves do it through signal.raise_signal, marked here; any
+# other signal StopSignals receives is the user's, and the run ends after that test.
+import signal  # noqa: E402
+
+import pytest  # noqa: E402
+
+SENT_BY_A_TEST, FROM_OUTSIDE = [], []
+_raise_signal, _handle = signal.raise_signal, common.StopSignals.handle
+
+
+def raise_signal(sig):
+    SENT_BY_A_TEST.append(sig)
+    _raise_signal(sig)
+
+
+def handle(self, signum, frame):
+    if signum in SENT_BY_A_TEST:
+        SENT_BY_A_TEST.remove(signum)
+    else:
+        FROM_OUTSIDE.append(signum)
+    return _handle(self, signum, frame)
+
+
+def end_the_run(signum, frame):
+    """SIGTERM outside a training run: stop the tests as Ctrl-C does."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+signal.raise_signal, common.StopSignals.handle = raise_signal, handle
+if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+    signal.signal(signal.SIGTERM, end_the_run)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if FROM_OUTSIDE:
+        pytest.exit(f"stopped by {signal.Signals(FROM_OUTSIDE[0]).name} during {item.nodeid} (a training run it "
+                    f"started saved and stopped)", returncode=128 + FROM_OUTSIDE[0])

@@ -207,15 +207,25 @@ def test_a_stop_checkpoint_resumed_at_its_own_iteration_gets_its_final_eval(tmp_
     assert "is finished (5 iterations = max_iters)" in capsys.readouterr().out
 
 
+def conftest_sigterm():
+    """The SIGTERM handler tests/conftest.py installs for the session (SIGTERM ends a test run)."""
+    import conftest
+    return conftest.end_the_run
+
+
 def test_a_second_ctrl_c_quits_at_once_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    """(SIGINT's disposition is set here: a suite started as a background job inherits it ignored,
+    and train.py, as a shell's background job would, leaves an ignored SIGINT alone.)"""
     ds = make_dataset(tmp_path / "ds")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     monkeypatch.setattr(train_mod, "get_batch", signal_at(5, (signal.SIGINT, signal.SIGINT)))
     with pytest.raises(KeyboardInterrupt):
         run(tiny_args(ds, tmp_path / "o", "--max_iters=8", "--eval_interval=4"))
     monkeypatch.undo()
     assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 4
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, conftest_sigterm())
+    signal.signal(signal.SIGINT, previous)
     run(["--init_from=auto", f"--out_dir={tmp_path / 'o'}"])  # the lock went with the exception
 
 
@@ -714,3 +724,49 @@ def test_under_torchrun_a_signal_to_one_rank_during_an_evaluation_stops_every_ra
     assert not [r for r in read_log(out) if r["kind"] == "eval"]
     assert run(["--init_from=resume", f"--out_dir={out}", "--eval_iters=2"])["stopped"] is None
     assert [r["iter"] for r in read_log(out) if r["kind"] == "eval"] == [4]
+
+
+INNER_TESTS = '''
+import os, time
+import train, test_train
+
+def test_one():
+    real = train.get_batch
+    def slow(*args):
+        time.sleep(0.05)
+        return real(*args)
+    train.get_batch = slow
+    ds = test_train.make_dataset(os.environ["SCALEVEC_DS"])
+    result = test_train.run(test_train.tiny_args(ds, os.environ["SCALEVEC_OUT"], "--max_iters=5000"))
+    open(os.environ["SCALEVEC_MARK"], "w").write(str(result["stopped"]))
+
+def test_two():
+    open(os.environ["SCALEVEC_MARK"] + ".next", "w").write("ran")
+'''
+
+
+def test_a_sigterm_ends_a_test_run_that_is_inside_train(tmp_path):
+    """pytest with this suite's conftest, a test training in-process: SIGTERM from outside lets that
+    run save and stop (its StopSignals), then ends the test run (exit 143), the next test not run."""
+    (tmp_path / "test_inner.py").write_text(INNER_TESTS)
+    out, mark = tmp_path / "out", tmp_path / "mark"
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "tests"), "SCALEVEC_OUT": str(out),
+           "SCALEVEC_DS": str(tmp_path / "ds"), "SCALEVEC_MARK": str(mark), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+                             str(tmp_path / "test_inner.py")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            log = out / "log.jsonl"
+            if log.exists() and log.read_text().count('"kind": "train"') >= 3:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, output[-2000:]
+    assert mark.read_text() == "SIGTERM" and not os.path.exists(str(mark) + ".next"), output[-2000:]
+    assert "stopped by SIGTERM during" in output
+    assert torch.load(out / "ckpt.pt", weights_only=True)["iter"] >= 3  # the run saved where it stopped
