@@ -662,8 +662,8 @@ def test_a_long_evaluation_is_named_at_start_on_every_device_whose_speed_is_know
     from types import SimpleNamespace
     monkeypatch.setattr(ops, "peak_flops", lambda d: peak if d.type == "cuda" else None)
     cfg, _ = load_config(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--vocab_size=40",
-                          "--max_iters=2", "--eval_iters=100000000000"])
-    lines = []
+                          "--max_iters=2", "--eval_iters=100000000000", "--max_estimated_hours=0"])
+    lines = []  # (max_estimated_hours=0: the note, not the refusal at a day, test_a_run_past_max_estimated_hours)
     run = SimpleNamespace(cfg=SimpleNamespace(**cfg), log=lines.append, device=torch.device(device),
                           dtype="float32", world=1, ddp=False, tokens_per_iter=512, resumed_from=None, changed={})
     model = GPT(model_config(cfg))
