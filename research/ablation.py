@@ -167,6 +167,7 @@ def load_ablation(path, scale_down=False):
         spec["lr_multipliers"] = MINIATURE_GRID if spec["lr_multipliers"] else []
     check_runs(spec, path)
     spec["name"] = os.path.splitext(os.path.basename(path))[0]
+    spec["scale_down"] = bool(scale_down)  # its tables and figures say so and give no verdict (stats.SCALED_DOWN)
     return spec
 
 

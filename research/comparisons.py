@@ -8,7 +8,7 @@ from collections import Counter
 
 from research.ablation import load_ablation, plan, planned_table_seeds
 from research.regime import param_count
-from research.stats import fmt_ci, mean_ci, verdict
+from research.stats import SCALED_DOWN, fmt_ci, mean_ci, verdict
 
 
 def final_val(rec):
@@ -105,7 +105,7 @@ def paired(results, setting, variant, reference):
 def comparisons(spec, results):
     """Every paired comparison of an ablation, in table order: each variant vs the baseline per
     setting, then the file's extra comparisons. List of dicts(setting, variant, reference, seeds,
-    diffs, ci (mean_ci), expected, verdict)."""
+    diffs, ci (mean_ci), expected, verdict); a --scale_down spec's verdicts are stats.SCALED_DOWN."""
     base = list(spec["variants"])[0]
     pairs = [(s, v, base, spec["expected"].get(v)) for s in spec["settings"] for v in spec["variants"] if v != base]
     pairs += [(s, v, ref, exp) for s in spec["settings"] for v, ref, exp in spec["comparisons"]]
@@ -126,6 +126,8 @@ def comparisons(spec, results):
             added = [str(s) for s in seeds if s not in planned]
             c["verdict"] += (f" (seed{'s' * (len(added) > 1)} {', '.join(added)} added after a look: "
                              f"nominal 95%; the {len(first)} planned: {fmt_ci(first_ci)}{planned_verdict})")
+        if spec.get("scale_down"):  # miniature runs: no word of the claim's (stats.SCALED_DOWN)
+            c["verdict"] = SCALED_DOWN
         out.append(c)
     return out
 

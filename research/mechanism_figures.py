@@ -10,7 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from research.figures import save_figure  # noqa: E402
+from research.figures import make_room, save_figure  # noqa: E402
+from research.headlines import fit_text, mark  # noqa: E402
 
 
 def site_kind(site):
@@ -80,10 +81,11 @@ def mechanism_entries(spec, results):
     return out
 
 
-def plot_mechanism(entries, spec, path):
+def plot_mechanism(entries, spec, path, head=None):
     """Per panel (the floor at the end; the amplification and the update ratios as means over the
     intervals), one row per site kind or group: each setting's and variant's mean over seeds (dot)
-    and the seeds' range (bar), from mechanism_entries."""
+    and the seeds' range (bar), from mechanism_entries; under the file's headline (head:
+    headlines.headline; default its name)."""
     fig, axes = plt.subplots(1, len(MECHANISM_PANELS), figsize=(22, 1.5 + 0.3 * max(len(e[3]["floor"]) for e in entries) * len(entries)
                                             ** 0.5), squeeze=False)
     k = len(entries)
@@ -106,7 +108,10 @@ def plot_mechanism(entries, spec, path):
         ax.set_title(what, fontsize=8)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"{spec['name']}: the mechanism statistics per site kind: mean over seeds (dot) and the seeds' "
-                 f"range (bar)", fontsize=9)
+    head = f"{mark(spec)}{spec['name']}" if head is None else head
+    suptitle = (fit_text(head, 22, 9) + f"\n{spec['name']}: the mechanism statistics per site kind: mean over seeds "
+                f"(dot) and the seeds' range (bar)")
+    fig.suptitle(suptitle, fontsize=9)
+    make_room(fig, (suptitle, 9))
     save_figure(fig, path)
 

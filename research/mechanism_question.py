@@ -10,9 +10,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from mechanism import SITE_STATISTICS  # noqa: E402
 from research.comparisons import planned_seeds  # noqa: E402
-from research.figures import draw_gaps, save_figure  # noqa: E402
-from research.stats import (bh_adjust, difference_verdict, fmt_ci, mean_ci, mechanism_scalar, paired_t_p,  # noqa: E402
-                            strength, welch_t)
+from research.figures import draw_gaps, make_room, save_figure  # noqa: E402
+from research.headlines import fit_text, mark, question_phrases  # noqa: E402
+from research.stats import (SCALED_DOWN, SCALED_DOWN_STRENGTH, bh_adjust, difference_verdict, fmt_ci,  # noqa: E402
+                            mean_ci, mechanism_scalar, paired_t_p, strength, welch_t)
 
 
 def statistic(spec):
@@ -51,6 +52,8 @@ def question_rows(spec, results):
     for r, p_bh in zip(rows, bh_adjust([r["p"] for r in rows]) if family else [None] * 3):
         r.update(p_bh=p_bh, verdict=difference_verdict(r["ci"]),
                  strength="pending (the family's planned seeds)" if not family else strength(r["ci"], p_bh))
+        if spec.get("scale_down"):  # miniature runs: no word of a finding (stats.SCALED_DOWN)
+            r.update(verdict=SCALED_DOWN, strength=SCALED_DOWN_STRENGTH)
     return rows
 
 
@@ -66,9 +69,11 @@ def question_table(spec, rows):
            f"by seed (95% Student t interval, two-sided paired t p, df = seeds - 1); and `{s1}`'s paired "
            f"differences minus `{s0}`'s, unpaired by Welch's t (95% interval with the Welch-Satterthwaite df, "
            f"two-sided p). p (BH): Benjamini-Hochberg over these three rows, once every planned seed is "
-           f"recorded. No direction was claimed: verdict \"differs\" when the interval excludes 0, "
-           f"\"unresolved\" otherwise; strength \"finding\" when also p (BH) <= 0.05, \"lead\" when only the "
-           f"interval excludes 0 ({spec['name']}_mechanism_question.png).", "",
+           f"recorded. " + (f"Verdict and strength: {SCALED_DOWN} (miniature runs through the same code)"
+                            if spec.get("scale_down") else
+                            "No direction was claimed: verdict \"differs\" when the interval excludes 0, "
+                            "\"unresolved\" otherwise; strength \"finding\" when also p (BH) <= 0.05, \"lead\" when "
+                            "only the interval excludes 0") + f" ({spec['name']}_mechanism_question.png).", "",
            "| row | test | seeds | per seed | mean [95% CI] | df | p | p (BH) | verdict | strength |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -90,9 +95,17 @@ def plot_question(spec, rows, path):
     ax.set_xlim(-0.5, 1.5)
     ax.set_xlabel("setting")
     ax.set_ylabel(f"mechanism scalar difference\n(mean {statistic(spec)}; unitless)")
-    ax.set_title(f"{spec['name']}: {q['variant']} - {q['reference']} per seed\n{q['settings'][1]} minus "
-                 f"{q['settings'][0]} (Welch): {fmt_ci(rows[2]['ci'])}", fontsize=9)
+    title = fit_text(question_title(spec, rows), 5, 9)
+    ax.set_title(title, fontsize=9)
+    make_room(fig, (title, 9))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     save_figure(fig, path)
 
+
+def question_title(spec, rows):
+    """The question figure's title: what is compared, then each of its three rows (question_rows) as
+    mean [95% CI] with its verdict and strength, the words its table gives (scaled down: marked)."""
+    q = spec["mechanism_question"]
+    return (f"{mark(spec)}{spec['name']}, the mechanism question: {q['variant']} - {q['reference']} of "
+            f"{statistic(spec)} per seed; " + "; ".join(question_phrases(rows)))

@@ -8,8 +8,8 @@ import math
 from research.ablation import planned_table_seeds
 from research.comparisons import final_val
 from research.regime import per_param, run_tokens, train_flops, unit
-from research.stats import (fit_power_law, fmt_ci, interpolated_tokens, ladder_multiplier, ladder_verdict, mean_ci,
-                            tokens_to_reach)
+from research.stats import (SCALED_DOWN, fit_power_law, fmt_ci, interpolated_tokens, ladder_multiplier, ladder_verdict,
+                            mean_ci, tokens_to_reach)
 
 
 def token_ratios(fit, points, loss, tokens):
@@ -58,6 +58,28 @@ def multipliers(spec, results, setting):
     return ref, fits, span, per_variant
 
 
+def fitted_ci(by_seed):
+    """The fitted token multiplier's mean with its 95% t interval over seeds (mean_ci) of one variant's
+    {seed: multipliers() entry}; None when a seed's is unbounded (its loss below the fit's floor E:
+    dropping it would bias the mean down)."""
+    vals = [by_seed[s]["fitted"] for s in sorted(by_seed)]
+    return mean_ci(vals) if all(math.isfinite(m) for m in vals) else None
+
+
+def multiplier_title(spec, results, setting):
+    """A fit figure's words for a setting: each variant's fitted token multiplier against the
+    reference with its 95% interval (fitted_ci, as multiplier_table gives it), or why it has none."""
+    ref, _, _, per_variant = multipliers(spec, results, setting)
+    parts = []
+    for v, by_seed in per_variant.items():
+        if v != ref:
+            ci = fitted_ci(by_seed)
+            parts.append(f"{v} x{fmt_ci(ci, '.3f')} (n={len(by_seed)})" if ci else
+                         f"{v}: no interval (a seed below the fit's floor)")
+    return (f"fitted token multiplier vs {ref} (mean [95% CI] over seeds; > 1: fewer tokens to its loss): "
+            + ("; ".join(parts) or "none yet (no seed with a fit and both runs)"))
+
+
 def multiplier_table(spec, results):
     """Markdown: per setting, the token multiplier of each variant (multipliers): without the fit,
     fitted, and the wall-clock ratio, per seed and as a mean with its 95% t interval."""
@@ -95,6 +117,7 @@ def multiplier_table(spec, results):
             seeds = sorted(by_seed)
             vals = [by_seed[s]["fitted"] for s in seeds]
             finite = [m for m in vals if math.isfinite(m)]
+            fitted = fitted_ci(by_seed)
             outside = [s for s in seeds if not span[s][0] <= by_seed[s]["need"] <= span[s][1]]
             note = []
             if len(finite) < len(vals):  # censored: dropping them would bias the mean down, so no interval
@@ -102,7 +125,7 @@ def multiplier_table(spec, results):
                             f"no mean or interval")
             if outside:
                 note.append(f"extrapolated beyond the budgets for seed(s) {', '.join(map(str, outside))}")
-            fitted_txt = fmt_ci(mean_ci(vals) if len(finite) == len(vals) else None, ".3f")
+            fitted_txt = fmt_ci(fitted, ".3f")
             read = [by_seed[s]["free"] for s in seeds]
             read_txt = fmt_ci(mean_ci(read) if None not in read else None, ".3f")  # a seed outside: no interval
             walls = [by_seed[s]["wall"] for s in seeds if by_seed[s]["wall"] is not None]
@@ -157,7 +180,7 @@ def ladder_rows(spec, results):
             ci = None if not ok else (-math.log(fit["multiplier"]), None, None) if fit["low"] is None else \
                 (-math.log(fit["multiplier"]), -math.log(fit["high"]), -math.log(fit["low"]))
             expected = spec["expected"].get(v)
-            word = ladder_verdict(ci, fit["df"] if ok else None, expected)
+            word = SCALED_DOWN if spec.get("scale_down") else ladder_verdict(ci, fit["df"] if ok else None, expected)
             rows.append(dict(setting=name, variant=v, reference=ref, seeds=sorted({s for x in per_rung.values()
                                                                                    for s in x}),
                              diffs=diffs, planned_diffs=diffs, planned_n=planned_n, ci=ci, planned_ci=ci,

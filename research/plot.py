@@ -6,7 +6,8 @@
     python -m research.plot --run=runs/a --run=runs/b      # runs side by side: out-plots/a_vs_b.png
 
 --run given twice or more draws the runs on shared axes (x: iteration), one colour each, labelled
-by folder name: the loss, each optimizer group's update ratio, and per site kind (the site's name
+by folder name: first the difference of their val losses at each shared eval (the first run minus
+each other one; its title gives the last), then the loss, each optimizer group's update ratio, and per site kind (the site's name
 without its block index, averaged over blocks) the preconditioner floor and the amplification
 from each eval row's mechanism statistics (mechanism.Mechanism; train with --mechanism_stats=on).
 A figure name past FIGURE_NAME_BYTES (long or many run names) keeps each name's head and tail and
@@ -50,6 +51,13 @@ For each ablation file, writes to --out (default out-plots/; the committed table
 and prints the tables. Runs without a record, or made in another training mode
 (compiled or eager, CPU threads, torch version) than the ablation's other runs, are
 left out and named.
+
+Headings (research/headlines.py): every table heading and figure title states what was measured,
+each claim row as "variant - reference mean [95% CI] (verdict; strength)" (the tables' verdict, the
+summary's strength over the files plotted together), or their tally past two rows, and the file's
+claim after it marked "paper:"; a title states no direction its rows do not show. With
+--scale_down, every heading, summary row and figure title says "scaled down (machinery check, not
+evidence)" and no verdict or strength is given (stats.SCALED_DOWN).
 
 Statistics (results/README.md says the same in prose). Per seed s, d_s = val loss of the variant minus that
 of its reference, same seed (paired). Over n seeds: mean d, sample standard
@@ -99,12 +107,13 @@ from configurator import UserError, folder_problem  # noqa: E402
 from research.ablation import ROOT  # noqa: E402
 from research.comparisons import collect_all, mode_text  # noqa: E402
 from research.figures import plot_curves, plot_fit, plot_ladder, plot_lr, plot_scales, plot_tpp, plot_width  # noqa: E402
+from research.headlines import headline, measured  # noqa: E402
 from research.mechanism_figures import mechanism_entries, plot_mechanism  # noqa: E402
 from research.mechanism_question import plot_question, question_rows  # noqa: E402
 from research.records import load_records  # noqa: E402
 from research.regime import unit  # noqa: E402
 from research.run_figures import draw_runs  # noqa: E402
-from research.summary import replace_block, summary  # noqa: E402
+from research.summary import file_strengths, replace_block, summary  # noqa: E402
 from research.tables import tables  # noqa: E402
 from research.trends import tpp_trend, width_trend  # noqa: E402
 
@@ -141,14 +150,15 @@ def main(argv):
     collected, skipped = collect_all(args.ablations, records, args.scale_down)
     for path in skipped:
         print(f"{path}: no run records in {args.results}/ (run: python -m research.sweep {path}); skipped\n")
+    strengths = file_strengths(collected)  # each row's strength in the summary's family: the headings say it
     for spec, results, missing, mode in collected:
         for (setting, _), e in results.items():
             if e["config"] and setting not in schedules:
                 schedules[setting] = e["config"]
-        draw_ablation(spec, results, missing, mode, args.out)
+        draw_ablation(spec, results, missing, mode, args.out, strengths)
     if not schedules:
         raise UserError(f"no run records in {args.results}/ for any of these ablations")
-    plot_lr(schedules, os.path.join(args.out, "lr_schedules.png"))
+    plot_lr(schedules, os.path.join(args.out, "lr_schedules.png"), args.scale_down)
     table = summary(collected)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(table + "\n")
@@ -182,9 +192,15 @@ def short_commit(commit):
     return "unknown" if not commit else commit[:12] + ("+dirty" if commit.endswith("+dirty") else "")
 
 
-def draw_ablation(spec, results, missing, mode, out):
-    """One ablation's tables (<name>.md, also printed) and figures in out."""
-    md = tables(spec, results)
+def draw_ablation(spec, results, missing, mode, out, strengths=None):
+    """One ablation's tables (<name>.md, also printed) and figures in out, each headed by what was
+    measured with its verdict and strength (headlines; strengths: summary.file_strengths of the files
+    plotted together, default this file alone)."""
+    strengths = file_strengths([(spec, results, missing, mode)]) if strengths is None else strengths
+    rows = measured(spec, results, strengths)
+    question = question_rows(spec, results) if spec["mechanism_question"] else []
+    head = headline(spec, rows, question)
+    md = tables(spec, results, strengths)
     commits = sorted({short_commit(r.get("commit")) for e in results.values()
                       for r in [*e["seeds"].values(), *e["lr"].values(),
                                 *(x for b in e["budgets"].values() for x in b.values()),
@@ -196,24 +212,24 @@ def draw_ablation(spec, results, missing, mode, out):
         f.write(md + "\n")
     print(md + "\n")
     if any(e["seeds"] for e in results.values()):  # else only the tuning seeds' sweep so far
-        plot_curves(spec, results, os.path.join(out, f"{spec['name']}_curves.png"))
-    plot_scales(spec, results, os.path.join(out, f"{spec['name']}_scales.png"))
+        plot_curves(spec, results, os.path.join(out, f"{spec['name']}_curves.png"), rows, head)
+    plot_scales(spec, results, os.path.join(out, f"{spec['name']}_scales.png"), head)
     if spec["iter_multipliers"]:
-        plot_fit(spec, results, os.path.join(out, f"{spec['name']}_fit.png"))
+        plot_fit(spec, results, os.path.join(out, f"{spec['name']}_fit.png"), head)
     if spec["ladders"]:
-        plot_ladder(spec, results, os.path.join(out, f"{spec['name']}_ladder.png"))
+        plot_ladder(spec, results, os.path.join(out, f"{spec['name']}_ladder.png"), strengths)
     entries = mechanism_entries(spec, results)
     if entries:
-        plot_mechanism(entries, spec, os.path.join(out, f"{spec['name']}_mechanism.png"))
-    if spec["mechanism_question"] and any(r["diffs"] for r in question_rows(spec, results)[:2]):
-        plot_question(spec, question_rows(spec, results), os.path.join(out, f"{spec['name']}_mechanism_question.png"))
+        plot_mechanism(entries, spec, os.path.join(out, f"{spec['name']}_mechanism.png"), head)
+    if question and any(r["diffs"] for r in question[:2]):
+        plot_question(spec, question, os.path.join(out, f"{spec['name']}_mechanism_question.png"))
     trend = width_trend(spec, results)
     if trend:
-        plot_width(trend, spec, os.path.join(out, f"{spec['name']}_width.png"))
+        plot_width(trend, spec, os.path.join(out, f"{spec['name']}_width.png"), head)
     trend = tpp_trend(spec, results)
     if trend:
         plot_tpp(trend, spec, os.path.join(out, f"{spec['name']}_tpp.png"),
-                 unit(results[(next(iter(spec["settings"])), list(spec["variants"])[0])]["config"]))
+                 unit(results[(next(iter(spec["settings"])), list(spec["variants"])[0])]["config"]), head)
 
 
 if __name__ == "__main__":

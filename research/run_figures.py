@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from configurator import UserError  # noqa: E402
-from research.figures import save_figure  # noqa: E402
+from research.figures import make_room, save_figure  # noqa: E402
+from research.headlines import fit_text  # noqa: E402
 from research.mechanism_figures import MECHANISM_PANELS, by_kind, site_kind  # noqa: E402
 from research.records import read_rows  # noqa: E402
 
@@ -74,12 +75,10 @@ def plot_run(out_dir, path):
         ax.set_ylabel("mean effective gamma")
         ax.set_title("per site: the mean over layers (line) and their range (band)", fontsize=8)
         ax.legend(fontsize=6)
-    fig.suptitle(f"{out_dir}: logged to iteration {rows[-1]['iter']}, {len(evals)} evals"
-                 + (f"; the last at iteration {evals[-1]['iter']}: val loss {evals[-1]['val_loss']:.4f}"
-                    if evals else ""), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.suptitle(fit_text(f"{out_dir}: logged to iteration {rows[-1]['iter']}, {len(evals)} evals"
+                          + (f"; the last at iteration {evals[-1]['iter']}: val loss {evals[-1]['val_loss']:.4f}"
+                             if evals else ""), 15 if sites else 10, 9), fontsize=9)
+    save_figure(fig, path)
 
 
 def run_series(evals):
@@ -96,13 +95,41 @@ def run_series(evals):
     return series
 
 
+def val_gaps(runs):
+    """[(label 'a - b', [iteration], [val loss of a minus b])] of the first run against each other one, at
+    the eval iterations both logged (runs: [(name, train rows, eval rows, series)] as plot_runs reads them)."""
+    name, _, evals, _ = runs[0]
+    first = {r["iter"]: r["val_loss"] for r in evals}
+    out = []
+    for other, _, other_evals, _ in runs[1:]:
+        shared = [(r["iter"], first[r["iter"]] - r["val_loss"]) for r in other_evals if r["iter"] in first]
+        out.append((f"{name} - {other}", [i for i, _ in shared], [d for _, d in shared]))
+    return out
+
+
+def draw_val_gaps(ax, runs):
+    """The first panel of plot_runs: val_gaps at each shared eval, with 0 marked, so a gap of 0.01 reads
+    on its own axis rather than beside losses of 1.5-4.5. Returns its words for the figure's title:
+    each difference at the last shared eval."""
+    said = []
+    for i, (label, iters, gaps) in enumerate(val_gaps(runs)):
+        ax.plot(iters, gaps, "o-", ms=3, color=f"C{i + 1}", label=f"{label} (val)")
+        said.append(f"{label}: {gaps[-1]:+.4f} at iteration {iters[-1]}" if gaps else f"{label}: no shared eval")
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_title("val loss difference at each shared eval\n(negative: the first run's loss is lower)", fontsize=8)
+    ax.set_ylabel("val loss difference (nats per token or character)", fontsize=8)
+    ax.legend(fontsize=7)
+    return "; ".join(said)
+
+
 def plot_runs(out_dirs, path):
     """Runs side by side on shared axes (x: iteration), one colour each and labelled by its folder's
-    name in the figure's legend: the loss (train per iteration, thin; val at each eval, markers),
-    each optimizer group's update ratio, and per site kind its floor, its gain (the folded step over
-    the scale-free one) and its move_ratio (run_series). A panel one run lacks (a site the other
-    variant has) shows the others. UserError (one line naming the folder) for a missing log, or one
-    without mechanism statistics."""
+    name in the figure's legend: first the difference of their val losses at each shared eval (the
+    first run minus each other one: draw_val_gaps; the title gives it at the last), then the loss
+    (train per iteration, thin; val at each eval, markers), each optimizer group's update ratio, and
+    per site kind its floor, its gain (the folded step over the scale-free one) and its move_ratio
+    (run_series). A panel one run lacks (a site the other variant has) shows the others. UserError
+    (one line naming the folder) for a missing log, or one without mechanism statistics."""
     runs = []
     for d in out_dirs:
         _, train, evals = read_run(d)
@@ -115,9 +142,10 @@ def plot_runs(out_dirs, path):
     order = [k for k in keys if k[0] == "update"] + [(p, kind) for kind in kinds for p in ("floor", "gain", "move")
                                                      if (p, kind) in keys]
     cols = 4
-    rows_n = -(-(len(order) + 1) // cols)
+    rows_n = -(-(len(order) + 2) // cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(4.5 * cols, 3.2 * rows_n), squeeze=False, sharex=True)
-    flat = list(axes.ravel())
+    gap_ax, *flat = list(axes.ravel())
+    gaps = draw_val_gaps(gap_ax, runs)
     for i, (name, train, evals, series) in enumerate(runs):
         color = f"C{i % 10}"
         flat[0].plot([r["iter"] for r in train], [r["loss"] for r in train], color=color, lw=0.5, alpha=0.4,
@@ -131,16 +159,18 @@ def plot_runs(out_dirs, path):
     for ax, (panel, name) in zip(flat[1:], order):
         ax.set_title(f"{name}\n{MECHANISM_PANELS[panel][0]}", fontsize=7)
         ax.set_ylabel(f"{MECHANISM_PANELS[panel][1]} (unitless)", fontsize=8)
-    for ax in flat[:len(order) + 1]:
+    for ax in [gap_ax, *flat[:len(order) + 1]]:
         ax.set_xlabel("iteration")
         ax.xaxis.set_tick_params(labelbottom=True)
         ax.grid(alpha=0.3)
     for ax in flat[len(order) + 1:]:
         ax.axis("off")
-    fig.legend(*flat[0].get_legend_handles_labels(), loc="upper right", fontsize=8)
-    fig.suptitle(f"{' vs '.join(name for name, *_ in runs)}: the mechanism statistics at each eval "
-                 f"(mechanism.Mechanism; interval ratios over the steps since the last eval)", fontsize=9)
-    save_figure(fig, path, top=1 - 0.5 / (3.2 * rows_n))  # half an inch for the title and legend
+    fig.legend(*flat[0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
+    suptitle = fit_text(f"val loss {gaps}\n{' vs '.join(name for name, *_ in runs)}: the mechanism statistics at each "
+                        f"eval (mechanism.Mechanism; interval ratios over the steps since the last eval)", 4.5 * cols, 9)
+    fig.suptitle(suptitle, fontsize=9)
+    make_room(fig, (suptitle, 9))
+    save_figure(fig, path)
 
 
 # The longest figure name --run writes, in bytes: file systems refuse names over 255 bytes, and six

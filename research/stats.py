@@ -2,7 +2,7 @@
 Benjamini-Hochberg adjustment, the words a row may use (every verdict and strength is decided here:
 verdict, ladder_verdict, difference_verdict, strength), the power-law fit of the token multiplier,
 the power of a paired protocol (how many seeds it plans), and a ladder's compute multiplier with
-its interval.
+its interval. A scaled-down run's rows get SCALED_DOWN instead of a verdict and a strength.
 
 research/plot.py's docstring states the rules these implement (and results/README.md in
 prose); tests/test_stats.py checks each against hand computations and reference values.
@@ -178,6 +178,13 @@ def verdict(ci, n, expected):
     if below or above:
         return "contradicted" + few
     return "unresolved" + few
+
+
+# The verdict and strength of every row of a --scale_down plot (ablation.scaled_down: a GPU file's
+# rules run at CPU-miniature size through the same code): its numbers check the machinery, and a
+# 0.04M-parameter model says nothing about the claim at 0.12B, so no claim word is given for it.
+SCALED_DOWN = "scaled down (machinery check, not evidence)"
+SCALED_DOWN_STRENGTH = "scaled down"
 
 
 def ladder_verdict(ci, df, expected):

@@ -7,7 +7,8 @@ from configurator import UserError
 from research.comparisons import comparisons, mode_text
 from research.multipliers import ladder_rows, ladder_text
 from research.regime import unit
-from research.stats import bh_adjust, excludes_zero, fmt_ci, mean_ci, paired_t_p, strength, verdict
+from research.stats import (SCALED_DOWN, SCALED_DOWN_STRENGTH, bh_adjust, excludes_zero, fmt_ci, mean_ci, paired_t_p,
+                            strength, verdict)
 
 
 def rank(c):
@@ -36,7 +37,10 @@ def complete(c):
 def row_strength(c, p_planned):
     """A summary row's strength on its planned seeds (stats.strength of their interval and of
     p_planned, their Benjamini-Hochberg adjusted p): "pending (k of n planned seeds)" while a claim
-    row's planned seeds are not all recorded (complete), "-" for a control row (no claim)."""
+    row's planned seeds are not all recorded (complete), "-" for a control row (no claim), "scaled
+    down" for a row of a --scale_down plot (stats.SCALED_DOWN: no claim word for miniature runs)."""
+    if c["verdict"] == SCALED_DOWN:
+        return SCALED_DOWN_STRENGTH
     ci = c["planned_ci"] if "ladder" in c else mean_ci(c["planned_diffs"])
     if c["expected"] and not complete(c):
         return f"pending ({len(c['planned_diffs'])} of {c['planned_n']} planned seeds)"
@@ -45,37 +49,68 @@ def row_strength(c, p_planned):
     return strength(ci, p_planned, c["expected"])
 
 
-def summary(collected):
-    """Markdown: one table of every paired comparison of the given ablations, sorted by file name,
-    each claim row's Benjamini-Hochberg adjusted p (claim_p_values; a control row '-'), and a last
-    line: how many claim rows would exclude 0 by chance, how many do, how many survive the correction.
+def summary_rows(collected):
+    """The summary's rows and where each file's comparison went: ([[comparison shown, names of the
+    files that make it]], {(file name, setting, variant, reference): (row index, the file's own
+    comparison)}), ladder rows included (setting: the ladder's name).
 
     A comparison several files make (the same variant and reference configs as run, seed aside)
     is one row naming them all, showing the largest of their seed sets when these nest (rank
     breaks ties); seed sets that do not nest stay separate rows, so no file's result hides
-    another's. A file that claims nothing (no `expected`, e.g. an
-    LR sweep) adds no rows; a row without a claim in a file that has some is a control.
-    collected: as collect_all returns it."""
-    rows = []  # [comparison shown, names of the files that make it]
+    another's. A file that claims nothing (no `expected`, e.g. an LR sweep) adds no rows; a row
+    without a claim in a file that has some is a control. collected: as collect_all returns it."""
+    rows, where = [], {}
     for spec, results, _, _ in sorted(collected, key=lambda x: x[0]["name"]):
         if not spec["expected"] and not any(e for *_, e in spec["comparisons"]):
             continue  # a file that claims nothing (an LR sweep): its tables only
         for c in comparisons(spec, results):
             if not c["diffs"]:
                 continue
-            row = next((r for r in rows if r[0]["key"] == c["key"] and (set(c["seeds"]) <= set(r[0]["seeds"])
-                                                                      or set(c["seeds"]) >= set(r[0]["seeds"]))), None)
-            if row is None:  # new, or seed sets that do not nest: a row of its own
+            i = next((i for i, r in enumerate(rows) if r[0]["key"] == c["key"] and (
+                set(c["seeds"]) <= set(r[0]["seeds"]) or set(c["seeds"]) >= set(r[0]["seeds"]))), None)
+            where[(spec["name"], c["setting"], c["variant"], c["reference"])] = (len(rows) if i is None else i, c)
+            if i is None:  # new, or seed sets that do not nest: a row of its own
                 rows.append([c, [spec["name"]]])
                 continue
+            row = rows[i]
             if spec["name"] not in row[1]:  # (a file's own settings can run alike: --scale_down's miniatures)
                 row[1].append(spec["name"])
             if rank(c) > rank(row[0]):
                 if row[0]["expected"] and not c["expected"] and c["seeds"] != row[0]["seeds"]:
                     c = {**c, "expected": row[0]["expected"],  # a control's larger seed set, the claim kept
-                         "verdict": verdict(c["ci"], len(c["diffs"]), row[0]["expected"])}
+                         "verdict": c["verdict"] if c["verdict"] == SCALED_DOWN else
+                         verdict(c["ci"], len(c["diffs"]), row[0]["expected"])}
                 row[0] = c
-        rows += [[c, [spec["name"]]] for c in ladder_rows(spec, results) if c["diffs"]]
+        for c in ladder_rows(spec, results):
+            if c["diffs"]:
+                where[(spec["name"], c["setting"], c["variant"], c["reference"])] = (len(rows), c)
+                rows.append([c, [spec["name"]]])
+    return rows, where
+
+
+def file_strengths(collected):
+    """{(file name, setting, variant, reference): the strength the summary gives the row that file's
+    comparison is in (row_strength, BH over every claim row of collected)}: the word a file's table
+    heading and figure titles state beside its verdict. Where the summary shows another file's seed
+    set, its planned seeds differing from the file's own, the word says whose row it is."""
+    rows, where = summary_rows(collected)
+    planned = claim_p_values(rows, "planned_diffs")
+    out = {}
+    for key, (i, own) in where.items():
+        shown, names = rows[i]
+        word = row_strength(shown, planned.get(i))
+        if shown["planned_diffs"] != own["planned_diffs"] and word not in ("-", SCALED_DOWN_STRENGTH):
+            word = f"the summary's row ({', '.join(names)}), on its {len(shown['planned_diffs'])} planned seeds: {word}"
+        out[key] = word
+    return out
+
+
+def summary(collected):
+    """Markdown: one table of every paired comparison of the given ablations (summary_rows), sorted by
+    file name, each claim row's Benjamini-Hochberg adjusted p (claim_p_values; a control row '-'),
+    and a last line (counts): how many claim rows would exclude 0 by chance, how many do, how many
+    survive the correction. collected: as collect_all returns it."""
+    rows, _ = summary_rows(collected)
     adjusted, planned = claim_p_values(rows), claim_p_values(rows, "planned_diffs")
     out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | p (BH) | claim | verdict | "
            "strength |", "|---|---|---|---|---|---|---|---|---|"]
@@ -90,6 +125,12 @@ def summary(collected):
         out.append(f"| {', '.join(f'`{n}`' for n in names)} | {c['setting']} | {c['variant']} - {c['reference']} | "
                    f"{seeds} | {diff} | {p_txt} | "
                    f"{c['expected'] or '(control)'} | {c['verdict']} | {row_strength(c, planned.get(i))} |")
+    return "\n".join(out + ["", counts(rows, collected, adjusted, planned)])
+
+
+def counts(rows, collected, adjusted, planned):
+    """The summary's last paragraph: what its rows are, the p (BH) column's family, and how many claim
+    rows are findings and leads (a --scale_down plot's: none counted, stats.SCALED_DOWN)."""
     claims = [(i, c) for i, (c, _) in enumerate(rows) if c["expected"] and complete(c)]
     pending = sum(1 for c, _ in rows if c["expected"] and not complete(c))
     words = [row_strength(c, planned.get(i)) for i, c in claims]
@@ -99,12 +140,17 @@ def summary(collected):
     units = {unit(e["config"]) for _, results, *_ in collected for e in results.values() if e["config"]}
     per = {frozenset({"characters"}): "nats per character", frozenset({"tokens"}): "nats per token"}.get(
         frozenset(units), "nats per token; per character for character-level runs")
-    out += ["", f"{len(rows)} comparisons, {len(claims)} of them with a claim whose planned seeds are all recorded"
+    head = (f"{len(rows)} comparisons, {len(claims)} of them with a claim whose planned seeds are all recorded"
             f"{f' ({pending} more still running: pending, outside the counts and the correction)' if pending else ''}"
             f", each its own 95% Student-t interval over seeds (final val loss, {per}; negative: the variant "
             f"is lower). p (BH): the two-sided paired t test's p on the seeds planned before any look, adjusted by "
             f"Benjamini-Hochberg over {family}; a row with seeds added after a look also gives the p of all its "
-            f"seeds, adjusted over the same rows with all theirs. With no effect anywhere, about "
+            f"seeds, adjusted over the same rows with all theirs. ")
+    tail = f"Runs: {'; '.join(modes)}. Full tables: <ablation>.md beside this summary."
+    if any(spec.get("scale_down") for spec, *_ in collected):
+        return (head + f"Every row is {SCALED_DOWN}: miniature runs of the files' rules through the same code, "
+                f"so no row gets a verdict or a strength and none is counted. " + tail)
+    return (head + f"With no effect anywhere, about "
             f"{len(claims) / 20:.1f} of the {len(claims)} would exclude 0 by chance. On the planned seeds: "
             f"{sum(w.startswith('finding') for w in words)} findings (p (BH) <= 0.05: the correction survived), "
             f"{sum(w.startswith('lead') for w in words)} leads (the interval excludes 0 only uncorrected), "
@@ -114,8 +160,7 @@ def summary(collected):
             + ("A ladder's row is its compute multiplier (> 1: the variant reaches the reference's loss with less "
                "compute) with its 95% interval over seeds and rungs; its sign on the loss scale, and its p, join "
                "the same family. " if any("ladder" in c for c, _ in rows) else "")
-            + f"Runs: {'; '.join(modes)}. Full tables: <ablation>.md beside this summary."]
-    return "\n".join(out)
+            + tail)
 
 
 README_BEGIN = "<!-- summary: python -m research.plot configs/ablations/*.py --out=assets --readme=results/README.md -->"

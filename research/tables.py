@@ -6,31 +6,39 @@ token multiplier, the ladders' compute multiplier and the mechanism question."""
 import statistics
 
 from research.ablation import lr_choice, tuning_seeds, tuning_setting
-from research.comparisons import comparisons, final_val
+from research.comparisons import final_val
+from research.headlines import measured, table_heading
 from research.mechanism_question import question_rows, question_table
 from research.multipliers import ladder_table, multiplier_table
 from research.regime import decay_caption, loss_unit, regime
-from research.stats import fmt_ci
+from research.stats import SCALED_DOWN, fmt_ci
 from research.trends import tpp_table, tpp_trend
 
 
 def method_line(spec):
-    """The tables' first paragraph: what each row's numbers are and how its verdict reads."""
+    """The tables' first paragraph: what each row's numbers are and how its verdict reads (a --scale_down
+    file's: that it has none, stats.SCALED_DOWN)."""
+    words = (f"Verdict: {SCALED_DOWN}: miniature runs of the file's rules through the same code, so no row "
+             "gets a verdict. " if spec.get("scale_down") else
+             "Verdict: reproduced / contradicted when the interval lies wholly on the claimed / the other side of "
+             "0, unresolved otherwise. ")
     return (f"Each row: final val loss ({loss_unit(spec)}); the paired difference to the reference (same seed, "
             "variant minus reference) per seed, and its mean with a 95% Student-t interval over seeds "
-            "(df = seeds - 1). Verdict: reproduced / contradicted when the interval lies "
-            "wholly on the claimed / the other side of 0, unresolved otherwise. Each row is its own 95% "
+            "(df = seeds - 1). " + words + "Each row is its own 95% "
             "interval, not corrected for multiple comparisons: across k rows about k x 5% exclude 0 by chance "
             "(the summary table adds Benjamini-Hochberg adjusted p values over every claim row).")
 
 
-def tables(spec, results):
-    """Markdown: a results table per setting, the extra comparisons, the LR sweep, the token multiplier,
-    the compute multiplier along each ladder."""
+def tables(spec, results, strengths=None):
+    """Markdown: the heading (what was measured, with each claim row's verdict and strength, then the
+    paper's claim: headlines.table_heading; strengths: summary.file_strengths of the files plotted
+    together, default this file alone), a results table per setting, the extra comparisons, the LR
+    sweep, the token multiplier, the compute multiplier along each ladder."""
     variants, base = list(spec["variants"]), list(spec["variants"])[0]
-    rows = {(c["setting"], c["variant"], c["reference"]): c for c in comparisons(spec, results)}
-    out = [f"**{spec['claim']}** (`{spec['name']}`; seeds {', '.join(map(str, spec['seeds']))})", "",
-           method_line(spec), ""]
+    measured_rows = measured(spec, results, strengths)
+    rows = {(c["setting"], c["variant"], c["reference"]): c for c, _ in measured_rows}
+    question = question_rows(spec, results) if spec["mechanism_question"] else []
+    out = table_heading(spec, measured_rows, question) + ["", method_line(spec), ""]
     for setting in spec["settings"]:
         out += [f"Setting `{setting}`:", ""]
         line = regime(results[(setting, base)]["config"], results[(setting, base)]["params"], base)
@@ -80,7 +88,7 @@ def tables(spec, results):
     if spec["ladders"]:
         out += ladder_table(spec, results)
     if spec["mechanism_question"]:
-        out += question_table(spec, question_rows(spec, results))
+        out += question_table(spec, question)
     return "\n".join(out)
 
 

@@ -63,7 +63,7 @@ def test_two_runs_side_by_side_draw_the_logged_values_labelled_by_folder(tmp_pat
         rows = read_log(tmp_path / name)
         train = [r for r in rows if r["kind"] == "train"]
         evals = [r for r in rows if r["kind"] == "eval"]
-        loss = fig.axes[0]
+        loss = fig.axes[1]  # (the first: the val loss difference, test_figure_words)
         (val,) = [ln for ln in loss.lines if ln.get_label() == name]
         (tr,) = [ln for ln in loss.lines if ln.get_label() == f"_{name} train"]
         assert list(val.get_ydata()) == [r["val_loss"] for r in evals]
@@ -84,7 +84,7 @@ def test_two_runs_side_by_side_draw_the_logged_values_labelled_by_folder(tmp_pat
         panels[name] = set(expected)
     a, b = panels["norm_only"], panels["unified"]
     assert a - b and b - a  # each arm has sites the other lacks: a panel each, with the lines of those that have it
-    assert sum(ax.axison for ax in fig.axes) == 1 + len(a | b)  # the loss, then one per panel
+    assert sum(ax.axison for ax in fig.axes) == 2 + len(a | b)  # the difference, the loss, then one per panel
     # two blocks: each kind's line is the mean of its two sites
     evals = [r for r in read_log(tmp_path / "unified") if r["kind"] == "eval"]
     (line,) = [ln for ln in panel(fig, "attn.q.in_scale", "floor").lines if ln.get_label() == "unified"]
@@ -187,7 +187,8 @@ def test_the_mechanism_question_table_equals_stats_on_the_records(tmp_path, monk
     rows = mechanism_question.question_rows(spec, comparisons.collect(spec, records)[0])
     assert [r["ci"] for r in rows] == [ci for ci, _ in tests] and [r["p_bh"] for r in rows] == adjusted
 
-    (question,) = [f for f in figures if any("(Welch)" in a.get_title() for a in f.axes)]
+    (question,) = [f for f in figures if any("the mechanism question:" in a.get_title().replace("\n", " ")
+                                             and "(Welch)" in a.get_title() for a in f.axes)]
     ax = question.axes[0]
     dots = [ln for ln in ax.lines if ln.get_linestyle() == "None" and ln.get_marker() == "."]
     assert [list(d.get_ydata()) for d in dots] == [diffs["w32"], diffs["w64"]]

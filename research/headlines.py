@@ -1,0 +1,147 @@
+"""What a table heading and a figure title say about an ablation: its measured rows (variant -
+reference, the mean [95% CI] of the paired differences in final val loss), each with the verdict
+its table gives (stats.verdict) and the strength the summary gives (stats.strength, BH over the
+summary's family: summary.file_strengths), and the paper's claim beside them, marked "paper:".
+
+Why: a title that restates the claim ("weight decay helps ...") asserts it whatever the records
+show; one built from the rows says what was measured, in the words the tables use. So a heading
+states no direction of its own: the claim's words ("helps", "beats") come only after "paper:", and
+a --scale_down plot's headings start with stats.SCALED_DOWN and give no verdict word (its miniature
+runs check the machinery, they are not evidence). Also fit_text: a title wrapped to the width it
+is drawn in, so that no figure clips it.
+"""
+
+import re
+import textwrap
+from collections import Counter
+
+from research.comparisons import comparisons
+from research.stats import SCALED_DOWN, SCALED_DOWN_STRENGTH, fmt_ci, mean_ci, verdict
+from research.summary import file_strengths
+
+PAPER = "paper: "  # what precedes the ablation file's claim in every heading: the paper's words, not a result
+MOST_ROWS = 2  # a headline lists up to this many claim rows; past it, their verdicts counted (tally)
+VERDICT_ORDER = ("reproduced", "contradicted", "unresolved")
+
+
+def mark(spec):
+    """'scaled down (machinery check, not evidence): ' before every heading of a --scale_down spec, else ''."""
+    return f"{SCALED_DOWN}: " if spec.get("scale_down") else ""
+
+
+def said(verdict_text, strength_word):
+    """'verdict; strength' as a heading gives them ('-' or None: the verdict alone); a scaled-down row's
+    'scaled down' alone (its heading carries stats.SCALED_DOWN)."""
+    if verdict_text == SCALED_DOWN:
+        return SCALED_DOWN_STRENGTH
+    return verdict_text + ("" if strength_word in (None, "-") else f"; {strength_word}")
+
+
+def row_words(c, strength_word):
+    """The words after a comparison's interval: its verdict and strength (said); 'control, no claim' for
+    a row without a claim; for a row with seeds added after a look, the nominal verdict on every seed
+    and the verdict on the planned seeds (stats.verdict), which the strength is about."""
+    if c["verdict"] == SCALED_DOWN:
+        return SCALED_DOWN_STRENGTH
+    if not c["diffs"]:
+        return "no paired seeds recorded yet"
+    if not c["expected"]:
+        return "control, no claim"
+    if "added after a look" in c["verdict"]:
+        n, k = len(c["diffs"]), len(c["planned_diffs"])
+        planned = verdict(mean_ci(c["planned_diffs"]), k, c["expected"])
+        return (f"{c['verdict'].split(' (seed')[0]} on all {n} seeds, nominal: {n - k} added after a look; "
+                f"the {k} planned: {said(planned, strength_word)}")
+    return said(c["verdict"], strength_word)
+
+
+def row_phrase(c, strength_word):
+    """'variant - reference +0.0031 [+0.0010, +0.0052] (lead, against the claim)': one comparison as a heading says it."""
+    return f"{c['variant']} - {c['reference']} {fmt_ci(c['ci'])} ({row_words(c, strength_word)})"
+
+
+def measured(spec, results, strengths=None):
+    """[(comparison, its strength word)] of every comparison of the file, in table order (comparisons);
+    strengths: summary.file_strengths over the files plotted together (default: this file alone, its
+    own family), '-' for a row the summary leaves out (no claim, no seeds)."""
+    if strengths is None:
+        strengths = file_strengths([(spec, results, [], None)])
+    return [(c, strengths.get((spec["name"], c["setting"], c["variant"], c["reference"]), "-"))
+            for c in comparisons(spec, results)]
+
+
+def plural(word):
+    """'leads, against the claim' of 'lead, against the claim'; 'findings' of 'finding'; others as they are."""
+    return re.sub(r"^(lead|finding)\b", r"\1s", word)
+
+
+def tally(claims):
+    """'9 claim rows: 4 reproduced (4 leads), 5 unresolved': the verdicts of many claim rows counted,
+    each with its strengths counted ('-' left out); a scaled-down file's: none given."""
+    if any(c["verdict"] == SCALED_DOWN for c, _ in claims):
+        return f"{len(claims)} claim rows ({SCALED_DOWN_STRENGTH}: no verdicts)"
+    by = {}
+    for c, word in claims:
+        v = c["verdict"].split(" (")[0] if c["diffs"] else "without paired seeds yet"
+        by.setdefault(v, Counter())[word.rsplit(": ", 1)[-1]] += 1  # (the word alone, without whose row it is)
+    parts = []
+    for v in sorted(by, key=lambda v: (VERDICT_ORDER.index(v) if v in VERDICT_ORDER else len(VERDICT_ORDER), v)):
+        words = [f"{k} {plural(w) if k > 1 else w}" for w, k in by[v].items() if w not in ("-", None)]
+        parts.append(f"{sum(by[v].values())} {v}" + (f" ({', '.join(words)})" if words else ""))
+    return f"{len(claims)} claim rows: " + ", ".join(parts)
+
+
+def question_phrases(question, code=False):
+    """Each row of a mechanism question (mechanism_question.question_rows) as a heading says it: what,
+    mean [95% CI] (verdict; strength); code: keep the settings' markdown backticks."""
+    return [f"{r['what'] if code else r['what'].replace('`', '')}{' (Welch)' * (r['test'] == 'Welch')} "
+            f"{fmt_ci(r['ci'])} ({said(r['verdict'], r['strength'])})" for r in question]
+
+
+def headline(spec, rows, question=(), most=MOST_ROWS):
+    """A figure's title line and the measured part of a table heading: '<mark><name>: <measured>; paper:
+    <claim>', the measured part each claim row (row_phrase, with its setting where the file has
+    several) when there are at most `most`, else their tally; then the mechanism question's rows
+    (question: mechanism_question.question_rows, where the file registers one). rows: measured()."""
+    claims = [(c, w) for c, w in rows if c["expected"]]
+    several = len(spec["settings"]) > 1
+    if not claims:
+        found = "no claim rows on the loss (controls only)"
+    elif len(claims) <= most:
+        found = "; ".join(f"{c['setting'] + ': ' if several else ''}{row_phrase(c, w)}" for c, w in claims)
+    else:
+        found = tally(claims)
+    if question:
+        found += "; mechanism question (no direction claimed): " + "; ".join(question_phrases(question))
+    return f"{mark(spec)}{spec['name']}: {found}; {PAPER}{spec['claim']}"
+
+
+def setting_lines(rows, setting):
+    """Each comparison of a setting as row_phrase says it (a figure column's title, one line each)."""
+    return [row_phrase(c, w) for c, w in rows if c["setting"] == setting]
+
+
+def table_heading(spec, rows, question=()):
+    """The markdown heading of a file's tables: what was measured (every claim row, or every row of a
+    file that claims nothing, as row_phrase says it; then the mechanism question's rows, question:
+    mechanism_question.question_rows), then the paper's claim, marked."""
+    claims = [(c, w) for c, w in rows if c["expected"]]
+    shown = claims or rows
+    words = "scaled down, in place of a verdict" if spec.get("scale_down") else "its verdict and the summary's strength"
+    lines = [f"**{mark(spec)}`{spec['name']}`, measured** (seeds {', '.join(map(str, spec['seeds']))}; "
+             f"{'each claim row' if claims else 'no claim rows on the loss; each row'}: final val loss, variant minus "
+             f"reference, same seed: the mean [95% CI] over seeds, then {words}):", ""]
+    lines += [f"- `{c['setting']}`: {row_phrase(c, w)}" for c, w in shown]
+    if question:
+        lines += ["", "The mechanism question (no direction claimed; its own family, as its table below):", ""]
+        lines += [f"- {p}" for p in question_phrases(question, code=True)]
+    return lines + ["", f"{PAPER}{spec['claim']}"]
+
+
+def fit_text(text, inches, fontsize):
+    """text with each of its lines wrapped at spaces to fit `inches` of width at `fontsize` points
+    (DejaVu Sans: about 0.62 em a character on average), so that a layout engine can make room for
+    it and no figure clips it."""
+    width = max(20, int(inches * 72 / (0.62 * fontsize)))
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) if line else line
+                     for line in text.split("\n"))
