@@ -24,8 +24,9 @@ def start_mechanism(run, raw_model, optimizers, start):
     writes the log), under FSDP2 every rank (each holds its shards, and the sums are all-reduced).
     Its first interval is the one the checkpoint left open (start.mechanism: a stop between evals, or
     a kill before an eval's row), so a resumed run logs what the uninterrupted one did; else it starts
-    at start.iter (a new run, or a resume from an FSDP2 checkpoint, which keeps no interval: its first
-    eval row's "since" then says where the interval was cut)."""
+    at start.iter (a new run, a resume from an FSDP2 checkpoint, which keeps no interval, or any resume
+    under FSDP2, whose ranks hold shards, not the whole tensors a checkpoint keeps: its first eval
+    row's "since" then says where the interval was cut)."""
     if mechanism_on(run.cfg, raw_model) and (run.master or run.cfg.fsdp):
         return Mechanism(raw_model, optimizers, start.iter, start.mechanism)
     return None
@@ -116,8 +117,12 @@ class Mechanism:
         self.group_of = {id(p): g for opt in optimizers for g in opt.param_groups for p in g["params"]}
         self.pairs = [(name, w, side) for name, _, cols, rows in self.relation
                       for w, side in [(w, "columns") for w in cols] + [(w, "rows") for w in rows]]
-        if saved is not None and saved["since"] <= step and set(saved["copy"]) == {self.names[k] for k in self.held} \
-                and set(saved.get("sgd", ())) == {self._key(name, w) for name, w, _ in self.pairs}:
+        # a checkpoint's interval holds whole tensors: continued only where this rank holds them whole
+        # (an FSDP2 rank holds shards; it starts a new interval, and its first row's "since" says so)
+        if saved is not None and not self.sharded and saved["since"] <= step \
+                and set(saved["copy"]) == {self.names[k] for k in self.held} \
+                and set(saved.get("sgd", ())) == {self._key(name, w) for name, w, _ in self.pairs} \
+                and all(saved["copy"][self.names[k]].shape == p.shape for k, p in self.held.items()):
             by_name = {self.names[k]: k for k in self.held}
             self.since, self.gamma = saved["since"], {k: v.to(self.device) for k, v in saved["gamma"].items()}
             self.copy = {by_name[name]: t.to(self.device) for name, t in saved["copy"].items()}
