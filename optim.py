@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from configurator import not_one_of
+from configurator import DEFAULTS, not_one_of
 from norms import SCALE_CLASSES, ScaledLinear, ScaleVector
 
 
@@ -294,7 +294,12 @@ def check_wsd(cfg):
 class Schedule:
     """An lr_schedule choice: its multiplier after warmup, multiplier(it, cfg, floor) with floor =
     min_lr / learning_rate; the config keys it reads besides warmup_iters and max_iters (a note
-    says the others do nothing); an optional check(cfg) raising ValueError."""
+    says the others do nothing); an optional check(cfg) raising ValueError.
+
+    The contract every entry meets (check_contracts refuses one that breaks it, at start, naming the
+    rule and the entry): each key it reads has a row in configurator.SECTIONS, and from warmup_iters
+    to max_iters its multiplier lies in [floor, 1] (in [0, 1] for one that does not read min_lr) and
+    never rises (no step jumps above the peak or below the floor the user set)."""
 
     multiplier: Callable
     keys: tuple
@@ -311,6 +316,32 @@ LR_SCHEDULES = {
 }
 # The config keys whose values are these registries' names (checked by check, listed by --help).
 CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "scale_wd": SCALE_WD}
+
+
+def check_contracts(cfg):
+    """ValueError (one line naming the rule and the entry) when a registry entry breaks its contract:
+    an OPTIMIZERS or LR_SCHEDULES entry that reads a key with no config row (Optimizer, Schedule),
+    or the run's schedule leaving [min_lr / learning_rate, 1] or rising after warmup, sampled at
+    up to 257 iterations from warmup_iters to max_iters (every one for a shorter run)."""
+    for registry, entries in (("OPTIMIZERS", OPTIMIZERS), ("LR_SCHEDULES", LR_SCHEDULES)):
+        for name, entry in entries.items():
+            for key in (*entry.keys, *((entry.lr_key,) if isinstance(entry, Optimizer) else ())):
+                if key not in DEFAULTS:
+                    raise ValueError(f"{registry}[{name!r}] reads the key {key!r}, which has no row in "
+                                     f"configurator.SECTIONS: add its row (default, allowed values, meaning) there")
+    schedule, floor = LR_SCHEDULES[cfg.lr_schedule], cfg.min_lr / cfg.learning_rate
+    low = floor if "min_lr" in schedule.keys else 0.0  # (a schedule that never reads min_lr has no floor)
+    start, end = cfg.warmup_iters, cfg.max_iters  # (a run inside its warmup never reads the schedule)
+    steps = range(start, end + 1) if end - start <= 256 else sorted({start + (end - start) * k // 256 for k in range(257)})
+    last = math.inf
+    for it in steps:
+        m = schedule.multiplier(it, cfg, floor)
+        if not low - 1e-9 <= m <= 1 + 1e-9 or m > last + 1e-12:
+            rule = "rises after warmup" if low - 1e-9 <= m <= 1 + 1e-9 else f"leaves [min_lr / learning_rate = " \
+                f"{low:.4g}, 1]"
+            raise ValueError(f"LR_SCHEDULES[{cfg.lr_schedule!r}] breaks the schedules' contract: its multiplier "
+                             f"{rule} (at iteration {it}: {m:.4g}); fix its multiplier (optim.Schedule says the contract)")
+        last = m
 
 
 def check_choices(cfg, keys):
@@ -342,6 +373,7 @@ def check(cfg):
                          f"raise the LR; set --min_lr <= learning_rate (it is the floor the LR decays to)")
     if schedule.check:
         schedule.check(cfg)
+    check_contracts(cfg)
 
 
 def inert_keys(cfg):
