@@ -142,10 +142,11 @@ def peak_flops(device):
 
 
 # cpu_numerics="portable": the settings that decide which CPU kernels run, each fixed to one level
-# every x86-64 CPU with AVX2 has (Intel since 2013, AMD since 2015), so a run's numbers need not
-# depend on the CPU type. Each is read when torch (or MKL, or inductor) loads, so it must be in the
-# environment before: train.py's command line re-executes itself with them (numerics_env). What
-# they cost and what a run made without them varies with: results/README.md (records).
+# every x86-64 CPU with AVX2 has (Intel since 2013, AMD since 2015), so these three no longer depend
+# on the CPU type. The C++ compiler, libm and oneDNN are not pinned (a record names the first two).
+# Each is read when torch (or MKL, or inductor) loads, so it must be in the environment before:
+# train.py's command line re-executes itself with them (numerics_env). What they cost and what a
+# run made without them varies with: results/README.md (records).
 PORTABLE_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",  # ATen's kernels, and inductor's vector width (its default follows it)
     "MKL_CBWR": "COMPATIBLE",  # MKL's GEMM: the conditional-reproducibility branch that holds on non-Intel CPUs

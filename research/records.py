@@ -19,7 +19,7 @@ import subprocess
 import time
 
 from checkpoint import atomic_write, read_log
-from common import resolve_device
+from common import PORTABLE_ENV, resolve_device
 from configurator import UserError
 from mechanism import renamed_mechanism
 
@@ -58,8 +58,11 @@ def commit_label(code):
 
 def machine(cfg, threads, gpu=None):
     """The device a run of cfg resolves to on this machine (train.py's rule), its model name, threads,
-    and the vector ISA torch's CPU kernels dispatch to here ("AVX2", "AVX512", ...: a compiled or
-    eager CPU run reproduces bit for bit only on the same ISA and threads)."""
+    and on a CPU what decides its kernels' numbers (cpu_numerics): the vector ISA they dispatch to
+    ("AVX2", "AVX512", ...: the run's, which under cpu_numerics="portable" is PORTABLE_ENV's, not this
+    process's), the C library (libm's version is glibc's), and for a compiled run the C++ compiler
+    inductor calls, as its first `--version` line. A compiled or eager CPU run reproduces bit for bit
+    only where all of these and the threads agree."""
     import platform
 
     import torch
@@ -67,13 +70,31 @@ def machine(cfg, threads, gpu=None):
     device = resolve_device(cfg["device"], cfg["dtype"])[0]
     if device.startswith("cuda"):
         name = torch.cuda.get_device_name(0 if gpu is None else gpu)
-    else:
-        name = platform.processor() or platform.machine()
-        if os.path.exists("/proc/cpuinfo"):  # Linux: the CPU's model name, as compiled kernels depend on it
-            with open("/proc/cpuinfo") as f:
-                name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
+        return {"device": device, "device_name": name, "threads": threads,
+                "cpu_isa": torch.backends.cpu.get_cpu_capability()}
+    name = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):  # Linux: the CPU's model name, as compiled kernels depend on it
+        with open("/proc/cpuinfo") as f:
+            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
+    portable = cfg.get("cpu_numerics") == "portable"  # train.py restarts itself under PORTABLE_ENV
     return {"device": device, "device_name": name, "threads": threads,
-            "cpu_isa": torch.backends.cpu.get_cpu_capability()}
+            "cpu_isa": PORTABLE_ENV["ATEN_CPU_CAPABILITY"].upper() if portable
+            else torch.backends.cpu.get_cpu_capability(),
+            "libc": " ".join(platform.libc_ver()).strip() or None,
+            **({"cpp_compiler": cpp_compiler()} if cfg.get("compile") else {})}
+
+
+def cpp_compiler():
+    """The first line of `<compiler> --version` for the C++ compiler torch.compile's CPU code is built
+    with (inductor's choice: $CXX, else the first of its defaults found), or None when none runs."""
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    try:
+        compiler = get_cpp_compiler()
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, RuntimeError, subprocess.SubprocessError):
+        return None
+    return out.splitlines()[0].strip() if out.strip() else compiler
 
 
 def versions():
@@ -316,12 +337,13 @@ def mechanism_record(evals):
 
 
 def pinned(provenance):
-    """A record's fields from a run's provenance: commit (and diff when dirty), machine (its CPU ISA
-    too), versions, data, and when the run started and ended (its log's last write)."""
+    """A record's fields from a run's provenance: commit (and diff when dirty), machine (on a CPU its
+    kernels' ISA, C library and, compiled, C++ compiler: machine), versions, data, and when the run
+    started and ended (its log's last write)."""
     code = provenance["code"]
     return {"commit": commit_label(code), **({"diff": code["diff"]} if code and code["diff"] else {}),
             **{k: provenance[k] for k in ("device", "device_name", "threads", "versions", "data")},
-            **{k: provenance[k] for k in ("cpu_isa", "started", "ended") if k in provenance}}
+            **{k: provenance[k] for k in ("cpu_isa", "libc", "cpp_compiler", "started", "ended") if k in provenance}}
 
 
 def write_record(results, record):

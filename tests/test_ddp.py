@@ -23,7 +23,8 @@ K = 4  # optimizer steps
 def torchrun(nproc, script, *args):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            os.path.join(ROOT, script), *map(str, args)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # a rank that dies in C++ (SIGABRT, SIGSEGV) leaves its Python stack and torch's C++ one in stderr
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", "TORCH_SHOW_CPP_STACKTRACES": "1"}
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=180, env=env)
 
 

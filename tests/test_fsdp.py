@@ -58,7 +58,7 @@ def train_in_one_process(*args):
 
 def train_in_two(*args):
     proc = torchrun(2, "train.py", *args)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, f"stdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-6000:]}"
     return proc
 
 

@@ -807,6 +807,32 @@ def test_a_swept_record_pins_device_threads_data_versions_and_commit(tmp_path):
         assert rec["commit"] == commit_label(code) and rec.get("diff", "") == code["diff"]
 
 
+def test_a_cpu_record_names_the_kernels_libc_and_compiler_its_numbers_came_from(tmp_path):
+    """records.machine: a portable run's ISA is PORTABLE_ENV's (the level its restarted process runs
+    at), a native run's this process's; glibc's version as the C library reports it; a compiled run
+    names the C++ compiler inductor calls (here a stand-in on $CXX, so the name is read, not assumed)."""
+    import platform
+
+    import torch
+
+    from common import PORTABLE_ENV
+    from research.records import machine
+
+    cfg = {"device": "cpu", "dtype": "float32", "compile": False}
+    native, portable = machine({**cfg, "cpu_numerics": "native"}, 1), machine({**cfg, "cpu_numerics": "portable"}, 1)
+    assert native["cpu_isa"] == torch.backends.cpu.get_cpu_capability()
+    assert portable["cpu_isa"] == PORTABLE_ENV["ATEN_CPU_CAPABILITY"].upper() == "AVX2"
+    assert native["libc"] == " ".join(platform.libc_ver()).strip() and "cpp_compiler" not in native
+    fake = tmp_path / "fakecxx"
+    fake.write_text("#!/bin/sh\necho 'fakecxx (Stand-in) 9.8.7'\necho second line\n")
+    fake.chmod(0o755)
+    code = "from research.records import machine; print(machine({'device': 'cpu', 'dtype': 'float32', 'compile': True}, 1))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "CXX": str(fake)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "'cpp_compiler': 'fakecxx (Stand-in) 9.8.7'" in proc.stdout
+
+
 def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
     """Seeds 1-2 of a planned 3 recorded: the row is shown but takes no p and no strength, and the
     family of the other rows (and so their adjusted p) is what it will be without it."""

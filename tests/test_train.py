@@ -686,7 +686,8 @@ def test_portable_numerics_train_the_same_whatever_vector_width_the_process_star
     """Two vector widths on one machine: ATen's kernels at ATEN_CPU_CAPABILITY=default (no AVX) and
     at this CPU's own width give different losses (the widths matter, so the test can fail); under
     --cpu_numerics=portable train.py sets common.PORTABLE_ENV and restarts, so a process started at
-    either width trains on the same kernels: the same losses, bit for bit, and the run's config
+    either width trains on the same kernels: the same losses, bit for bit, unlike the native run
+    (without the environment the portable runs would be the two native ones), and the run's config
     records the switch."""
     data = make_dataset(tmp_path / "data", vocab=40)
     clean = {k: v for k, v in os.environ.items() if k not in common.PORTABLE_ENV}
@@ -705,6 +706,7 @@ def test_portable_numerics_train_the_same_whatever_vector_width_the_process_star
     from_narrow, out = losses("portable_narrow", {"ATEN_CPU_CAPABILITY": "default"}, "--cpu_numerics=portable")
     from_native, _ = losses("portable_native", {}, "--cpu_numerics=portable")
     assert from_narrow == from_native
+    assert from_native != native  # the environment took: MKL's COMPATIBLE branch (and AVX2 on a wider CPU) moves them
     assert load_checkpoint(str(out / "ckpt.pt"))["config"]["cpu_numerics"] == "portable"
 
 
