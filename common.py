@@ -1,6 +1,7 @@
 """Process utilities every command shares, as nanochat's common.py: the OpenMP environment, the
 command-line entry (one line per error), devices and their bf16 peaks, torchrun's processes (DDP
-and FSDP2), SIGTERM/SIGINT as a clean stop, compile errors, the CPU numerics setting, durations.
+and FSDP2), SIGTERM/SIGINT as a clean stop, compile errors, the CPU numerics setting, durations,
+and JSON read from elsewhere (a model or tokenizer folder).
 
 It loads torch only inside the functions that need it, so a command calls set_omp_env() after
 importing this module and before torch loads (OpenMP reads its settings once).
@@ -8,6 +9,7 @@ importing this module and before torch loads (OpenMP reads its settings once).
 
 import datetime
 import errno
+import json
 import math
 import os
 import re
@@ -309,3 +311,43 @@ def compile_errors(enabled):
             first = (str(e).strip().splitlines() or [""])[0][:200]
             raise UserError(f"torch.compile failed ({type(e).__name__}: {first}): run with --compile=False") from None
         raise
+
+
+# -----------------------------------------------------------------------------
+# JSON from elsewhere: data, read whole or refused in one line
+
+
+MAX_JSON_BYTES = 64 << 20  # a config is kilobytes, a large tokenizer_config.json or index a few MiB: past
+# this a file is not one, and json would hold all of it (several times its size) in memory
+
+
+def read_json(path):
+    """The JSON object (a dict) in the file at `path`: every JSON file the project reads from elsewhere
+    (a Hugging Face or GGUF folder's config.json, tokenizer_config.json, generation_config.json, a
+    safetensors index; a tokenizer folder a prepare script reads) is read here, without torch.
+    UserError (one line naming the file) for every way it is not one:
+    unreadable, over MAX_JSON_BYTES, not UTF-8, not JSON, nested deeper than Python's recursion
+    limit (json raises RecursionError there), or a top level that is not an object."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_JSON_BYTES:  # json holds the whole text and its objects in memory
+            raise UserError(f"{path} is {size / 2**20:.0f} MiB, past the {MAX_JSON_BYTES >> 20} MiB of any "
+                            f"configuration file: it is not one (replace it with the model's own)")
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except RecursionError:
+        raise UserError(f"{path} nests its brackets deeper than Python's JSON reader goes: it is damaged or "
+                        f"not a configuration file (replace it with the model's own)") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text, as JSON is: it is damaged (replace it with the model's "
+                        f"own)") from None
+    except ValueError as e:  # json.JSONDecodeError
+        raise UserError(f"{path} is not JSON ({str(e)[:80]}): it is damaged (replace it with the model's "
+                        f"own)") from None
+    except OSError as e:
+        raise UserError(f"{path} cannot be read ({e.strerror or type(e).__name__}): make it readable to this "
+                        f"user") from None
+    if type(value) is not dict:
+        raise UserError(f"{path} holds a JSON {type(value).__name__}, not the object of fields save_pretrained "
+                        f"writes: it is damaged (replace it with the model's own)")
+    return value

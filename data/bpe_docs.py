@@ -11,7 +11,6 @@ only in commit().
 """
 
 import itertools
-import json
 import os
 import pickle
 import sys
@@ -99,21 +98,17 @@ def hf_codec(path, eos_token=None):
 
 
 def read_json(path):
-    """path's JSON object, {} when there is no such file. SystemExit (one line naming the file) for a
-    file that is not one: unreadable, not UTF-8, not JSON, nested past Python's recursion limit, or
-    a top level other than an object (a tokenizer folder is data from elsewhere)."""
+    """path's JSON object, {} when there is no such file; SystemExit (common.read_json's one line
+    naming the file) for a file that is not one (a tokenizer folder is data from elsewhere)."""
     if not os.path.isfile(path):
         return {}
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from common import read_json as read_object
+    from configurator import UserError
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (RecursionError, ValueError, OSError) as e:  # (UnicodeDecodeError, JSONDecodeError: ValueErrors)
-        raise SystemExit(f"{path} is not a JSON file this can read ({type(e).__name__}: {str(e)[:80]}): it is "
-                         f"damaged; replace it with the model's own") from None
-    if type(value) is not dict:
-        raise SystemExit(f"{path} holds a JSON {type(value).__name__}, not an object: replace it with the "
-                         f"model's own")
-    return value
+        return read_object(path)
+    except UserError as e:
+        raise SystemExit(str(e)) from None
 
 
 _TOKENIZERS = {}  # per worker process: tokenizer.json path -> tokenizers.Tokenizer

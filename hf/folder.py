@@ -22,7 +22,6 @@ logits moved: DNP and in_norm (a normalization over d_ff), output norms, a QK-no
 tied final-norm gamma with scale="none" (nothing to hold it).
 """
 
-import json
 import math
 import os
 from dataclasses import replace
@@ -30,6 +29,7 @@ from dataclasses import replace
 import torch
 
 from checkpoint import is_sharded, load_weights
+from common import read_json
 from configurator import UserError
 from dataset import read_meta
 from model import BASELINE, GPT, model_config, rope_tables
@@ -39,8 +39,6 @@ ARCHITECTURES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True}  # name ->
 HF_TOLERANCE = 1e-4  # float32: our reading vs transformers', largest difference over the layer's largest value
 HF_CHECK_TOKENS = 64  # the check's batch: 2 sequences of at most this many tokens (a 7B folder: ~30 s on 2 cores)
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}  # safetensors' dtype names that load as the float they store
-MAX_JSON_BYTES = 64 << 20  # a config is kilobytes, a large tokenizer_config.json or index a few MiB: past
-# this a file is not one, and json would hold all of it (several times its size) in memory
 # The JSON files transformers reads from a model folder (or the folder of a .gguf) whose fields can name
 # classes (auto_map) or hold what it parses: each present one is read through read_json by refuse_code.
 FOLDER_JSON = ("config.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
@@ -92,37 +90,6 @@ def read_config(folder):
     if theta is not None and not FIELD_KINDS["positive"][0](theta):
         raise UserError(f"{path}: rope_parameters.rope_theta={theta!r} is not a positive number")
     return c
-
-
-def read_json(path):
-    """The JSON object (a dict) in the file at `path`: every JSON file the project reads from a Hugging
-    Face or GGUF folder (config.json, tokenizer_config.json, generation_config.json, a safetensors
-    index, ...) is read here. UserError (one line naming the file) for every way it is not one:
-    unreadable, over MAX_JSON_BYTES, not UTF-8, not JSON, nested deeper than Python's recursion
-    limit (json raises RecursionError there), or a top level that is not an object."""
-    try:
-        size = os.path.getsize(path)
-        if size > MAX_JSON_BYTES:  # json holds the whole text and its objects in memory
-            raise UserError(f"{path} is {size / 2**20:.0f} MiB, past the {MAX_JSON_BYTES >> 20} MiB of any "
-                            f"configuration file: it is not one (replace it with the model's own)")
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except RecursionError:
-        raise UserError(f"{path} nests its brackets deeper than Python's JSON reader goes: it is damaged or "
-                        f"not a configuration file (replace it with the model's own)") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not UTF-8 text, as JSON is: it is damaged (replace it with the model's "
-                        f"own)") from None
-    except ValueError as e:  # json.JSONDecodeError
-        raise UserError(f"{path} is not JSON ({str(e)[:80]}): it is damaged (replace it with the model's "
-                        f"own)") from None
-    except OSError as e:
-        raise UserError(f"{path} cannot be read ({e.strerror or type(e).__name__}): make it readable to this "
-                        f"user") from None
-    if type(value) is not dict:
-        raise UserError(f"{path} holds a JSON {type(value).__name__}, not the object of fields save_pretrained "
-                        f"writes: it is damaged (replace it with the model's own)")
-    return value
 
 
 def refuse_code(folder, model_folder=True):

@@ -215,9 +215,18 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_read_json_turns_every_failure_into_one_line_naming_the_file(tmp_path, damage):
+    """common.read_json, as the Hugging Face readers call it, and as the prepare scripts' bpe_docs
+    calls it (a SystemExit there: they are scripts): the same one line, naming the file."""
     path = tmp_path / "config.json"
     path.write_bytes(DAMAGE[damage])
     refusal(lambda: folder_io.read_json(str(path)), str(path))
+    sys.path.insert(0, os.path.join(ROOT, "data"))
+    import bpe_docs
+
+    with pytest.raises(SystemExit) as e:
+        bpe_docs.read_json(str(path))
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+    assert bpe_docs.read_json(str(tmp_path / "absent.json")) == {}
 
 
 def test_a_deeply_nested_config_is_one_line_from_hf_check_and_the_start(tmp_path):
