@@ -149,14 +149,17 @@ class Mechanism:
         after the backward (and clipping), before the optimizers step. dL/dW~ = dL/dW / gamma (W~ = W
         with gamma multiplied in, so dL/dW = dL/dW~ * gamma); a channel whose gamma is 0 adds nothing.
         Under FSDP2 each rank adds its shards (every rank calls it)."""
-        gammas = {name: _full(sv()).detach().float() for name, sv, _, _ in self.relation}
+        # 1 / gamma once per site (a vector; 0 where gamma is 0), so each matrix costs one product
+        inverse = {}
+        for name, sv, _, _ in self.relation:
+            g = _full(sv()).detach().float()
+            inverse[name] = torch.where(g != 0, 1 / torch.where(g != 0, g, 1), 0)
         for name, w, side in self.pairs:
             if w.grad is None:
                 continue
             grad = _local(w.grad).float()
-            factor = norms.fold_factor(self._part(gammas[name], grad, side), grad, side)
-            scale_free = torch.where(factor != 0, grad / torch.where(factor != 0, factor, 1), 0)
-            self.sgd[self._key(name, w)] += self.group_of[id(w)]["lr"] * scale_free
+            factor = norms.fold_factor(self._part(inverse[name], grad, side), grad, side)
+            self.sgd[self._key(name, w)].add_(grad * factor, alpha=self.group_of[id(w)]["lr"])
         self.steps += 1
 
     def state(self):
