@@ -144,6 +144,18 @@ class Run:
     tracker: Any  # a W&B run, or None
 
 
+def remove_if_unused(out_dir):
+    """Remove out_dir, which this run made, when the run ends with nothing in it but its lock and an
+    empty log: it was refused (max_estimated_hours, a model that cannot be built) or stopped before
+    its first row, so the folder holds nothing to continue and would only refuse the next try."""
+    log = os.path.join(out_dir, LOG_NAME)
+    names = set(os.listdir(out_dir))
+    if names <= {LOCK_NAME, LOG_NAME} and (LOG_NAME not in names or os.path.getsize(log) == 0):
+        for name in names:
+            os.unlink(os.path.join(out_dir, name))
+        os.rmdir(out_dir)
+
+
 def setup(cfg, given, held):
     """(Run, the checkpoint dict to resume from or None): the run's state before any model exists.
 
@@ -189,6 +201,7 @@ def setup(cfg, given, held):
                         f"--init_from=resume (or auto), or train from scratch in another --out_dir (or delete it)")
     if new_dir:  # a refused config or dataset leaves no folder behind
         held.enter_context(lock_out_dir(cfg.out_dir))
+        held.callback(remove_if_unused, cfg.out_dir)  # nor one refused later (the duration), before a row
     model_cfg = model_config(cfg)
     cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
     tokens, changed, changes = ckpt.pop("resume") if ckpt else (0, {}, [])

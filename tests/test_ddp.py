@@ -1,9 +1,12 @@
 """Multi-process training with torchrun + DDP on CPU (gloo): results do not depend on the
 number of processes."""
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -20,12 +23,49 @@ from types import SimpleNamespace
 K = 4  # optimizer steps
 
 
-def torchrun(nproc, script, *args):
+def torchrun(nproc, script, *args, timeout=180):
+    """subprocess.run of `torchrun --standalone --nproc_per_node=nproc script args` from the repository,
+    its output captured. When the wait ends early (the timeout, or a Ctrl-C or SIGTERM ending the test
+    run) torchrun is told to stop its ranks (SIGTERM) and then killed, so no rank is left training."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            os.path.join(ROOT, script), *map(str, args)]
     # a rank that dies in C++ (SIGABRT, SIGSEGV) leaves its Python stack and torch's C++ one in stderr
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", "TORCH_SHOW_CPP_STACKTRACES": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=180, env=env)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+                          start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            # torchrun starts each rank in a session of its own: a SIGTERM makes it stop them all itself
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            finally:
+                with contextlib.suppress(ProcessLookupError):  # (gone already: the usual case)
+                    os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.mark.slow
+def test_a_torchrun_cut_short_leaves_no_rank_running(tmp_path):
+    """The helper's wait ended early (here its timeout; a SIGTERM to the test run ends it the same
+    way): torchrun and every rank are gone, not left training."""
+    script = tmp_path / "sleeper.py"
+    script.write_text(f"import os, time\nopen({str(tmp_path)!r} + f'/rank{{os.environ[\"RANK\"]}}', 'w')"
+                      f".write(str(os.getpid()))\ntime.sleep(600)\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        torchrun(2, str(script), timeout=45)
+    pids = [int((tmp_path / f"rank{r}").read_text()) for r in (0, 1)]  # both ranks had started
+    for pid in pids:
+        for _ in range(100):  # killed; reaped by init once torchrun is gone
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"rank process {pid} is still running")
 
 
 @pytest.fixture(scope="module")

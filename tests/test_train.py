@@ -14,6 +14,7 @@ import torch
 
 import common
 import ops
+import optim
 import start
 import sample
 import train as train_mod
@@ -239,13 +240,14 @@ def test_a_torn_last_log_line_is_dropped_on_resume(tmp_path):
     (["--gradient_accumulation_steps=0"], "gradient_accumulation_steps=0 must be >= 1"),
     (["--eval_iters=0"], "eval_iters=0 must be >= 1"),
     (["--wsd_decay_frac=1.5"], "wsd_decay_frac=1.5 must be in"),
-    (["--lr_schedule=step"], "lr_schedule='step' is not one of 'cosine', 'wsd'"),  # read only after warmup
+    (["--lr_schedule=no_such_schedule"], "lr_schedule='no_such_schedule' is not one of "  # read only after warmup
+     + ", ".join(map(repr, optim.LR_SCHEDULES))),
     (["--lr_schedule=wsd", "--max_iters=10", "--warmup_iters=5", "--wsd_decay_frac=0.8"],
      "decay .* would start inside warmup .* --wsd_decay_frac <= 0.5"),
     (["--min_lr=1.0"], "min_lr=1.0 is above learning_rate"),
     (["--out_dir="], "out_dir='' is empty"),
-    (["--optimizer=nosuch"], "optimizer='nosuch' is not one of 'adamw', 'muon'"),
-    (["--scale_wd=foo"], "scale_wd='foo' is not one of 'iwd', 'all', 'none'"),
+    (["--optimizer=no_such_optimizer"], "optimizer='no_such_optimizer' is not one of " + ", ".join(map(repr, optim.OPTIMIZERS))),
+    (["--scale_wd=no_such_recipe"], "scale_wd='no_such_recipe' is not one of " + ", ".join(map(repr, optim.SCALE_WD))),
     (["--vocab_size=30"], r"vocab_size=30 but .*meta.pkl says 40"),  # meta.pkl's size first
 ])
 def test_training_keys_out_of_range_are_errors(tmp_path, args, message):
@@ -724,17 +726,20 @@ def test_portable_numerics_without_their_environment_are_one_line(tmp_path, monk
 
 def test_a_run_past_max_estimated_hours_stops_at_start_and_zero_starts_it(tmp_path, monkeypatch):
     """The whole run's FLOPs at the device's best (a lower bound) past max_estimated_hours: one line
-    naming the time, the limit and the flag, before any step; --max_estimated_hours=0 starts it (here
-    stopped by a signal at its first step, saved)."""
+    naming the time, the limit and the flag, before any step, and no folder left behind where it made
+    one (the next try would find it); --max_estimated_hours=0 starts it (here stopped by a signal at
+    its first step, saved)."""
     from test_reliability import signal_at
     ds = make_dataset(tmp_path / "ds")
     args = tiny_args(ds, tmp_path / "o", "--max_iters=10000000000", "--eval_interval=0")
     with pytest.raises(UserError, match=r"at least \d+h\d\dm on this CPU .*past max_estimated_hours=24: it is sized "
                                         r"for GPUs.*--max_estimated_hours=0 to start it anyway") as e:
         run(args)
-    assert "\n" not in str(e.value) and not (tmp_path / "o" / "ckpt.pt").exists()
-    log = tmp_path / "o" / "log.jsonl"
-    assert not log.exists() or not [r for r in read_log(tmp_path / "o") if r["kind"] == "train"]
+    assert "\n" not in str(e.value) and not (tmp_path / "o").exists()  # the folder it made is gone
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(UserError, match="past max_estimated_hours"):
+        run(tiny_args(ds, tmp_path / "kept", "--max_iters=10000000000", "--eval_interval=0"))
+    assert (tmp_path / "kept").is_dir()  # a folder it did not make stays
     monkeypatch.setattr(train_mod, "get_batch", signal_at(0))
     assert run([*args, "--max_estimated_hours=0"])["stopped"] == "SIGTERM"
 
