@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from configurator import DEFAULTS, MODEL_KEYS, UserError, complete, not_one_of, value_problem
-from norms import SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_all_, make_scale
+from norms import SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_all_, make_scale, scale_class_problem
 
 SCALES = ("vector", "none")  # "none": every learnable scale removed, the normalizations kept (claim C1)
 DUAL_SITES = ("prenorm", "all")
@@ -33,21 +33,22 @@ DUAL_SITES = ("prenorm", "all")
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a placement (attn_placement, mlp_placement) puts scale vectors and normalizations
-    around a sub-layer's linear maps; Attention and MLP read these fields, and so does every
-    rule about a placement (the config checks, inert notes, run hashes, folding, export).
+    """Where a placement (attn_placement, mlp_placement) puts scale vectors and normalizations around
+    a sub-layer's branches (BRANCHES: the maps that read the normalized input) and its output map
+    (W_o; W_down). Its contract is its three methods: every rule about a placement (Attention, MLP,
+    Block's magnitude-free pre-norm scales, config checks, notes, export, --hf_model) asks them,
+    never the fields; check_placement refuses at start an answer that is no bool, or a bad `outer`:
 
-    dual: a scale u on the outputs of the maps that read the normalized input (q, k, v; gate,
-        up), and with dual_sites="all" scales on both sides of W_o / W_down too (DP; DNP's
-        outer scales). Input-role, so they fold, except a gate's u after a normalization
-        (SiLU follows it: output-role).
-    norm: a normalization over each such map's output (d_ff for the MLP: DNP and its control).
-        No fold removes it, so an export needs the shipped modeling file (dense MLP only).
-    meaning: what --help says of it.
-    outer: with dual, the branches that carry u ("q", "k", "v"; "gate", "up"); None: all of them.
-        (The inner scale v of each branch is HG's, branch_scales; every branch has one under HG.)
-    A behaviour these fields cannot describe needs its code in Attention or MLP, reading a field
-    added here.
+      carries_outer(branch)  a scale u on the branch's output (DP; DNP's outer scales); input-role,
+          except a gate's u after the gate's normalization (SiLU follows it: output-role).
+      normalizes(branch)     a normalization over the branch's output (over d_ff: DNP, in_norm). No
+          fold removes it: export ships its modeling file for both MLP branches, else refuses.
+      scales_output_map()    whether dual_sites="all" puts scales on both sides of W_o / W_down.
+
+    The fields answer for the entries here: dual (u on the branches `outer` names, None: all; the
+    output map's scales), norm (every branch), meaning (--help's). A fork they cannot describe
+    subclasses Placement with a field of its own, overriding the methods it changes (a behaviour no
+    method states also needs code in Attention or MLP). HG's inner scales are branch_scales'.
     """
 
     dual: bool
@@ -59,9 +60,31 @@ class Placement:
         """Whether `branch` ("q", ..., "up") gets a scale u on its output under this placement."""
         return self.dual and (self.outer is None or branch in self.outer)
 
+    def normalizes(self, branch):
+        """Whether `branch`'s output is normalized (over d_ff in the MLP), before its u."""
+        return self.norm
+
+    def scales_output_map(self):
+        """Whether dual_sites="all" puts scales on both sides of W_o (W_down)."""
+        return self.dual
+
+
+def check_placement(key, name):
+    """ValueError, one line naming the entry and the fix, for a placement that breaks Placement's contract."""
+    p, branches, where = CHOICES[key][name], BRANCHES[key], f"{key.split('_')[0].upper()}_PLACEMENTS[{name!r}]"
+    if not isinstance(p, Placement):
+        raise ValueError(f"{where} is a {type(p).__name__}: make it a model.Placement (or a subclass)")
+    if p.outer is not None and not set(p.outer) <= set(branches):
+        raise ValueError(f"{where}: outer={p.outer!r} is not a tuple of its branches {branches}: fix its outer")
+    for method, args in [(m, (b,)) for m in ("carries_outer", "normalizes") for b in branches] + [("scales_output_map", ())]:
+        answer = getattr(p, method)(*args)
+        if not isinstance(answer, bool):
+            raise ValueError(f"{where}.{method}({', '.join(map(repr, args))}) answered {answer!r}, not True or False: "
+                             f"make it return a bool (model.Placement says the contract)")
+
 
 # The placements, by name (paper section 3; README: The variants). A fork adds an entry here
-# (and, for a behaviour these fields cannot describe, its code in Attention or MLP).
+# (for a behaviour these fields cannot describe, a Placement subclass answering through its methods).
 ATTN_PLACEMENTS = {
     "in": Placement(dual=False, norm=False, meaning="scales only before q, k, v (on the pre-norm, or per branch "
                                                     "under HG)"),
@@ -82,6 +105,7 @@ BASELINE = dict(scale="vector", reparam="plain", branch_scales=False, attn_place
 # The config keys whose values are the registries' names (checked by GPTConfig, listed by --help).
 CHOICES = {"scale": SCALES, "reparam": SCALE_CLASSES, "attn_placement": ATTN_PLACEMENTS,
            "mlp_placement": MLP_PLACEMENTS, "dual_sites": DUAL_SITES}
+BRANCHES = {"attn_placement": ("q", "k", "v"), "mlp_placement": ("gate", "up")}  # the maps a placement's methods name
 
 
 @dataclass
@@ -145,9 +169,13 @@ class GPTConfig:
               f"a group of n_head / n_kv_head query heads; pick a divisor of n_head")
         for key, allowed in CHOICES.items():
             check(getattr(self, key) in allowed, not_one_of(key, getattr(self, key), allowed))
+        for key in BRANCHES:
+            check_placement(key, getattr(self, key))
+        check(not scale_class_problem(self.reparam), scale_class_problem(self.reparam))
         if self.scale == "none":
-            extras = {"reparam": self.reparam != "plain", "branch_scales": self.branch_scales,
-                      "attn_placement": self.attn.dual, "mlp_placement": self.mlp.dual}
+            scaled = {key: p.scales_output_map() or any(p.carries_outer(b) for b in BRANCHES[key])
+                      for key, p in (("attn_placement", self.attn), ("mlp_placement", self.mlp))}
+            extras = {"reparam": self.reparam != "plain", "branch_scales": self.branch_scales, **scaled}
             bad = [k for k, on in extras.items() if on]
             now = ", ".join(f"{k}={getattr(self, k)!r}" for k in bad)
             check(not bad, f"scale='none' removes every scale vector, so it cannot go with {now} (the default run's "
@@ -180,7 +208,7 @@ class GPTConfig:
         elif self.moe_every > self.n_layer:
             why = f"moe_every={self.moe_every} is above n_layer={self.n_layer}, so no block is a mixture of experts"
             inert += [(k, why) for k in ("n_experts", *MOE_KEYS) if k != "moe_every"]
-        if not (self.attn.dual or self.mlp.dual):
+        if not (self.attn.scales_output_map() or self.mlp.scales_output_map()):
             inert.append(("dual_sites", f"attn_placement is {self.attn_placement!r} and mlp_placement "
                                         f"{self.mlp_placement!r} (it says where the dual placements put scales, "
                                         f"and neither is one)"))
@@ -254,10 +282,10 @@ class Attention(nn.Module):
         d, self.n_head, self.n_kv_head = cfg.n_embd, cfg.n_head, cfg.n_kv_head
         hd, eps = cfg.head_dim, cfg.norm_eps
         q_width, kv_width = cfg.n_head * hd, cfg.n_kv_head * hd
-        hg, dp, norm = cfg.branch_scales, cfg.attn.dual, cfg.attn.norm
-        dp_o = dp and cfg.dual_sites == "all"  # the earlier reading: scales around W_o too
+        hg, dp_o = cfg.branch_scales, cfg.attn.scales_output_map() and cfg.dual_sites == "all"  # scales around W_o
 
         def branch(name, width, magnitude_free):
+            norm = cfg.attn.normalizes(name)
             return ScaledLinear(
                 d, width,
                 in_scale=make_scale(cfg, d, role="input", magnitude_free=norm or magnitude_free) if hg else None,
@@ -303,43 +331,35 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """SwiGLU MLP on the normalized input: down(silu(gate(x_hat)) * up(x_hat)).
 
-    Placements:
-      "in"        scales only before gate/up (on the pre-norm, or per branch under HG)
-      "dual"      DP: u on the outputs of gate and up (the Pre-Norm maps)
-      "dual_norm" DNP: gate and up become u * normalize(W (v * x_hat)) over d_ff
-                  (paper: gamma_a * Norm(W (gamma_b * x))). u_up is input-role (it folds into down's
-                  columns through the elementwise product), u_gate output-role
-                  (SiLU follows it).
-      "in_norm"   the control for DNP: gate and up become normalize(W x_hat)
-                  (DNP's normalization without its scales); scales as "in".
-    With dual_sites="all" (the earlier reading) "dual" and "dual_norm" also put
-    v and u on both sides of down.
+    The placement (MLP_PLACEMENTS, asked through Placement's methods) puts u on a branch's output
+    and may normalize it over d_ff: DNP's u * normalize(W (v * x_hat)) (paper: gamma_a * Norm(W
+    (gamma_b * x))), whose u_up is input-role (it folds into down's columns through the product)
+    and u_gate output-role (SiLU follows it); with dual_sites="all", v and u on both sides of down.
     Shapes: (B, T, n_embd) -> (B, T, n_embd); d_ff hidden.
 
-    Magnitude-free scales (see norms.make_scale): under DNP (and "in_norm")
-    the gate and up input scales; with magnitude_free=True (the MLP's output
-    magnitude is invisible: output norms on a dense block) also those on the
-    up branch and on down, which the output is linear in. In an MoE block one
-    expert's scales set its share of the sum, so they matter.
+    Magnitude-free scales (see norms.make_scale): the input scales of a branch the placement
+    normalizes; with magnitude_free=True (the MLP's output magnitude is invisible: output norms on
+    a dense block) also those on the up branch and on down, which the output is linear in. In an
+    MoE block one expert's scales set its share of the sum, so they matter.
     """
 
     def __init__(self, cfg, d_ff, magnitude_free=False):
         super().__init__()
         d, eps = cfg.n_embd, cfg.norm_eps
-        hg, out_norm, dual = cfg.branch_scales, cfg.mlp.norm, cfg.mlp.dual  # out_norm: over d_ff
-        dual_down = dual and cfg.dual_sites == "all"
+        hg, dual_down = cfg.branch_scales, cfg.mlp.scales_output_map() and cfg.dual_sites == "all"
 
-        def branch(name, out_role, magnitude_free):
+        def branch(name, magnitude_free):
+            out_norm = cfg.mlp.normalizes(name)  # over d_ff; then the gate's u is output-role (SiLU follows it)
             return ScaledLinear(
                 d, d_ff,
                 in_scale=make_scale(cfg, d, role="input", magnitude_free=out_norm or magnitude_free) if hg else None,
-                out_scale=make_scale(cfg, d_ff, role=out_role, magnitude_free=magnitude_free)
-                if cfg.mlp.carries_outer(name) else None,
+                out_scale=make_scale(cfg, d_ff, role="output" if out_norm and name == "gate" else "input",
+                                     magnitude_free=magnitude_free) if cfg.mlp.carries_outer(name) else None,
                 out_norm=out_norm, eps=eps)
 
         # SiLU follows the gate branch, so its magnitude shows even when the MLP's does not
-        self.gate = branch("gate", "output" if out_norm else "input", magnitude_free=False)
-        self.up = branch("up", "input", magnitude_free)
+        self.gate = branch("gate", magnitude_free=False)
+        self.up = branch("up", magnitude_free)
         self.down = ScaledLinear(
             d_ff, d,
             in_scale=make_scale(cfg, d_ff, role="input", magnitude_free=magnitude_free) if dual_down else None,
@@ -463,10 +483,11 @@ class Block(nn.Module):
         super().__init__()
         d, eps, hg = cfg.n_embd, cfg.norm_eps, cfg.branch_scales
         self.moe = cfg.is_moe(layer)
-        # A shared pre-norm scale is magnitude-free when every branch reading it is: q and k
-        # under QK-norm and v under output norms; gate and up under DNP or in_norm (unless a router reads it).
-        attn_magnitude_free = cfg.attn.norm or cfg.qk_norm and cfg.output_norms
-        mlp_magnitude_free = cfg.mlp.norm and not self.moe
+        # A shared pre-norm scale is magnitude-free when every branch reading it is (as Attention and MLP say): one its
+        # placement normalizes, else q, k under QK-norm, v (a dense MLP's up) under output norms; never with a router.
+        hidden = {"q": cfg.qk_norm, "k": cfg.qk_norm, "v": cfg.output_norms, "gate": False, "up": cfg.output_norms}
+        attn_magnitude_free = all(cfg.attn.normalizes(b) or hidden[b] for b in BRANCHES["attn_placement"])
+        mlp_magnitude_free = not self.moe and all(cfg.mlp.normalizes(b) or hidden[b] for b in BRANCHES["mlp_placement"])
         # With HG the pre-norms are bare: the branches carry the scales.
         self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, role="input",
                                                                     magnitude_free=attn_magnitude_free))

@@ -37,6 +37,7 @@ A ScaledLinear declares `optim_group`, its weight's group ("matrix";
 model.Router overrides it with "router").
 """
 
+import functools
 import math
 
 import torch
@@ -127,7 +128,8 @@ class ScaleVector(nn.Module):
           the overall magnitude (OR, ER), None when gamma has no separate
           magnitude; has_magnitude() is derived from it.
     Subclasses: forward() -> gamma (d,), == 1 at init; reset_() sets gamma
-    back to 1 (folding). Raises ValueError for an unknown role.
+    back to 1 (folding); a run refuses at start a SCALE_CLASSES entry that breaks
+    this (scale_class_problem). Raises ValueError for an unknown role.
     """
 
     magnitude_name = None
@@ -255,6 +257,30 @@ class ERScale(ScaleVector):
 
 
 SCALE_CLASSES = {"plain": PlainScale, "or": ORScale, "er": ERScale}  # cfg.reparam -> class
+
+
+def scale_class_problem(name):
+    """None, or one line naming the fix when SCALE_CLASSES[name] breaks ScaleVector's contract: a
+    subclass whose magnitude_name (if any) names one of its parameters and whose forward() is gamma
+    of shape (d,), == 1 at init (checked at start: model.GPTConfig)."""
+    return _class_problem(f"SCALE_CLASSES[{name!r}]", SCALE_CLASSES[name])
+
+
+@functools.lru_cache(maxsize=None)  # per class: a config is built many times, a class is checked once
+def _class_problem(where, cls):
+    if not (isinstance(cls, type) and issubclass(cls, ScaleVector)):
+        return f"{where} is {cls!r}: make it a norms.ScaleVector subclass"
+    with torch.device("cpu"), torch.no_grad():  # real tensors, even while a model is built on the meta device
+        sv = cls(3, "input")
+        gamma = sv()
+        one = isinstance(gamma, torch.Tensor) and tuple(gamma.shape) == (3,) and torch.allclose(gamma.float(), torch.ones(3))
+    names = [n for n, _ in sv.named_parameters()]
+    if cls.magnitude_name is not None and cls.magnitude_name not in names:
+        return (f"{where}.magnitude_name={cls.magnitude_name!r} is none of its parameters {names}: name the one "
+                f"that carries gamma's magnitude, or None")
+    if not one:
+        return f"{where}'s forward() gives {gamma!r} at init, not gamma == 1 of shape (d,): fix its init or forward()"
+    return None
 
 
 def make_scale(cfg, dim, *, role, magnitude_free=False):

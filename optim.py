@@ -320,9 +320,14 @@ CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "scale_wd": SCA
 
 def check_contracts(cfg):
     """ValueError (one line naming the rule and the entry) when a registry entry breaks its contract:
+    an OPTIMIZERS entry whose name is not its key (its groups would name an optimizer no key holds),
     an OPTIMIZERS or LR_SCHEDULES entry that reads a key with no config row (Optimizer, Schedule),
     or the run's schedule leaving [min_lr / learning_rate, 1] or rising after warmup, sampled at
     up to 257 iterations from warmup_iters to max_iters (every one for a shorter run)."""
+    for name, entry in OPTIMIZERS.items():
+        if entry.name != name:
+            raise ValueError(f"OPTIMIZERS[{name!r}] is named {entry.name!r}: its groups would name an optimizer the "
+                             f"registry does not hold; give it its key as its name (Optimizer({name!r}, ...))")
     for registry, entries in (("OPTIMIZERS", OPTIMIZERS), ("LR_SCHEDULES", LR_SCHEDULES)):
         for name, entry in entries.items():
             for key in (*entry.keys, *((entry.lr_key,) if isinstance(entry, Optimizer) else ())):

@@ -32,7 +32,7 @@ from checkpoint import is_sharded, load_weights
 from common import read_json
 from configurator import UserError
 from dataset import read_meta
-from model import BASELINE, GPT, model_config, rope_tables
+from model import BASELINE, BRANCHES, CHOICES, GPT, model_config, rope_tables
 
 
 ARCHITECTURES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True}  # name -> QK-norm
@@ -327,12 +327,13 @@ def load(model, weights):
         used.add("lm_head.weight")  # stored equal to the embedding (model_keys ties only then): the same head
     notes = [note for i, b in enumerate(model.blocks) for note in load_block(b, i, cfg, take)]
     notes = list(dict.fromkeys(notes + load_final(model, take)))
-    if cfg.mlp.norm:
-        notes.append(f"mlp_placement={cfg.mlp_placement!r} normalizes over d_ff, which the checkpoint never did: the "
-                     f"function changes")
-    if cfg.attn.norm:
-        notes.append(f"attn_placement={cfg.attn_placement!r} adds a normalization the checkpoint never had: the "
-                     f"function changes")
+    normalized = {key: [b for b in BRANCHES[key] if CHOICES[key][getattr(cfg, key)].normalizes(b)] for key in BRANCHES}
+    if normalized["mlp_placement"]:
+        notes.append(f"mlp_placement={cfg.mlp_placement!r} normalizes over d_ff ({', '.join(normalized['mlp_placement'])}), "
+                     f"which the checkpoint never did: the function changes")
+    if normalized["attn_placement"]:
+        notes.append(f"attn_placement={cfg.attn_placement!r} adds a normalization the checkpoint never had "
+                     f"({', '.join(normalized['attn_placement'])}): the function changes")
     if cfg.output_norms:
         notes.append("output_norms=True adds normalizations the checkpoint never had: the function changes")
     return notes, used

@@ -16,6 +16,7 @@ import torch
 
 import configurator
 import memory
+import optim
 from common import DEVICE_FORMS
 from configurator import ALLOWED, DEFAULTS, MODEL_KEYS, SECTIONS, UserError, load_config, usage
 from conftest import ROOT
@@ -427,9 +428,16 @@ def notes(args):
     return inert_notes(cfg, given)
 
 
+def readers(key, registry):
+    """The entries of `registry` that read `key`, as a note names them ('a', 'b' or 'c'): from the registry, a fork's
+    entry too, never a list here."""
+    names = [repr(name) for name, entry in registry.items() if key in entry.keys]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
+
 MUON = "optimizer is 'adamw' (only optimizer 'muon' reads it)"
 WSD = "lr_schedule is 'cosine' (only lr_schedule 'wsd' reads it)"
-CONSTANT = "lr_schedule is 'constant' (only lr_schedule 'cosine', 'wsd' or 'linear' reads it)"
+CONSTANT = f"lr_schedule is 'constant' (only lr_schedule {readers('min_lr', optim.LR_SCHEDULES)} reads it)"
 DENSE = "n_experts is 0 (a dense model: no expert, no router)"
 NO_MOE_BLOCK = "moe_every=5 is above n_layer=4, so no block is a mixture of experts"
 NOT_DUAL = ("attn_placement is 'in' and mlp_placement 'in' (it says where the dual placements put scales, and "

@@ -1,11 +1,14 @@
-"""docs/forks.md's fork guides, followed literally: a new scale class, a new placement and a
-new optimizer, each registered at run time as a fork would register it in the source (one entry
-in its registry). Each is then covered by the suite's own generic tests, trains and resumes
-exactly, folds (or its export says why not), gets its own run hash, gets the right inert notes,
-is measured by bench.py and exports."""
+"""docs/forks.md's fork guides, followed literally: new scale classes (one with two parameters),
+new placements (one with a field of its own), a new optimizer and a new schedule, each registered
+at run time as a fork would register it in the source (one entry in its registry, and its config
+rows). Each is then covered by the suite's own generic tests, trains and resumes exactly, folds,
+gets its own run hash, gets the right inert notes, is measured by bench.py and exports (or says
+in one line why not); a broken entry of each registry is refused at start in one line naming its fix."""
 
+import itertools
 import json
 import math
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +21,7 @@ import model
 import norms
 import optim
 import test_norms
+import test_optim
 from research.ablation import config_hash
 import configurator
 from configurator import DEFAULTS, UserError, load_config
@@ -46,9 +50,41 @@ class SoftplusScale(norms.ScaleVector):
         self.raw.fill_(math.log(math.e - 1))
 
 
+class MagnitudeSoftplusScale(norms.ScaleVector):
+    """gamma = m * softplus(p): m of shape (1,) carries the magnitude (magnitude_name), p (d,) the rest;
+    m init 1 and p log(e - 1), so that gamma == 1. Parameters: d + 1."""
+
+    magnitude_name = "m"
+
+    def __init__(self, dim, role):
+        super().__init__(dim, role)
+        self.m = nn.Parameter(torch.ones(1))
+        self.p = nn.Parameter(torch.full((dim,), math.log(math.e - 1)))
+
+    def forward(self):
+        return self.m * F.softplus(self.p)
+
+    @torch.no_grad()
+    def reset_(self):
+        self.m.fill_(1.0)
+        self.p.fill_(math.log(math.e - 1))
+
+
 TOY_PLACEMENT = model.Placement(dual=True, norm=True, meaning="toy: DNP's sites, named anew")
 ASYMMETRIC_PLACEMENT = model.Placement(dual=True, norm=True, meaning="DNP with u on the up branch only",
                                        outer=("up",))
+
+
+@dataclass(frozen=True)
+class BranchNormPlacement(model.Placement):
+    norm_branches: tuple = ()  # the branches normalized over d_ff
+
+    def normalizes(self, branch):
+        return branch in self.norm_branches
+
+
+BRANCH_NORM_PLACEMENT = BranchNormPlacement(dual=True, norm=False, norm_branches=("up",),
+                                            meaning="DP with the up branch normalized over d_ff")
 
 
 def build_sgd(groups, cfg, device_type):
@@ -66,10 +102,30 @@ SGD_ROWS = {  # the guide's two rows in configurator.SECTIONS["optimizer"]
 }
 
 
+def step(it, cfg, floor):
+    """The guide's step decay: times step_gamma every step_every iterations after warmup, down to the floor."""
+    return max(floor, cfg.step_gamma ** ((it - cfg.warmup_iters) // cfg.step_every))
+
+
+TOY_SCHEDULE = optim.Schedule(step, ("min_lr", "step_gamma", "step_every"),
+                              "times step_gamma every step_every iterations, down to min_lr")
+STEP_ROWS = {  # the guide's two rows in configurator.SECTIONS["schedule"]
+    "step_gamma": configurator.added(0.5, configurator.Range(0, 1, low_open=True, high_open=True, usual=(0.1, 0.9)),
+                                     "step: the LR's factor at each step", absent=0.5),
+    "step_every": configurator.added(1000, configurator.GE1, "step: iterations between two steps", absent=1000),
+}
+
+
 @pytest.fixture
 def scale_class(monkeypatch):
     monkeypatch.setitem(norms.SCALE_CLASSES, "softplus", SoftplusScale)
     return {"reparam": "softplus"}
+
+
+@pytest.fixture
+def two_parameters(monkeypatch):
+    monkeypatch.setitem(norms.SCALE_CLASSES, "softplus_m", MagnitudeSoftplusScale)
+    return {"reparam": "softplus_m"}
 
 
 @pytest.fixture
@@ -90,6 +146,20 @@ def optimizer(monkeypatch):
     for key, row in SGD_ROWS.items():
         add_row(monkeypatch, "optimizer", key, row)
     return {"optimizer": "sgd", "sgd_lr": 0.1}
+
+
+@pytest.fixture
+def branch_norm(monkeypatch):
+    monkeypatch.setitem(model.MLP_PLACEMENTS, "dp_up_norm", BRANCH_NORM_PLACEMENT)
+    return {"mlp_placement": "dp_up_norm"}
+
+
+@pytest.fixture
+def schedule(monkeypatch):
+    monkeypatch.setitem(optim.LR_SCHEDULES, "step", TOY_SCHEDULE)
+    for key, row in STEP_ROWS.items():
+        add_row(monkeypatch, "schedule", key, row)
+    return {"lr_schedule": "step", "step_gamma": 0.7, "step_every": 1}
 
 
 def flags(switches):
@@ -117,8 +187,9 @@ def trains_and_resumes_exactly(tmp_path, switches):
     return tmp_path / "a"
 
 
-def exports(out_dir):
-    """export.py writes a folder whose logits transformers reproduces (it checks), or refuses in one line."""
+def exports(out_dir, refused=None, writes=False):
+    """export.py writes a folder whose logits transformers reproduces (it checks), or refuses in one line
+    (which says `refused`, when given: then it must refuse; writes=True: it must write)."""
     pytest.importorskip("transformers", reason="optional extra: pip install -e '.[export]'")
     from tools import export
 
@@ -126,7 +197,9 @@ def exports(out_dir):
         export.main([f"--out_dir={out_dir}", f"--export_dir={out_dir / 'hf'}"])
     except UserError as e:
         assert "\n" not in str(e) and not (out_dir / "hf").exists()
+        assert not writes and (refused is None or refused in str(e)), str(e)
         return
+    assert refused is None, f"exported, where it should have refused: {refused}"
     assert json.loads((out_dir / "hf" / "config.json").read_text())["architectures"]
 
 
@@ -168,7 +241,7 @@ def test_a_new_scale_class_is_covered_trains_resumes_folds_hashes_notes_benches_
     cfg = load_config(flags(scale_class))[0]
     assert ("magnitude_lr_mult", "reparam is 'softplus' (no separate magnitude parameter)") in inert_keys(cfg)
     bench_measures(scale_class, capsys, "reparam")
-    exports(out)
+    exports(out, writes=True)
 
 
 def test_a_new_placement_is_covered_trains_resumes_folds_hashes_notes_benches_and_exports(
@@ -186,7 +259,7 @@ def test_a_new_placement_is_covered_trains_resumes_folds_hashes_notes_benches_an
     from tools import export
     assert export.needs_code(model.model_config(cfg))
     bench_measures(placement, capsys, "mlp_placement")
-    exports(out)
+    exports(out, writes=True)
 
 
 def test_an_asymmetric_placement_is_data_the_fused_path_reads_trains_folds_benches_and_exports(
@@ -208,7 +281,7 @@ def test_an_asymmetric_placement_is_data_the_fused_path_reads_trains_folds_bench
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     out = trains_and_resumes_exactly(tmp_path, asymmetric)
     bench_measures(asymmetric, capsys, "mlp_placement")
-    exports(out)
+    exports(out, writes=True)
 
 
 def test_a_new_optimizer_steps_its_groups_trains_resumes_hashes_and_notes(tmp_path, capsys, optimizer):
@@ -253,7 +326,183 @@ def test_the_optimizer_guides_sgd_reads_its_own_keys_and_takes_weight_decay_coup
 
 
 def test_an_optimizer_name_no_registry_holds_is_an_error_not_a_group_never_stepped(monkeypatch):
-    monkeypatch.setitem(optim.OPTIMIZERS, "lion", optim.Optimizer("lion-typo", build_sgd, "learning_rate", (), ""))
-    cfg = SimpleNamespace(**{**DEFAULTS, "optimizer": "lion"})
-    with pytest.raises(ValueError, match=r"groups \['matrix'\] name optimizers \['lion-typo'\].*nothing would step"):
+    monkeypatch.setitem(optim.OPTIMIZERS, "misnamed", optim.Optimizer("no_such_optimizer", build_sgd, "learning_rate",
+                                                                      (), ""))
+    cfg = SimpleNamespace(**{**DEFAULTS, "optimizer": "misnamed"})
+    with pytest.raises(ValueError, match=r"groups \['matrix'\] name optimizers \['no_such_optimizer'\].*nothing would step"):
         optim.build_optimizers(model.GPT(model.model_config({**DEFAULTS, "vocab_size": 40})), cfg, "cpu")
+
+
+def test_a_scale_class_with_two_parameters_keeps_its_magnitude_where_it_shows_trains_resumes_folds_and_exports(
+        tmp_path, capsys, two_parameters):
+    """gamma = m * softplus(p): its formula, both parameters in the optimizer's groups (m with the
+    magnitudes, at their own LR), and, as OR's, a plain vector exactly where doubling the scale
+    leaves the logits unchanged (the suite's own test of that rule, run on this class)."""
+    generic_model_tests(reparam="softplus_m")
+    sv = MagnitudeSoftplusScale(5, "input")
+    with torch.no_grad():
+        sv.m.fill_(1.5)
+        sv.p.copy_(torch.linspace(-1.0, 2.0, 5))
+    torch.testing.assert_close(sv(), 1.5 * torch.log1p(torch.exp(torch.linspace(-1.0, 2.0, 5))))
+    for variant in test_norms.MAGNITUDE_CONFIGS:
+        test_norms.test_reparam_applies_exactly_where_the_magnitude_matters(variant, reparam="softplus_m")
+    cfg = load_config(flags(two_parameters))[0]  # the default run: HG and DNP, whose inner scales are magnitude-free
+    gpt = model.GPT(model.model_config({**cfg, "vocab_size": 40}))
+    kept = [s for _, s in gpt.scale_vectors() if isinstance(s, MagnitudeSoftplusScale)]
+    assert kept and any(isinstance(s, norms.PlainScale) for _, s in gpt.scale_vectors())
+    groups = {g["name"]: g for g in optim.param_groups(gpt, SimpleNamespace(**cfg))}
+    magnitudes = {id(p) for name in ("magnitude_input", "magnitude_output") for p in groups.get(name, {"params": []})["params"]}
+    assert magnitudes == {id(s.m) for s in kept}
+    assert groups["magnitude_input"]["lr"] == pytest.approx(groups["scale_input"]["lr"] * cfg["magnitude_lr_mult"])
+    out = trains_and_resumes_exactly(tmp_path, two_parameters)
+    hashes_differ("reparam", "softplus_m")
+    assert "magnitude_lr_mult" not in dict(inert_keys(cfg))  # it has a magnitude: the key acts on it
+    bench_measures(two_parameters, capsys, "reparam")
+    exports(out, writes=True)
+
+
+def test_a_placement_with_a_field_of_its_own_answers_through_the_methods_everywhere(
+        tmp_path, capsys, monkeypatch, branch_norm):
+    """docs/forks.md's BranchNormPlacement: DP with the up branch alone normalized over d_ff, said in
+    a field no shipped code reads (its `norm` is False). Every rule asks normalizes(): the modules,
+    which scales are magnitude-free (against a hand rule, and against doubling each scale), folding,
+    the notes and the hash, bench; export refuses it in one line naming it. Given DNP's answers
+    through the field, it is DNP's model everywhere, and exports as DNP does."""
+    generic_model_tests(mlp_placement="dp_up_norm")
+    for hg, out_norms, sites in itertools.product((False, True), (False, True), ("prenorm", "all")):
+        variant = dict(branch_scales=hg, output_norms=out_norms, dual_sites=sites, mlp_placement="dp_up_norm")
+        block = model.GPT(test_norms.tiny(reparam="or", **variant)).blocks[0]
+        mlp = block.mlp
+        assert (mlp.gate.out_norm, mlp.up.out_norm) == (False, True)
+        assert mlp.gate.out_scale.role == mlp.up.out_scale.role == "input"  # into W_gate's rows, W_down's columns
+        # The hand rule: under OR a scale is plain where its magnitude is hidden: the up branch's input
+        # scale (its normalization follows); under output norms also the up branch's u and down's
+        # scales (the MLP's output is linear in them); never the gate's or the shared pre-norm's,
+        # which the gate reads without a normalization (SiLU shows their magnitude).
+        hand = {"mlp_norm": False, "gate.in": False, "up.in": True, "gate.out": False, "up.out": out_norms,
+                "down.in": out_norms, "down.out": out_norms}
+        found = {"mlp_norm": block.mlp_norm.scale, "gate.in": mlp.gate.in_scale, "up.in": mlp.up.in_scale,
+                 "gate.out": mlp.gate.out_scale, "up.out": mlp.up.out_scale, "down.in": mlp.down.in_scale,
+                 "down.out": mlp.down.out_scale}
+        present = {k for k, s in found.items() if s is not None}
+        assert present == {"gate.out", "up.out"} | ({"gate.in", "up.in"} if hg else {"mlp_norm"}) | \
+            ({"down.in", "down.out"} if sites == "all" else set())
+        assert {k: isinstance(found[k], norms.PlainScale) for k in present} == {k: hand[k] for k in present}, variant
+        test_norms.test_reparam_applies_exactly_where_the_magnitude_matters(variant)
+        if sites == "all":
+            test_norms.test_fold_preserves_logits({**variant, "reparam": "or"}, tie=not hg)
+    cfg = load_config(flags(branch_norm))[0]
+    assert "dual_sites" not in dict(inert_keys(cfg))  # scales_output_map(): dual_sites acts on it
+    hashes_differ("mlp_placement", "dp_up_norm")
+    out = trains_and_resumes_exactly(tmp_path, branch_norm)
+    bench_measures(branch_norm, capsys, "mlp_placement")
+    exports(out, refused="mlp_placement='dp_up_norm' normalizes up over d_ff but not gate")
+
+    monkeypatch.setitem(model.MLP_PLACEMENTS, "dnp_by_field", BranchNormPlacement(
+        dual=True, norm=False, norm_branches=("gate", "up"), meaning="DNP, said through the field"))
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    for variant in (dict(branch_scales=False), dict(branch_scales=True, output_norms=True, dual_sites="all")):
+        dnp, field = (model.GPT(test_norms.tiny(reparam="or", mlp_placement=p, **variant)) for p in ("dual_norm", "dnp_by_field"))
+        assert [(n, type(s), s.role) for n, s in field.scale_vectors()] == [(n, type(s), s.role) for n, s in dnp.scale_vectors()]
+        torch.testing.assert_close(field(idx, idx)[0], dnp(idx, idx)[0], rtol=0, atol=0)
+    exports(trains_and_resumes_exactly(tmp_path / "dnp_by_field", {"mlp_placement": "dnp_by_field"}), writes=True)
+
+
+def test_a_new_schedule_with_its_own_keys_trains_resumes_hashes_notes_and_keeps_the_contract(tmp_path, schedule):
+    """docs/forks.md's step schedule with its two keys: its LR in the log follows its rule, a resumed
+    run's equals a straight one's, its keys get a hash and notes without renaming a record, and the
+    suite's generic schedule test holds it to warmup, [floor, 1] and never rising."""
+    out = trains_and_resumes_exactly(tmp_path, schedule)
+    lr = {r["iter"]: r["lr"] for r in read_log(out) if r["kind"] == "train"}  # row i: iteration i - 1
+    assert lr[2] == pytest.approx(2 * lr[1]) and lr[3] == pytest.approx(lr[2]) and lr[4] == pytest.approx(0.7 * lr[3])
+    ns = SimpleNamespace(**{**DEFAULTS, **schedule, "warmup_iters": 10, "max_iters": 100})
+    assert optim.lr_multiplier(99, ns) == pytest.approx(ns.min_lr / ns.learning_rate)  # down to the floor, no lower
+    test_optim.test_every_registered_schedule_warms_up_then_never_rises_and_stays_above_its_floor("step")
+    hashes_differ("lr_schedule", "step")
+    hashes_differ("step_gamma", 0.3, lr_schedule="step")
+    assert renamed_records() == ([], "")  # its two keys, added at their absent values, rename no record
+    cfg = load_config(flags(schedule))[0]
+    assert ("wsd_decay_frac", "lr_schedule is 'step' (only lr_schedule 'wsd' reads it)") in inert_keys(cfg)
+    assert not {"min_lr", "step_gamma", "step_every"} & dict(inert_keys(cfg)).keys()
+    cfg = load_config(["--step_gamma=0.3"])[0]
+    assert ("step_gamma", "lr_schedule is 'cosine' (only lr_schedule 'step' reads it)") in inert_keys(cfg)
+
+
+# -----------------------------------------------------------------------------
+# A broken entry of each registry, refused at start: one line (configurator.UserError) naming the fix
+
+
+class DoubledSoftplusScale(SoftplusScale):
+    def forward(self):
+        return 2 * F.softplus(self.raw)  # 2 at init
+
+
+class MisnamedMagnitudeScale(MagnitudeSoftplusScale):
+    magnitude_name = "magnitude"  # its parameter is m
+
+
+@dataclass(frozen=True)
+class ForgetfulPlacement(BranchNormPlacement):
+    def normalizes(self, branch):
+        """Forgets its return: answers None."""
+        _ = branch in self.norm_branches
+
+
+def broken(kind, entry, switches, rows=None):
+    return kind, entry, switches, rows or {}
+
+
+STEP = {"lr_schedule": "step", "step_gamma": 0.7, "step_every": 1}
+BROKEN = {  # (registry, entry under the name "broken" or the switch's, switches, config rows) -> the line's words
+    "scale class not 1 at init": (
+        broken("reparam", DoubledSoftplusScale, {"reparam": "broken"}),
+        ["SCALE_CLASSES['broken']'s forward() gives", "not gamma == 1", "fix its init or forward()"]),
+    "scale class naming no magnitude": (
+        broken("reparam", MisnamedMagnitudeScale, {"reparam": "broken"}),
+        ["SCALE_CLASSES['broken'].magnitude_name='magnitude' is none of its parameters", "name the one"]),
+    "placement answering None": (
+        broken("mlp_placement", ForgetfulPlacement(dual=True, norm=False, meaning=""), {"mlp_placement": "broken"}),
+        ["MLP_PLACEMENTS['broken'].normalizes('gate') answered None", "make it return a bool"]),
+    "placement with outer a string": (
+        broken("mlp_placement", model.Placement(dual=True, norm=True, meaning="", outer="up"),
+               {"mlp_placement": "broken"}),
+        ["MLP_PLACEMENTS['broken']: outer='up' is not a tuple of its branches", "fix its outer"]),
+    "optimizer not named its key": (
+        broken("optimizer", optim.Optimizer("no_such_optimizer", build_sgd, "learning_rate", (), ""),
+               {"optimizer": "broken"}),
+        ["OPTIMIZERS['broken'] is named 'no_such_optimizer'", "give it its key as its name"]),
+    "optimizer key without a row": (
+        broken("optimizer", TOY_OPTIMIZER, {"optimizer": "sgd"}),
+        ["OPTIMIZERS['sgd'] reads the key 'sgd_lr', which has no row", "add its row"]),
+    "schedule key without a row": (
+        broken("lr_schedule", TOY_SCHEDULE, {"lr_schedule": "step"}),
+        ["LR_SCHEDULES['step'] reads the key 'step_gamma', which has no row", "add its row"]),
+    "schedule above 1": (
+        broken("lr_schedule", optim.Schedule(lambda it, c, floor: 2 * step(it, c, floor), TOY_SCHEDULE.keys, ""),
+               STEP, STEP_ROWS),
+        ["LR_SCHEDULES['step'] breaks the schedules' contract: its multiplier leaves [min_lr / learning_rate",
+         "at iteration 2: 2", "fix its multiplier"]),
+    "schedule below the floor": (
+        broken("lr_schedule", optim.Schedule(lambda it, c, floor: c.step_gamma ** ((it - c.warmup_iters) // c.step_every),
+                                             TOY_SCHEDULE.keys, ""), STEP, STEP_ROWS),
+        ["LR_SCHEDULES['step'] breaks the schedules' contract: its multiplier leaves [min_lr / learning_rate = 0.1, 1]",
+         "fix its multiplier"]),
+    "schedule rising after warmup": (
+        broken("lr_schedule", optim.Schedule(lambda it, c, floor: floor / step(it, c, floor), TOY_SCHEDULE.keys, ""),
+               STEP, STEP_ROWS),
+        ["LR_SCHEDULES['step'] breaks the schedules' contract: its multiplier rises after warmup", "fix its multiplier"]),
+}
+REGISTRIES = {"reparam": norms.SCALE_CLASSES, "mlp_placement": model.MLP_PLACEMENTS, "optimizer": optim.OPTIMIZERS,
+              "lr_schedule": optim.LR_SCHEDULES}
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_a_broken_entry_of_each_registry_is_refused_at_start_in_one_line_naming_its_fix(tmp_path, monkeypatch, case):
+    (key, entry, switches, rows), words = BROKEN[case]
+    monkeypatch.setitem(REGISTRIES[key], switches[key], entry)
+    for row_key, row in rows.items():
+        add_row(monkeypatch, "schedule", row_key, row)
+    with pytest.raises(UserError) as e:  # train.py's start (the command prints it as one 'error: ...' line)
+        run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", *flags(switches)))
+    assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+    assert not (tmp_path / "o").exists()  # refused before the run made its folder

@@ -131,7 +131,7 @@ def test_grouped_query_attention_and_head_dim_size_every_map_and_scale():
 @pytest.mark.parametrize("bad, message", [
     (dict(n_embd=100, n_head=3), "not divisible by n_head=3"),
     (dict(scale="none", branch_scales=True), "branch_scales"),
-    (dict(reparam="xr"), "reparam='xr'"),
+    (dict(reparam="no_such_class"), "reparam='no_such_class'"),
     (dict(mlp_placement="dual_norm", scale="none"), "mlp_placement"),
     (dict(n_embd=15, n_head=5), "even for RoPE"),
     (dict(n_embd=32, n_head=4, head_dim=7), "head_dim=7 (n_embd/n_head unless set) must be even"),

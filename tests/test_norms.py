@@ -222,7 +222,7 @@ def gqa_variants():
     """Every switch that puts a scale or a normalization on q, k, v or o, under GQA."""
     for attn, hg, qk, out, sites in itertools.product(ATTN_PLACEMENTS, [False, True], [False, True], [False, True],
                                                       ["prenorm", "all"]):
-        if sites == "all" and not ATTN_PLACEMENTS[attn].dual:
+        if sites == "all" and not ATTN_PLACEMENTS[attn].scales_output_map():
             continue
         yield dict(GQA, reparam="or", attn_placement=attn, branch_scales=hg, qk_norm=qk, output_norms=out,
                    dual_sites=sites)
@@ -264,7 +264,7 @@ def test_every_scale_is_one_at_init():
             torch.testing.assert_close(sv(), torch.ones(sv.dim), msg=f"{name} under {variant}")
 
 
-@pytest.mark.parametrize("reparam", ["or", "er"])
+@pytest.mark.parametrize("reparam", list(SCALE_CLASSES))
 def test_reparam_gives_same_forward_as_vector_at_init(reparam):
     idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(4))
     switches = dict(branch_scales=True, attn_placement="dual", mlp_placement="dual_norm",
@@ -292,7 +292,7 @@ def test_roles_of_unified_model():
         assert sv.role == expected_role(name), name
 
 
-@pytest.mark.parametrize("reparam", ["plain", "or"])
+@pytest.mark.parametrize("reparam", list(SCALE_CLASSES))
 def test_fold_makes_the_tied_final_norm_scale_input_role_and_folds_it(reparam):
     model = GPT(tiny(reparam=reparam), seed=0)
     assert model.norm_f.scale.role == "output"  # tied: it cannot fold, so no decay under IWD
@@ -325,10 +325,11 @@ MAGNITUDE_CONFIGS = [  # every site (dual_sites="all"), and the paper's unified 
 
 
 @pytest.mark.parametrize("variant", MAGNITUDE_CONFIGS, ids=range(len(MAGNITUDE_CONFIGS)))
-def test_reparam_applies_exactly_where_the_magnitude_matters(variant):
-    """Under OR, a scale stays a PlainScale iff doubling it leaves the logits unchanged:
-    its magnitude is invisible (everything up to the next normalization is linear in it)."""
-    model = GPT(tiny(reparam="or", norm_eps=1e-12, **variant), seed=0).eval()
+def test_reparam_applies_exactly_where_the_magnitude_matters(variant, reparam="or"):
+    """Under OR (or another class with a magnitude: its magnitude_name), a scale stays a PlainScale
+    iff doubling it leaves the logits unchanged: its magnitude is invisible (everything up to the
+    next normalization is linear in it)."""
+    model = GPT(tiny(reparam=reparam, norm_eps=1e-12, **variant), seed=0).eval()
     gen = torch.Generator().manual_seed(9)
     randomize_scales(model, gen)
     with torch.no_grad():  # large weights, so that attention is far from uniform; small router
@@ -337,11 +338,11 @@ def test_reparam_applies_exactly_where_the_magnitude_matters(variant):
                 p.normal_(0.0, 0.05 if "router" in name else 0.5, generator=gen)
     idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(10))
     with torch.no_grad():
-        before = model(idx)[0]
+        before = model(idx, idx)[0]  # every position's logits (without targets, the last one's only)
         for name, sv in model.scale_vectors():
-            param = sv.weight if isinstance(sv, PlainScale) else sv.magnitude
+            param = sv.weight if isinstance(sv, PlainScale) else sv.get_parameter(sv.magnitude_name)
             param.mul_(2.0)
-            change = (model(idx)[0] - before).abs().max().item()
+            change = (model(idx, idx)[0] - before).abs().max().item()
             param.div_(2.0)
             assert change < 1e-4 or change > 1e-2, (name, change)  # invariant, or clearly not
             assert isinstance(sv, PlainScale) == (change < 1e-4), (name, change)
@@ -361,8 +362,8 @@ def test_scale_classes_declare_magnitude_and_untied_role():
     assert sv.role == "input"
     with pytest.raises(ValueError, match="role must be one of"):
         sv.tie_("both")
-    with pytest.raises(ValueError, match="reparam='xr' is not one of"):
-        make_scale(SimpleNamespace(scale="vector", reparam="xr"), 8, role="input")
+    with pytest.raises(ValueError, match="reparam='no_such_class' is not one of"):
+        make_scale(SimpleNamespace(scale="vector", reparam="no_such_class"), 8, role="input")
 
 
 def test_make_scale_none():

@@ -11,6 +11,7 @@ import torch
 import model as model_mod
 import norms
 import optim
+from configurator import DEFAULTS
 from conftest import BASELINE
 from model import GPT, GPTConfig, Router
 from norms import PlainScale, ScaledLinear, ScaleVector
@@ -180,12 +181,13 @@ def test_cpu_muon_update_matches_torch_muon(shape):
 
 
 def sched(**kw):
+    """Every key at its default (a fork's schedule keys too: configurator.DEFAULTS), then these."""
     base = dict(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=100, wsd_decay_frac=0.2,
                 lr_schedule="cosine", optimizer="adamw", scale_wd="iwd", fsdp=False)
-    return SimpleNamespace(**{**base, **kw})
+    return SimpleNamespace(**{**DEFAULTS, **base, **kw})
 
 
-@pytest.mark.parametrize("name", ["cosine", "wsd", "linear", "constant"])
+@pytest.mark.parametrize("name", LR_SCHEDULES)
 def test_schedule_warmup_starts_above_zero_and_rises_linearly(name):
     cfg = sched(lr_schedule=name)
     assert lr_multiplier(0, cfg) == pytest.approx(0.1)
@@ -258,7 +260,7 @@ def test_every_registered_schedule_warms_up_then_never_rises_and_stays_above_its
     (dict(lr_schedule="wsd", max_iters=10, warmup_iters=5, wsd_decay_frac=0.8), "decay .* would start inside warmup"),
     (dict(lr_schedule="wsd", wsd_decay_frac=0.0), "wsd_decay_frac=0.0 must be in \\(0, 1\\]"),
     (dict(lr_schedule="cosine", min_lr=2e-3), "min_lr=0.002 is above learning_rate"),
-    (dict(lr_schedule="step"), "lr_schedule='step' is not one of"),
+    (dict(lr_schedule="no_such_schedule"), "lr_schedule='no_such_schedule' is not one of"),
 ])
 def test_schedules_that_would_jump_or_stall_are_refused(keys, message):
     with pytest.raises(ValueError, match=message):
@@ -402,8 +404,8 @@ def test_a_schedule_entry_that_breaks_the_contract_is_refused_naming_the_rule(mo
     forks = {"rising": (optim.Schedule(lambda it, c, floor: 0.5 + 0.5 * (it > 50), (), "steps up"), "rises after warmup"),
              "above": (optim.Schedule(lambda it, c, floor: 1.5, (), "above the peak"), "leaves [min_lr / learning_rate"),
              "below": (optim.Schedule(lambda it, c, floor: floor / 2, ("min_lr",), "below the floor"), "leaves [min_lr"),
-             "keyless": (optim.Schedule(optim.cosine, ("step_gamma",), "reads an unknown key"), "'step_gamma', which "
-                                                                                                "has no row")}
+             "keyless": (optim.Schedule(optim.cosine, ("no_such_key",), "reads an unknown key"), "'no_such_key', which "
+                                                                                                  "has no row")}
     for name, (entry, rule) in forks.items():
         monkeypatch.setitem(optim.LR_SCHEDULES, name, entry)
         with pytest.raises(ValueError, match=re.escape(rule)) as e:

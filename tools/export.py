@@ -17,7 +17,8 @@ ships: Llama's layers plus exactly those pieces.
     MoE in every block, top_k >= 2                -> MixtralForCausalLM
     MoE + shared_expert                           -> Qwen2MoeForCausalLM
     MoE + qk_norm                                 -> Qwen3MoeForCausalLM
-    MoE + DNP, in_norm or output_norms, and the MoE cases above do not cover:
+    MoE + DNP, in_norm or output_norms, and the MoE cases above do not cover,
+    and a placement normalizing q, k or v, or one MLP branch of the two:
     refused with one line saying why; nothing is written.
 
 The folder holds config.json, model.safetensors (float32, the real vocab_size
@@ -62,18 +63,31 @@ from checkpoint import checkpoint_in, load_model
 from common import cli
 from configurator import MODEL_KEYS, UserError, folder_problem
 from dataset import bpe_encoding, checked_encoding, codec_kind, hf_tokenizer
+from model import BRANCHES, CHOICES
 
 TOLERANCE = 1e-4  # largest |logit difference| allowed, relative to max(1, largest |logit|); float32
 MODELING_FILE = "modeling_scalevec.py"  # shipped into folders that need it; lives beside this file
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def normalized(cfg, key):
+    """The branches of `key` (attn_placement: q, k, v; mlp_placement: gate, up) its placement normalizes."""
+    return [b for b in BRANCHES[key] if CHOICES[key][getattr(cfg, key)].normalizes(b)]
+
+
 def refusal(cfg):
-    """Why `cfg` has no exact architecture to export to, as one line naming the switch; None if it has one."""
-    if cfg.attn.norm:
-        return (f"attn_placement={cfg.attn_placement!r} normalizes the outputs of q, k, v: no transformers "
+    """Why `cfg` has no exact architecture to export to, as one line naming the switch; None if it has one.
+    The placements answer through their methods (model.Placement), a fork's as the shipped ones."""
+    attn, mlp = normalized(cfg, "attn_placement"), normalized(cfg, "mlp_placement")
+    if attn:
+        return (f"attn_placement={cfg.attn_placement!r} normalizes the outputs of {', '.join(attn)}: no transformers "
                 f"architecture, and not {MODELING_FILE}, has that; train with a placement without a normalization")
-    if cfg.n_experts and (cfg.mlp.norm or cfg.output_norms):
+    if mlp and len(mlp) < len(BRANCHES["mlp_placement"]):
+        return (f"mlp_placement={cfg.mlp_placement!r} normalizes {' and '.join(mlp)} over d_ff but not "
+                f"{' and '.join(b for b in BRANCHES['mlp_placement'] if b not in mlp)}: {MODELING_FILE} normalizes "
+                f"both branches or neither, and no transformers architecture normalizes any; train with a placement "
+                f"that normalizes both or neither")
+    if cfg.n_experts and (mlp or cfg.output_norms):
         switch = "output_norms=True" if cfg.output_norms else f"mlp_placement={cfg.mlp_placement!r}"
         return (f"{switch} with n_experts={cfg.n_experts} cannot be exported: {MODELING_FILE} extends dense "
                 "Llama layers, and no MoE architecture in transformers has a norm inside its experts or after them: "
@@ -97,7 +111,7 @@ def refusal(cfg):
 def needs_code(cfg):
     """Whether `cfg` has pieces no standard architecture holds (a placement's normalization over d_ff,
     as DNP's and in_norm's; output norms), so the folder ships modeling_scalevec.py."""
-    return cfg.mlp.norm or cfg.output_norms
+    return bool(normalized(cfg, "mlp_placement")) or cfg.output_norms
 
 
 def architecture(cfg):
@@ -147,7 +161,7 @@ def hf_config(cfg, arch, eos=None, bos=None):
         module = MODELING_FILE.removesuffix(".py")
         d |= {"auto_map": {"AutoConfig": f"{module}.ScalevecConfig",
                            "AutoModelForCausalLM": f"{module}.ScalevecForCausalLM"},
-              "qk_norm": cfg.qk_norm, "ff_norm": cfg.mlp.norm,
+              "qk_norm": cfg.qk_norm, "ff_norm": bool(normalized(cfg, "mlp_placement")),
               "output_norms": cfg.output_norms}
     elif arch == "MixtralForCausalLM":
         d |= {"intermediate_size": cfg.expert_d_ff, "num_local_experts": cfg.n_experts,
@@ -374,10 +388,11 @@ def readme(cfg, arch, tokenizer_note, diff, source, n_params, ckpt):
     tags = ["scalevec", "scale-vectors", "custom_code" if code else hf_config(cfg, arch)["model_type"]]
     trust = ", trust_remote_code=True" if code else ""
     if code:
+        ff_norm, gate_scale = bool(normalized(cfg, "mlp_placement")), cfg.mlp.carries_outer("gate")
         pieces = [p for p, on in (("a normalization over d_ff with its output-role gate scale (DNP's)",
-                                   cfg.mlp.norm and cfg.mlp.dual),
-                                  ("a normalization over d_ff without scales (in_norm's)",
-                                   cfg.mlp.norm and not cfg.mlp.dual),
+                                   ff_norm and gate_scale),
+                                  ("a normalization over d_ff without a gate scale (in_norm's)",
+                                   ff_norm and not gate_scale),
                                   ("Gemma-style output norms", cfg.output_norms),
                                   ("Qwen3's QK-norm", cfg.qk_norm)) if on]
         what = (f"`{arch}` from the shipped `{MODELING_FILE}`: Llama's layers plus {', '.join(pieces)}; "
