@@ -40,25 +40,37 @@ An ablation file (plain Python, configs/ablations/) sets
     setting_seeds    {setting: n}: that setting runs the first n table seeds only (a ladder's
                      costly rungs); its rows and fits use those
     power            the power analysis, registered before the first record: {"sd": the paired
-                     differences' SD it assumes, "gap": the smallest gap it must detect (both in the
-                     loss's units), "power": >= 0.8, "pilot": k (optional)}, at the level BH asks of
-                     a row at worst, 0.05 over the file's rows (stats.family_alpha: its claim rows,
-                     or its ladders when it has some). Without a pilot the planned seeds must reach
-                     the power at sd (stats.paired_power per setting; a ladder: stats.ladder_power
-                     over its rungs' seeds), or the file is refused. With pilot = k (>= 4, no
-                     ladders): a setting's first k table seeds run first; once every variant has
-                     them recorded, the largest SD of the claim rows' paired differences over them
-                     sets the planned seeds, the first n with n = stats.seeds_for_power(gap, that
-                     SD) (at least k; at most every seed of the file: the shortfall is said), so
-                     the seeds after the pilot are planned by a rule written before it ran; a file
-                     whose every seed (a setting's setting_seeds cap) does not reach the power at
-                     sd, or caps a setting below k, is refused, as a fixed design's shortfall is
+                     differences' SD it assumes, "gap": the smallest gap a row must detect (both in
+                     the loss's units), "power": >= 0.8, optional: "pilot": k, "gaps": {row: gap, or
+                     (low, high), a range of plausible gaps}, "exploratory": [row, ...],
+                     "exponent": a}. Its rows (power_rows) are the claim rows, named as the tables
+                     name them ("unified - norm_only"), or the ladders when the file has some. A row
+                     must detect its "gaps" entry (a range: its low end), else "gap"; a ladder its
+                     gap at its smallest rung, and at the others what a constant compute multiplier
+                     makes on L(C) = E + A C^-a with a = exponent (research/power.py ladder_gaps;
+                     absent: the same gap everywhere). At the level BH asks of a row at worst, 0.05
+                     over the file's rows (stats.family_alpha), the planned seeds must give every
+                     row the power at sd (stats.paired_power per setting; a ladder:
+                     stats.ladder_power over its rungs' seeds), or the file is refused, unless the
+                     row is declared exploratory: then its strength is a lead at most
+                     (stats.strength), whatever its p. With pilot = k (>= 4, no ladders): a
+                     setting's first k table seeds run first; once every variant has them
+                     recorded, the largest SD of the claim rows' paired differences over them sets
+                     the planned seeds, the first n with n = stats.seeds_for_power(the smallest gap
+                     of the rows not exploratory, that SD) (at least k; at most every seed of the
+                     file: the shortfall is said), so the seeds after the pilot are planned by a
+                     rule written before it ran; a file whose every seed (a setting's setting_seeds
+                     cap) does not give a powered row the power at sd, or caps a setting below k,
+                     is refused, as a fixed design's shortfall is
     mechanism_question {"variant": v, "reference": r, "settings": [a, b], "statistic": s}: a
                      pre-registered question on the mechanism statistics rather than the loss
                      (research/mechanism_question.py: per setting, v - r of stats.mechanism_scalar of
                      the per-site statistic s (mechanism.SITE_STATISTICS; absent: "move_ratio")
                      paired by seed; between the two settings, Welch on those differences; a family
                      of these three rows of its own, BH over them)
+    loss_question    {"variant": v, "reference": r, "settings": [a, b]}: the same three rows on the
+                     final val loss (a question between two settings, such as whether a best LR
+                     moves with width); a file registers at most one of the two questions
 Runs are paired: one seed gives every variant the same initial matrices and the
 same batches (model.GPT.init_weights, train.get_batch), and validation is on
 the same fixed batches for all. A run is named <variant>_<setting>_s<seed>
@@ -82,13 +94,16 @@ from checkpoint import checkpoint_in
 from configurator import ABSENT, DEFAULTS, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
 from ops import check_config, inert_keys
 from research.records import read_rows
+from research.power import ladder_gaps, rung_compute
 from research.stats import family_alpha, ladder_power, paired_power, seeds_for_power
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
+# The questions between two settings a file may register (at most one), by key: what tables call them
+QUESTIONS = {"mechanism_question": "the mechanism question", "loss_question": "the loss question"}
 OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
             "planned_seeds": 0, "tuning_seeds": [], "tune_setting": "", "ladders": {}, "slurm": {},
-            "setting_seeds": {}, "power": {}, "mechanism_question": {}}
+            "setting_seeds": {}, "power": {}, "mechanism_question": {}, "loss_question": {}}
 DIRECTIONS = ("lower", "higher")
 LR_KEYS = ("learning_rate", "min_lr", "muon_lr", "scale_lr")  # the tuned multiplier scales each (0 stays 0)
 ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
@@ -116,8 +131,9 @@ def load_ablation(path, scale_down=False):
               "tune_setting": ((str, dict), "a setting's name, or {setting: setting}"),
               "ladders": (dict, "{name: [setting, ...]}"), "slurm": (dict, "{flag: value}, e.g. {'gpus_per_node': 8}"),
               "setting_seeds": (dict, "{setting: n}"),
-              "power": (dict, "{'sd': 0.004, 'gap': 0.009, 'power': 0.8} (and 'pilot': 4)"),
-              "mechanism_question": (dict, "{'variant': 'unified', 'reference': 'norm_only', 'settings': ['w32', 'w64']}")}
+              "power": (dict, "{'sd': 0.004, 'gap': 0.009, 'power': 0.8} (and 'pilot': 4, 'gaps', 'exploratory')"),
+              "mechanism_question": (dict, "{'variant': 'unified', 'reference': 'norm_only', 'settings': ['w32', 'w64']}"),
+              "loss_question": (dict, "{'variant': 'slr_x4', 'reference': 'slr_x0.25', 'settings': ['w32', 'w64']}")}
     for key, (kind, example) in shapes.items():
         if not isinstance(spec[key], kind):
             raise UserError(f"{path}: {key} = {spec[key]!r} is of type {type(spec[key]).__name__}; write {example}")
@@ -144,16 +160,7 @@ def load_ablation(path, scale_down=False):
             raise UserError(f"{path}: comparisons entry {item!r}: write (variant, reference, 'lower' | "
                             f"'higher' | None) with two different variants of {list(variants)}")
     check_tuning(spec, path)
-    check_power(spec, path)
-    q = spec["mechanism_question"]
-    if q and not ({"variant", "reference", "settings"} <= q.keys() <= {"variant", "reference", "settings", "statistic"}
-                  and q.get("statistic", "move_ratio") in SITE_STATISTICS and q["variant"] in variants
-                  and q["reference"] in variants and q["variant"] != q["reference"]
-                  and isinstance(q["settings"], (list, tuple)) and len(q["settings"]) == 2
-                  and all(st in spec["settings"] for st in q["settings"])):
-        raise UserError(f"{path}: mechanism_question = {q!r}: write {{'variant': v, 'reference': r, 'settings': "
-                        f"[a, b], 'statistic': s}} with two different variants of {list(variants)}, two settings of "
-                        f"{list(spec['settings'])} and s one of {list(SITE_STATISTICS)} (absent: 'move_ratio')")
+    check_question(spec, path)
     spec["base"] = os.path.join(ROOT, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
     if not os.path.isfile(spec["base"]):
         raise UserError(f"{path}: base = {spec['base']!r} not found (a path relative to the repository root)")
@@ -162,6 +169,7 @@ def load_ablation(path, scale_down=False):
             for key in overrides:
                 if key not in DEFAULTS:
                     raise UserError(f"{path}: {group}[{name!r}] sets unknown config key {key!r}")
+    check_power(spec, path)  # a ladder's rungs are read from their run configs: after base and the keys
     if scale_down:
         spec["settings"] = {name: scaled_down(o) for name, o in spec["settings"].items()}
         spec["lr_multipliers"] = MINIATURE_GRID if spec["lr_multipliers"] else []
@@ -200,7 +208,7 @@ def check_tuning(spec, path):
                             f"{list(spec['settings'])}, smallest model first")
 
 
-POWER_KEYS = {"sd", "gap", "power", "pilot"}
+POWER_KEYS = {"sd", "gap", "power", "pilot", "gaps", "exploratory", "exponent"}
 
 
 def claim_rows(spec):
@@ -210,66 +218,139 @@ def claim_rows(spec):
     return [(v, base) for v in spec["expected"]] + [(v, r) for v, r, d in spec["comparisons"] if d]
 
 
+def power_rows(spec):
+    """The names of the rows the power analysis plans: the file's ladders when it has some, else its
+    claim rows as the tables write them, "variant - reference"."""
+    return list(spec["ladders"]) or [f"{v} - {r}" for v, r in claim_rows(spec)]
+
+
+def row_gaps(spec, row):
+    """(low, high): the gap a power row (power_rows) must detect, from its `power` entry: its "gaps"
+    entry (a number, or a (low, high) range of plausible gaps), else "gap"; low = high for a number.
+    A ladder's is its smallest rung's (ladder_gaps gives the others)."""
+    gap = spec["power"].get("gaps", {}).get(row, spec["power"]["gap"])
+    return (gap, gap) if isinstance(gap, (int, float)) else tuple(gap)
+
+
+def is_exploratory(spec, row):
+    """Whether the file declares a power row (power_rows) exploratory: planned without the power, so
+    its strength is a lead at most (stats.strength)."""
+    return row in spec["power"].get("exploratory", ())
+
+
+def powered_rows(spec):
+    """The power rows (power_rows) the planned seeds must give the registered power: all but the
+    exploratory ones."""
+    return [row for row in power_rows(spec) if not is_exploratory(spec, row)]
+
+
+def ladder_gaps_of(spec, name):
+    """The gap of each rung of a ladder of the file at its low gap (row_gaps): power.ladder_gaps on
+    the rungs' training FLOPs (power.rung_compute of the first variant's config), with the `power`
+    entry's exponent (absent: 0, the same gap at every rung)."""
+    compute = [rung_compute(run_config(spec, s, list(spec["variants"])[0], spec["seeds"][0])[0])
+               for s in spec["ladders"][name]]
+    return ladder_gaps(row_gaps(spec, name)[0], spec["power"].get("exponent", 0), compute)
+
+
 def power_alpha(spec):
     """The level the power analysis uses: stats.family_alpha over the file's rows (its ladders when
     it has some, else its claim rows)."""
     return family_alpha(len(spec["ladders"]) or len(claim_rows(spec)))
 
 
-def check_power(spec, path):
-    """UserError naming the entry for bad setting_seeds or power, for planned seeds that do not
-    reach the registered power at its sd, and for a pilot whose rule cannot reach it at its cap of
-    seeds (the power reached and the seeds needed; module docstring)."""
+def check_question(spec, path):
+    """UserError (one line) unless the file's question, if any, names two different variants, two of
+    its settings and (a mechanism_question) a statistic of mechanism.SITE_STATISTICS; at most one."""
+    variants, keys = list(spec["variants"]), [k for k in QUESTIONS if spec[k]]
+    if len(keys) > 1:
+        raise UserError(f"{path}: at most one of mechanism_question and loss_question: a file asks one question "
+                        f"between two settings (split the other into a file of its own)")
+    for key in keys:
+        q, allowed = spec[key], {"variant", "reference", "settings"} | ({"statistic"} if key == "mechanism_question" else set())
+        if not ({"variant", "reference", "settings"} <= q.keys() <= allowed
+                and q.get("statistic", "move_ratio") in SITE_STATISTICS and q["variant"] in variants
+                and q["reference"] in variants and q["variant"] != q["reference"]
+                and isinstance(q["settings"], (list, tuple)) and len(q["settings"]) == 2
+                and all(st in spec["settings"] for st in q["settings"])):
+            statistic = (f", 'statistic': s}} with s one of {list(SITE_STATISTICS)} (absent: 'move_ratio'),"
+                         if key == "mechanism_question" else "},")
+            raise UserError(f"{path}: {key} = {q!r}: write {{'variant': v, 'reference': r, 'settings': [a, b]{statistic} "
+                            f"two different variants of {list(variants)} and two settings of {list(spec['settings'])}")
+
+
+def check_power_entry(spec, path):
+    """UserError, one line naming the entry, for bad setting_seeds or a malformed `power` entry (module
+    docstring: its keys, gaps, exploratory rows and exponent)."""
     table = table_seeds(spec)
     for setting, n in spec["setting_seeds"].items():
         if setting not in spec["settings"] or type(n) is not int or not 1 <= n <= len(table):
             raise UserError(f"{path}: setting_seeds[{setting!r}] = {n!r}: name a setting of {list(spec['settings'])} "
                             f"and a count from 1 to its {len(table)} table seeds")
-    p = spec["power"]
+    p, number = spec["power"], lambda x: type(x) in (int, float) and x > 0  # noqa: E731
     if not p:
         return
-    nums = all(type(p.get(k)) in (int, float) and p[k] > 0 for k in ("sd", "gap", "power"))
     pilot = p.get("pilot", 0)
-    if (p.keys() - POWER_KEYS or not nums or not 0.8 <= p["power"] < 1 or type(pilot) is not int
-            or not (pilot == 0 or 4 <= pilot <= len(table)) or not claim_rows(spec)
+    if (p.keys() - POWER_KEYS or not all(number(p.get(k)) for k in ("sd", "gap", "power")) or not 0.8 <= p["power"] < 1
+            or type(pilot) is not int or not (pilot == 0 or 4 <= pilot <= len(table)) or not claim_rows(spec)
             or (pilot and spec["ladders"])):
         raise UserError(f"{path}: power = {p!r}: write {{'sd': SD > 0, 'gap': gap > 0, 'power': 0.8 to 1}}, and "
-                        f"optionally 'pilot': 4 or more of its {len(table)} table seeds (not with ladders), for a "
-                        f"file with claim rows")
-    alpha, need = power_alpha(spec), p["power"]
-    if pilot:  # the rule may run every seed a setting has: the design must reach the power there
-        for setting in spec["settings"]:
-            cap = len(table[:spec["setting_seeds"].get(setting, len(table))])
-            if cap < pilot:
-                raise UserError(f"{path}: setting_seeds[{setting!r}] = {cap} is below the pilot's {pilot} seeds: its "
-                                f"pilot could never finish; give it {pilot} or more")
-            got = paired_power(p["gap"], p["sd"], cap, alpha)
-            if got < need:
-                raise UserError(f"{path}: setting {setting!r}: its pilot rule stops at {cap} seeds, where the power is "
-                                f"{got:.2f} at sd={p['sd']}, gap={p['gap']}, alpha={alpha:.3g}, below the registered "
-                                f"{need}: it needs {seeds_needed(p, alpha)}; add seeds (seeds, setting_seeds)")
+                        f"optionally 'pilot': 4 or more of its {len(table)} table seeds (not with ladders), 'gaps', "
+                        f"'exploratory' and (with ladders) 'exponent', for a file with claim rows")
+    rows, gaps = power_rows(spec), p.get("gaps", {})
+    ranged = lambda g: isinstance(g, (list, tuple)) and len(g) == 2 and all(map(number, g)) and g[0] < g[1]  # noqa: E731
+    if not isinstance(gaps, dict) or spec["ladders"] and gaps or any(
+            row not in rows or not (number(g) or ranged(g)) for row, g in gaps.items()):
+        raise UserError(f"{path}: power['gaps'] = {gaps!r}: map claim rows of {rows} to the gap each must detect, "
+                        f"a number > 0 or a (low, high) range (not with ladders: their exponent shrinks the gap)")
+    exploratory = p.get("exploratory", [])
+    if (not isinstance(exploratory, (list, tuple)) or len(set(exploratory)) != len(exploratory)
+            or not set(exploratory) <= set(rows) or pilot and set(exploratory) == set(rows)):
+        raise UserError(f"{path}: power['exploratory'] = {exploratory!r}: a list of rows of {rows}, each once"
+                        f"{' (a pilot sizes its seeds by a powered row: leave one out)' if pilot else ''}")
+    if "exponent" in p and not (spec["ladders"] and type(p["exponent"]) in (int, float) and 0 < p["exponent"] < 1):
+        raise UserError(f"{path}: power['exponent'] = {p['exponent']!r}: the exponent a of the loss-vs-compute curve "
+                        f"L(C) = E + A C^-a along a ladder, a number in (0, 1), for a file with ladders")
+
+
+def check_power(spec, path):
+    """UserError naming the entry for a malformed `power` entry (check_power_entry), and for planned
+    seeds that do not give a powered row (powered_rows) the registered power at its sd and its low
+    gap, a pilot's at its cap of seeds (the power reached and the seeds needed; module docstring)."""
+    check_power_entry(spec, path)
+    p, table = spec["power"], table_seeds(spec)
+    if not p:
         return
-    for name, ladder in spec["ladders"].items():
-        seeds = [len(setting_table_seeds(spec, s)) for s in ladder]
-        got = ladder_power(p["gap"], p["sd"], seeds, alpha) if sum(n - 1 for n in seeds) else 0.0
+    alpha, need = power_alpha(spec), p["power"]
+    for name in powered_rows(spec) if spec["ladders"] else []:
+        seeds = [len(setting_table_seeds(spec, s)) for s in spec["ladders"][name]]
+        gaps = ladder_gaps_of(spec, name)
+        got = ladder_power(gaps, p["sd"], seeds, alpha) if sum(n - 1 for n in seeds) else 0.0
         if got < need:
             raise UserError(f"{path}: ladders[{name!r}] plans {seeds} seeds per rung: power {got:.2f} at sd={p['sd']}, "
-                            f"gap={p['gap']}, alpha={alpha:.3g}, below the registered {need}: plan more seeds "
-                            f"(setting_seeds), or a pilot")
-    if not spec["ladders"]:
-        for setting in spec["settings"]:
-            n = len(setting_table_seeds(spec, setting))
-            got = paired_power(p["gap"], p["sd"], n, alpha) if n >= 2 else 0.0
+                            f"gaps {', '.join(f'{g:.2g}' for g in gaps)}, alpha={alpha:.3g}, below the registered "
+                            f"{need}: plan more seeds (setting_seeds), or declare it exploratory")
+    for setting in [] if spec["ladders"] else spec["settings"]:
+        cap = len(table[:spec["setting_seeds"].get(setting, len(table))])
+        if p.get("pilot") and cap < p["pilot"]:
+            raise UserError(f"{path}: setting_seeds[{setting!r}] = {cap} is below the pilot's {p['pilot']} seeds: its "
+                            f"pilot could never finish; give it {p['pilot']} or more")
+        n = cap if p.get("pilot") else len(setting_table_seeds(spec, setting))  # a pilot may run every seed
+        for row in powered_rows(spec):
+            gap = row_gaps(spec, row)[0]
+            got = paired_power(gap, p["sd"], n, alpha) if n >= 2 else 0.0
             if got < need:
-                raise UserError(f"{path}: setting {setting!r} plans {n} seeds: power {got:.2f} at sd={p['sd']}, "
-                                f"gap={p['gap']}, alpha={alpha:.3g}, below the registered {need}: it needs "
-                                f"{seeds_needed(p, alpha)} (or a pilot)")
+                what, fix = ((f": its pilot rule stops at {n} seeds, where the power is", "; add seeds (seeds, "
+                              "setting_seeds)") if p.get("pilot") else (f" plans {n} seeds: power", " (or a pilot)"))
+                raise UserError(f"{path}: setting {setting!r}{what} {got:.2f} at sd={p['sd']}, gap={gap} (row {row!r}), "
+                                f"alpha={alpha:.3g}, below the registered {need}: it needs "
+                                f"{seeds_needed(gap, p['sd'], need, alpha)}{fix}, or declare the row exploratory")
 
 
-def seeds_needed(power, alpha):
-    """How many seeds a paired test needs to reach the registered power (a file's `power` entry) at
-    level alpha, as a phrase: "N seeds", or "more than 100 seeds" past stats.seeds_for_power's search."""
-    n = seeds_for_power(power["gap"], power["sd"], alpha, power["power"], most=100)
+def seeds_needed(gap, sd, power, alpha):
+    """How many seeds a paired test needs to reach `power` for this gap and SD at level alpha, as a
+    phrase: "N seeds", or "more than 100 seeds" past stats.seeds_for_power's search."""
+    n = seeds_for_power(gap, sd, alpha, power, most=100)
     return f"{n} seeds" if n else "more than 100 seeds"
 
 
@@ -372,13 +453,15 @@ def pilot_rule(spec, finals=None):
     """(n, the pilot's SD or None): how many table seeds a setting plans under power's pilot rule
     (module docstring): the pilot's k until every variant has them in finals ({(variant, seed):
     final val loss} of that setting), then stats.seeds_for_power at the largest paired SD of the
-    claim rows over them, at least k and at most every table seed."""
+    claim rows over them (exploratory ones too: the cautious estimate of the noise) and the smallest
+    low gap of the powered rows (row_gaps, powered_rows), at least k and at most every table seed."""
     p, seeds = spec["power"], table_seeds(spec)
     pilot, finals = seeds[:p["pilot"]], finals or {}
     if any((v, s) not in finals for v in spec["variants"] for s in pilot):
         return p["pilot"], None
     sd = max(statistics.stdev([finals[(v, s)] - finals[(r, s)] for s in pilot]) for v, r in claim_rows(spec))
-    n = seeds_for_power(p["gap"], sd, power_alpha(spec), p["power"], most=len(seeds)) if sd > 0 else p["pilot"]
+    gap = min(row_gaps(spec, row)[0] for row in powered_rows(spec))
+    n = seeds_for_power(gap, sd, power_alpha(spec), p["power"], most=len(seeds)) if sd > 0 else p["pilot"]
     return max(p["pilot"], n or len(seeds)), sd
 
 

@@ -92,7 +92,7 @@ def tally(claims):
 
 
 def question_phrases(question, code=False):
-    """Each row of a mechanism question (mechanism_question.question_rows) as a heading says it: what,
+    """Each row of a file's question (mechanism_question.question_rows) as a heading says it: what,
     mean [95% CI] (verdict; strength); code: keep the settings' markdown backticks."""
     return [f"{r['what'] if code else r['what'].replace('`', '')}{' (Welch)' * (r['test'] == 'Welch')} "
             f"{fmt_ci(r['ci'])} ({said(r['verdict'], r['strength'])})" for r in question]
@@ -101,7 +101,7 @@ def question_phrases(question, code=False):
 def headline(spec, rows, question=(), most=MOST_ROWS):
     """A figure's title line and the measured part of a table heading: '<mark><name>: <measured>; paper:
     <claim>', the measured part each claim row (row_phrase, with its setting where the file has
-    several) when there are at most `most`, else their tally; then the mechanism question's rows
+    several) when there are at most `most`, else their tally; then the question's rows
     (question: mechanism_question.question_rows, where the file registers one). rows: measured()."""
     claims = [(c, w) for c, w in rows if c["expected"]]
     several = len(spec["settings"]) > 1
@@ -112,7 +112,7 @@ def headline(spec, rows, question=(), most=MOST_ROWS):
     else:
         found = tally(claims)
     if question:
-        found += "; mechanism question (no direction claimed): " + "; ".join(question_phrases(question))
+        found += f"; {question[0]['question'].removeprefix('the ')} (no direction claimed): " + "; ".join(question_phrases(question))
     return f"{mark(spec)}{spec['name']}: {found}; {PAPER}{spec['claim']}"
 
 
@@ -123,7 +123,7 @@ def setting_lines(rows, setting):
 
 def table_heading(spec, rows, question=()):
     """The markdown heading of a file's tables: what was measured (every claim row, or every row of a
-    file that claims nothing, as row_phrase says it; then the mechanism question's rows, question:
+    file that claims nothing, as row_phrase says it; then its question's rows, question:
     mechanism_question.question_rows), then the paper's claim, marked."""
     claims = [(c, w) for c, w in rows if c["expected"]]
     shown = claims or rows
@@ -133,7 +133,8 @@ def table_heading(spec, rows, question=()):
              f"reference, same seed: the mean [95% CI] over seeds, then {words}):", ""]
     lines += [f"- `{c['setting']}`: {row_phrase(c, w)}" for c, w in shown]
     if question:
-        lines += ["", "The mechanism question (no direction claimed; its own family, as its table below):", ""]
+        lines += ["", f"{question[0]['question'].capitalize()} (no direction claimed; its own family, as its table "
+                      f"below):", ""]
         lines += [f"- {p}" for p in question_phrases(question, code=True)]
     return lines + ["", f"{PAPER}{spec['claim']}"]
 

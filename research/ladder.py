@@ -26,7 +26,10 @@ configs and the model itself (built on the meta device, nothing allocated):
                the largest micro-batch that does, and for an optimizer that can step shards
                (AdamW) --fsdp=True with the fewest GPUs, a power of two, whose shards (16 bytes a
                parameter over N) fit beside the micro-batch
-Totals: every run the file plans (LR sweeps included), in GPU-hours, by tokens per parameter.
+Totals: every run the file plans (LR sweeps included), in GPU-hours, by tokens per parameter; the
+hours on one node at 30, 40 and 50% MFU with each run's start-up counted (RUN_OVERHEAD_MIN); and the
+registered power analysis per row (ablation.py's `power`): by formula, a pilot's design simulated
+(research/power.py pilot_design), a ladder's gaps shrinking with compute (power.ladder_gaps).
 """
 
 import os
@@ -51,8 +54,9 @@ from configurator import UserError, folder_problem
 from memory import GB, estimate_size
 from model import GPT, model_config
 from optim import OPTIMIZERS, param_groups
-from research.ablation import (claim_rows, load_ablation, plan, power_alpha, run_config, setting_table_seeds,
-                               table_seeds, tuning_setting)
+from research.ablation import (claim_rows, is_exploratory, ladder_gaps_of, load_ablation, plan, power_alpha, power_rows,
+                               powered_rows, row_gaps, run_config, setting_table_seeds, table_seeds, tuning_setting)
+from research.power import cheapest_seeds, pilot_design
 from research.stats import ladder_power, paired_power, seeds_for_power
 from research.slurm import H100_PEAK_TFLOPS, MFU_ASSUMED
 from types import SimpleNamespace
@@ -183,18 +187,35 @@ def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
             f"{r['flops_token'] / 1e9:.3g} (causal {r['causal_token'] / 1e9:.3g}) | {fmt_hours(hours(r['flops']))} | "
             f"{(r['state']['adamw'] + r['activations']) / GB:.0f} | {(r['state']['muon'] + r['activations']) / GB:.0f} | "
             f"{verdict} | {lr_text(cfg)} (from `{tuning_setting(spec, setting)}`) |")
-    totals, runs = {}, plan(spec, "runs")
+    totals, runs, run_flops = {}, plan(spec, "runs"), {}
     for run in runs:
         cfg = run["config"]
-        flops = per_token[(run["setting"], run["variant"])]
+        flops = per_token[(run["setting"], run["variant"])] * cfg["max_iters"] * cfg["batch_size"] * \
+            cfg["block_size"] * cfg["gradient_accumulation_steps"]
         tpp = setting_tpp(run["setting"])
-        totals[tpp] = totals.get(tpp, 0) + hours(flops * cfg["max_iters"] * cfg["batch_size"] * cfg["block_size"]
-                                                 * cfg["gradient_accumulation_steps"])
+        totals[tpp] = totals.get(tpp, 0) + hours(flops)
+        run_flops.setdefault(tpp, []).append(flops)
     out += ["", f"Every run the file plans ({len(runs)}, LR sweeps on tuning seeds included): "
             + "; ".join(f"{label}: {h:,.0f} GPU-hours" for label, h in totals.items())
             + f"; in all {sum(totals.values()):,.0f} GPU-hours (training FLOPs only; evaluation adds a few %).", ""]
-    per_seed = {s: hours(sum(per_token[(s, v)] for v in spec["variants"]) * r_tokens[s]) for s in spec["settings"]}
-    return "\n".join(out + power_lines(spec, per_seed, sum(totals.values())))
+    seed_flops = {s: sum(per_token[(s, v)] for v in spec["variants"]) * r_tokens[s] for s in spec["settings"]}
+    planned_n = {s: len(setting_table_seeds(spec, s)) for s in spec["settings"]}  # a pilot's: its k
+    done, gpus = sum(sum(f) for f in run_flops.values()), spec["slurm"].get("gpus_per_node", 8)
+
+    def stage(setting, n):  # (runs, FLOPs) of every planned run with `setting` at n table seeds
+        return len(runs) + (n - planned_n[setting]) * len(spec["variants"]), done + (n - planned_n[setting]) * seed_flops[setting]
+
+    designs = pilot_designs(spec) if spec["power"].get("pilot") else {}
+    stages = [(f"{label} runs" if len(run_flops) > 1 else "every planned run", len(f), sum(f))
+              for label, f in run_flops.items()]
+    for setting, d in designs.items():  # a pilot: its further seeds, expected and at the cap
+        stages = [("through the pilot", len(runs), done)] + [
+            (f"`{setting}` at {label} {n:.3g} seeds", *stage(setting, n))
+            for label, n in (("the expected", d["low"]["seeds"]), ("its cap of", d["cap"]))]
+    per_seed = {s: hours(f) for s, f in seed_flops.items()}
+    cost = lambda setting, n: node_hours(*stage(setting, n)[::-1], gpus, peak_tflops, mfu)  # noqa: E731
+    return "\n".join(out + node_lines(spec, stages, peak_tflops)
+                     + power_lines(spec, per_seed, sum(totals.values()), designs, cost))
 
 
 def fmt_hours(h):
@@ -202,36 +223,180 @@ def fmt_hours(h):
     return f"{h:,.0f}" if h >= 10 else f"{h:.2g}"
 
 
-def power_lines(spec, per_seed, planned_hours):
-    """Markdown: the file's registered power analysis (ablation.py's `power`), what its planned seeds
-    reach, and with a pilot what each further seed costs. per_seed: {setting: GPU-hours of one more
-    table seed of every variant}; planned_hours: the plan's total."""
+# What a run costs on the node beyond its training FLOPs, in minutes: start-up (processes, NCCL's
+# rendezvous: under a minute), torch.compile's first steps (1-3 minutes at 0.12B, more for the larger
+# rungs and MoE's recompiles), the first reads of the token files, and the evaluations and checkpoints
+# (eval_iters=100 micro-batches every 250 steps: about 1% of a 0.12B run's FLOPs, about a minute).
+# Assumed, not measured on a node yet; runs on one node go one after another, so each pays it.
+RUN_OVERHEAD_MIN = 5
+NODE_MFUS = (0.3, 0.4, 0.5)  # the MFUs the node's hours are stated at: 40% assumed, +-10 points
+NIGHT_HOURS = 12  # "overnight" on a node: an evening's submission to the next morning's look
+NOISIER = (1.2, 1.4)  # a pilot design is also simulated at these multiples of its assumed SD (an extrapolation)
+
+
+def node_hours(flops, runs, gpus, peak_tflops, mfu):
+    """(GPU-hours, wall-clock hours on one node of `gpus` GPUs) of `runs` runs of `flops` training FLOPs
+    in all, run one after another, each on every GPU of the node: FLOPs over (peak x MFU), plus
+    RUN_OVERHEAD_MIN a run."""
+    gpu_hours = flops / (peak_tflops * 1e12 * mfu) / 3600
+    return gpu_hours, gpu_hours / gpus + runs * RUN_OVERHEAD_MIN / 60
+
+
+def node_lines(spec, stages, peak_tflops):
+    """Markdown: each stage's GPU-hours and hours on one node (node_hours; the file's slurm
+    gpus_per_node, else 8) at each of NODE_MFUS. stages: [(label, runs, training FLOPs)]."""
+    gpus = spec["slurm"].get("gpus_per_node", 8)
+    out = [f"On one node of {gpus} GPUs, runs one after another, each with {RUN_OVERHEAD_MIN} minutes of start-up, "
+           f"compilation and evaluation (assumed): GPU-hours and hours on the node at MFU "
+           f"{' / '.join(f'{m:.0%}' for m in NODE_MFUS)}:", ""]
+    for label, runs, flops in stages:
+        h = [node_hours(flops, runs, gpus, peak_tflops, m) for m in NODE_MFUS]
+        out.append(f"- {label} ({runs:,.3g} runs): {' / '.join(fmt_hours(g) for g, _ in h)} GPU-hours, "
+                   f"{' / '.join(f'{w:,.1f}' for _, w in h)} hours")
+    return out + [""]
+
+
+def claim_directions(spec):
+    """[(variant, reference, direction)] of the file's claim rows (ablation.claim_rows, with the claim's
+    direction: 'lower' or 'higher')."""
+    return [(v, r, spec["expected"].get(v) if r == list(spec["variants"])[0] else
+             next(d for a, b, d in spec["comparisons"] if (a, b) == (v, r))) for v, r in claim_rows(spec)]
+
+
+def pilot_designs(spec):
+    """{setting: {case: power.pilot_design result}} of a pilot file's design at its assumed SD, one
+    per distinct cap of seeds: "low" (every row at its low gap, row_gaps), "high" (at its high
+    gap), "none" (no effect anywhere), "fixed" (no effect, a fixed design of the seeds the formula
+    gives the powered rows at the assumed SD; its "n"), "noisier" (as "low" at each NOISIER multiple
+    of the assumed SD); and "cap", the setting's most seeds."""
+    p, rows = spec["power"], claim_directions(spec)
+    alpha, names = power_alpha(spec), power_rows(spec)
+    rule_gap = min(row_gaps(spec, r)[0] for r in powered_rows(spec))
+    out, done = {}, {}
+    for setting in spec["settings"]:
+        cap = len(table_seeds(spec)[:spec["setting_seeds"].get(setting, len(table_seeds(spec)))])
+        if cap not in done:
+            run = lambda gaps, pilot, most: pilot_design(rows, gaps, p["sd"], alpha, p["power"], pilot, most,  # noqa: E731
+                                                         rule_gap)
+            fixed = max(2, min(cap, seeds_for_power(rule_gap, p["sd"], alpha, p["power"], most=cap) or cap))
+            low = [row_gaps(spec, r)[0] for r in names]
+            done[cap] = {"low": run(low, p["pilot"], cap), "high": run([row_gaps(spec, r)[1] for r in names], p["pilot"], cap),
+                         "none": run([0.0] * len(rows), p["pilot"], cap), "fixed": run([0.0] * len(rows), 0, fixed),
+                         "noisier": [pilot_design(rows, low, p["sd"] * k, alpha, p["power"], p["pilot"], cap, rule_gap)
+                                     for k in NOISIER]}
+            done[cap]["fixed"]["n"], done[cap]["cap"] = fixed, cap
+        out[setting] = done[cap]
+    return out
+
+
+def power_lines(spec, per_seed, planned_hours, designs, cost):
+    """Markdown: the file's registered power analysis (ablation.py's `power`): per row the gap it
+    must detect, what the planned seeds give it by formula, and with a pilot the design simulated
+    (pilot_designs) and what each further seed costs; a ladder's rows by ladder_lines. per_seed:
+    {setting: GPU-hours of one more table seed of every variant}; planned_hours: the plan's total;
+    designs: pilot_designs' ({} without a pilot); cost(setting, n): node_hours of the plan with n
+    table seeds in that setting, at the plan's MFU."""
     p = spec["power"]
     if not p:
         return []
     alpha, rows = power_alpha(spec), len(spec["ladders"]) or len(claim_rows(spec))
-    out = [f"Power analysis (registered in the file): paired SD {p['sd']:g} assumed, smallest gap {p['gap']:g}, "
-           f"level {alpha:.3g} (0.05 over its {rows} {'ladders' if spec['ladders'] else 'claim rows'}: BH's strictest "
-           f"threshold), power {p['power']:.0%}.", ""]
-    for name, ladder in spec["ladders"].items():
-        seeds = [len(setting_table_seeds(spec, s)) for s in ladder]
-        out.append(f"- ladder `{name}`: seeds per rung {seeds}: power {ladder_power(p['gap'], p['sd'], seeds, alpha):.2f}")
+    gap_text = lambda row: " to ".join(f"{g:g}" for g in dict.fromkeys(row_gaps(spec, row)))  # noqa: E731
+    out = [f"Power analysis (registered in the file): paired SD {p['sd']:g} assumed, level {alpha:.3g} (0.05 over its "
+           f"{rows} {'ladders' if spec['ladders'] else 'claim rows'}: BH's strictest threshold), power {p['power']:.0%}; "
+           + (ladder_head(spec) if spec["ladders"] else "the gap each row must detect: " + "; ".join(
+               f"`{row}` {gap_text(row)}" + (" (exploratory: a lead at most)" if is_exploratory(spec, row) else "")
+               for row in power_rows(spec))) + ".", ""]
     if spec["ladders"]:
-        return out + [""]
+        return out + ladder_lines(spec, per_seed, alpha) + [""]
     for setting in spec["settings"]:
-        if p.get("pilot"):
-            most = len(table_seeds(spec))
-            n = seeds_for_power(p["gap"], p["sd"], alpha, p["power"], most=most) or most
-            extra = per_seed[setting]
-            out.append(f"- `{setting}`: a pilot of {p['pilot']} seeds (in the plan above: {planned_hours:,.0f} GPU-hours "
-                       f"through it); its largest paired SD then sets the seeds, {p['pilot']} to {most}, at "
-                       f"{extra:,.1f} GPU-hours each further seed: at the assumed SD {n} seeds (power "
-                       f"{paired_power(p['gap'], p['sd'], n, alpha):.2f}), {planned_hours + (n - p['pilot']) * extra:,.0f} "
-                       f"GPU-hours in all; at the cap {planned_hours + (most - p['pilot']) * extra:,.0f}")
-        else:
-            n = len(setting_table_seeds(spec, setting))
-            out.append(f"- `{setting}`: {n} planned seeds: power {paired_power(p['gap'], p['sd'], n, alpha):.2f}")
+        d = designs.get(setting)
+        n = d["fixed"]["n"] if d else len(setting_table_seeds(spec, setting))
+        formula = "; ".join(row_formula(spec, row, n, alpha, lambda k: cost(setting, k)) for row in power_rows(spec))
+        if not d:
+            out.append(f"- `{setting}`: {n} planned seeds, by formula at the assumed SD: {formula}")
+            continue
+        out += [f"- `{setting}`: a pilot of {p['pilot']} seeds (in the plan above: {planned_hours:,.0f} GPU-hours "
+                f"through it); the largest paired SD of the claim rows over it then sets the seeds, {p['pilot']} to "
+                f"{d['cap']}, at the smallest gap of the rows not exploratory, at {per_seed[setting]:,.1f} GPU-hours "
+                f"each further seed ({cost(setting, d['cap'])[0]:,.0f} GPU-hours at the cap)",
+                f"  - by formula at the assumed SD the rule plans {n} seeds: {formula}",
+                "  - " + pilot_text(spec, d, cost(setting, d["low"]["seeds"])[0])]
     return out + [""]
+
+
+def row_formula(spec, row, n, alpha, cost):
+    """One row's power by formula (stats.paired_power at the assumed SD) over n seeds at each of its
+    gaps; where that is below the registered power, the seeds a fixed design needs for it and what
+    they cost (cost(k): node_hours of the plan at k seeds), with whether the node does it in a night."""
+    p, parts = spec["power"], []
+    for gap in dict.fromkeys(row_gaps(spec, row)):
+        got, need = paired_power(gap, p["sd"], n, alpha), seeds_for_power(gap, p["sd"], alpha, p["power"], most=100)
+        text = f"power {got:.2f} at {gap:g}"
+        if got < p["power"]:
+            gpu_h, wall = cost(need) if need else (None, None)
+            text += (f" ({need} seeds for {p['power']:.0%}: {gpu_h:,.0f} GPU-hours, {wall:,.1f} hours on the node, "
+                     f"{'within' if wall <= NIGHT_HOURS else 'more than'} a night of {NIGHT_HOURS})" if need else
+                     f" (more than 100 seeds for {p['power']:.0%})")
+        parts.append(text)
+    return f"`{row}` " + ", ".join(parts)
+
+
+def pilot_text(spec, d, expected_hours):
+    """The simulated pilot design in words (pilot_designs' cases of one setting); expected_hours: the
+    plan's GPU-hours at the expected seeds."""
+    rows = power_rows(spec)
+    low, high, none, fixed = d["low"], d["high"], d["none"], d["fixed"]
+    share = ", ".join(f"{n}: {s:.0%}" for n, s in low["seeds_share"].items())
+    found = "; ".join(f"`{row}` {low['findings'][i]:.2f} at {row_gaps(spec, row)[0]:g}" + (
+        f", {high['findings'][i]:.2f} at {row_gaps(spec, row)[1]:g}" if row_gaps(spec, row)[1] > row_gaps(spec, row)[0]
+        else "") for i, row in enumerate(rows))
+    return (f"simulated ({low['sims']:,} designs at the assumed SD, numpy seed 0, Monte Carlo SE at most "
+            f"{0.5 / math.sqrt(low['sims']):.4f}; each arm's final loss with its own noise, so two rows that share an "
+            f"arm correlate 0.5): expected seeds {low['seeds']:.2f} ({share}), "
+            f"{expected_hours:,.0f} GPU-hours expected; each row a finding (BH over the claim rows, on the claimed "
+            f"side) in: {found}; with no effect anywhere, in {' and '.join(f'{x:.4f}' for x in none['findings'])} "
+            f"of designs (a fixed design of {fixed['n']} seeds: {' and '.join(f'{x:.4f}' for x in fixed['findings'])}; "
+            f"the level's own claimed side {power_alpha(spec) / 2:.4f}); " + noisier_text(spec, d["noisier"]))
+
+
+def noisier_text(spec, designs):
+    """The pilot design at NOISIER multiples of the assumed SD in words (its powered rows' findings)."""
+    sds = " and ".join(f"{spec['power']['sd'] * k:g}" for k in NOISIER)
+    seeds = " and ".join(f"{x['seeds']:.2f}" for x in designs)
+    found = "; ".join(f"`{row}` a finding in " + " and ".join(f"{x['findings'][i]:.2f}" for x in designs)
+                      for i, row in enumerate(power_rows(spec)) if not is_exploratory(spec, row))
+    return f"at {' and '.join(f'{k:g}x' for k in NOISIER)} the assumed SD ({sds}): expected seeds {seeds}, {found}"
+
+
+def ladder_head(spec):
+    """The ladder's registered gaps in words (the head of power_lines)."""
+    p = spec["power"]
+    explored = [name for name in spec["ladders"] if is_exploratory(spec, name)]
+    shape = (f"shrinking with compute as a constant multiplier's does on L(C) = E + A C^-{p['exponent']:g} "
+             f"(research/power.py ladder_gaps)" if p.get("exponent") else "the same at every rung")
+    return (f"a gap of {p['gap']:g} at each ladder's smallest rung, {shape}"
+            + (f"; exploratory (a lead at most): {'every ladder' if len(explored) == len(spec['ladders']) else ', '.join(explored)}"
+               if explored else ""))
+
+
+def ladder_lines(spec, per_seed, alpha):
+    """One line per ladder: its seeds and gaps per rung, stats.ladder_power at them, at a constant gap
+    (what the gap's shrinking costs), and the seeds that would reach the registered power
+    (power.cheapest_seeds, per_seed the GPU-hours of a seed at each rung)."""
+    p, out = spec["power"], []
+    for name, ladder in spec["ladders"].items():
+        seeds, gaps = [len(setting_table_seeds(spec, s)) for s in ladder], ladder_gaps_of(spec, name)
+        got = ladder_power(gaps, p["sd"], seeds, alpha)
+        text = (f"- ladder `{name}`: seeds per rung {seeds}, gaps {', '.join(f'{g:.2g}' for g in gaps)}: power {got:.2f}"
+                + (" (exploratory)" if is_exploratory(spec, name) else ""))
+        if p.get("exponent"):
+            text += f"; at {p['gap']:g} at every rung it would be {ladder_power(p['gap'], p['sd'], seeds, alpha):.2f}"
+        if got < p["power"]:
+            more = cheapest_seeds(gaps, p["sd"], seeds, [per_seed[s] for s in ladder], alpha, p["power"])
+            text += (f"; {p['power']:.0%} needs {more[0]} seeds per rung, {more[1]:,.0f} GPU-hours more (seeds added "
+                     f"where they buy the most power per GPU-hour)" if more else f"; {p['power']:.0%} is out of reach")
+        out.append(text)
+    return out
 
 
 def lr_text(cfg):

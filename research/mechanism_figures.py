@@ -51,8 +51,8 @@ def by_kind(flat):
 
 
 def record_by_kind(rec):
-    """by_kind of a record's mechanism statistics: the floor at the end (its "final"), the
-    amplification and the update ratios as their means over the run's intervals ("mean"); None for
+    """by_kind of a record's mechanism statistics: the floor at the end (its "final"), the gain,
+    move_ratio and the update ratios as their means over the run's intervals ("mean"); None for
     a record without them."""
     mech = rec.get("mechanism")
     if not mech:
@@ -82,7 +82,7 @@ def mechanism_entries(spec, results):
 
 
 def plot_mechanism(entries, spec, path, head=None):
-    """Per panel (the floor at the end; the amplification and the update ratios as means over the
+    """Per panel (the floor at the end; the gain, move_ratio and the update ratios as means over the
     intervals), one row per site kind or group: each setting's and variant's mean over seeds (dot)
     and the seeds' range (bar), from mechanism_entries; under the file's headline (head:
     headlines.headline; default its name)."""

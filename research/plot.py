@@ -8,8 +8,9 @@
 --run given twice or more draws the runs on shared axes (x: iteration), one colour each, labelled
 by folder name: first the difference of their val losses at each shared eval (the first run minus
 each other one; its title gives the last), then the loss, each optimizer group's update ratio, and per site kind (the site's name
-without its block index, averaged over blocks) the preconditioner floor and the amplification
-from each eval row's mechanism statistics (mechanism.Mechanism; train with --mechanism_stats=on).
+without its block index, averaged over blocks) the preconditioner floor, the gain (the folded step
+over the scale-free gradient step) and move_ratio (gamma's change: 1 for any constant gamma) from
+each eval row's mechanism statistics (mechanism.Mechanism; train with --mechanism_stats=on).
 A figure name past FIGURE_NAME_BYTES (long or many run names) keeps each name's head and tail and
 ends in a hash of the full names; the command says so, and the figure's title names every run.
 A log row without what is drawn from it is one error naming the file, line and key.
@@ -36,10 +37,10 @@ For each ablation file, writes to --out (default out-plots/; the committed table
                           each variant's paired difference to the baseline against tokens per
                           parameter (per seed, mean and 95% interval)
     <name>_mechanism.png  when its records carry the mechanism statistics: per setting and variant,
-                          by site kind, the floor at the end and the amplification and update
+                          by site kind, the floor at the end, the gain, move_ratio and the update
                           ratios as means over the run's intervals (mean over seeds, their range)
-    <name>_mechanism_question.png   with mechanism_question: per setting, each seed's paired
-                          difference of stats.mechanism_scalar with the mean and 95% interval
+    <name>_<question>.png with mechanism_question (or loss_question): per setting, each seed's paired
+                          difference of stats.mechanism_scalar (the final val loss) with the mean and 95% interval
                           (<name>.md has the question's table: the per-setting paired rows and
                           the between-setting Welch row, BH over these three, verdict
                           "differs" / "unresolved": no direction is claimed)
@@ -109,7 +110,7 @@ from research.comparisons import collect_all, mode_text  # noqa: E402
 from research.figures import plot_curves, plot_fit, plot_ladder, plot_lr, plot_scales, plot_tpp, plot_width  # noqa: E402
 from research.headlines import headline, measured  # noqa: E402
 from research.mechanism_figures import mechanism_entries, plot_mechanism  # noqa: E402
-from research.mechanism_question import plot_question, question_rows  # noqa: E402
+from research.mechanism_question import plot_question, question_key, question_rows  # noqa: E402
 from research.records import load_records  # noqa: E402
 from research.regime import unit  # noqa: E402
 from research.run_figures import draw_runs  # noqa: E402
@@ -198,7 +199,7 @@ def draw_ablation(spec, results, missing, mode, out, strengths=None):
     plotted together, default this file alone)."""
     strengths = file_strengths([(spec, results, missing, mode)]) if strengths is None else strengths
     rows = measured(spec, results, strengths)
-    question = question_rows(spec, results) if spec["mechanism_question"] else []
+    question = question_rows(spec, results) if question_key(spec) else []
     head = headline(spec, rows, question)
     md = tables(spec, results, strengths)
     commits = sorted({short_commit(r.get("commit")) for e in results.values()
@@ -222,7 +223,7 @@ def draw_ablation(spec, results, missing, mode, out, strengths=None):
     if entries:
         plot_mechanism(entries, spec, os.path.join(out, f"{spec['name']}_mechanism.png"), head)
     if question and any(r["diffs"] for r in question[:2]):
-        plot_question(spec, question, os.path.join(out, f"{spec['name']}_mechanism_question.png"))
+        plot_question(spec, question, os.path.join(out, f"{spec['name']}_{question_key(spec)}.png"))
     trend = width_trend(spec, results)
     if trend:
         plot_width(trend, spec, os.path.join(out, f"{spec['name']}_width.png"), head)

@@ -212,18 +212,24 @@ def difference_verdict(ci):
     return "differs" if excludes_zero(ci) else "unresolved"
 
 
-def strength(ci, p_bh, expected=None):
+EXPLORATORY_CAP = " (an exploratory row: a lead at most)"
+
+
+def strength(ci, p_bh, expected=None, exploratory=False):
     """The word a sentence about a row may use, beside its verdict: "finding" when its interval
     excludes 0 and its Benjamini-Hochberg adjusted p (p_bh, over the row's family) is <= 0.05,
     "lead" when the interval excludes 0 only uncorrected, "-" otherwise (unresolved) or without a
     p_bh. With the claim's direction (expected: 'lower' or 'higher'), a finding or lead on the other
-    side of 0 says so ("lead, against the claim"); a row that claims none gets the word alone."""
+    side of 0 says so ("lead, against the claim"); a row that claims none gets the word alone.
+    exploratory: the row's file declared it underpowered (its `power` entry's "exploratory"), so a
+    row that would be a finding is a lead, and says why (EXPLORATORY_CAP)."""
     if p_bh is None or not excludes_zero(ci):
         return "-"
-    word = "finding" if p_bh <= 0.05 else "lead"
-    if not expected:
-        return word
-    return word if (ci[0] < 0) == (expected == "lower") else f"{word}, against the claim"
+    capped = exploratory and p_bh <= 0.05
+    word = "lead" if capped or p_bh > 0.05 else "finding"
+    if expected and (ci[0] < 0) != (expected == "lower"):
+        word = f"{word}, against the claim"
+    return word + (EXPLORATORY_CAP if capped else "")
 
 
 def fmt_ci(ci, spec="+.4f"):
@@ -423,16 +429,22 @@ def ladder_multiplier(compute, ref_losses, variant_losses, variant_compute=None,
 
 
 def ladder_power(gap, sd, seeds_per_rung, alpha=0.05):
-    """Power of ladder_multiplier's t test to tell a multiplier m from 1, where at every rung m moves
-    the loss by `gap` (so its local slope is gap / ln m) and the paired SD is sd: its
-    noncentrality ln M / SE(ln M) is gap R / (sd sqrt(sum_r 1 / n_r)), with df = sum_r (n_r - 1).
-    seeds_per_rung: n_r per rung (>= 1; some rung >= 2). It leaves out the reference's own seed
-    spread, which moves ln M only through the fit: in synthetic ladders of 8, 3, 1, 1 seeds it widens
-    SE(ln M) by about 1% at the paired SD and 5% at twice it (ladder_multiplier counts it)."""
+    """Power of ladder_multiplier's t test to tell a multiplier m from 1, where at rung r m moves the
+    loss by gap_r (so its local slope is gap_r / ln m) and the paired SD is sd: its noncentrality
+    ln M / SE(ln M) is R / (sd sqrt(sum_r 1 / (n_r gap_r^2))), with df = sum_r (n_r - 1) (a constant
+    gap: gap R / (sd sqrt(sum_r 1 / n_r))). gap: one number for every rung, or one per rung (a
+    constant multiplier on L(C) = E + A C^-a moves the loss less at larger rungs: research/power.py
+    ladder_gaps); seeds_per_rung: n_r per rung (>= 1; some rung >= 2). It leaves out the
+    reference's own seed spread and the fit's error, which move ln M only through the fit: in
+    synthetic ladders of 8, 3, 1, 1 seeds the spread widens SE(ln M) by about 1% at the paired SD and
+    5% at twice it (ladder_multiplier counts it; tests/test_power.py simulates the estimator itself)."""
     df = sum(n - 1 for n in seeds_per_rung)
     if df < 1 or min(seeds_per_rung) < 1:
         raise ValueError(f"seeds per rung {seeds_per_rung}: each >= 1, and some rung >= 2 (a spread to pool)")
-    ncp = abs(gap) * len(seeds_per_rung) / (sd * math.sqrt(sum(1 / n for n in seeds_per_rung)))
+    gaps = [gap] * len(seeds_per_rung) if isinstance(gap, (int, float)) else list(gap)
+    if len(gaps) != len(seeds_per_rung) or min(abs(g) for g in gaps) == 0:
+        raise ValueError(f"gaps {gaps}: one nonzero gap, or one per rung of {seeds_per_rung}")
+    ncp = len(seeds_per_rung) / (sd * math.sqrt(sum(1 / (n * g * g) for n, g in zip(seeds_per_rung, gaps))))
     return t_test_power(ncp, df, alpha)
 
 

@@ -4,6 +4,7 @@ strength (stats.strength), the counts a reader needs to weigh them, and the READ
 summary is written into."""
 
 from configurator import UserError
+from research.ablation import is_exploratory
 from research.comparisons import comparisons, mode_text
 from research.multipliers import ladder_rows, ladder_text
 from research.regime import unit
@@ -38,7 +39,8 @@ def row_strength(c, p_planned):
     """A summary row's strength on its planned seeds (stats.strength of their interval and of
     p_planned, their Benjamini-Hochberg adjusted p): "pending (k of n planned seeds)" while a claim
     row's planned seeds are not all recorded (complete), "-" for a control row (no claim), "scaled
-    down" for a row of a --scale_down plot (stats.SCALED_DOWN: no claim word for miniature runs)."""
+    down" for a row of a --scale_down plot (stats.SCALED_DOWN: no claim word for miniature runs); a
+    row a file declared exploratory (its "exploratory" key, set by summary_rows) a lead at most."""
     if c["verdict"] == SCALED_DOWN:
         return SCALED_DOWN_STRENGTH
     ci = c["planned_ci"] if "ladder" in c else mean_ci(c["planned_diffs"])
@@ -46,7 +48,7 @@ def row_strength(c, p_planned):
         return f"pending ({len(c['planned_diffs'])} of {c['planned_n']} planned seeds)"
     if not c["expected"]:
         return "-"
-    return strength(ci, p_planned, c["expected"])
+    return strength(ci, p_planned, c["expected"], c.get("exploratory", False))
 
 
 def summary_rows(collected):
@@ -56,9 +58,10 @@ def summary_rows(collected):
 
     A comparison several files make (the same variant and reference configs as run, seed aside)
     is one row naming them all, showing the largest of their seed sets when these nest (rank
-    breaks ties); seed sets that do not nest stay separate rows, so no file's result hides
-    another's. A file that claims nothing (no `expected`, e.g. an LR sweep) adds no rows; a row
-    without a claim in a file that has some is a control. collected: as collect_all returns it."""
+    breaks ties), exploratory when any of them declares it so; seed sets that do not nest stay
+    separate rows, so no file's result hides another's. A file that claims nothing (no
+    `expected`, e.g. an LR sweep) adds no rows; a row without a claim in a file that has some is a
+    control. collected: as collect_all returns it."""
     rows, where = [], {}
     for spec, results, _, _ in sorted(collected, key=lambda x: x[0]["name"]):
         if not spec["expected"] and not any(e for *_, e in spec["comparisons"]):
@@ -66,6 +69,7 @@ def summary_rows(collected):
         for c in comparisons(spec, results):
             if not c["diffs"]:
                 continue
+            c["exploratory"] = is_exploratory(spec, f"{c['variant']} - {c['reference']}")
             i = next((i for i, r in enumerate(rows) if r[0]["key"] == c["key"] and (
                 set(c["seeds"]) <= set(r[0]["seeds"]) or set(c["seeds"]) >= set(r[0]["seeds"]))), None)
             where[(spec["name"], c["setting"], c["variant"], c["reference"])] = (len(rows) if i is None else i, c)
@@ -75,6 +79,7 @@ def summary_rows(collected):
             row = rows[i]
             if spec["name"] not in row[1]:  # (a file's own settings can run alike: --scale_down's miniatures)
                 row[1].append(spec["name"])
+            c["exploratory"] = row[0]["exploratory"] = c["exploratory"] or row[0]["exploratory"]  # any file's word
             if rank(c) > rank(row[0]):
                 if row[0]["expected"] and not c["expected"] and c["seeds"] != row[0]["seeds"]:
                     c = {**c, "expected": row[0]["expected"],  # a control's larger seed set, the claim kept
@@ -83,6 +88,7 @@ def summary_rows(collected):
                 row[0] = c
         for c in ladder_rows(spec, results):
             if c["diffs"]:
+                c["exploratory"] = is_exploratory(spec, c["setting"])  # setting: the ladder's name
                 where[(spec["name"], c["setting"], c["variant"], c["reference"])] = (len(rows), c)
                 rows.append([c, [spec["name"]]])
     return rows, where

@@ -8,7 +8,7 @@ import statistics
 from research.ablation import lr_choice, tuning_seeds, tuning_setting
 from research.comparisons import final_val
 from research.headlines import measured, table_heading
-from research.mechanism_question import question_rows, question_table
+from research.mechanism_question import question_key, question_rows, question_table
 from research.multipliers import ladder_table, multiplier_table
 from research.regime import decay_caption, loss_unit, regime
 from research.stats import SCALED_DOWN, fmt_ci
@@ -37,7 +37,7 @@ def tables(spec, results, strengths=None):
     variants, base = list(spec["variants"]), list(spec["variants"])[0]
     measured_rows = measured(spec, results, strengths)
     rows = {(c["setting"], c["variant"], c["reference"]): c for c, _ in measured_rows}
-    question = question_rows(spec, results) if spec["mechanism_question"] else []
+    question = question_rows(spec, results) if question_key(spec) else []
     out = table_heading(spec, measured_rows, question) + ["", method_line(spec), ""]
     for setting in spec["settings"]:
         out += [f"Setting `{setting}`:", ""]
@@ -87,7 +87,7 @@ def tables(spec, results, strengths=None):
         out += multiplier_table(spec, results)
     if spec["ladders"]:
         out += ladder_table(spec, results)
-    if spec["mechanism_question"]:
+    if question_key(spec):
         out += question_table(spec, question)
     return "\n".join(out)
 

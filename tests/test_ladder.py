@@ -321,7 +321,8 @@ PROTOCOL = os.path.join(ROOT, "configs", "ablations", "c8_d012.py")
 def test_the_protocol_registers_its_power_and_shares_the_ladders_runs():
     """c8_d012.py: 2 claim rows (level 0.025), a pilot of 4 of 10 seeds, and at its assumed SD the
     seeds stats.seeds_for_power gives; its baseline and unified runs are the ladder's adamw_d012_tpp20
-    runs (same hashes), so records serve both; and the plan prints the pilot's GPU-hours."""
+    runs (same hashes), so records serve both; the plan prints the pilot's GPU-hours; the share row
+    is registered at a third to a half of the main gap, exploratory."""
     spec, ladder = sweep.load_ablation(PROTOCOL), sweep.load_ablation(LADDER)
     assert ablation.claim_rows(spec) == [("unified", "baseline"), ("unified", "norm_only")]
     assert ablation.power_alpha(spec) == 0.025 and ablation.power_alpha(ladder) == 0.05 / 8
@@ -333,8 +334,14 @@ def test_the_protocol_registers_its_power_and_shares_the_ladders_runs():
     assert len(shared) == 12 and all(mine[k] == theirs[k] for k in shared)  # 2 arms x 2 tuning seeds x 3 LRs
     text = plan_table(spec, 80, 989, 0.4, "assumed")
     n = stats.seeds_for_power(0.009, 0.005, 0.025, 0.8)
-    assert f"at the assumed SD {n} seeds (power {stats.paired_power(0.009, 0.005, n, 0.025):.2f})" in text
+    assert f"the rule plans {n} seeds: `unified - baseline` power {stats.paired_power(0.009, 0.005, n, 0.025):.2f}" in text
     assert "level 0.025 (0.05 over its 2 claim rows" in text and "(causal " in text
+    assert ablation.powered_rows(spec) == ["unified - baseline"]  # the share row: exploratory, a lead at most
+    assert ablation.row_gaps(spec, "unified - norm_only") == (0.003, 0.0045)
+    seeds, main = re.search(r"expected seeds ([\d.]+) .* `unified - baseline` ([\d.]+) at 0.009", text).groups()
+    with open(PROTOCOL) as f:  # the file's comment quotes the simulated design the plan prints
+        comment = " ".join(line[1:].strip() for line in f if line.startswith("#"))
+    assert f"{seeds} seeds expected, unified - baseline a finding in {main} of designs" in comment
 
 
 def test_the_pilots_sd_sets_the_planned_seeds_by_the_registered_rule(tmp_path):

@@ -137,7 +137,7 @@ VARIANTS = {
 
 @pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_every_scale_site_is_in_the_row_and_every_input_role_site_has_its_amplification(variant, tie):
+def test_every_scale_site_is_in_the_row_and_every_input_role_site_has_its_ratios(variant, tie):
     model = GPT(GPTConfig(**{**TINY, **VARIANTS[variant], "n_layer": 2, "tie_embeddings": tie}), seed=0)
     optimizers, _ = build_optimizers(model, opt_cfg(), "cpu")
     mech = Mechanism(model, optimizers, step=0)
@@ -237,7 +237,7 @@ def test_a_record_carries_the_final_statistics_and_each_interval_keys_mean(tmp_p
     assert "mechanism" not in records.make_record(planned, bare, "abl")
 
 
-def test_the_registered_scalar_is_the_mean_of_the_input_role_sites_amplification():
+def test_the_registered_scalar_is_the_mean_of_the_input_role_sites_move_ratio():
     from research.stats import mechanism_scalar
     rec = {"mechanism": {"mean": {"a.scale/move_ratio": 1.5, "b.scale/move_ratio": 2.5, "c.scale/move_ratio": None,
                                   "a.scale/move_folded": 9.0, "a.scale/g2_min": 7.0}}}

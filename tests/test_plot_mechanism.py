@@ -195,6 +195,39 @@ def test_the_mechanism_question_table_equals_stats_on_the_records(tmp_path, monk
     assert (tmp_path / "out" / "mech_mechanism_question.png").is_file()
 
 
+LOSS_BODY = BODY.replace("mechanism_question", "loss_question")
+
+
+def test_a_loss_question_is_the_same_three_rows_on_the_final_val_loss(tmp_path, monkeypatch):
+    """loss_question: per setting the paired difference of the final val loss, then Welch between the
+    settings; a width effect (0 at w32, 0.2 at w64) reads as w32 unresolved, w64 and the Welch row
+    differing, and the table, heading and figure call it the loss question, in the loss's units."""
+    path = write_ablation(tmp_path, LOSS_BODY, name="lossq")
+    spec = sweep.load_ablation(path)
+    results = str(tmp_path / "results")
+    for r in sweep.plan(spec, "runs"):
+        write_record(results, make_record(r, fake_rows(r["config"], amp_of(r)), "lossq"))
+    figures = captured(monkeypatch)
+    plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"])
+    records = load_records(results)
+    by = {(r["setting"], r["variant"], r["seed"]): r["final"]["val_loss"] for r in records.values()}
+    diffs = {st: [by[(st, "unified", s)] - by[(st, "norm_only", s)] for s in spec["seeds"]] for st in ("w32", "w64")}
+    tests = [(stats.mean_ci(diffs[st]), stats.paired_t_p(diffs[st])) for st in ("w32", "w64")]
+    tests.append(stats.welch_t(diffs["w64"], diffs["w32"])[:2])
+    md = (tmp_path / "out" / "lossq.md").read_text()
+    assert "The loss question (registered with the file" in md and "of the final val loss (nats per token)" in md
+    assert "loss question (no direction claimed" in md and "mechanism question" not in md
+    table = [line for line in md.splitlines() if line.startswith("| `w")]
+    for line, (ci, p), verdict in zip(table, tests, ("unresolved", "differs", "differs")):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[4] == stats.fmt_ci(ci) and cells[6] == f"{p:#.3g}" and cells[8] == verdict
+    (question,) = [f for f in figures if any("the loss question:" in a.get_title().replace("\n", " ") for a in f.axes)]
+    assert "nats/token" in question.axes[0].get_ylabel()  # (write_ablation's dataset is not character-level)
+    assert (tmp_path / "out" / "lossq_loss_question.png").is_file()
+    with pytest.raises(UserError, match=r"at most one of mechanism_question and loss_question"):
+        sweep.load_ablation(write_ablation(tmp_path, BODY + LOSS_BODY.splitlines()[-1] + "\n", name="both"))
+
+
 def test_the_mechanism_figure_draws_each_site_kinds_mean_and_range_over_seeds(tmp_path, monkeypatch):
     path, spec, results = write_records(tmp_path)
     figures = captured(monkeypatch)
