@@ -162,7 +162,8 @@ def plan_table(spec, gpu_memory_gb, peak_tflops, mfu, mfu_source):
            f"(activations: a float32 estimate; measured peaks can exceed it). Tokens per parameter count the tied "
            f"embedding (it is the LM head, so active). Peak LRs before the tuned "
            f"multiplier: the matrices' by the file's width rule, the scale vectors' (and OR/ER magnitudes') "
-           f"scale_lr by their own, shown as `scales`. FLOPs: the non-causal count (6 N + the whole T x T "
+           f"scale_lr by their own, shown as `scales`; and each one's weight decay per step at its peak LR. "
+           f"FLOPs: the non-causal count (6 N + the whole T x T "
            f"attention term: MFU's convention, comparable to published MFUs); the causal count, which halves "
            f"that term, is beside it.", "",
            "| setting | params total / no emb. / active | tokens (B) | tokens per active param | iters | batch: "
@@ -400,10 +401,15 @@ def ladder_lines(spec, per_seed, alpha):
 
 
 def lr_text(cfg):
-    """The peak LRs a run config gives before the tuned multiplier scales them: AdamW's, Muon's, and
-    the scale vectors' (scale_lr; 0: AdamW's)."""
+    """The peak LRs a run config gives before the tuned multiplier scales them: AdamW's (the embedding's
+    too), Muon's, and the scale vectors' (scale_lr; 0: AdamW's); then the decay per step at those peaks
+    (torch's decoupled decay multiplies a parameter by 1 - lr x weight_decay): the hidden matrices'
+    (by the optimizer that steps them) and the input-role scales' under IWD."""
+    scale_lr = cfg.get("scale_lr") or cfg["learning_rate"]
+    matrix_lr = cfg["muon_lr"] if cfg["optimizer"] == "muon" else cfg["learning_rate"]
     return (f"AdamW {cfg['learning_rate']:.3g}" + (f", Muon {cfg['muon_lr']:.3g}" if cfg["optimizer"] == "muon" else "")
-            + f", scales {cfg.get('scale_lr') or cfg['learning_rate']:.3g}")
+            + f", scales {scale_lr:.3g}; decay per step: matrices {matrix_lr * cfg['weight_decay']:.3g}, "
+            f"input scales (IWD) {scale_lr * cfg['weight_decay']:.3g}")
 
 
 def setting_tpp(setting):

@@ -92,6 +92,24 @@ def test_the_committed_plan_is_what_the_planning_command_prints(tmp_path):
                                             "--out=configs/ablations/ladder.md"
 
 
+def test_the_plan_states_each_rungs_decay_per_step_and_the_rule_it_follows(capsys):
+    """Each rung's row gives the matrices' and the IWD scales' decay per step at the peak LR (lr x
+    weight_decay, torch's decoupled decay), from its run config; under AdamW the matrices' falls
+    against the scales' as 768 / n_embd, under Muon both are width-free: what the file's comment says."""
+    spec = ablation.load_ablation(LADDER)
+    assert ladder_main([LADDER]) == 0
+    rows = {line.split("|")[1].strip().strip("`"): line for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| `")}
+    for setting in spec["settings"]:
+        cfg = ablation.run_config(spec, setting, "unified", spec["seeds"][0])[0]
+        matrix_lr = cfg["muon_lr"] if cfg["optimizer"] == "muon" else cfg["learning_rate"]
+        m, s = re.search(r"decay per step: matrices ([\d.e-]+), input scales \(IWD\) ([\d.e-]+)", rows[setting]).groups()
+        assert float(m) == pytest.approx(matrix_lr * cfg["weight_decay"], rel=0.01)
+        assert float(s) == pytest.approx(cfg["scale_lr"] * cfg["weight_decay"], rel=0.01)
+        width_ratio = 768 / cfg["n_embd"] if cfg["optimizer"] == "adamw" else 0.02 / 6e-4
+        assert float(m) / float(s) == pytest.approx(width_ratio, rel=0.02)
+
+
 def test_the_plan_says_what_fits_a_smaller_gpu_and_what_a_run_costs():
     """On a 40 GB GPU: AdamW's 2B rung does not fit under DDP (20 bytes a parameter of weights,
     gradients, DDP's buckets and moments, beside its micro-batch) and no micro-batch fixes it, so

@@ -31,6 +31,18 @@
 # the smallest rung tunes at 100 tokens per parameter too (the 20 -> 100 transfer): each
 # setting takes the choice of the largest tuned rung at or below its size, at its own budget
 # where that rung tuned at it, else at 20.
+# The embedding follows learning_rate (1 / width): it is tied, so it is also the LM head, whose
+# muP rule under Adam is 1 / width (an untied input embedding would keep a width-free LR), and
+# published ladders train it at the model's LR. Weight decay stays 0.1 at every rung, decoupled
+# as torch's AdamW and Muon apply it (a step multiplies a decayed parameter by 1 - lr x
+# weight_decay): the matrices' decay per step is learning_rate x 0.1 under AdamW, 1 / width like
+# their LR (6e-5 at d012, 1.8e-5 at d2), and muon_lr x 0.1 = 2e-3 at every width under Muon; the
+# input-role scales' under IWD is scale_lr x 0.1 = 6e-5 at every width. So under AdamW the
+# matrices' decay per step falls against the scales' as 768 / n_embd (as their LRs do: each
+# group's decay stays a fixed 0.1 of its own LR, the relation the ablation's tuned multiplier
+# scales alike); under Muon both stay fixed. research.ladder prints each rung's. Whether the
+# scale vectors' fixed LR keeps their best LR in place across widths is tested in miniature by
+# c8_scale_lr_transfer.py.
 # Seeds and power: each ladder's compute multiplier comes with a 95% t interval over seeds
 # (research/stats.py ladder_multiplier: the seed spreads pooled over the rungs that have several,
 # since a costly rung runs once) and a p value; its strength words are the summary's, BH over the
