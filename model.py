@@ -25,7 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from configurator import DEFAULTS, MODEL_KEYS, UserError, complete, not_one_of, value_problem
-from norms import SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, fold_all_, make_scale, scale_class_problem
+from norms import (SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, dnp_fusable, dnp_swiglu, fold_all_,
+                   make_scale, scale_class_problem)
 
 SCALES = ("vector", "none")  # "none": every learnable scale removed, the normalizations kept (claim C1)
 DUAL_SITES = ("prenorm", "all")
@@ -366,6 +367,8 @@ class MLP(nn.Module):
             out_scale=make_scale(cfg, d, role="input", magnitude_free=magnitude_free) if dual_down else None)
 
     def forward(self, x):
+        if dnp_fusable(self.gate, self.up):  # DNP: saves what the baseline saves (norms.dnp_swiglu says why)
+            return self.down(dnp_swiglu(x, self.gate, self.up))
         gate, up = branch_linears(x, (self.gate, self.up))
         return self.down(F.silu(gate) * up)
 

@@ -10,7 +10,8 @@ holds, in the order of the paper:
        "vector"; ORScale, ERScale = magnitude-direction reparameterization, C7)
     3. where gamma sits around a linear map            (ScaledLinear: input side
        v, output side u, dual placement DP; DNP adds a normalization, C6;
-       branch_linears: the branches that read one input as one matmul)
+       branch_linears: the branches that read one input as one matmul;
+       dnp_swiglu: DNP's gate and up with SwiGLU, one op that saves little)
     4. folding: an input-role gamma multiplied into    (fold_scale_, C2; the
        its adjacent linear map changes nothing          relation as data: folds())
 
@@ -39,6 +40,7 @@ model.Router overrides it with "router").
 
 import functools
 import math
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -51,12 +53,10 @@ ROLES = ("input", "output")
 def rms_norm(x, weight, eps):
     """weight * x / rms(x) over the last dim, computed in float32, returned in x's dtype.
 
-    Args: x (..., d); weight None or of shape (d,), or (n, d) to normalize n
-    branches of x (..., n, d) in one call (DNP's gate and up); eps added to
-    the mean square (pass it: F.rms_norm's default depends on the dtype).
-    F.rms_norm on CUDA (a fused kernel, forward and backward); on other devices
-    _RMSNormClosedForm, the same map with a closed-form backward (first
-    derivatives only; tests/test_norms.py checks both against each other).
+    Args: x (..., d); weight None or of shape (d,), or (n, d) to normalize n branches of x (..., n, d)
+    in one call; eps added to the mean square (pass it: F.rms_norm's default depends on the dtype).
+    F.rms_norm on CUDA (a fused kernel, forward and backward); on other devices _RMSNormClosedForm,
+    the same map with a closed-form backward (first derivatives only; tests/test_norms.py checks both).
     """
     w = None if weight is None else weight.float()
     if not x.is_cuda:
@@ -71,10 +71,8 @@ class _RMSNormClosedForm(torch.autograd.Function):
 
     Why: in torch 2.13 F.rms_norm on the CPU runs its backward through
     autograd of a composite (pow, mean, rsqrt, two broadcasting muls), about
-    4x the time of F.layer_norm's fused kernel; with DNP's normalizations
-    over d_ff that was most of the unified model's step-time overhead. The
-    backward below is the textbook one (as for LayerNorm without the mean):
-        dx = rstd * (g w - x_hat * mean(g w * x_hat)),   dw = sum over tokens of g * x_hat.
+    4x the time of F.layer_norm's fused kernel. The backward is the textbook
+    one (rms_norm_grad), which DNP's fused op (dnp_swiglu) shares.
     """
 
     @staticmethod
@@ -88,12 +86,19 @@ class _RMSNormClosedForm(torch.autograd.Function):
     @once_differentiable  # the closed form is a first derivative only: refuse a second, never give a wrong one
     def backward(ctx, g):
         x_hat, rstd, weight = ctx.saved_tensors
-        gw = g if weight is None else g * weight
-        dx = torch.addcmul(gw, x_hat, (gw * x_hat).mean(-1, keepdim=True), value=-1.0).mul_(rstd)
+        dx = rms_norm_grad(g if weight is None else g * weight, x_hat, rstd)
         dweight = None
         if weight is not None and ctx.needs_input_grad[1]:
             dweight = (g * x_hat).sum(dim=tuple(range(g.dim() - weight.dim())))
         return dx, dweight, None
+
+
+def rms_norm_grad(g, x_hat, rstd):
+    """dL/dx of x_hat = x * rstd over the last dim, given g = dL/dx_hat: rstd * (g - x_hat * mean(g * x_hat)).
+
+    Args: g, x_hat (..., d) float32; rstd (..., 1). The textbook RMSNorm backward (LayerNorm's
+    without the mean term); _RMSNormClosedForm and dnp_swiglu use it."""
+    return torch.addcmul(g, x_hat, (g * x_hat).mean(-1, keepdim=True), value=-1.0).mul_(rstd)
 
 
 def normalize(x, eps):
@@ -452,15 +457,22 @@ def fusable(linears):
     return not linears[0].out_norm or len({lin.weight.size(0) for lin in linears}) == 1
 
 
+def branch_matmul(x, linears):
+    """x (..., d_in) times the branches' effective weights, concatenated: (..., sum d_out). Each weight is
+    cast to autocast's dtype before the concatenation (not concatenated in float32, then cast)."""
+    w = [lin.effective_weight() for lin in linears]
+    if len(w) > 1 and torch.is_autocast_enabled(x.device.type):
+        w = [t.to(torch.get_autocast_dtype(x.device.type)) for t in w]
+    return F.linear(x, w[0] if len(w) == 1 else torch.cat(w))
+
+
 def fused_branches(x, linears):
     """An optimization of branch_linears, the same map: the branches' effective weights
     (ScaledLinear.effective_weight: the scales folded into W for this step) concatenated into one
     matmul, and under out_norm (DNP) one normalization over all branches, x (..., n, d_out), with
     the n output scales stacked as its weight (a branch without u contributes ones: x 1 is exact)."""
     d_out = [lin.weight.size(0) for lin in linears]
-    w = linears[0].effective_weight() if len(linears) == 1 else \
-        torch.cat([lin.effective_weight() for lin in linears])
-    y = F.linear(x, w)  # (..., sum d_out)
+    y = branch_matmul(x, linears)  # (..., sum d_out)
     if not linears[0].out_norm:
         return y.split(d_out, dim=-1)
     scales = [lin.out_scale for lin in linears]
@@ -468,6 +480,81 @@ def fused_branches(x, linears):
         [s() if s is not None else torch.ones(d_out[0], device=y.device) for s in scales])  # (n, d_out)
     y = rms_norm(y.view(*y.shape[:-1], len(linears), d_out[0]), u, linears[0].eps)  # (..., n, d_out)
     return y.unbind(-2)
+
+
+def dnp_swiglu(x, gate, up):
+    """SwiGLU's hidden silu(gate(x)) * up(x) for DNP's branches (paper section 3), the formulas' map:
+        h = silu(u_g * normalize(W_g (v_g * x))) * (u_u * normalize(W_u (v_u * x)))   (..., d_ff)
+    as one matmul of the branches' effective weights and one op, scalevec::dnp_swiglu, for the
+    normalization over d_ff, u and the product. Why an op: autograd of the formula saves the normalized,
+    scaled gate and up beside the matmul output SwiGLU's backward keeps anyway, and so does
+    torch.compile's partitioner (it inlines a torch.autograd.Function). An op it cannot see into saves
+    what its backward declares: the matmul output, rstd (2 float32 per token) and u; the backward
+    recomputes the rest. Args: x (..., d_in); gate, up: dnp_fusable. Returns (..., d_ff) in the
+    matmul's dtype (bf16 under autocast), computed in float32.
+    """
+    y = branch_matmul(x, (gate, up))
+    y = y.view(*y.shape[:-1], 2, gate.weight.size(0))  # (..., 2, d_ff): gate, up
+    scales = (gate.out_scale, up.out_scale)
+    u = None if scales == (None, None) else torch.stack(
+        [s().float() if s is not None else y.new_ones(y.size(-1), dtype=torch.float32) for s in scales])  # (2, d_ff)
+    return torch.ops.scalevec.dnp_swiglu(y, u, gate.eps)[0]
+
+
+def dnp_fusable(gate, up):
+    """Whether dnp_swiglu computes silu(gate(x)) * up(x): both branches normalize over the same d_ff."""
+    return gate.out_norm and up.out_norm and gate.weight.size(0) == up.weight.size(0)
+
+
+def _wide(t):
+    """t in float32 when it is narrower (bf16), else t (float64 stays: gradcheck)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def _dnp_swiglu_forward(y, u, eps):
+    """(h (..., d_ff) in y's dtype, rstd (..., 2) at least float32): dnp_swiglu's forward."""
+    yf = _wide(y)
+    rstd = torch.rsqrt(yf.square().mean(-1) + eps)  # (..., 2)
+    a = yf * rstd[..., None] if u is None else yf * rstd[..., None] * u
+    return (F.silu(a[..., 0, :]) * a[..., 1, :]).to(y.dtype), rstd
+
+
+_compiled_forward = functools.cache(lambda: torch.compile(_dnp_swiglu_forward, dynamic=True))  # once, on first use
+
+
+@torch.library.custom_op("scalevec::dnp_swiglu", mutates_args=())
+def _dnp_swiglu_op(y: torch.Tensor, u: Optional[torch.Tensor], eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(h, rstd) of y (..., 2, d_ff), u (2, d_ff) or None (dnp_swiglu). On CUDA the body is compiled
+    once (fused: one pass over y instead of about ten); elsewhere it runs as written."""
+    return (_compiled_forward() if y.is_cuda else _dnp_swiglu_forward)(y, u, eps)
+
+
+@_dnp_swiglu_op.register_fake
+def _(y, u, eps):
+    return y.new_empty(*y.shape[:-2], y.size(-1)), y.new_empty(y.shape[:-1], dtype=_wide(y).dtype)
+
+
+def _dnp_swiglu_save(ctx, inputs, output):
+    y, u, ctx.eps = inputs
+    ctx.save_for_backward(y, u, output[1])  # all the backward needs: the matmul output, u, rstd
+
+
+def dnp_swiglu_backward(ctx, dh, _):
+    """dL/dy, dL/du of h = silu(a_g) * a_u, a = u * x_hat, x_hat = y * rstd, from the saved y, u, rstd:
+        da_u = dh silu(a_g),  da_g = dh a_u sigmoid(a_g) (1 + a_g (1 - sigmoid(a_g))),
+        du = sum over tokens of da * x_hat,  dy = rms_norm_grad(da * u, x_hat, rstd)."""
+    y, u, rstd = ctx.saved_tensors
+    x_hat = _wide(y) * rstd[..., None]  # (..., 2, d_ff)
+    a = x_hat if u is None else x_hat * u
+    a_g, a_u, dh = a[..., 0, :], a[..., 1, :], _wide(dh)
+    sig = torch.sigmoid(a_g)
+    da = torch.stack([dh * a_u * sig * (1 + a_g * (1 - sig)), dh * a_g * sig], dim=-2)
+    du = None if u is None else (da * x_hat).flatten(0, -3).sum(0)
+    dy = rms_norm_grad(da if u is None else da * u, x_hat, rstd[..., None])
+    return dy.to(y.dtype), du, None
+
+
+_dnp_swiglu_op.register_autograd(dnp_swiglu_backward, setup_context=_dnp_swiglu_save)
 
 
 # -----------------------------------------------------------------------------

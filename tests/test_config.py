@@ -86,7 +86,7 @@ def test_commands_import_the_small_modules_never_train_py_or_each_other():
 TOP_LEVEL = {"train", "model", "norms", "optim", "sample", "configurator", "start", "ops", "mechanism", "common",
              "memory", "checkpoint", "dataset"}
 MODULE_LINES = 600  # no module of the product longer (model.py, the model itself, dense and MoE, aside)
-MODEL_LINES = 728
+MODEL_LINES = 800  # a cap with room for a fork's additions, not a pin
 
 
 def test_no_top_level_module_imports_a_command_folder_and_train_py_stays_readable():
@@ -111,7 +111,8 @@ def test_no_top_level_module_imports_a_command_folder_and_train_py_stays_readabl
     assert not long, f"functions over ~80 lines: {long}"
     over = {name: n for name, path in modules.items() if name.split(".")[0] not in ("tests",)
             and (n := sum(1 for _ in open(path))) > (MODEL_LINES if name == "model" else MODULE_LINES)}
-    assert not over, f"modules over {MODULE_LINES} lines (model.py: {MODEL_LINES}), each more than one concept: {over}"
+    assert not over, (f"modules over {MODULE_LINES} lines (model.py: {MODEL_LINES}), each more than one concept: {over}; "
+                      f"move a concept of its own (a block type, a statistic) into a module beside it")
 
 
 def test_the_config_module_is_a_leaf_and_the_imports_have_no_cycle():

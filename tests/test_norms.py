@@ -405,3 +405,92 @@ def test_fold_keeps_output_scales_and_changes_weights():
         if sv.role == "output":
             torch.testing.assert_close(sv(), out_before[n])
     assert not torch.allclose(model.blocks[0].attn.q.weight, w_before)
+
+
+# --- DNP's fused op (norms.dnp_swiglu) against the branches' formulas ---
+
+def dnp_branches(d, d_ff, gen, outer=("gate", "up"), reparam=PlainScale):
+    """gate and up as DNP builds them (u on the branches `outer` names), every weight and scale random."""
+    def branch(name):
+        out = (reparam if name == "up" else PlainScale)(d_ff, "input" if name == "up" else "output")
+        lin = ScaledLinear(d, d_ff, in_scale=PlainScale(d, "input"), out_scale=out if name in outer else None,
+                           out_norm=True, eps=EPS)
+        with torch.no_grad():
+            lin.weight.normal_(0, 0.3, generator=gen)
+            for p in lin.in_scale.parameters() if lin.out_scale is None else [*lin.in_scale.parameters(),
+                                                                              *lin.out_scale.parameters()]:
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
+        return lin
+    return branch("gate"), branch("up")
+
+
+def relative(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.parametrize("tokens", [1, 300])
+@pytest.mark.parametrize("outer", [("gate", "up"), ("up",), ()], ids=["dnp", "up_only", "in_norm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dnp_swiglu_matches_the_branch_formulas_and_every_gradient(tokens, outer, dtype):
+    """silu(gate(x)) * up(x) and the gradients of x, W, v and u: the op against the formulas computed as
+    they read (ScaledLinear.formula, float64): float32 to 1e-5 relative; bf16 under autocast (the
+    matmul in bf16, as in training) to the same 2e-2 the formula itself reaches in bf16."""
+    from norms import dnp_fusable, dnp_swiglu
+    gen = torch.Generator().manual_seed(tokens)
+    gate, up = dnp_branches(24, 40, gen, outer, reparam=ORScale)
+    assert dnp_fusable(gate, up)
+    x = torch.randn(2, tokens, 24, generator=gen)
+    params = [*gate.parameters(), *up.parameters()]
+    dh = torch.randn(2, tokens, 40, generator=gen)
+
+    def run(fn, cast):
+        xx = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cast):
+            h = fn(xx)
+        return [h.detach(), *torch.autograd.grad((h.float() * dh).sum(), [xx, *params])]
+
+    gate64, up64 = (copy_double(m) for m in (gate, up))
+    ref = [t.float() for t in run_double(x, dh, gate64, up64)]
+    got = run(lambda xx: dnp_swiglu(xx, gate, up), dtype == torch.bfloat16)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    names = ["h", "x", *(f"gate.{n}" for n, _ in gate.named_parameters()), *(f"up.{n}" for n, _ in up.named_parameters())]
+    for name, a, b in zip(names, got, ref):
+        assert relative(a, b) < tol, (name, relative(a, b))
+    if dtype == torch.bfloat16:  # the tolerance is the formula's own in bf16, not a looser one
+        formula = run(lambda xx: F.silu(gate.formula(xx)) * up.formula(xx), True)
+        assert relative(formula[0], ref[0]) > 1e-4
+
+
+def copy_double(lin):
+    import copy
+    return copy.deepcopy(lin).double()
+
+
+def run_double(x, dh, gate, up):
+    xx = x.double().requires_grad_()
+    h = F.silu(gate.formula(xx)) * up.formula(xx)
+    return [h.detach(), *torch.autograd.grad((h * dh.double()).sum(), [xx, *gate.parameters(), *up.parameters()])]
+
+
+@pytest.mark.parametrize("with_u", [True, False])
+def test_dnp_swiglu_op_passes_gradcheck_and_torch_librarys_opcheck(with_u):
+    """The op's hand-written backward against finite differences (float64, y and u), and torch.library's
+    own checks: schema, autograd registration, fake tensors, AOT dispatch (what torch.compile uses)."""
+    gen = torch.Generator().manual_seed(0)
+    y = torch.randn(5, 2, 7, dtype=torch.float64, generator=gen, requires_grad=True)
+    u = (0.5 + torch.rand(2, 7, dtype=torch.float64, generator=gen)).requires_grad_() if with_u else None
+    op = torch.ops.scalevec.dnp_swiglu
+    assert torch.autograd.gradcheck(lambda *t: op(t[0], t[1] if with_u else None, EPS)[0], (y, u) if with_u else (y,))
+    result = torch.library.opcheck(op.default, (y, u, EPS))
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_dnp_swiglu_takes_an_expert_with_no_tokens():
+    """An MoE expert is called on zero tokens (so DDP sees every parameter used): an empty h, zero
+    gradients for u and W."""
+    from norms import dnp_swiglu
+    gate, up = dnp_branches(8, 16, torch.Generator().manual_seed(0))
+    h = dnp_swiglu(torch.zeros(0, 8), gate, up)
+    assert h.shape == (0, 16)
+    h.sum().backward()
+    assert all(p.grad is not None and not p.grad.any() for p in [*gate.parameters(), *up.parameters()])
