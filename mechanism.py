@@ -6,6 +6,8 @@ declared beside the code it describes (the folding relation, GPT.folds; the prod
 norms.fold_factor; the optimizer groups, optim.param_groups), so it adds no rule of its own.
 """
 
+from itertools import islice
+
 import torch
 
 import norms
@@ -30,6 +32,47 @@ def start_mechanism(run, raw_model, optimizers, start):
     if mechanism_on(run.cfg, raw_model) and (run.master or run.cfg.fsdp):
         return Mechanism(raw_model, optimizers, start.iter, start.mechanism)
     return None
+
+
+class BatchedGammas:
+    """The gammas of a fixed list of scale vectors, computed in a few ops whatever their number.
+
+    Scales of one kind (class, width, parameter shapes and dtypes) are stacked, an op per parameter
+    name, and their own forward() runs once over the stack under torch.func.vmap, so no rule of
+    norms.py is repeated here and a call costs a few ops per kind, not per scale (the unified model's
+    input-role scales are three kinds at any depth). Under FSDP2 each parameter is gathered whole
+    first (a collective per parameter, where sv().full_tensor() was one per scale).
+
+    Call: [gamma (d,) of each scale, in the list's order], in the parameters' dtype, no autograd.
+    Raises what vmap raises for a forward() it cannot batch (one that reads a value on the host).
+    """
+
+    def __init__(self, scales):
+        self.scales = list(scales)
+        kinds = {}
+        for i, sv in enumerate(self.scales):
+            kind = (type(sv), sv.dim, tuple((name, t.shape, t.dtype) for name, t in _tensors(sv).items()))
+            kinds.setdefault(kind, []).append(i)
+        # per kind: a scale of it to run, its scales' positions in the list, {name: [that tensor of each]}
+        self.kinds = []
+        for at in kinds.values():
+            first = self.scales[at[0]]
+            self.kinds.append((first, at, {name: [_tensors(self.scales[i])[name] for i in at] for name in _tensors(first)}))
+
+    @torch.no_grad()
+    def __call__(self):
+        out = [None] * len(self.scales)
+        for sv, at, tensors in self.kinds:
+            stacked = {name: torch.stack([_full(t) for t in ts]) for name, ts in tensors.items()}
+            gammas = torch.func.vmap(lambda ts: torch.func.functional_call(sv, ts, ()))(stacked)
+            for i, g in zip(at, gammas.unbind(0)):
+                out[i] = g
+        return out
+
+
+def _tensors(sv):
+    """A scale vector's parameters and buffers by name: what its forward() reads."""
+    return dict(sv.named_parameters()) | dict(sv.named_buffers())
 
 
 def _local(t):
@@ -96,11 +139,14 @@ class Mechanism:
           serves every optimizer (Muon's update cannot be read back from its state).
 
     Memory: a copy of those matrices and of every scale parameter, and the scale-free step's sum per
-    site and matrix, about 24% of the float32 training state (weights, gradients, AdamW moments) of
-    the unified model at 124M (q, k, v, gate, up: 59M of 124M parameters); mechanism_stats="auto"
-    takes them only up to MECHANISM_AUTO_MAX parameters.
+    site and matrix, about 31% of the float32 training state (weights, gradients, AdamW moments) of
+    the unified model at 124M (q, k, v, gate, up and, under DNP, down: 78M of 124M parameters, 594 MiB
+    in all); mechanism_stats="auto" takes them only up to MECHANISM_AUTO_MAX parameters.
+    Time: record_step dispatches a fixed few dozen ops per step whatever the model's depth (the
+    gammas and their inverses batched, one foreach product per batch of matrices), row() one
+    transfer to the host.
     Under FSDP2 the copy is of each rank's shards; the squared sums are all-reduced (never a
-    matrix's full_tensor), and only the gammas (d entries each) are gathered. Every rank calls row().
+    matrix's full_tensor), and only the scales' parameters (d entries each) are gathered. Every rank calls row().
     """
 
     def __init__(self, model, optimizers, step, saved=None):
@@ -117,6 +163,11 @@ class Mechanism:
         self.group_of = {id(p): g for opt in optimizers for g in opt.param_groups for p in g["params"]}
         self.pairs = [(name, w, side) for name, _, cols, rows in self.relation
                       for w, side in [(w, "columns") for w in cols] + [(w, "rows") for w in rows]]
+        # record_step runs every step: its work is batched once here, so that it dispatches a fixed
+        # number of ops whatever the number of sites (one op per site and matrix cost 42% of a 124M step)
+        self.site_gammas = BatchedGammas([sv for _, sv, _, _ in self.relation])
+        self.all_gammas = BatchedGammas([sv for _, sv in model.scale_vectors()])
+        self.batches = self._pair_batches()
         # a checkpoint's interval holds whole tensors: continued only where this rank holds them whole
         # (an FSDP2 rank holds shards; it starts a new interval, and its first row's "since" says so)
         if saved is not None and not self.sharded and saved["since"] <= step \
@@ -140,26 +191,52 @@ class Mechanism:
         interval starts there (train.eval_and_save calls it once the eval row is written)."""
         self.since, self.steps = step, 0
         self.copy = {k: _local(p).detach().clone() for k, p in self.held.items()}
-        self.gamma = {name: _full(sv()).detach().double().clone() for name, sv, _, _ in self.relation}
+        self.gamma = {name: g.double().clone() for (name, *_), g in zip(self.relation, self.site_gammas())}
         self.sgd = {self._key(name, w): torch.zeros_like(_local(w), dtype=torch.float32) for name, w, _ in self.pairs}
+
+    def _pair_batches(self):
+        """The pairs grouped for record_step's foreach ops: one batch per optimizer group (its LR is
+        one scalar), side and length of the gamma entries a matrix meets, each a tuple (group, the
+        matrices, their sums' keys, index (n, length) of those entries in the sites' gammas
+        concatenated, the shape that stands each pair's entries along its side: (n, 1, length) for
+        columns, (n, length, 1) for rows)."""
+        entries, at = {}, 0  # the positions of each site's gamma in the concatenation
+        for name, sv, _, _ in self.relation:
+            entries[name], at = torch.arange(at, at + sv.dim), at + sv.dim
+        batches = {}
+        for name, w, side in self.pairs:
+            index = self._part(entries[name], _local(w), side)  # (as _part picks gamma's entries)
+            group = self.group_of[id(w)]
+            batch = batches.setdefault((id(group), side, index.numel()), (group, side, [], [], []))
+            batch[2].append(w)
+            batch[3].append(self._key(name, w))
+            batch[4].append(index)
+        out = []
+        for group, side, ws, keys, index in batches.values():
+            n, length = len(index), index[0].numel()
+            out.append((group, ws, keys, torch.stack(index).to(self.device),
+                        (n, 1, length) if side == "columns" else (n, length, 1)))
+        return out
 
     @torch.no_grad()
     def record_step(self):
         """Add this step's scale-free gradient step, eta * dL/dW~, to each site's sum ("gain"): call it
         after the backward (and clipping), before the optimizers step. dL/dW~ = dL/dW / gamma (W~ = W
-        with gamma multiplied in, so dL/dW = dL/dW~ * gamma); a channel whose gamma is 0 adds nothing.
+        with gamma multiplied in, so dL/dW = dL/dW~ * gamma); a channel whose gamma is 0 adds nothing,
+        a matrix without a gradient neither. A fixed number of ops whatever the model's depth: every
+        site's 1 / gamma at once, then one foreach product per batch of pairs (_pair_batches).
         Under FSDP2 each rank adds its shards (every rank calls it)."""
-        # 1 / gamma once per site (a vector; 0 where gamma is 0), so each matrix costs one product
-        inverse = {}
-        for name, sv, _, _ in self.relation:
-            g = _full(sv()).detach().float()
-            inverse[name] = torch.where(g != 0, 1 / torch.where(g != 0, g, 1), 0)
-        for name, w, side in self.pairs:
-            if w.grad is None:
-                continue
-            grad = _local(w.grad).float()
-            factor = norms.fold_factor(self._part(inverse[name], grad, side), grad, side)
-            self.sgd[self._key(name, w)].add_(grad * factor, alpha=self.group_of[id(w)]["lr"])
+        if not self.batches:  # (no input-role site)
+            self.steps += 1
+            return
+        g = torch.cat(self.site_gammas()).float()
+        inverse = torch.where(g != 0, 1 / torch.where(g != 0, g, 1), 0)
+        for group, ws, keys, index, shape in self.batches:
+            factors = inverse[index].view(shape).unbind(0)  # each pair's 1 / gamma, shaped as fold_factor's
+            have = [i for i, w in enumerate(ws) if w.grad is not None]
+            if have:
+                torch._foreach_addcmul_([self.sgd[keys[i]] for i in have], [_local(ws[i].grad) for i in have],
+                                        [factors[i] for i in have], value=group["lr"])
         self.steps += 1
 
     def state(self):
@@ -173,25 +250,33 @@ class Mechanism:
     @torch.no_grad()
     def row(self, step):
         """The "mechanism" entry of the eval row at `step` (see the class docstring); the interval
-        stays open until take(step)."""
-        gammas = {name: _full(sv()).detach().double() for name, sv in self.model.scale_vectors()}
-        out = {}
-        for name, g in gammas.items():
-            low = g.abs().min().item()
-            out |= {f"{name}/g2_min": g.square().min().item(), f"{name}/g2_mean": g.square().mean().item(),
-                    f"{name}/spread": g.abs().max().item() / low if low > 0 else None}
-        for role in norms.ROLES:
-            g = [gammas[name] for name, sv in self.model.scale_vectors() if sv.role == role]
-            if g:
-                g = torch.cat(g)
-                out |= {f"gamma/{role}/rms": g.square().mean().sqrt().item(),
-                        f"gamma/{role}/drift": (g - 1).square().mean().sqrt().item()}
+        stays open until take(step). Every statistic is reduced on the device and read to the host
+        at once (one transfer per row: a read per scalar would wait on the device each time)."""
+        scales = list(self.model.scale_vectors())  # (name, scale), in all_gammas' order; the roles as they are now
+        gammas = {name: g.double() for (name, _), g in zip(scales, self.all_gammas())}
+        point = [s for g in gammas.values() for s in (g.square().min(), g.square().mean(), g.abs().min(), g.abs().max())]
+        roles = [role for role in norms.ROLES if any(sv.role == role for _, sv in scales)]
+        for role in roles:
+            g = torch.cat([gammas[name] for name, sv in scales if sv.role == role])
+            point += [g.square().mean().sqrt(), (g - 1).square().mean().sqrt()]
+        reads = [torch.stack(point)] if point else []
         if step > self.since:
-            out |= {"since": self.since, **self.interval(gammas)}
+            reads.append(self._interval_norms(gammas))
+        values = iter(torch.cat(reads).tolist() if reads else [])
+        out = {}
+        for name in gammas:
+            g2_min, g2_mean, low, high = islice(values, 4)
+            out |= {f"{name}/g2_min": g2_min, f"{name}/g2_mean": g2_mean, f"{name}/spread": high / low if low > 0 else None}
+        for role in roles:
+            rms, drift = islice(values, 2)
+            out |= {f"gamma/{role}/rms": rms, f"gamma/{role}/drift": drift}
+        if step > self.since:
+            out |= {"since": self.since, **self._interval_keys(list(values))}
         return out
 
-    def interval(self, gammas):
-        """The interval keys: every squared sum first (one all-reduce under FSDP2), then the ratios."""
+    def _interval_norms(self, gammas):
+        """The interval's norms, a float64 vector on the device (the square roots of every squared sum,
+        summed over the ranks under FSDP2: one all-reduce); _interval_keys reads them."""
         # per site [||dW~||^2, ||W~_s||^2, ||dW||^2, ||W_s||^2, ||gamma_s dW||^2, ||dgamma W_s||^2, ||sum eta G~||^2];
         # per group [||dtheta||^2, ||theta_s||^2]
         per_site = {name: torch.zeros(SITE_SUMS, dtype=torch.float64, device=self.device) for name, *_ in self.relation}
@@ -212,7 +297,11 @@ class Mechanism:
         flat = torch.cat(sums) if sums else torch.zeros(0, dtype=torch.float64, device=self.device)
         if self.sharded:
             torch.distributed.all_reduce(flat)
-        values, out = flat.sqrt().tolist(), {}
+        return flat.sqrt()
+
+    def _interval_keys(self, values):
+        """The interval keys from _interval_norms' values (a list of floats): the ratios."""
+        out = {}
         for i, (name, _, _, _) in enumerate(self.relation):
             d_folded, folded, d_plain, plain, by_matrix, by_scale, scale_free = values[SITE_SUMS * i: SITE_SUMS * (i + 1)]
             a, b = _ratio(d_folded, folded), _ratio(d_plain, plain)

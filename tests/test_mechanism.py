@@ -1,16 +1,20 @@
 """The mechanism statistics (mechanism.Mechanism): each key against its formula on a step taken by hand,
 the folding relation they read, training unchanged by them, every site in the row, and resume."""
 
+import collections
 import copy
 import math
+import os
 import shutil
 from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from configurator import DEFAULTS, UserError, load_config
-from model import GPT, GPTConfig
+from conftest import ROOT
+from model import GPT, GPTConfig, model_config
 from mechanism import Mechanism
 from optim import build_optimizers
 from research.ablation import config_hash
@@ -338,3 +342,123 @@ def test_a_frozen_gamma_reads_as_its_square_in_gain_and_as_one_in_move_ratio(gam
     assert row[f"{SITE}/move_ratio"] == pytest.approx(1.0, rel=1e-5)
     assert row[f"{SITE}/step_scale"] == 0.0
     assert row[f"{SITE}/step_matrix"] == pytest.approx(row[f"{SITE}/move_folded"], rel=1e-6)
+
+
+# --- what the statistics cost: ops per step, host reads per row ---
+
+class DispatchCount(TorchDispatchMode):
+    """Counts the ATen ops dispatched while it is on, by op (on any device, meta included: each is one
+    kernel launch on a GPU, or the dispatch of one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def unified_124m(*overrides):
+    """(model, optimizers) of configs/unified_124m.py with overrides, on the CPU."""
+    cfg, _ = load_config([os.path.join(ROOT, "configs", "unified_124m.py"), "--vocab_size=50257", *overrides])
+    cfg = SimpleNamespace(**cfg)
+    model = GPT(model_config(cfg), seed=0)
+    return model, build_optimizers(model, cfg, "cpu")[0]
+
+
+def record_step_ops(n_layer):
+    """The ATen ops of one record_step on the 124M unified model at n_layer, on the meta device (shapes
+    only, no memory), every parameter with a gradient; and the model's parameter count."""
+    with torch.device("meta"):
+        model, optimizers = unified_124m(f"--n_layer={n_layer}")
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+    mech = Mechanism(model, optimizers, step=0)
+    with DispatchCount() as count:
+        mech.record_step()
+    return sum(count.ops.values()), model.num_params()
+
+
+def test_record_step_dispatches_under_60_ops_at_124m_and_as_many_at_2_layers():
+    """record_step runs every step: its ATen ops at 124M (12 layers x 768, the unified variant: 72 input-role
+    sites, 72 matrices) stay under 60 and do not grow with depth (the same count at 2 layers). The loop over
+    every site and matrix this replaced dispatched 1,104 at 124M and 184 at 2 layers (counted the same way)."""
+    ops_12, params = record_step_ops(12)
+    ops_2, _ = record_step_ops(2)
+    assert 120e6 < params < 130e6
+    assert ops_12 < 60
+    assert ops_12 == ops_2
+
+
+def test_record_step_sums_lr_times_the_gradient_over_gamma_per_matrix_at_its_groups_lr():
+    """Two steps of random gradients, gammas and LRs, read by record_step, against the sum computed here
+    matrix by matrix from the formula: sum_t lr_t dL/dW / gamma_t, gamma along W's columns or rows as its
+    site folds (DP's outer attention scales fold into rows, the pre-norm scales into columns), at the LR
+    of the matrix's own optimizer group (every group a different LR: the untied head's is not the
+    matrices'); a channel whose gamma is 0 adds exactly nothing, and a matrix without a gradient at the
+    first step adds the second step only."""
+    model = GPT(GPTConfig(**{**BASELINE, "attn_placement": "dual"}, **{**TINY, "n_layer": 2}, tie_embeddings=False), seed=0)
+    optimizers, _ = build_optimizers(model, opt_cfg(), "cpu")
+    mech = Mechanism(model, optimizers, step=0)
+    names = {id(p): n for n, p in model.named_parameters()}
+    sites = {id(sv): n for n, sv in model.scale_vectors()}
+    pairs = [(sites[id(sv)], sv, w, side) for sv, cols, rows in model.folds() if sv.role == "input"
+             for w, side in [(w, "columns") for w in cols] + [(w, "rows") for w in rows]]
+    zeroed = [next(p for p in pairs if p[3] == side) for side in ("columns", "rows")]  # gamma_0 = 0 at these sites
+    dropped = model.blocks[1].attn.k.weight
+    expected = {f"{site}|{names[id(w)]}": torch.zeros(w.shape, dtype=torch.float64) for site, _, w, _ in pairs}
+    gen = torch.Generator().manual_seed(0)
+    for t in range(2):
+        far_from_one(model, seed=t)
+        for _, sv, _, _ in zeroed:
+            sv.set_(torch.cat([torch.zeros(1), sv().detach()[1:]]))
+        for k, group in enumerate(g for opt in optimizers for g in opt.param_groups):
+            group["lr"] = 1e-2 * (k + 1) * (t + 1)
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=gen)
+        if t == 0:
+            dropped.grad = None
+        mech.record_step()
+        lr = {id(p): g["lr"] for opt in optimizers for g in opt.param_groups for p in g["params"]}
+        for site, sv, w, side in pairs:
+            if w.grad is not None:
+                g = sv().detach().double()
+                inverse = torch.where(g == 0, 0.0, 1 / g)
+                expected[f"{site}|{names[id(w)]}"] += lr[id(w)] * w.grad.double() * (inverse[None, :] if side == "columns"
+                                                                                      else inverse[:, None])
+    assert mech.sgd.keys() == expected.keys() and mech.steps == 2
+    for key, want in expected.items():
+        torch.testing.assert_close(mech.sgd[key].double(), want, rtol=1e-5, atol=1e-7, msg=key)
+    for site, _, w, side in zeroed:
+        total = mech.sgd[f"{site}|{names[id(w)]}"]
+        assert not total[:, 0].any() if side == "columns" else not total[0].any()
+        assert (total[:, 1] if side == "columns" else total[1]).all()
+    assert len({lr[id(w)] for _, _, w, _ in pairs}) > 1  # (the pairs span groups of different LRs)
+
+
+def test_a_row_reads_the_device_once(monkeypatch):
+    """The 12-layer unified model (at width 32, 85 scale vectors): row() reads its values to the
+    host in one transfer, with an interval and without: no scalar read (.item(), float() or bool() of a
+    tensor: each an aten._local_scalar_dense, counted under a dispatch mode) and one Tensor.tolist (counted
+    by a wrapper). The reads this replaced: one .item() per statistic, 4 per scale and 2 per role (344
+    here), plus one tolist."""
+    model, optimizers = unified_124m("--n_embd=32", "--n_head=2")
+    mech = Mechanism(model, optimizers, step=0)
+    gen = torch.Generator().manual_seed(0)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=gen)
+    mech.record_step()
+    for opt in optimizers:
+        opt.step()
+    tolist, lists = torch.Tensor.tolist, []
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: lists.append(t.numel()) or tolist(t))
+    rows = []
+    for step in (0, 1):  # without an interval (it starts at 0), then with one
+        with DispatchCount() as count:
+            rows.append(mech.row(step))
+        assert count.ops[torch.ops.aten._local_scalar_dense.default] == 0
+    assert len(lists) == 2
+    assert len(list(model.scale_vectors())) == 85
+    assert len(rows[0]) == 3 * 85 + 2 * 2 < len(rows[1])  # 3 keys per scale, 2 per role; the interval's keys
+    assert rows[1]["since"] == 0 and rows[1]["blocks.0.attn.q.in_scale/move_folded"] > 0
