@@ -15,6 +15,7 @@ with branch-specific scales (HG) the pre-norm is bare and q, k, v (gate, up)
 each carry their own gamma on their linear map's input.
 """
 
+import functools
 import math
 import warnings
 import zlib
@@ -260,6 +261,46 @@ def apply_rope(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+@torch.library.custom_op("scalevec::rope_qkv", mutates_args=())
+def rope_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on q (B, T, nh, hd) and k (B, T, n_kv, hd), and v, in one new buffer (B, T, nh + 2 n_kv, hd).
+
+    Why an op: SDPA's backward keeps its inputs. With the rotation as plain ops, v is a view of the
+    q|k|v matmul output, which then stays alive whole beside the roped q and k (under torch.compile
+    too): (n_head + n_kv_head) head_dim more values per token and layer (2 n_embd without GQA). This
+    op's backward needs only cos and sin (the rotation's transpose is the rotation by -angle), so SDPA
+    keeps this buffer and nothing more. On CUDA its body is compiled once (one pass); elsewhere it runs
+    as written. cos, sin: (T, hd / 2) in q's dtype (GPT.forward casts them once per step)."""
+    return (_compiled_rope_qkv() if q.is_cuda else _rope_qkv)(q, k, v, cos, sin)
+
+
+def _rope_qkv(q, k, v, cos, sin):
+    return torch.cat([apply_rope(q, cos, sin), apply_rope(k, cos, sin), v], dim=2)
+
+
+_compiled_rope_qkv = functools.cache(lambda: torch.compile(_rope_qkv, dynamic=True))
+
+
+@rope_qkv.register_fake
+def _(q, k, v, cos, sin):
+    return q.new_empty(*q.shape[:2], q.size(2) + k.size(2) + v.size(2), q.size(3))
+
+
+def _rope_qkv_save(ctx, inputs, output):
+    q, k, v, cos, sin = inputs
+    ctx.heads = (q.size(2), k.size(2), v.size(2))
+    ctx.save_for_backward(cos, sin)
+
+
+def _rope_qkv_backward(ctx, grad):
+    cos, sin = ctx.saved_tensors
+    dq, dk, dv = grad.split(ctx.heads, dim=2)
+    return apply_rope(dq, cos, -sin), apply_rope(dk, cos, -sin), dv, None, None
+
+
+rope_qkv.register_autograd(_rope_qkv_backward, setup_context=_rope_qkv_save)
+
+
 class Attention(nn.Module):
     """Causal self-attention on the normalized input x_hat, with its scale vectors.
 
@@ -312,7 +353,7 @@ class Attention(nn.Module):
         k, v = k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)  # (B, T, n_kv, hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = rope_qkv(q, k, v, cos, sin).split([self.n_head, self.n_kv_head, self.n_kv_head], dim=2)
         y = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
             dropout_p=self.dropout if self.training else 0.0,
@@ -595,7 +636,8 @@ class GPT(nn.Module):
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
         x = self.drop(self.wte(idx))  # (B, T, C)
-        cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        dtype = torch.get_autocast_dtype(idx.device.type) if torch.is_autocast_enabled(idx.device.type) else x.dtype
+        cos, sin = self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype)  # cast once per step, not per layer
         moe_aux = []
         for block in self.blocks:
             x, block_aux = block(x, cos, sin)

@@ -166,3 +166,21 @@ def test_generate_extends_the_sequence_within_vocab():
     model = GPT(config(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=65))
     out = model.generate(torch.zeros(1, 3, dtype=torch.long), 12, top_k=5)
     assert out.shape == (1, 15) and int(out.max()) < 65
+
+
+@pytest.mark.parametrize("n_head, n_kv_head", [(4, 4), (4, 2)], ids=["mha", "gqa"])
+def test_rope_qkv_is_the_rotation_with_its_transpose_as_backward(n_head, n_kv_head):
+    """model.rope_qkv against apply_rope and a concatenation (the same values), its hand-written
+    backward against finite differences (gradcheck, float64), and torch.library's own checks (schema,
+    autograd registration, fake tensors, AOT dispatch: what torch.compile uses)."""
+    from model import apply_rope, rope_qkv, rope_tables
+    gen = torch.Generator().manual_seed(0)
+    T, hd = 6, 8
+    q = torch.randn(2, T, n_head, hd, dtype=torch.float64, generator=gen, requires_grad=True)
+    k, v = (torch.randn(2, T, n_kv_head, hd, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(2))
+    cos, sin = (t.double() for t in rope_tables(T, hd, 10000.0))
+    out = rope_qkv(q, k, v, cos, sin)
+    assert torch.equal(out, torch.cat([apply_rope(q, cos, sin), apply_rope(k, cos, sin), v], dim=2))
+    assert torch.autograd.gradcheck(lambda q, k, v: rope_qkv(q, k, v, cos, sin), (q, k, v))
+    result = torch.library.opcheck(rope_qkv, (q, k, v, cos, sin))
+    assert set(result.values()) == {"SUCCESS"}, result
