@@ -60,6 +60,10 @@ COMMANDS = {
     "bench": ("tools.bench", ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2",
                               "--vocab_size=40", "--variants=baseline", "--steps=1", "--warmup=1", "--memory=False"],
               {"--steps": "int", "--warmup": "int"}),
+    "step_profile": ("tools.step_profile", ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
+                                            "--batch_size=2", "--vocab_size=40", "--variants=baseline", "--steps=1",
+                                            "--warmup=1", "--profile_steps=1", "--device=cpu"],
+                     {"--steps": "int", "--warmup": "int", "--profile_steps": "int", "--json": "out_file"}),
     "gpu_check": ("tools.gpu_check", ["--out={new}", "--device=cpu", "--budget_s=-1"],
                   {"--out": "out_folder", "--work": "out_folder"}),
     "toy": ("tools.toy_preconditioner", ["--steps=20", "--out={new}/toy.png"],
@@ -194,6 +198,6 @@ def test_the_table_names_every_command_a_user_runs():
     libraries = {"research.slurm", "research.records", "research.regime", "research.comparisons", "research.tables",
                  "research.trends", "research.multipliers", "research.summary", "research.figures",
                  "research.mechanism_figures", "research.mechanism_question", "research.run_figures",
-                 "research.headlines", "research.power"}
+                 "research.headlines", "research.power", "tools.gpu_report"}
     missing = found - commands - libraries
     assert not missing, f"commands without a fuzz row: {sorted(missing)}"
