@@ -190,8 +190,15 @@ def fmt_duration(seconds):
 # torchrun's processes: DDP and FSDP2; a stop signal every rank agrees on; compile errors
 
 
+# The ranks' group for agree: gloo, on the CPU, beside the group that carries the tensors (NCCL on
+# CUDA, gloo on CPU), so a check neither waits for the GPU nor makes it wait, and on CPU it does not
+# queue behind DDP's gradient all-reduces. setup_distributed makes it.
+_host_group = None
+
+
 def setup_distributed(cfg, device_name):
-    """(rank, local_rank, world_size) from torchrun's environment; init the process group.
+    """(rank, local_rank, world_size) from torchrun's environment; init the process group, and the
+    gloo group agree's checks run on.
 
     NCCL on CUDA, gloo on CPU, whenever torchrun launched us (WORLD_SIZE set),
     even as one process: `--nproc_per_node=1` runs the DDP path of 8 (as in
@@ -218,7 +225,10 @@ def setup_distributed(cfg, device_name):
         backend = "nccl" if device_name.startswith("cuda") else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
-        torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.ddp_timeout_s))
+        timeout = datetime.timedelta(seconds=cfg.ddp_timeout_s)
+        torch.distributed.init_process_group(backend, timeout=timeout)
+        global _host_group
+        _host_group = torch.distributed.new_group(backend="gloo", timeout=timeout)  # every rank, in the same order
     return rank, local_rank, world
 
 
@@ -280,21 +290,29 @@ class StopSignals:
         self.previous = {}
 
 
-def stop_signal(signals, run):
-    """The signal ("SIGTERM", "SIGINT") that asks this run to stop, received by any rank, or None.
+def agree(run, signals, *flags):
+    """(the signal ("SIGTERM", "SIGINT") that asks this run to stop, received by any rank, or None;
+    then each of `flags` (bools) as True when it is True on any rank).
 
-    Called by every rank at the same point (of every iteration, eval batch, FSDP2 sample token):
-    under DDP or FSDP2 (world > 1) the ranks all-reduce the largest signal number, so all stop at
-    the same point.
+    Called by every rank at the same point (train.py: once per iteration, with "a progress line
+    is due"; an eval batch, an FSDP2 sample token: stop_signal): under DDP or FSDP2 (world > 1) the
+    ranks all-reduce the largest of each on the host (_host_group), so all decide alike; in one
+    process nothing is reduced and nothing waits.
     """
-    import torch
-
-    number = signal.Signals[signals.received].value if signals.received else 0
+    values = [signal.Signals[signals.received].value if signals.received else 0, *map(int, flags)]
     if run.ddp and run.world > 1:
-        t = torch.tensor(number, device=run.device)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        number = int(t.item())
-    return signal.Signals(number).name if number else None
+        import torch
+
+        t = torch.tensor(values)  # on the CPU: reading it back waits for the other ranks, never for a device
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX, group=_host_group)
+        values = t.tolist()
+    return (signal.Signals(values[0]).name if values[0] else None, *map(bool, values[1:]))
+
+
+def stop_signal(signals, run):
+    """The signal ("SIGTERM", "SIGINT") that asks this run to stop, received by any rank, or None
+    (agree, with no flags): every rank calls it at the same point, and all stop there."""
+    return agree(run, signals)[0]
 
 
 @contextmanager
