@@ -1,7 +1,8 @@
 """What a run checks and says, apart from the training itself: the config check against the
 registries (check_config, inert_keys, the notes at start), what it prints at its start (describe:
-the groups, the size, the FLOPs and time it needs), its log rows and W&B tracker, its progress
-lines and warnings as it goes, the diverged message and its end-of-run sample.
+the groups, the size, the FLOPs and time it needs), its log rows (the train rows read from the
+device in batches: TrainRows) and W&B tracker, its progress lines and warnings as it goes, the
+diverged message and its end-of-run sample.
 
 The choices of a switch live with the code that implements them (model.CHOICES: scale classes,
 placements; optim.CHOICES: optimizers, schedules, decay recipes), and so do the rules that say
@@ -10,6 +11,7 @@ them together for train.py, research/sweep.py and `--help`. How a run starts is 
 process utilities every command shares are common.py's.
 """
 
+import math
 import os
 import time
 from types import SimpleNamespace
@@ -261,8 +263,8 @@ def diverged(run, which, value, it, first_step):
 
 class Progress:
     """Progress lines (loss, LR, tokens/s, ms/iter, MFU on known GPUs, ETA) every log_interval
-    iterations and at least every PROGRESS_EVERY_S seconds; one warning when a CPU run would
-    take over an hour."""
+    iterations and at least every PROGRESS_EVERY_S seconds (the loop then flushes TrainRows: overdue);
+    one warning when a CPU run would take over an hour."""
 
     def __init__(self, run, raw_model, start_iter):
         self.run, self.start_iter = run, start_iter
@@ -276,9 +278,16 @@ class Progress:
     def restart_window(self):
         self.t_window, self.iters = time.perf_counter(), 0
 
-    def step(self, row, aux):
-        cfg, done = self.run.cfg, row["iter"]
-        self.iters += 1
+    def overdue(self):
+        """Whether PROGRESS_EVERY_S have passed since the last line."""
+        return time.perf_counter() - self.t_line >= PROGRESS_EVERY_S
+
+    def step(self, rows, max_load=None):
+        """Count the iterations of `rows` (train rows just written, in order) and print the line of the
+        last one when it is due. max_load: the MoE line's largest expert load in the last batch."""
+        cfg, row = self.run.cfg, rows[-1]
+        done = row["iter"]
+        self.iters += len(rows)
         now = time.perf_counter()
         if not (done % cfg.log_interval == 0 or done == cfg.max_iters or now - self.t_line >= PROGRESS_EVERY_S):
             return
@@ -287,8 +296,7 @@ class Progress:
         ms = 1000 * dt / self.iters
         eta = (cfg.max_iters - done) * dt / self.iters  # training steps only, evals add to it
         mfu = f" | MFU {100 * self.flops_per_token * tok_s / (self.peak * self.run.world):.1f}%" if self.peak else ""
-        moe = f" | lb {row['lb_loss']:.3f} | max load (last batch) " \
-            f"{aux['expert_load'].max().item() * cfg.n_experts:.2f}" if "lb_loss" in row else ""
+        moe = f" | lb {row['lb_loss']:.3f} | max load (last batch) {max_load:.2f}" if "lb_loss" in row else ""
         self.run.log(f"iter {done}/{cfg.max_iters} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | "
                      f"{fmt_rate(tok_s)} tok/s | {ms:.0f} ms/iter{mfu}{moe} | ETA {fmt_duration(eta)}")
         if self.run.device.type == "cpu" and eta > 3600 and not self.warned_slow:
@@ -301,6 +309,53 @@ class Progress:
                          f"take about {fmt_duration(eta)} on this CPU: {why}")
         self.t_line = now
         self.restart_window()
+
+
+class TrainRows:
+    """log.jsonl's train rows, written in batches so that training never waits for a loss: each
+    iteration's losses stay on the device (add) until flush reads every pending one in a single host
+    transfer, after one all-reduce under DDP (every rank reads the same means), checks them, writes
+    the rows in order (the same rows, whenever they are flushed) and gives Progress its line.
+
+    train.py flushes every log_interval iterations, when a progress line is overdue, and before
+    anything that writes a checkpoint (an eval, a stop): a resume drops the rows past its checkpoint,
+    so the rows up to it must be in the log first. Every rank flushes at the same iterations."""
+
+    def __init__(self, run, progress):
+        self.run, self.progress = run, progress
+        self.pending = []  # [(a row without its losses, [cross-entropy, lb_loss, z_loss] x my micro-steps)]
+        self.load = None  # the last batch's expert load (MoE), for the progress line
+        self.loss = float("nan")  # the last row written's
+
+    def add(self, row, losses, aux):
+        """Hold iteration row["iter"]'s row until the flush; losses: 0-d float tensors on the device, three
+        per micro-step of this rank (cross-entropy, lb_loss, z_loss); aux: the last micro-step's."""
+        self.pending.append((row, losses))
+        self.load = aux.get("expert_load")
+
+    def flush(self):
+        """Write the pending rows. Raises FloatingPointError (ops.diverged) at the first non-finite loss,
+        naming its iteration; the rows before it are written, and no checkpoint came after it."""
+        run, pending = self.run, self.pending
+        if not pending:
+            return
+        self.pending = []
+        means = torch.stack([t for _, losses in pending for t in losses]).view(len(pending), -1, 3).mean(1)
+        if run.ddp:  # one collective per flush: the mean over ranks, as the micro-steps' over each rank's
+            torch.distributed.all_reduce(means)
+            means = means / run.world
+        flat = means.flatten()
+        if self.load is not None:  # (the progress line's max load, in the same transfer)
+            flat = torch.cat([flat, self.load.max().float().view(1) * run.cfg.n_experts])
+        values = flat.tolist()  # the one host transfer
+        for i, (row, _) in enumerate(pending):
+            loss, lb_loss, z_loss = values[3 * i:3 * i + 3]
+            if not math.isfinite(loss):
+                raise FloatingPointError(diverged(run, "train", loss, row["iter"], first_step=row["iter"] == 1))
+            row.update(loss=loss, **({"lb_loss": lb_loss, "z_loss": z_loss} if run.n_moe else {}))
+            write_log(run, row)
+        self.loss = loss
+        self.progress.step([row for row, _ in pending], values[-1] if self.load is not None else None)
 
 
 def end_of_run_sample(model, run, signals=None):
@@ -319,6 +374,7 @@ def end_of_run_sample(model, run, signals=None):
         except UserError:  # a vocabulary without "\n": start from token 0
             prompt = [0]
         out = torch.tensor([prompt], dtype=torch.long, device=run.device)
+        torch.manual_seed(cfg.seed)  # the same sample however the run was stopped and resumed (and on every FSDP2 rank)
         model.eval()
         cut = ""
         for _ in range(cfg.sample_tokens):  # a token at a time: a signal is honoured at the next one

@@ -430,3 +430,18 @@ def set_lr(optimizers, multiplier):
     for opt in optimizers:
         for group in opt.param_groups:
             group["lr"] = group["initial_lr"] * multiplier
+
+
+def optimizer_step(model, optimizers, grad_clip, mechanism=None):
+    """One optimizer step on the gradients accumulated in model: clip their global norm to grad_clip
+    (0: off), let the mechanism statistics read them (mechanism.Mechanism.record_step: the step a
+    scale-free model would take; None: off), step every optimizer (each its own groups:
+    build_optimizers) and drop the gradients. train.py's loop and tools/bench.py's step both call it,
+    so the bench times the step the loop takes."""
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if mechanism is not None:
+        mechanism.record_step()
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad(set_to_none=True)

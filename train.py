@@ -19,13 +19,14 @@ calls follow it. What a run checks and says (the description and warnings at sta
 progress lines, log rows and W&B, the end-of-run sample) lives in ops.py, its processes
 and signals in common.py, its mechanism statistics in mechanism.py. Outputs in out_dir: ckpt.pt
 (written atomically at every eval and at the end; under FSDP2 the sharded
-ckpt.dcp/) and log.jsonl (see checkpoint.py).
+ckpt.dcp/) and log.jsonl (see checkpoint.py; the train rows are read from the
+device and written every log_interval iterations, and before every checkpoint).
 
 One process owns an out_dir while it trains (out_dir/.lock): a second train.py
 on it stops at once with an error naming the owner's pid. SIGTERM (a cluster's
-warning before SIGKILL) or SIGINT (Ctrl-C) stops before the next micro-step (a
-step cut inside its gradient accumulation is abandoned: the weights change only
-at the optimizer's step) or after the current batch of an evaluation (which the
+warning before SIGKILL) or SIGINT (Ctrl-C) stops before the next step (the ranks
+check once per iteration, so the step under way finishes, every micro-step of
+its gradient accumulation) or after the current batch of an evaluation (which the
 resume then runs again), saves the last whole iteration and exits with 128 + the signal's number (143, 130; what a shell
 reports for a process that signal killed) and a line saying how to continue:
 `--init_from=resume`, or `--init_from=auto` (resume if out_dir holds a
@@ -52,12 +53,12 @@ import numpy as np
 import torch
 
 from checkpoint import save_run_checkpoint
-from common import StopSignals, cli, compile_errors, numerics_env, shard, stop_signal
+from common import StopSignals, agree, cli, compile_errors, numerics_env, shard, stop_signal
 from configurator import UserError, load_config, usage
 from mechanism import start_mechanism
 from model import GPT
-from ops import STOP_NOTE, Progress, choices, describe, diverged, end_of_run_sample, write_log
-from optim import build_optimizers, lr_multiplier, set_lr
+from ops import STOP_NOTE, Progress, TrainRows, choices, describe, diverged, end_of_run_sample, write_log
+from optim import build_optimizers, lr_multiplier, optimizer_step, set_lr
 from start import begin, setup
 
 
@@ -90,11 +91,12 @@ def train(cfg, given=frozenset()):
         mechanism = start_mechanism(run, raw_model, optimizers, start)  # mechanism.Mechanism, or None: off
 
         # --- the loop: iteration `it` evaluates and saves when one is due (the final eval at max_iters too),
-        # then trains one step, stopping before any micro-step once a SIGTERM/SIGINT came (every rank agrees)
+        # then trains one step; it reads the device only in rows.flush (the losses wait there until then)
         my_micro_steps = range(run.rank, cfg.gradient_accumulation_steps, run.world)  # j % world == rank
         zero = torch.zeros((), device=device)
         progress = Progress(run, raw_model, start_iter)
-        loss_val, stopped = float("nan"), None
+        rows = TrainRows(run, progress)  # log.jsonl's train rows, read from the device every log_interval
+        batch, stopped = None, None  # batch: the next micro-batch, read ahead
         with StopSignals(STOP_NOTE if run.master else "") as signals, compile_errors(cfg.compile):
             for it in range(start_iter, cfg.max_iters + 1):
                 last = it == cfg.max_iters
@@ -103,40 +105,41 @@ def train(cfg, given=frozenset()):
                 else:
                     due = last or (cfg.eval_interval > 0 and it % cfg.eval_interval == 0)
                 if due:  # (None: a SIGTERM/SIGINT stopped the evaluation; it is left for the resume)
+                    rows.flush()  # the rows up to `it` go before its checkpoint (a resume drops the later ones)
                     val_loss = eval_and_save(run, raw_model, fwd, optimizers, it, tokens, it > start_iter, signals,
                                              mechanism)
                     progress.restart_window()  # eval time is not training time
                 if last and val_loss is not None:
                     break
+                # once per iteration, on the host, every rank alike: a SIGTERM/SIGINT, a progress line overdue
+                stopped, overdue = agree(run, signals, progress.overdue())
+                if stopped:  # (saves iteration it, the last whole one)
+                    rows.flush()
+                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss, mechanism)
+                    break
                 set_lr(optimizers, lr_multiplier(it, cfg))
-                torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)  # dropout masks: same on resume
-                sums = torch.zeros(3, device=device)  # cross-entropy, lb_loss, z_loss over my micro-steps
+                if cfg.dropout > 0:  # the same masks on resume; dropout is all a step draws at random (seeding costs host time)
+                    torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)
+                losses = []  # cross-entropy, lb_loss, z_loss of each of my micro-steps, on the device
                 for n, j in enumerate(my_micro_steps):
-                    # a stop signal on any rank, even mid-accumulation, abandons the step: weights change at opt.step
-                    if stopped := stop_signal(signals, run):
-                        break
-                    x, y = get_batch(run.data, "train", it, j, cfg, device)
+                    x, y = batch or get_batch(run.data, "train", it, j, cfg, device)
+                    # the next micro-batch (this step's, else the next step's first) is read while the device runs this one
+                    at = (it, my_micro_steps[n + 1]) if n + 1 < len(my_micro_steps) else (it + 1, my_micro_steps[0])
+                    batch = get_batch(run.data, "train", *at, cfg, device) if at[0] < cfg.max_iters else None
                     sync = model is fwd or n == len(my_micro_steps) - 1  # a DDP wrapper all-reduces on the last
                     with nullcontext() if sync else model.no_sync(), run.autocast:
                         _, loss, aux = model(x, y)
                         objective = loss + raw_model.aux_objective(aux)
                     (objective / len(my_micro_steps)).backward()
-                    sums += torch.stack([loss.detach().float(), aux.get("lb_loss", zero).detach(),
-                                         aux.get("z_loss", zero).detach()])
-                if stopped:  # (saves iteration it, the last whole one; its partial gradients are not kept)
-                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss, mechanism)
-                    break
-                optimizer_step(raw_model, optimizers, cfg, mechanism)
-                loss_val, lb_loss, z_loss = all_reduce_mean(sums / len(my_micro_steps), run).tolist()
+                    losses += [t.detach().float() for t in (loss, aux.get("lb_loss", zero), aux.get("z_loss", zero))]
+                optimizer_step(raw_model, optimizers, cfg.grad_clip, mechanism)  # clip, step, zero: optim.optimizer_step
                 tokens += run.tokens_per_iter
-                if not math.isfinite(loss_val):
-                    raise FloatingPointError(diverged(run, "train", loss_val, it + 1, first_step=it == start_iter == 0))
-                row = {"kind": "train", "iter": it + 1, "tokens": tokens, "lr": optimizers[0].param_groups[0]["lr"],
-                       "loss": loss_val, **({"lb_loss": lb_loss, "z_loss": z_loss} if run.n_moe else {})}
-                write_log(run, row)
-                progress.step(row, aux)
+                rows.add({"kind": "train", "iter": it + 1, "tokens": tokens, "lr": optimizers[0].param_groups[0]["lr"]},
+                         losses, aux)
+                if (it + 1) % cfg.log_interval == 0 or overdue:
+                    rows.flush()
             # --- finish: the sample and the final line (a stopped run said how to continue)
-            return finish(run, raw_model, start, val_loss, loss_val, progress, stopped, signals)
+            return finish(run, raw_model, start, val_loss, rows.loss, progress, stopped, signals)
 
 
 # -----------------------------------------------------------------------------
@@ -166,26 +169,6 @@ def get_batch(data, split, index, micro_step, cfg, device):
     if device.type == "cuda":
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
-
-
-def optimizer_step(raw_model, optimizers, cfg, mechanism):
-    """Clip the gradients (grad_clip > 0), let the mechanism statistics read them (the step a
-    scale-free model would take on them: mechanism.Mechanism.record_step), step every optimizer
-    (each its own groups: optim.build_optimizers) and drop the gradients."""
-    if cfg.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-    if mechanism is not None:
-        mechanism.record_step()
-    for opt in optimizers:
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-
-def all_reduce_mean(t, run):
-    """The mean of t over the DDP processes (t itself in a single process)."""
-    if run.ddp:
-        torch.distributed.all_reduce(t)
-    return t / run.world
 
 
 @torch.no_grad()

@@ -70,11 +70,12 @@ def test_a_torchrun_cut_short_leaves_no_rank_running(tmp_path):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """One 2-process run (accumulation 4 = 2 per rank) and one 1-process run (accumulation 4)."""
+    """One 2-process run (accumulation 4 = 2 per rank) and one 1-process run (accumulation 4); the
+    train rows flushed at 2 and 4 (the evals) and 3 (log_interval), each flush one all-reduce."""
     tmp = tmp_path_factory.mktemp("ddp")
     ds = make_dataset(tmp / "ds")
     common = [f"--max_iters={K}", f"--eval_interval={K // 2}", "--gradient_accumulation_steps=4",
-              "--optimizer=muon", "--n_layer=2"]
+              "--optimizer=muon", "--n_layer=2", "--log_interval=3"]
     out = {}
     for nproc in (2, 1):
         out[nproc] = tmp / f"n{nproc}"

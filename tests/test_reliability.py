@@ -157,7 +157,8 @@ def test_a_second_process_on_a_run_in_use_is_refused_at_once_and_writes_nothing(
 
 def signal_at(iteration, signals=(signal.SIGTERM,), micro_step=0):
     """A get_batch that sends this process the signals while reading iteration `iteration`'s batch of
-    micro-step `micro_step` (the first by default)."""
+    micro-step `micro_step` (the first by default). The loop reads a batch one micro-step ahead:
+    during the micro-step before (for micro-step 0, the previous iteration's last)."""
     real = train_mod.get_batch
 
     def get_batch(data, split, index, j, *rest):
@@ -173,9 +174,10 @@ def signal_at(iteration, signals=(signal.SIGTERM,), micro_step=0):
 @pytest.mark.parametrize("stop_in_step, saved_at, pending", [(4, 5, False), (3, 4, True)])
 def test_a_signal_stops_after_the_step_and_resume_is_the_uninterrupted_run(
         tmp_path, monkeypatch, capsys, stop_in_step, saved_at, pending):
-    """SIGTERM during step k's last micro-step (0-based): the step finishes and is saved, with no val
-    loss; an eval due at that iteration stops at its first batch (a preempted job's grace is not spent
-    evaluating) and is left pending, and the resume runs it first: the log ends as the uninterrupted run's."""
+    """SIGTERM during step k (0-based; as its last micro-batch is read): the step finishes and is saved,
+    with no val loss; an eval due at that iteration stops at its first batch (a preempted job's grace is
+    not spent evaluating) and is left pending, and the resume runs it first: the log ends as the
+    uninterrupted run's."""
     ds = make_dataset(tmp_path / "ds")
     common = ["--max_iters=8", "--eval_interval=4", "--gradient_accumulation_steps=2", "--dropout=0.1"]
     run(tiny_args(ds, tmp_path / "a", *common))
@@ -198,7 +200,7 @@ def test_a_signal_stops_after_the_step_and_resume_is_the_uninterrupted_run(
 
 def test_a_stop_checkpoint_resumed_at_its_own_iteration_gets_its_final_eval(tmp_path, monkeypatch, capsys):
     ds = make_dataset(tmp_path / "ds")
-    monkeypatch.setattr(train_mod, "get_batch", signal_at(4))
+    monkeypatch.setattr(train_mod, "get_batch", signal_at(5))  # (read during step 4, 0-based: saved at 5)
     run(tiny_args(ds, tmp_path / "o", "--max_iters=8", "--eval_interval=4"))
     monkeypatch.undo()
     result = run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=5"])
@@ -616,15 +618,15 @@ def test_weights_that_mean_nothing_are_one_line_in_sample_export_and_resume(tmp_
         assert after == before and not (out / "hf").exists(), case
 
 
-def test_a_signal_inside_an_accumulation_abandons_the_step_and_saves_the_last_whole_iteration(tmp_path, monkeypatch):
-    """A step of many micro-batches can outlast a cluster's grace period: a SIGTERM during its first
-    micro-step stops before the second, the weights (which change only at opt.step) are saved as
-    iteration k, and the resume redoes step k whole: the run ends as the uninterrupted one, bit for bit."""
+def test_a_signal_inside_an_accumulation_lets_the_step_finish_and_saves_it(tmp_path, monkeypatch):
+    """The ranks check for a stop once per iteration, before its first micro-step: a SIGTERM during
+    step 4's accumulation (0-based; its second micro-step) lets all 4 micro-steps and the optimizer
+    step run, iteration 5 is saved, and the resume ends as the uninterrupted run, bit for bit."""
     ds = make_dataset(tmp_path / "ds")
     common = ["--max_iters=6", "--eval_interval=3", "--gradient_accumulation_steps=4"]
     run(tiny_args(ds, tmp_path / "a", *common))
     seen = []
-    real = signal_at(4)
+    real = signal_at(4, micro_step=2)  # (read during micro-step 1)
 
     def counting(data, split, index, j, *rest):
         seen.append((split, index, j))
@@ -632,9 +634,10 @@ def test_a_signal_inside_an_accumulation_abandons_the_step_and_saves_the_last_wh
     monkeypatch.setattr(train_mod, "get_batch", counting)
     assert run(tiny_args(ds, tmp_path / "b", *common))["stopped"] == "SIGTERM"
     monkeypatch.undo()
-    assert [s for s in seen if s[:2] == ("train", 4)] == [("train", 4, 0)]  # micro-steps 1-3 never ran
-    assert torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)["iter"] == 4
-    assert [r["iter"] for r in read_log(tmp_path / "b") if r["kind"] == "train"] == [1, 2, 3, 4]
+    assert [s for s in seen if s[:2] == ("train", 4)] == [("train", 4, j) for j in range(4)]
+    assert [s for s in seen if s[:2] == ("train", 5)] == [("train", 5, 0)]  # read ahead; step 5 never ran
+    assert torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)["iter"] == 5
+    assert [r["iter"] for r in read_log(tmp_path / "b") if r["kind"] == "train"] == [1, 2, 3, 4, 5]
     run(["--init_from=resume", f"--out_dir={tmp_path / 'b'}"])
     assert read_log(tmp_path / "b") == read_log(tmp_path / "a")
     for name, tensor in final_weights(tmp_path / "a").items():

@@ -172,7 +172,7 @@ def test_resume_continues_exactly(tmp_path, monkeypatch, optimizer, extra):
     real_get_batch = train_mod.get_batch
 
     def crash_at_7(data, split, index, *rest):
-        if split == "train" and index == 6:
+        if split == "train" and index == 7:  # read one micro-step ahead: during iteration 7 (1-based)
             raise KeyboardInterrupt
         return real_get_batch(data, split, index, *rest)
 
