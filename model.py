@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from configurator import DEFAULTS, MODEL_KEYS, UserError, complete, not_one_of, value_problem
-from norms import (SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, dnp_fusable, dnp_swiglu, fold_all_,
+from norms import (SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, dnp_fusable, dnp_swiglu, fold_all_, fused_body,
                    make_scale, scale_class_problem)
 
 SCALES = ("vector", "none")  # "none": every learnable scale removed, the normalizations kept (claim C1)
@@ -262,16 +262,17 @@ def apply_rope(x, cos, sin):
 
 
 @torch.library.custom_op("scalevec::rope_qkv", mutates_args=())
-def rope_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rope_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+             fused: bool) -> torch.Tensor:
     """RoPE on q (B, T, nh, hd) and k (B, T, n_kv, hd), and v, in one new buffer (B, T, nh + 2 n_kv, hd).
 
     Why an op: SDPA's backward keeps its inputs. With the rotation as plain ops, v is a view of the
     q|k|v matmul output, which then stays alive whole beside the roped q and k (under torch.compile
     too): (n_head + n_kv_head) head_dim more values per token and layer (2 n_embd without GQA). This
     op's backward needs only cos and sin (the rotation's transpose is the rotation by -angle), so SDPA
-    keeps this buffer and nothing more. On CUDA its body is compiled once (one pass); elsewhere it runs
-    as written. cos, sin: (T, hd / 2) in q's dtype (GPT.forward casts them once per step)."""
-    return (_compiled_rope_qkv() if q.is_cuda else _rope_qkv)(q, k, v, cos, sin)
+    keeps this buffer and nothing more. cos, sin: (T, hd / 2) in q's dtype (GPT.forward casts them once
+    per step); fused: compile the body (norms.fused_body says when)."""
+    return (_compiled_rope_qkv() if fused else _rope_qkv)(q, k, v, cos, sin)
 
 
 def _rope_qkv(q, k, v, cos, sin):
@@ -282,12 +283,12 @@ _compiled_rope_qkv = functools.cache(lambda: torch.compile(_rope_qkv, dynamic=Tr
 
 
 @rope_qkv.register_fake
-def _(q, k, v, cos, sin):
+def _(q, k, v, cos, sin, fused):
     return q.new_empty(*q.shape[:2], q.size(2) + k.size(2) + v.size(2), q.size(3))
 
 
 def _rope_qkv_save(ctx, inputs, output):
-    q, k, v, cos, sin = inputs
+    q, k, v, cos, sin, _ = inputs
     ctx.heads = (q.size(2), k.size(2), v.size(2))
     ctx.save_for_backward(cos, sin)
 
@@ -295,7 +296,7 @@ def _rope_qkv_save(ctx, inputs, output):
 def _rope_qkv_backward(ctx, grad):
     cos, sin = ctx.saved_tensors
     dq, dk, dv = grad.split(ctx.heads, dim=2)
-    return apply_rope(dq, cos, -sin), apply_rope(dk, cos, -sin), dv, None, None
+    return apply_rope(dq, cos, -sin), apply_rope(dk, cos, -sin), dv, None, None, None
 
 
 rope_qkv.register_autograd(_rope_qkv_backward, setup_context=_rope_qkv_save)
@@ -353,7 +354,7 @@ class Attention(nn.Module):
         k, v = k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)  # (B, T, n_kv, hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = rope_qkv(q, k, v, cos, sin).split([self.n_head, self.n_kv_head, self.n_kv_head], dim=2)
+        q, k, v = rope_qkv(q, k, v, cos, sin, fused_body(q)).split([self.n_head, self.n_kv_head, self.n_kv_head], dim=2)
         y = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
             dropout_p=self.dropout if self.training else 0.0,

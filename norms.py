@@ -69,11 +69,9 @@ def rms_norm(x, weight, eps):
 class _RMSNormClosedForm(torch.autograd.Function):
     """y = x_hat * w with x_hat = x * rstd, rstd = (mean(x^2) + eps)^(-1/2), over the last dim.
 
-    Why: in torch 2.13 F.rms_norm on the CPU runs its backward through
-    autograd of a composite (pow, mean, rsqrt, two broadcasting muls), about
-    4x the time of F.layer_norm's fused kernel. The backward is the textbook
-    one (rms_norm_grad), which DNP's fused op (dnp_swiglu) shares.
-    """
+    Why: in torch 2.13 F.rms_norm on the CPU runs its backward through autograd of a composite (pow,
+    mean, rsqrt, two broadcasting muls), about 4x the time of F.layer_norm's fused kernel. The
+    backward is the textbook one (rms_norm_grad), which DNP's op (dnp_swiglu) shares."""
 
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -498,16 +496,14 @@ def dnp_swiglu(x, gate, up):
     scales = (gate.out_scale, up.out_scale)
     u = None if scales == (None, None) else torch.stack(
         [s().float() if s is not None else y.new_ones(y.size(-1), dtype=torch.float32) for s in scales])  # (2, d_ff)
-    return torch.ops.scalevec.dnp_swiglu(y, u, gate.eps)[0]
+    return torch.ops.scalevec.dnp_swiglu(y, u, gate.eps, fused_body(y))[0]
 
 
-def dnp_fusable(gate, up):
-    """Whether dnp_swiglu computes silu(gate(x)) * up(x): both branches normalize over the same d_ff."""
+def dnp_fusable(gate, up):  # whether dnp_swiglu computes silu(gate(x)) * up(x)
     return gate.out_norm and up.out_norm and gate.weight.size(0) == up.weight.size(0)
 
 
-def _wide(t):
-    """t in float32 when it is narrower (bf16), else t (float64 stays: gradcheck)."""
+def _wide(t):  # float32 for bf16; float64 stays (gradcheck)
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
@@ -519,24 +515,28 @@ def _dnp_swiglu_forward(y, u, eps):
     return (F.silu(a[..., 0, :]) * a[..., 1, :]).to(y.dtype), rstd
 
 
+def fused_body(x):
+    """Whether an op's body (dnp_swiglu's, model.rope_qkv's) runs compiled (one pass, not about ten): on
+    CUDA, and in a model being compiled (the compiler cannot fuse into an op it does not see into)."""
+    return x.is_cuda or torch.compiler.is_compiling()
+
+
 _compiled_forward = functools.cache(lambda: torch.compile(_dnp_swiglu_forward, dynamic=True))  # once, on first use
 
 
 @torch.library.custom_op("scalevec::dnp_swiglu", mutates_args=())
-def _dnp_swiglu_op(y: torch.Tensor, u: Optional[torch.Tensor], eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(h, rstd) of y (..., 2, d_ff), u (2, d_ff) or None (dnp_swiglu). On CUDA the body is compiled
-    once (fused: one pass over y instead of about ten); elsewhere it runs as written."""
-    return (_compiled_forward() if y.is_cuda else _dnp_swiglu_forward)(y, u, eps)
+def _dnp_swiglu_op(y: torch.Tensor, u: Optional[torch.Tensor], eps: float, fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(h, rstd) of y (..., 2, d_ff), u (2, d_ff) or None (dnp_swiglu); fused: compile the body (fused_body)."""
+    return (_compiled_forward() if fused else _dnp_swiglu_forward)(y, u, eps)
 
 
 @_dnp_swiglu_op.register_fake
-def _(y, u, eps):
+def _(y, u, eps, fused):
     return y.new_empty(*y.shape[:-2], y.size(-1)), y.new_empty(y.shape[:-1], dtype=_wide(y).dtype)
 
 
 def _dnp_swiglu_save(ctx, inputs, output):
-    y, u, ctx.eps = inputs
-    ctx.save_for_backward(y, u, output[1])  # all the backward needs: the matmul output, u, rstd
+    ctx.save_for_backward(inputs[0], inputs[1], output[1])  # all the backward needs: the matmul output y, u, rstd
 
 
 def dnp_swiglu_backward(ctx, dh, _):
@@ -551,7 +551,7 @@ def dnp_swiglu_backward(ctx, dh, _):
     da = torch.stack([dh * a_u * sig * (1 + a_g * (1 - sig)), dh * a_g * sig], dim=-2)
     du = None if u is None else (da * x_hat).flatten(0, -3).sum(0)
     dy = rms_norm_grad(da if u is None else da * u, x_hat, rstd[..., None])
-    return dy.to(y.dtype), du, None
+    return dy.to(y.dtype), du, None, None
 
 
 _dnp_swiglu_op.register_autograd(dnp_swiglu_backward, setup_context=_dnp_swiglu_save)

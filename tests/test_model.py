@@ -179,8 +179,8 @@ def test_rope_qkv_is_the_rotation_with_its_transpose_as_backward(n_head, n_kv_he
     q = torch.randn(2, T, n_head, hd, dtype=torch.float64, generator=gen, requires_grad=True)
     k, v = (torch.randn(2, T, n_kv_head, hd, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(2))
     cos, sin = (t.double() for t in rope_tables(T, hd, 10000.0))
-    out = rope_qkv(q, k, v, cos, sin)
+    out = rope_qkv(q, k, v, cos, sin, False)
     assert torch.equal(out, torch.cat([apply_rope(q, cos, sin), apply_rope(k, cos, sin), v], dim=2))
-    assert torch.autograd.gradcheck(lambda q, k, v: rope_qkv(q, k, v, cos, sin), (q, k, v))
-    result = torch.library.opcheck(rope_qkv, (q, k, v, cos, sin))
+    assert torch.autograd.gradcheck(lambda q, k, v: rope_qkv(q, k, v, cos, sin, False), (q, k, v))
+    result = torch.library.opcheck(rope_qkv, (q, k, v, cos, sin, False))
     assert set(result.values()) == {"SUCCESS"}, result
