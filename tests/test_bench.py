@@ -51,3 +51,27 @@ def test_gpt2_reference_has_nanogpts_parameter_count_and_a_per_flop_column(capsy
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()
             if line.split() and line.split()[0] in ("gpt2", "baseline")}
     assert rows["gpt2"][3] == "1.000" and rows["gpt2"][4] == "1.000" and float(rows["baseline"][4]) > 0
+
+
+@pytest.mark.parametrize("grad_clip, clipped", [(1.0, 1), (0.0, 0)])
+def test_the_bench_times_the_step_the_training_loop_takes(monkeypatch, grad_clip, clipped):
+    """train_step's optimizer step is optim.optimizer_step, the function train.py's loop calls: the
+    gradients clipped at grad_clip (0: not at all), every optimizer stepped, the gradients dropped."""
+    from types import SimpleNamespace
+
+    import torch
+
+    import optim
+    import train
+    assert bench.optimizer_step is optim.optimizer_step is train.optimizer_step
+    calls, real_clip = [], torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, norm: calls.append(norm) or real_clip(params, norm))
+    cfg = SimpleNamespace(**{**bench.load_config(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
+                                                  "--vocab_size=40", "--device=cpu"])[0]})
+    model, step_model, opts = bench.build(cfg, "unified")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    x = torch.randint(0, 40, (2, 16))
+    bench.train_step(model, step_model, opts, x, x, bench.nullcontext(), grad_clip)
+    assert calls == [grad_clip] * clipped
+    assert all(p.grad is None for p in model.parameters())
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())

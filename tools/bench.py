@@ -61,7 +61,7 @@ from common import OMP_THREAD_ENV, cli, peak_flops, resolve_device
 from configurator import DEFAULTS, UserError, load_config, usage
 from mechanism import Mechanism
 from model import GPT, model_config
-from optim import build_optimizers
+from optim import build_optimizers, optimizer_step
 
 # The baseline: the Llama/Gemma scale switches (model.BASELINE), no decay on scales.
 BASELINE = {**model.BASELINE, "scale_wd": "none"}
@@ -170,14 +170,15 @@ def build(cfg, variant):
     return model, step_model, opts
 
 
-def train_step(model, step_model, opts, x, y, ctx):
+def train_step(model, step_model, opts, x, y, ctx, grad_clip):
+    """One training step as train.py's loop takes it with one micro-step: forward (the objective
+    with the MoE terms), backward, then the loop's own optimizer_step (clip to grad_clip, step,
+    zero the gradients)."""
     with ctx:
         _, loss, aux = step_model(x, y)
         objective = loss + model.aux_objective(aux)
     objective.backward()
-    for o in opts:
-        o.step()
-        o.zero_grad(set_to_none=True)
+    optimizer_step(model, opts, grad_clip)
 
 
 def peak_rss_mib():
@@ -220,19 +221,19 @@ def parse_options(argv):
     return opts, rest, steps, warmup
 
 
-def time_steps(built, names, steps, warmup, x, y, ctx, device):
-    """{variant: [seconds of each timed step]}: warm-up (and compile) first, then one step of each
-    variant in turn (interleaved, so machine noise hits all alike)."""
+def time_steps(built, names, steps, warmup, x, y, ctx, device, grad_clip):
+    """{variant: [seconds of each timed step]} of train_step: warm-up (and compile) first, then one
+    step of each variant in turn (interleaved, so machine noise hits all alike)."""
     times = {n: [] for n in names}
     for n in names:
         for _ in range(warmup):
-            train_step(*built[n], x, y, ctx)
+            train_step(*built[n], x, y, ctx, grad_clip)
         sync(device)
     for _ in range(steps):
         for n in names:
             sync(device)
             t0 = time.perf_counter()
-            train_step(*built[n], x, y, ctx)
+            train_step(*built[n], x, y, ctx, grad_clip)
             sync(device)
             times[n].append(time.perf_counter() - t0)
     return times
@@ -328,7 +329,7 @@ def main(argv):
     if opts["memory_child"]:  # a separate process: one variant, a few steps, its peak memory
         model, step_model, optimizers = build(cfg, opts["memory_child"])
         for _ in range(3):
-            train_step(model, step_model, optimizers, x, y, ctx)
+            train_step(model, step_model, optimizers, x, y, ctx, cfg.grad_clip)
         sync(device)
         print(torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else peak_rss_mib())
         return
@@ -339,7 +340,7 @@ def main(argv):
                                  capture_output=True, text=True, check=True).stdout
             mem[n] = float(out.strip().splitlines()[-1])
     built = {n: build(cfg, n) for n in names}
-    times = time_steps(built, names, steps, warmup, x, y, ctx, device)
+    times = time_steps(built, names, steps, warmup, x, y, ctx, device, cfg.grad_clip)
     mech = time_mechanism(built, names, device)
     tokens = cfg.batch_size * cfg.block_size
     print(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), torch {torch.__version__}, "
