@@ -1,17 +1,20 @@
 """gpu_check.py: its CPU-sized run end to end (what CI can keep working), and its synthetic data."""
 
 import json
+import math
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import ROOT
-from tools import gpu_check
+from tools import gpu_check, gpu_report
 from tools.gpu_check import read_bench, stage_commands, write_markov_dataset
+from tools.step_profile import classify
 from configurator import load_config
 
 
@@ -44,7 +47,7 @@ def test_cuda_stage_commands_are_valid_configs(tmp_path, monkeypatch):
     fsdp, fsdp_resume = (load_config(c[c.index("train.py") + 1:])[0] for c in cmds["fsdp"])
     assert "--nproc_per_node=4" in cmds["fsdp"][0] and fsdp["fsdp"] and fsdp["device"] == "cuda"
     assert fsdp_resume["init_from"] == "resume" and fsdp_resume["out_dir"] == fsdp["out_dir"]
-    cfg["bench"] = gpu_check.bench_config(cmds["bench"][cmds["bench"].index("tools.bench") + 1:])
+    cfg["bench"] = gpu_report.bench_config(cmds["bench"][cmds["bench"].index("tools.bench") + 1:])
     assert "--nproc_per_node=1" in cmds["ddp"] and cfg["ddp"]["device"] == "cuda" and cfg["ddp"]["compile"]
     for name in ("bench", "train"):  # GPT-2 small, unified, compiled, 16 x 1024 tokens per micro-step
         c = cfg[name]
@@ -53,7 +56,7 @@ def test_cuda_stage_commands_are_valid_configs(tmp_path, monkeypatch):
     assert cfg["bench"]["dtype"] == "bfloat16" and "--variants=baseline,unified" in cmds["bench"]
     # the protocol stage times the baseline at configs/ablations/c8_d012.py's own shape
     from research.ablation import load_ablation, run_config
-    proto = gpu_check.bench_config(cmds["protocol"][cmds["protocol"].index("tools.bench") + 1:])
+    proto = gpu_report.bench_config(cmds["protocol"][cmds["protocol"].index("tools.bench") + 1:])
     spec = load_ablation(os.path.join(ROOT, "configs", "ablations", "c8_d012.py"))
     want = run_config(spec, "adamw_d012_tpp20", "baseline", 1)[0]
     keys = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "mlp_placement", "branch_scales", "compile")
@@ -62,7 +65,39 @@ def test_cuda_stage_commands_are_valid_configs(tmp_path, monkeypatch):
     assert cfg["train"]["max_iters"] == 200 and cfg["train"]["gradient_accumulation_steps"] == 1
     assert cfg["train"]["vocab_size"] == 50257 and cfg["train"]["sample_tokens"] == 0  # no tokenizer files needed
     assert cfg["resume"]["init_from"] == "resume" and cfg["resume"]["max_iters"] == 220
+    assert cmds["resume"][cmds["resume"].index("--") + 1] == "train.py" and "--syncs=2:15" in cmds["resume"]
     assert cmds["tests"][-2:] == ["-k", "cuda"]  # the CUDA cases (the CPU ones run in this suite)
+    # the profile at the bench's shape; the 1B width at the ladder's d1 rung (its width, heads and context)
+    profile = gpu_report.bench_config([a for a in cmds["profile"][cmds["profile"].index("tools.step_profile") + 1:]
+                                       if not a.startswith("--profile_steps=")])  # its one flag bench.py lacks
+    assert {k: profile[k] for k in keys + ("dtype",)} == {k: cfg["bench"][k] for k in keys + ("dtype",)}
+    assert "--variants=baseline,unified,gpt2" in cmds["profile"]
+    wide = gpu_report.bench_config(cmds["bench_1b"][cmds["bench_1b"].index("tools.bench") + 1:])
+    d1 = run_config(load_ablation(os.path.join(ROOT, "configs", "ablations", "ladder.py")), "adamw_d1_tpp20", "baseline",
+                    1)[0]
+    assert {k: wide[k] for k in ("n_embd", "n_head", "block_size")} == {k: d1[k] for k in ("n_embd", "n_head", "block_size")}
+    assert wide["n_layer"] == 4 < d1["n_layer"] and wide["compile"] and wide["dtype"] == "bfloat16"
+
+
+def test_the_train_stage_runs_the_benchs_model_and_batch(tmp_path, monkeypatch):
+    """The loop/bench goal compares like with like: the train stage's model (its parameters, on the
+    meta device) and tokens a step equal the bench's unified variant's, on CUDA and on the CPU."""
+    from tools.bench import BASELINE, variants
+    from model import GPT, model_config
+    monkeypatch.chdir(ROOT)
+    for device in ("cuda", "cpu"):
+        cmds = stage_commands(device, str(tmp_path), str(tmp_path))
+        train = load_config(cmds["train"][cmds["train"].index("train.py") + 1:])[0]
+        bench = gpu_report.bench_config(cmds["bench"][cmds["bench"].index("tools.bench") + 1:])
+        bench["vocab_size"] = bench["vocab_size"] or 50257  # as bench.py resolves it at this width
+        with torch.device("meta"):
+            n_train = GPT(model_config(train)).num_params()
+            n_bench = GPT(model_config({**bench, **BASELINE, **variants()["unified"]})).num_params()
+        assert n_train == n_bench, device
+        assert train["batch_size"] * train["block_size"] * train["gradient_accumulation_steps"] == \
+            bench["batch_size"] * bench["block_size"], device
+        assert train["compile"] == bench["compile"], device
+        assert {train["dtype"], bench["dtype"]} <= {"auto", "bfloat16" if device == "cuda" else "float32"}, device
 
 
 def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
@@ -73,7 +108,7 @@ def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
     assert proc.returncode == 0, (proc.stdout[-3000:], summary)
     assert summary["device"] == "cpu" and "goals not judged" in summary["note"]
     assert summary["note"] in proc.stdout
-    assert set(summary["stages"]) == {"tests", "ddp", "fsdp", "bench", "protocol", "train", "resume"}
+    assert list(summary["stages"]) == list(gpu_check.STAGES)
     slowdown = summary["cpu_slowdown"]  # a busy machine gets longer limits, in proportion
     assert slowdown >= 1.0 and summary["budget_s"] == round(205 * slowdown)
     assert summary["stages"]["tests"]["timeout_s"] == round(60 * slowdown)
@@ -83,8 +118,20 @@ def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
     assert summary["stages"]["bench"]["variants"]["baseline"]["ratio"] == 1.0
     val = summary["stages"]["train"]["val_loss"]
     assert val["0"] - 1.0 > val["30"] > summary["dataset"]["entropy_rate"] - 0.1  # no model beats the floor
-    assert [g["pass"] for g in summary["goals"]] == [None, None, None]
-    for name in ("tests", "ddp", "fsdp", "fsdp_resume", "bench", "protocol", "train", "resume"):
+    assert [g["name"] for g in summary["goals"]] == list(gpu_report.GOALS)
+    assert all(g["pass"] is None for g in summary["goals"]) and proc.stdout.count("not judged (CPU)") == len(gpu_report.GOALS)
+    assert all((g["value"] is None) == (g["name"] == "baseline_mfu") for g in summary["goals"])  # no CPU peak FLOP/s
+    profile = summary["stages"]["profile"]  # CPU ops by self time: the tiny models' matmuls, SDPA, the rest
+    assert set(profile["variants"]) == {"baseline", "unified", "gpt2"} and profile["unit"] == "CPU ops (self time)"
+    for row in profile["variants"].values():
+        assert row["ms"]["gemm"] > 0 and row["ms"]["attention"] > 0 and row["kernels"] > 100
+        assert row["ms_total"] == pytest.approx(sum(row["ms"].values()))
+    assert "profile: ms a step by kind (CPU ops (self time))" in proc.stdout and "baseline / GPT-2 step time per FLOP" in proc.stdout
+    train, resume = summary["stages"]["train"], summary["stages"]["resume"]
+    assert train["loop_vs_bench"] > 0 and "loop_vs_bench_note" not in train  # the same model and batch as the bench
+    assert resume["sync_iters"] == 3 and resume["host_syncs_per_iter"] is None  # no GPU to wait for
+    assert summary["stages"]["bench_1b"]["step_time_ratio_1b"] > 0
+    for name in ("tests", "ddp", "fsdp", "fsdp_resume", "bench", "profile", "train", "resume", "bench_1b", "protocol"):
         assert (out / f"{name}.log").stat().st_size > 0
     assert (out / "train_log.jsonl").exists()
     cmp = summary["compare"]
@@ -117,7 +164,7 @@ def test_the_comparison_states_both_flop_counts_the_papers_table_and_the_anchors
                                             "bench": {"step_time_ratio": 1.03, "memory_ratio": 1.005},
                                             "protocol": {"tokens_per_s": 350_000.0, "mfu_percent": 38.0}}}
     cmd = ["python", "train.py", "configs/unified_124m.py", "--gradient_accumulation_steps=1"]
-    cmp = gpu_check.comparison(summary, cmd, 50257)
+    cmp = gpu_report.comparison(summary, cmd, gpu_check.PROTOCOL["cuda"], 50257)
     cfg, _ = load_config(cmd[2:])
     with torch.device("meta"):
         conventional = GPT(model_config({**cfg, "vocab_size": 50257})).flops_per_token()
@@ -140,3 +187,114 @@ def test_the_comparison_states_both_flop_counts_the_papers_table_and_the_anchors
     assert cmp["unified_vs_baseline"] == {"ours": {"step_time_ratio": 1.03, "memory_ratio": 1.005},
                                           "paper_table3_1B": {"step_time_ratio": 1.04, "memory_ratio": 1.01}}
     assert cmp["anchors"] == {"llm.c 124M tokens/s per H100": 460_000, "nanoGPT 124M MFU %": 33}
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off", "gemm"),
+    ("nvjet_tst_128x256_64x4_2x1_v_bz_coopB_TNT", "gemm"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>(Params)", "gemm"),
+    ("aten::mm", "gemm"), ("aten::addmm", "gemm"), ("aten::bmm", "gemm"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4>, true>(Flash_fwd_params)", "attention"),
+    ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)", "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64_4x1x1_cga1x1x1", "attention"),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "generated"),
+    ("triton_poi_fused_addmm_gelu_3", "generated"),  # a fused epilogue: inductor's kernel, whatever it fuses
+    ("cpp_fused_add_mul_0", "generated"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, ...)", "other"),
+    ("Memcpy HtoD (Pageable -> Device)", "other"), ("aten::mul", "other"), ("a kernel nobody named", "other"),
+])
+def test_kernels_and_ops_are_classified_by_name(name, kind):
+    assert classify(name) == kind
+
+
+def test_kernel_time_by_kind_counts_kernels_once_and_leaves_annotations_out():
+    """step_profile.by_kind on a CUDA profile's rows (key_averages(): one row per name and device):
+    kernels by device time, per step; a user annotation (a CPU range drawn on the GPU) and the CPU
+    side are not kernels, though a Triton kernel's launch range on the CPU bears its name; copies
+    take time but are not counted as kernels."""
+    from tools.step_profile import by_kind
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+
+    def row(key, device, us, count, annotation=False):
+        return SimpleNamespace(key=key, device_type=device, self_device_time_total=us if device == cuda else 0,
+                               self_cpu_time_total=us if device == cpu else 0, count=count, is_user_annotation=annotation)
+
+    rows = [row("aten::mm", cpu, 900, 8), row("nvjet_tst_128x256", cuda, 8000, 8), row("triton_poi_fused_mul_0", cuda, 2000, 20),
+            row("pytorch_flash::flash_fwd_kernel", cuda, 1000, 4), row("Memcpy DtoH (Device -> Pinned)", cuda, 400, 2),
+            row("ProfilerStep#3", cuda, 99_000, 2, annotation=True), row("## Call CompiledFxGraph ##", cpu, 50, 2),
+            row("## Call CompiledFxGraph ##", cuda, 90_000, 2, annotation=True), row("triton_poi_fused_mul_0", cpu, 30, 20)]
+    found = by_kind(rows, on_device=True, steps=2)
+    assert found["ms"] == {"gemm": 4.0, "attention": 0.5, "generated": 1.0, "other": 0.2}
+    assert found["ms_total"] == 5.7 and found["kernels"] == (8 + 20 + 4) / 2
+    assert found["top"][0] == ["nvjet_tst_128x256", "gemm", 4.0]
+    on_cpu = by_kind([row("aten::mm", cpu, 900, 8), row("aten::mul", cpu, 100, 4), row("Optimizer.step#AdamW.step", cpu, 60, 2)],
+                     on_device=False, steps=2)
+    assert on_cpu["ms"] == {"gemm": 0.45, "attention": 0.0, "generated": 0.0, "other": 0.08} and on_cpu["kernels"] == 6
+
+
+def goal_summary(**values):
+    """A summary whose stages hold the given goal values (the rest absent)."""
+    stages = {}
+    for name, value in values.items():
+        stages.setdefault(gpu_report.GOALS[name][3], {"ok": True})[name] = value
+    return {"stages": stages}
+
+
+def test_a_goal_met_reads_pass_a_goal_missed_reads_fail_and_the_cpu_judges_none(capsys):
+    """GOALS judged from their stages on CUDA: at the bound passes, past it fails, by its own direction
+    (a ratio at most, an MFU at least); a goal whose stage gave nothing has no value; on the CPU none is
+    judged. The closing table says each differently."""
+    summary = goal_summary(step_time_ratio=1.02, memory_ratio=1.111, baseline_mfu=36.9, mechanism_percent=1.5,
+                           loop_vs_bench=1.12, baseline_vs_gpt2=0.99)
+    judged = {g["name"]: g for g in gpu_report.judge_goals(summary, judged=True)}
+    assert {n: g["pass"] for n, g in judged.items()} == {
+        "step_time_ratio": True, "memory_ratio": False, "step_time_ratio_1b": None, "baseline_vs_gpt2": True,
+        "baseline_mfu": False, "loop_vs_bench": False, "mechanism_percent": True}
+    assert judged["baseline_mfu"]["goal"] == ">= 45.0" and judged["memory_ratio"]["value"] == 1.111
+    assert all(g["pass"] is None for g in gpu_report.judge_goals(summary, judged=False))
+
+    def closing(judged):
+        summary["goals"] = gpu_report.judge_goals(summary, judged)
+        summary.update(ok=True, total_s=1.0)
+        summary["stages"].setdefault("train", {"ok": True})
+        gpu_report.report(summary, judged, 1.0, "out")
+        return {line.split("  ")[0].strip(): line for line in capsys.readouterr().out.splitlines()}
+
+    lines = closing(True)
+    assert lines["unified / baseline step time, 124M"].endswith("pass")
+    assert lines["unified / baseline peak memory, 124M"].endswith("FAIL")
+    assert lines["unified / baseline step time, 1B width"].endswith("no value")
+    assert all(closing(False)[g[0]].endswith("not judged (CPU)") for g in gpu_report.GOALS.values())
+
+
+def test_the_loop_is_compared_with_the_bench_only_on_the_same_model_and_batch():
+    bench = {"tokens_per_step": 16384, "dtype": "bfloat16", "compile": True,
+             "variants": {"unified": {"params": 123_664_189, "ms_per_step": 40.0}}}
+    train = {"ms_per_iter": 44.8, "params": 123_664_189, "tokens_per_iter": 16384, "dtype": "bfloat16", "compile": True}
+    assert gpu_report.loop_vs_bench(train, bench) == (pytest.approx(1.12), None)
+    ratio, why = gpu_report.loop_vs_bench({**train, "tokens_per_iter": 8192, "compile": False}, bench)
+    assert ratio is None and why == "not compared: tokens a step 8192 vs the bench's 16384, compile False vs the bench's True"
+    assert gpu_report.loop_vs_bench({**train, "ms_per_iter": None}, bench)[0] is None
+    assert gpu_report.loop_vs_bench(train, {})[1].startswith("not measured")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_budget_that_is_not_a_number_of_seconds_is_one_line(tmp_path, value, capsys):
+    with pytest.raises(SystemExit) as e:
+        gpu_check.main([f"--out={tmp_path / 'g'}", "--device=cpu", f"--budget_s={value}"])
+    message = str(e.value.code)
+    assert "\n" not in message and f"--budget_s={float(value)}" in message and "0 for the default" in message
+    assert not math.isfinite(float(value)) and not (tmp_path / "g").exists()
+
+
+def test_step_profile_refuses_bad_options_in_one_line(tmp_path):
+    from configurator import UserError
+    from tools.step_profile import parse
+    for argv, words in ((["--steps=0"], "--steps=0: expected a whole number"),
+                        ([f"--json={tmp_path}"], "a folder, not a file"),
+                        (["--syncs=0:5", "--", "train.py"], "START in [1, 1e6]"),
+                        (["--syncs=2:5"], "give it after `--`"),
+                        (["--", "train.py"], "only with --syncs")):
+        with pytest.raises(UserError, match=words.replace("[", "\\[").replace("(", "\\(")):
+            parse(argv)

@@ -1,28 +1,39 @@
 """Prove or break the GPU path in one command; write the numbers to a folder.
 
     python -m tools.gpu_check --out=gpu_check_out                 # one CUDA GPU: under 8 minutes
-    python -m tools.gpu_check --out=/tmp/check --device=cpu       # without CUDA: a CPU-sized run, < 1 minute
+    python -m tools.gpu_check --out=/tmp/check --device=cpu       # without CUDA: a CPU-sized run, < 2 minutes
 
-Stages, each a separate process with its own timeout; a failure is recorded and
-the next stage runs (all share one time budget, --budget_s):
-  tests   pytest -k cuda tests/test_devices.py: bf16 autocast per variant, folding under
-          bf16, fused AdamW, torch.optim.Muon, torch.compile (dense and MoE),
-          sampling, checkpoints moved between CUDA and CPU
-  ddp     torchrun --nproc_per_node=1 train.py: the DDP path under NCCL, compiled
-          and bf16 as in the configs (a small model)
-  fsdp    torchrun over every GPU with --fsdp=True (FSDP2, a small model), where there
-          are 2 or more (else skipped, said so): trains, saves its sharded checkpoint,
-          and resumes from it for 5 more iterations
-  bench   bench.py at 124M, baseline vs unified, compile + bf16, 16 x 1024 tokens
-          per micro-step: step-time ratio, tokens/s, MFU, peak-memory ratio
-  protocol  bench.py's baseline at the 0.12B protocol's own shape (configs/ablations/
-          c8_d012.py: 12 x 768, context 2048, 16 sequences a micro-step), compile + bf16:
-          the tokens/s and MFU that research.ladder --gpu_check turns into GPU-hours
-  train   200 iterations of configs/unified_124m.py (one micro-step per
-          iteration) on a synthetic dataset: the validation loss must fall
-  resume  that run resumed for 20 more iterations: the log continues, no loss jump
-Without CUDA (or with --device=cpu) each stage runs a tiny equivalent (gloo for
-the ddp stage, 2 gloo processes for fsdp, bench and train on a small model, a few iterations) and the
+Stages, each a separate process with its own limit (s, on CUDA); a failure is recorded and the
+next stage runs, all in one time budget (--budget_s: 470 s on CUDA, the command within 8 minutes;
+a stage the budget no longer covers is skipped and says so):
+  tests (120)   pytest -k cuda tests/test_devices.py: bf16 autocast per variant, folding under
+          bf16, fused AdamW, torch.optim.Muon, torch.compile (dense and MoE), sampling, checkpoints
+          moved between CUDA and CPU
+  ddp (75)      torchrun --nproc_per_node=1 train.py: the DDP path under NCCL, compiled and bf16 as
+          in the configs (a small model)
+  fsdp (75)     torchrun over every GPU with --fsdp=True (FSDP2, a small model), where there are 2
+          or more (else skipped, said so): trains, saves its sharded checkpoint, and resumes from
+          it for 5 more iterations
+  bench (240)   bench.py at 124M, baseline vs unified, compile + bf16, 16 x 1024 tokens per
+          micro-step: step-time ratio, tokens/s, MFU, peak-memory ratio, the mechanism statistics' share
+  profile (100) tools.step_profile at the bench's shape: baseline, unified and nanoGPT's GPT-2, 2
+          profiled steps each after 5 timed ones: kernel time by kind (GEMM, attention, inductor's
+          generated kernels, other), kernels per step, the baseline's step time per FLOP over GPT-2's
+  train (150)   200 iterations of configs/unified_124m.py (one micro-step per iteration, the bench's
+          model and batch) on a synthetic dataset: the validation loss must fall; its ms per
+          iteration over the bench's step
+  resume (75)   that run resumed for 20 more iterations: the log continues, no loss jump; 15 of them
+          profiled (tools.step_profile --syncs): host syncs per iteration
+  bench_1b (100)  bench.py at the 1B width (configs/ablations/ladder.py's d1: n_embd 2048, 16 heads,
+          context 2048), 4 of its 18 layers, 8 sequences, baseline vs unified: the step-time ratio
+  protocol (100)  bench.py's baseline at the 0.12B protocol's own shape (configs/ablations/c8_d012.py:
+          12 x 768, context 2048, 16 sequences a micro-step), compile + bf16: the tokens/s and MFU
+          that research.ladder --gpu_check turns into GPU-hours
+Measured on one H200 (s): tests 88, ddp 48, bench 157, protocol 53; profile and bench_1b not yet
+(each compiles: profile gpt2, and the bench's two from its cache; bench_1b two models). Where the
+stages pass the budget the last ones (bench_1b, then protocol) are skipped: a larger --budget_s runs them.
+Without CUDA (or with --device=cpu) each stage runs a tiny equivalent (gloo for the ddp stage, 2
+gloo processes for fsdp, bench, profile and train on a small model, a few iterations) and the
 summary says that CUDA was absent; the goals are then reported, not judged.
 The CPU limits follow the machine: a probe (cpu_slowdown) measures how much
 slower than a free 2-core machine it runs now, and every limit is scaled by that.
@@ -33,16 +44,18 @@ each state with 4 successors of random probabilities. Its entropy rate
 (nats/token) is the floor of the loss, reported beside it; a model that learns
 the transitions falls from ln(50257) = 10.8 towards it.
 
-Outputs in --out: summary.json (every stage: ok, seconds, numbers, error),
-<stage>.log (each stage's full output), train_log.jsonl (the run's log).
-Goals (benchmarks, not tests; printed with pass/fail): unified/baseline step
-time <= 1.02 and peak memory <= 1.01 at 124M with compile and bf16; baseline
-MFU >= 45% on one H100/H200. Exit status 1 if a stage failed, else 0.
+Outputs in --out: summary.json (every stage: ok, seconds, numbers, error; the goals, each judged),
+<stage>.log (each stage's full output), train_log.jsonl (the run's log). Goals (GOALS: benchmarks,
+not tests; printed with pass/FAIL on CUDA): unified/baseline step time <= 1.02 and peak memory
+<= 1.01 at 124M, step time <= 1.02 at the 1B width, the baseline's step per FLOP <= GPT-2's, the
+baseline's MFU >= 45% at 124M, the training loop <= 1.03x the bench's step, the mechanism
+statistics <= 2% of a step. Exit status 1 if a stage failed, else 0.
 """
 
 import argparse
 import datetime
 import json
+import math
 import os
 import re
 import shlex
@@ -53,32 +66,28 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402  (no torch at import)
 from configurator import folder_problem  # noqa: E402  (a leaf: no torch)
+from tools.gpu_report import bench_config, comparison, judge_goals, loop_vs_bench, report  # noqa: E402  (no torch at import)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import numpy as np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
-GOALS = {"step_time_ratio": 1.02, "memory_ratio": 1.01, "baseline_mfu": 45.0}
-# What a user compares the numbers with: the paper's Table 3 (unified vs baseline at 1B), and two
-# public anchors for GPT-2 124M on one GPU (llm.c's training throughput per H100, nanoGPT's MFU).
-PAPER_TABLE3_1B = {"step_time_ratio": 1.04, "memory_ratio": 1.01}
-ANCHORS = {"llm.c 124M tokens/s per H100": 460_000, "nanoGPT 124M MFU %": 33}
-
 # Per device: stage timeouts (s), dataset size, and the small models of the CPU run.
 SIZES = {
-    "cuda": dict(timeouts=dict(tests=120, ddp=75, fsdp=75, bench=240, protocol=100, train=150, resume=75),
-                 n_states=2048,
-                 vocab_size=50257, n_train=8_000_000, n_val=500_000, train_iters=200, resume_iters=20),
-    "cpu": dict(timeouts=dict(tests=60, ddp=60, fsdp=60, bench=60, protocol=60, train=60, resume=60), n_states=64,
-                vocab_size=512, n_train=200_000, n_val=20_000, train_iters=30, resume_iters=5),
-}
+    "cuda": dict(timeouts=dict(tests=120, ddp=75, fsdp=75, bench=240, profile=100, train=150, resume=75, bench_1b=100,
+                               protocol=100), n_states=2048, vocab_size=50257, n_train=8_000_000, n_val=500_000,
+                 train_iters=200, resume_iters=20, syncs="2:15"),
+    "cpu": dict(timeouts=dict(tests=60, ddp=60, fsdp=60, bench=60, profile=60, train=60, resume=60, bench_1b=60,
+                              protocol=60), n_states=64, vocab_size=512, n_train=200_000, n_val=20_000, train_iters=30,
+                resume_iters=5, syncs="1:3"),
+}  # syncs: the resume's iterations START:COUNT profiled for host syncs (after START: the first ones compile)
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64"]
 # The 0.12B protocol's shape (configs/ablations/c8_d012.py's setting, the ladder's smallest rung): its
 # micro-batch of 16 x 2048 tokens on GPT-2 small; on the CPU, TINY at twice its context.
@@ -86,6 +95,12 @@ PROTOCOL = {"cuda": ["configs/baseline_124m.py", "--block_size=2048", "--batch_s
                      "--dtype=bfloat16", "--steps=10", "--warmup=3", "--memory=False"],
             "cpu": [*TINY[:-1], "--block_size=128", "--batch_size=2", "--vocab_size=512", "--steps=2", "--warmup=1",
                     "--memory=False", "--device=cpu"]}
+# The 1B width: configs/ablations/ladder.py's d1 rung (n_embd 2048, 16 heads, context 2048) at 4 of its 18 layers
+# (the head then weighs more in a step than at 18) and 8 sequences; on the CPU, TINY at twice its width.
+WIDTH_1B = {"cuda": ["configs/baseline_124m.py", "--n_layer=4", "--n_embd=2048", "--n_head=16", "--block_size=2048",
+                     "--batch_size=8", "--compile=True", "--dtype=bfloat16", "--steps=10", "--warmup=2", "--memory=False"],
+            "cpu": [*TINY[:2], "--n_embd=128", "--block_size=64", "--batch_size=2", "--vocab_size=512", "--steps=2",
+                    "--warmup=1", "--memory=False", "--device=cpu"]}
 # The CPU limits above fit a free 2-core machine whose probe (cpu_slowdown) takes this long; a
 # slower or busier machine gets them multiplied by its measured slowdown.
 PROBE_REFERENCE_S = 0.095  # measured: 0.094-0.096 s on that machine, idle (torch 2.13, 2 threads)
@@ -164,18 +179,17 @@ def stage_commands(device, work, out, gpus=0):
     data = [f"--dataset={os.path.join(work, 'markov')}", f"--vocab_size={size['vocab_size']}", "--sample_tokens=0",
             f"--device={device}"]
     run_dir, total = os.path.join(work, "train"), size["train_iters"] + size["resume_iters"]
-    variants = "--variants=baseline,unified"
-    if device == "cuda":
-        bench = [py, "-m", "tools.bench", "configs/unified_124m.py", "--batch_size=16", "--block_size=1024",
-                 "--compile=True", "--dtype=bfloat16", "--steps=20", "--warmup=3", variants,
-                 f"--json={os.path.join(out, 'bench.json')}"]
+    if device == "cuda":  # the bench's shape (and the profile's): the train stage's model and batch
+        shape = ["configs/unified_124m.py", "--batch_size=16", "--block_size=1024", "--compile=True", "--dtype=bfloat16"]
+        bench = [*shape, "--steps=20", "--warmup=3"]
         train = [py, "train.py", "configs/unified_124m.py", "--gradient_accumulation_steps=1", "--warmup_iters=20",
                  "--eval_interval=100", "--eval_iters=10", "--log_interval=20"]
     else:
-        bench = [py, "-m", "tools.bench", *TINY, "--batch_size=4", "--vocab_size=512", "--steps=3", "--warmup=1",
-                 "--memory=True", "--device=cpu", variants, f"--json={os.path.join(out, 'bench.json')}"]
+        shape = [*TINY, "--batch_size=8", "--vocab_size=512", "--device=cpu"]
+        bench = [*shape, "--steps=3", "--warmup=1", "--memory=True"]
         train = [py, "train.py", *TINY, "--batch_size=8", "--warmup_iters=5", "--eval_interval=15", "--eval_iters=4",
                  "--log_interval=10", "--learning_rate=1e-2", "--min_lr=1e-3"]
+    bench = [py, "-m", "tools.bench", *bench, "--variants=baseline,unified", f"--json={os.path.join(out, 'bench.json')}"]
     select = ["-k", "cuda" if device == "cuda" else "cpu and fused_adamw"]  # the CPU cases run in the suite
     fsdp = [py, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus if device == 'cuda' else 2}",
             "train.py"]
@@ -190,10 +204,15 @@ def stage_commands(device, work, out, gpus=0):
                   "--eval_interval=5", "--eval_iters=3", "--log_interval=5", fsdp_dir, *data],
                  [*fsdp, "--init_from=resume", "--max_iters=15", fsdp_dir]],
         "bench": bench,
+        "profile": [py, "-m", "tools.step_profile", *shape, "--variants=baseline,unified,gpt2", "--steps=5", "--warmup=2",
+                    "--profile_steps=2", f"--json={os.path.join(out, 'profile.json')}"],
+        "train": [*train, f"--max_iters={size['train_iters']}", f"--out_dir={run_dir}", *data],
+        "resume": [py, "-m", "tools.step_profile", f"--syncs={size['syncs']}", f"--json={os.path.join(out, 'syncs.json')}",
+                   "--", "train.py", "--init_from=resume", f"--out_dir={run_dir}", f"--max_iters={total}"],
+        "bench_1b": [py, "-m", "tools.bench", *WIDTH_1B[device], "--variants=baseline,unified",
+                     f"--json={os.path.join(out, 'bench_1b.json')}"],
         "protocol": [py, "-m", "tools.bench", *PROTOCOL[device], "--variants=baseline",
                      f"--json={os.path.join(out, 'protocol.json')}"],
-        "train": [*train, f"--max_iters={size['train_iters']}", f"--out_dir={run_dir}", *data],
-        "resume": [py, "train.py", "--init_from=resume", f"--out_dir={run_dir}", f"--max_iters={total}"],
     }
 
 
@@ -252,7 +271,7 @@ def read_bench(path, variants):
     return rows
 
 
-TRAIN_SPEED = re.compile(r"\| ([\d.]+)k tok/s \| \d+ ms/iter(?: \| MFU ([\d.]+)%)?")
+TRAIN_SPEED = re.compile(r"\| ([\d.]+)([kM]?) tok/s \| \d+ ms/iter(?: \| MFU ([\d.]+)%)?")  # ops.fmt_rate's units
 
 
 def mean(values):
@@ -265,8 +284,8 @@ def mean(values):
 @dataclass
 class Check:
     """What the stages share: the device ("cuda" | "cpu"), SIZES[device], the commands of
-    stage_commands, the output folder, the training run's folder, the dataset's entropy rate and
-    the number of CUDA devices (0 on the CPU)."""
+    stage_commands, the output folder, the training run's folder, the dataset's entropy rate, the
+    number of CUDA devices (0 on the CPU) and the results of the stages run so far (by name)."""
 
     device: str
     size: dict
@@ -275,6 +294,7 @@ class Check:
     run_dir: str
     entropy: float
     gpus: int
+    results: dict = field(default_factory=dict)
 
 
 def stage_tests(check, timeout):
@@ -325,10 +345,38 @@ def stage_fsdp(check, timeout):
 def stage_bench(check, timeout):
     result, _ = run_command("bench", check.commands["bench"], timeout, check.out)
     if result["rc"] == 0:
+        with open(os.path.join(check.out, "bench.json")) as f:
+            result.update({k: v for k, v in json.load(f).items() if k in ("tokens_per_step", "dtype", "compile")})
         result["variants"] = rows = read_bench(os.path.join(check.out, "bench.json"), ["baseline", "unified"])
         result["step_time_ratio"] = rows["unified"]["ratio"]
         result["memory_ratio"] = rows["unified"]["memory_ratio"]
         result["baseline_mfu"] = rows["baseline"]["mfu_percent"]
+        share = rows["unified"].get("mechanism_share")
+        result["mechanism_percent"] = None if share is None else 100 * share
+    return result
+
+
+def stage_profile(check, timeout):
+    result, _ = run_command("profile", check.commands["profile"], timeout, check.out)
+    if result["rc"] == 0:
+        with open(os.path.join(check.out, "profile.json")) as f:
+            found = json.load(f)
+        result["variants"] = {n: {k: r[k] for k in ("ms", "ms_total", "kernels", "ms_per_step", "top")}
+                              for n, r in found["variants"].items()}
+        result["baseline_vs_gpt2"] = found["baseline_vs_gpt2_per_flop"]
+        result["unit"] = "device kernels" if found["device"].startswith("cuda") else "CPU ops (self time)"
+    return result
+
+
+def stage_bench_1b(check, timeout):
+    cmd = check.commands["bench_1b"]
+    result, _ = run_command("bench_1b", cmd, timeout, check.out)
+    if result["rc"] == 0:
+        rows = read_bench(os.path.join(check.out, "bench_1b.json"), ["baseline", "unified"])
+        c = bench_config(cmd[cmd.index("tools.bench") + 1:])
+        result.update(step_time_ratio_1b=rows["unified"]["ratio"], ms_per_step=rows["baseline"]["ms_per_step"],
+                      baseline_mfu=rows["baseline"]["mfu_percent"], shape=f"{c['n_layer']} layers of width "
+                      f"{c['n_embd']}, {c['batch_size']} x {c['block_size']} tokens")
     return result
 
 
@@ -342,12 +390,24 @@ def stage_protocol(check, timeout):
 
 def stage_train(check, timeout):
     from checkpoint import read_log
+    from configurator import load_config
 
-    result, text = run_command("train", check.commands["train"], timeout, check.out)
-    speed = TRAIN_SPEED.findall(text)
-    if speed:  # the last progress line: tokens/s (and MFU on a GPU) of the training loop itself
-        result["tokens_per_s"], result["mfu_percent"] = float(speed[-1][0]) * 1e3, \
-            float(speed[-1][1]) if speed[-1][1] else None
+    cmd = check.commands["train"]
+    cfg = load_config(cmd[cmd.index("train.py") + 1:])[0]
+    result, text = run_command("train", cmd, timeout, check.out)
+    result.update(tokens_per_iter=cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"],
+                  compile=cfg["compile"], dtype=cfg["dtype"] if cfg["dtype"] != "auto" else
+                  "bfloat16" if check.device == "cuda" else "float32")
+    params, speed = re.search(r"parameters: ([\d,]+) \(", text), TRAIN_SPEED.findall(text)
+    result["params"] = int(params[1].replace(",", "")) if params else None
+    if speed:  # the last progress line (tokens/s to 3 digits; its ms are whole): the training loop itself
+        rate, unit, mfu = speed[-1]
+        result["tokens_per_s"] = float(rate) * {"": 1, "k": 1e3, "M": 1e6}[unit]
+        result["mfu_percent"] = float(mfu) if mfu else None
+        result["ms_per_iter"] = 1000 * result["tokens_per_iter"] / result["tokens_per_s"]
+    result["loop_vs_bench"], note = loop_vs_bench(result, check.results.get("bench", {}))
+    if note:
+        result["loop_vs_bench_note"] = note
     log_path = os.path.join(check.run_dir, "log.jsonl")
     if os.path.exists(log_path):
         shutil.copy(log_path, os.path.join(check.out, "train_log.jsonl"))
@@ -377,12 +437,19 @@ def stage_resume(check, timeout):
             result["error"] = "the log's train iterations are not 1..max_iters once each after the resume"
         elif not after < before + 0.1:  # a lost optimizer state shows as a jump
             result["error"] = f"loss jumped on resume: {before:.3f} before, {after:.3f} after"
+    if result["rc"] == 0:  # tools.step_profile --syncs wrote what its profiled iterations waited for
+        with open(os.path.join(check.out, "syncs.json")) as f:
+            syncs = json.load(f)
+        result.update(host_syncs_per_iter=syncs.get("host_syncs_per_iter"), sync_iters=syncs["iterations"],
+                      scalar_reads_per_iter=syncs.get("scalar_reads_per_iter"), **{"syncs_note": syncs["error"]}
+                      if "error" in syncs else {})
     return result
 
 
 # The stages, in their order: name -> stage(check, timeout) -> result dict (rc, seconds, error, ...).
-STAGES = {"tests": stage_tests, "ddp": stage_ddp, "fsdp": stage_fsdp, "bench": stage_bench,
-          "protocol": stage_protocol, "train": stage_train, "resume": stage_resume}
+# The profile after the bench (its compiled graphs cached), the train stage after both (it reads the bench's step).
+STAGES = {"tests": stage_tests, "ddp": stage_ddp, "fsdp": stage_fsdp, "bench": stage_bench, "profile": stage_profile,
+          "train": stage_train, "resume": stage_resume, "bench_1b": stage_bench_1b, "protocol": stage_protocol}
 
 
 def run_stages(check, summary, timeouts, budget, t_start):
@@ -405,91 +472,6 @@ def run_stages(check, summary, timeouts, budget, t_start):
             json.dump(summary, f, indent=2)
 
 
-BENCH_ONLY = ("--variants", "--steps", "--warmup", "--memory", "--json", "--shared")  # bench.py's own flags
-
-
-def bench_config(argv):
-    """The training config a bench.py argv describes (its own flags, BENCH_ONLY, left out)."""
-    from configurator import load_config
-    return load_config([a for a in argv if a.split("=")[0] not in BENCH_ONLY])[0]
-
-
-def comparison(summary, train_cmd, vocab_size):
-    """summary's numbers beside what a user compares them with: the FLOPs per token of the train
-    stage's model in MFU's convention (model.GPT.flops_per_token: 6 N + 12 L n_head head_dim T, the
-    T x T attention term counted whole) and causal (that term halved: the work a causal mask does),
-    the train stage's tokens/s per GPU and MFU in both counts, the same at the protocol's shape
-    (its own FLOP counts: the attention term is a larger share at context 2048), the bench's ratios beside the
-    paper's Table 3 (at 1B; ours at the bench's size), and the anchors."""
-    import torch
-
-    from configurator import load_config
-    from model import GPT, model_config
-    cfg, _ = load_config(train_cmd[train_cmd.index("train.py") + 1:])
-    with torch.device("meta"):
-        model = GPT(model_config({**cfg, "vocab_size": vocab_size}))
-    conventional, causal = model.flops_per_token(), model.flops_per_token(causal=True)
-    train, bench = summary["stages"].get("train", {}), summary["stages"].get("bench", {})
-    protocol = summary["stages"].get("protocol", {})
-    mfu, protocol_mfu = train.get("mfu_percent"), protocol.get("mfu_percent")
-    with torch.device("meta"):
-        at_shape = GPT(model_config({**bench_config(PROTOCOL[summary["device"]]), "vocab_size": vocab_size}))
-    p_conv, p_causal = at_shape.flops_per_token(), at_shape.flops_per_token(causal=True)
-    return {"flops_per_token": {"conventional": conventional, "causal": causal, "causal_share": causal / conventional},
-            "train": {"tokens_per_s_per_gpu": train.get("tokens_per_s"), "mfu_percent": mfu,  # one process
-                      "mfu_percent_causal": None if mfu is None else mfu * causal / conventional},
-            "protocol_shape": {"tokens_per_s_per_gpu": protocol.get("tokens_per_s"), "mfu_percent": protocol_mfu,
-                               "mfu_percent_causal": None if protocol_mfu is None else protocol_mfu * p_causal / p_conv,
-                               "causal_share": p_causal / p_conv},
-            "unified_vs_baseline": {"ours": {k: bench.get(k) for k in PAPER_TABLE3_1B},
-                                    "paper_table3_1B": PAPER_TABLE3_1B},
-            "anchors": ANCHORS}
-
-
-def judge_goals(bench_result, judged):
-    """[{name, value, goal, pass}] of GOALS from the bench stage; pass None when not judged (CPU)."""
-    goals = []
-    for key, bound, text in (("step_time_ratio", GOALS["step_time_ratio"], "<="),
-                             ("memory_ratio", GOALS["memory_ratio"], "<="),
-                             ("baseline_mfu", GOALS["baseline_mfu"], ">=")):
-        value = bench_result.get(key)
-        ok = None if value is None or not judged else (value <= bound if text == "<=" else value >= bound)
-        goals.append({"name": key, "value": value, "goal": f"{text} {bound}", "pass": ok})
-    return goals
-
-
-def report(summary, judged, entropy, out):
-    """The closing table: each stage, each goal, the training run's val losses."""
-    print(f"\n{'stage':<8} {'result':<8} {'s':>6}  detail")
-    for name, s in summary["stages"].items():
-        print(f"{name:<8} {'ok' if s['ok'] else 'FAILED':<8} {s.get('seconds', 0):>6}  "
-              f"{s.get('error', s.get('not_run', ''))[:100]}")
-    print(f"\n{'goal':<16} {'value':>8}  {'goal':<8} result")
-    for g in summary["goals"]:
-        verdict = {True: "pass", False: "FAIL", None: "not judged" if not judged else "no value"}[g["pass"]]
-        print(f"{g['name']:<16} {g['value'] if g['value'] is not None else '-':>8}  {g['goal']:<8} {verdict}")
-    cmp = summary.get("compare")
-    if cmp:
-        t, f, u = cmp["train"], cmp["flops_per_token"], cmp["unified_vs_baseline"]
-        fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-        print(f"\ntrain: {fmt(t['tokens_per_s_per_gpu'], ',.0f')} tokens/s per GPU (llm.c at 124M: "
-              f"{ANCHORS['llm.c 124M tokens/s per H100']:,} per H100), MFU {fmt(t['mfu_percent'], '.1f')}% in the "
-              f"conventional count, {fmt(t['mfu_percent_causal'], '.1f')}% causal (nanoGPT: ~{ANCHORS['nanoGPT 124M MFU %']}%); "
-              f"causal FLOPs are {f['causal_share']:.0%} of the conventional ones here")
-        pr = cmp["protocol_shape"]
-        print(f"at the 0.12B protocol's shape (16 x 2048): {fmt(pr['tokens_per_s_per_gpu'], ',.0f')} tokens/s per GPU, "
-              f"MFU {fmt(pr['mfu_percent'], '.1f')}% conventional, {fmt(pr['mfu_percent_causal'], '.1f')}% causal "
-              f"(research.ladder --gpu_check turns it into GPU-hours)")
-        print(f"unified / baseline: step time {fmt(u['ours']['step_time_ratio'], '.3f')}x, memory "
-              f"{fmt(u['ours']['memory_ratio'], '.3f')}x (the paper's Table 3 at 1B: {PAPER_TABLE3_1B['step_time_ratio']}x, "
-              f"{PAPER_TABLE3_1B['memory_ratio']}x)")
-    train_result = summary["stages"]["train"]
-    if "val_loss" in train_result:
-        print(f"val loss by iteration {train_result['val_loss']} (entropy-rate floor {entropy:.3f})")
-    print(f"\n{'all stages ok' if summary['ok'] else 'SOME STAGES FAILED'} in {summary['total_s']} s; "
-          f"{os.path.join(out, 'summary.json')}")
-
-
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="folder for summary.json and the logs (created)")
@@ -499,6 +481,9 @@ def main(argv):
                    help="total time for all stages (0: 470 on CUDA, 205 on CPU times its measured slowdown)")
     p.add_argument("--work", default="", help="folder for the dataset and checkpoints (default: a temporary one, removed)")
     args = p.parse_args(argv)
+    if not math.isfinite(args.budget_s):
+        sys.exit(f"error: --budget_s={args.budget_s}: not a number of seconds: give the seconds all stages may take "
+                 f"together, or 0 for the default (470 on CUDA)")
     for flag, folder in (("--out", args.out), ("--work", args.work)):
         problem = (folder_problem(folder) if folder.strip() else "empty: name a folder") \
             if folder or flag == "--out" else None
@@ -545,14 +530,14 @@ def main(argv):
                           "train_tokens": size["n_train"], "entropy_rate": round(entropy, 4)}
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     check = Check(device, size, stage_commands(device, work, args.out, gpus), args.out, os.path.join(work, "train"),
-                  entropy, gpus)
+                  entropy, gpus, results=summary["stages"])
     if device == "cuda":
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(work, "inductor"))  # bench warms train
     run_stages(check, summary, timeouts, budget, t_start)
 
     judged = device == "cuda"
-    summary["goals"] = judge_goals(summary["stages"]["bench"], judged)
-    summary["compare"] = comparison(summary, check.commands["train"], size["vocab_size"])
+    summary["goals"] = judge_goals(summary, judged)
+    summary["compare"] = comparison(summary, check.commands["train"], PROTOCOL[device], size["vocab_size"])
     summary["ok"] = all(s["ok"] for s in summary["stages"].values())
     summary["total_s"] = round(time.perf_counter() - t_start, 1)
     with open(os.path.join(args.out, "summary.json"), "w") as f:
