@@ -484,8 +484,9 @@ class MoE(nn.Module):
         expert_of_pair = chosen.flatten()  # (N * k,)
         order = expert_of_pair.argsort(stable=True)
         counts = torch.bincount(expert_of_pair, minlength=E)  # (E,) tokens per expert
-        token_of_pair = (order // k).split(counts.tolist())
-        weight_of_pair = weights.flatten()[order].split(counts.tolist())
+        sizes = counts.tolist()  # the one host read of a dropless dispatch: the experts' batch sizes
+        token_of_pair = (order // k).split(sizes)
+        weight_of_pair = weights.flatten()[order].split(sizes)
         y = torch.zeros_like(x)
         for expert, tokens, w in zip(self.experts, token_of_pair, weight_of_pair):
             y.index_add_(0, tokens, (expert(x[tokens]) * w[:, None]).to(y.dtype))

@@ -159,15 +159,64 @@ def build(cfg, variant):
         opts = [torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
                                   fused=True)]
         return model, torch.compile(model) if cfg.compile else model, opts
+    c, model_cfg = variant_config(cfg, variant)
+    model = GPT(model_cfg, seed=c.seed).to(cfg.device)
+    opts, _ = build_optimizers(model, c, torch.device(cfg.device).type)
+    step_model = torch.compile(model) if cfg.compile else model
+    return model, step_model, opts
+
+
+def variant_config(cfg, variant):
+    """(the run config, the GPTConfig) of one variant of VARIANTS (variants()) at cfg's size and training keys."""
     overrides = variants()[variant]
     c = SimpleNamespace(**{**vars(cfg), **BASELINE, **overrides})
     model_cfg = model_config(c)
     if "n_experts" in overrides and cfg.expert_d_ff == 0:
         model_cfg = replace(model_cfg, expert_d_ff=model_cfg.d_ff // model_cfg.top_k)
-    model = GPT(model_cfg, seed=c.seed).to(cfg.device)
-    opts, _ = build_optimizers(model, c, torch.device(cfg.device).type)
-    step_model = torch.compile(model) if cfg.compile else model
-    return model, step_model, opts
+    return c, model_cfg
+
+
+def saved_bytes_per_token(cfg, variant, tokens=None):
+    """Bytes that one block of `variant` keeps for its backward per token (one layer: block 0 of cfg's
+    model, on cfg.device, under bf16 autocast when cfg.dtype says so, compiled when cfg.compile).
+
+    What autograd saves is read with saved-tensor hooks, each storage once (views of it included),
+    parameters and the RoPE tables left out, at batch 1 and 2 of `tokens` (default block_size): the
+    difference over `tokens` is the activations' share, without what does not grow with the batch (the
+    weights' bf16 copies). From about n_embd tokens on, eager branches take the weight side as compiled
+    ones do (norms.branch_linears). A count, not a time: inductor's partitioner decides the same on a
+    CPU and a GPU, so a test holds it where no GPU is at hand. None for the gpt2 reference. Compiled,
+    it resets torch._dynamo first (the graphs compiled before are forgotten: count after timing).
+    """
+    if variant == REFERENCE:
+        return None
+    _, model_cfg = variant_config(cfg, variant)
+    T = min(tokens or model_cfg.block_size, model_cfg.block_size)
+    block = GPT(replace(model_cfg, n_layer=1)).blocks[0].to(cfg.device)  # initialized as in training
+    if cfg.compile:  # a fresh start: past dynamo's recompile limit (one Block.forward per variant) it runs eager
+        torch._dynamo.reset()
+    run = torch.compile(block, dynamic=False) if cfg.compile else block  # static shapes, as a training step's
+    ctx = torch.autocast(torch.device(cfg.device).type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
+    cos, sin = (t.to(cfg.device) for t in model.rope_tables(T, model_cfg.head_dim, model_cfg.rope_theta))
+    skip = {t.untyped_storage().data_ptr() for t in (*block.parameters(), cos, sin)}
+
+    def saved(batch):
+        x = torch.randn(batch, T, model_cfg.n_embd, device=cfg.device, requires_grad=True)
+        with ctx:
+            run(x, cos, sin)  # compiles first: the count is of the call that follows
+        found = {}
+
+        def pack(t):
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in skip:
+                found[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), ctx:
+            run(x, cos, sin)
+        return sum(found.values())
+
+    return (saved(2) - saved(1)) / T
 
 
 def train_step(model, step_model, opts, x, y, ctx, grad_clip):
@@ -269,15 +318,16 @@ def time_mechanism(built, names, device, repeats=5):
     return found
 
 
-def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interval=1):
+def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interval=1, saved=None):
     """Print one row per variant (parameters, median ms/step, its ratio to names[0], per FLOP,
     tokens/s, MFU where the peak is known, the mechanism statistics' share of an eval interval of
-    `interval` steps (mech: seconds per eval and per step), peak memory); returns the rows as dicts."""
-    mech = mech or {}
+    `interval` steps (mech: seconds per eval and per step), peak memory, and the bytes per token one
+    layer keeps for backward with their ratio (saved: saved_bytes_per_token)); returns the rows as dicts."""
+    mech, saved = mech or {}, saved or {}
     ref = statistics.median(times[names[0]])
     mem_head = f"  peak {memory_kind} MiB (ratio)" if mem else ""
     print(f"{'variant':<10} {'params':>12} {'ms/step':>9} {'ratio':>7} {'per FLOP':>9} {'tok/s':>10}"
-          + ("    MFU" if peak else "") + f" {'stats %':>8}" + mem_head)
+          + ("    MFU" if peak else "") + f" {'stats %':>8}" + mem_head + "  saved B/token/layer (ratio)")
     ref_per_flop = ref / built[names[0]][0].flops_per_token()
     rows = {}
     for n in names:
@@ -292,13 +342,16 @@ def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interv
         line += f" {100 * share:>8.3f}" if share is not None else f" {'-':>8}"
         if mem:
             line += f"  {mem[n]:>9.0f} ({mem[n] / mem[names[0]]:.3f})"
+        saved_ratio = saved[n] / saved[names[0]] if saved.get(n) and saved.get(names[0]) else None
+        line += f"  {saved[n]:>9,.0f} ({saved_ratio:.3f})" if saved_ratio else f"  {'-':>9}"
         print(line)
         rows[n] = dict(params=model.num_params(), ms_per_step=1000 * med, ratio=med / ref, per_flop=per_flop,
                        tokens_per_s=tokens / med,
                        mfu_percent=100 * model.flops_per_token() * tokens / med / peak if peak else None,
                        peak_mib=mem.get(n), memory_ratio=mem[n] / mem[names[0]] if mem else None,
                        mechanism_ms=1000 * mech[n][0] if n in mech else None,
-                       mechanism_step_ms=1000 * mech[n][1] if n in mech else None, mechanism_share=share)
+                       mechanism_step_ms=1000 * mech[n][1] if n in mech else None, mechanism_share=share,
+                       saved_bytes_per_token_layer=saved.get(n), saved_ratio=saved_ratio)
     print(f"ratios are against {names[0]!r}; stats %: the mechanism statistics' share of the {interval} steps "
           f"between two evals")
     return rows
@@ -342,12 +395,13 @@ def main(argv):
     built = {n: build(cfg, n) for n in names}
     times = time_steps(built, names, steps, warmup, x, y, ctx, device, cfg.grad_clip)
     mech = time_mechanism(built, names, device)
+    saved = {n: saved_bytes_per_token(cfg, n) for n in names}
     tokens = cfg.batch_size * cfg.block_size
     print(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; n_layer={cfg.n_layer} n_embd={cfg.n_embd} "
           f"batch {cfg.batch_size} x block {cfg.block_size}; median of {steps} interleaved steps")
     rows = table(built, names, times, mem, tokens, peak_flops(device) if cfg.dtype == "bfloat16" else None,
-                 "allocated" if device.type == "cuda" else "RSS", mech, cfg.eval_interval or cfg.max_iters)
+                 "allocated" if device.type == "cuda" else "RSS", mech, cfg.eval_interval or cfg.max_iters, saved)
     if opts["json"]:
         with open(opts["json"], "w") as f:
             json.dump(dict(device=str(device), dtype=cfg.dtype, compile=cfg.compile, torch=torch.__version__,
