@@ -189,14 +189,15 @@ def test_auto_is_on_at_cpu_sizes_and_a_bad_value_is_one_line(tmp_path):
 
 
 def test_a_resumed_run_logs_the_interval_the_stop_left_open(tmp_path, monkeypatch):
-    """A SIGTERM during step 5 saves iteration 6 between the evals at 4 and 8: the checkpoint keeps
-    the interval's start (the weights at 4), so the resumed run's eval at 8 measures the interval
+    """A SIGTERM during step 5 (0-based: batch 6 is read ahead in it) saves iteration 6 between the evals
+    at 4 and 8: the checkpoint keeps the interval's start (the weights at 4), so the resumed run's eval
+    at 8 measures the interval
     since 4, as the uninterrupted run's does, bit for bit. Without it (a checkpoint that holds no
     interval, as an FSDP2 one) the row says it measures since 6, and moves less."""
     ds = make_dataset(tmp_path / "ds")
     common = ["--max_iters=8", "--eval_interval=4"]
     run(tiny_args(ds, tmp_path / "a", *common))
-    monkeypatch.setattr(train_mod, "get_batch", signal_at(5))
+    monkeypatch.setattr(train_mod, "get_batch", signal_at(6))
     assert run(tiny_args(ds, tmp_path / "b", *common))["stopped"] == "SIGTERM"
     monkeypatch.undo()
     shutil.copytree(tmp_path / "b", tmp_path / "c")

@@ -72,9 +72,10 @@ if __package__ in (None, ""):  # run by its path: imports live at the repository
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402  (no torch at import)
 from configurator import folder_problem  # noqa: E402  (a leaf: no torch)
-from tools.gpu_report import bench_config, comparison, judge_goals, loop_vs_bench, report  # noqa: E402  (no torch at import)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
+from tools.gpu_report import bench_config, comparison, judge_goals, loop_vs_bench, report  # noqa: E402
 
 import numpy as np  # noqa: E402
 
