@@ -2,11 +2,13 @@
 
 import json
 import re
+from contextlib import nullcontext
 
 import pytest
 
-from tools import bench
 from configurator import UserError
+from model import model_config
+from tools import bench, variants
 
 
 def test_bench_prints_a_ratio_per_variant(capsys, tmp_path):
@@ -43,7 +45,7 @@ def test_gpt2_reference_has_nanogpts_parameter_count_and_a_per_flop_column(capsy
     L, d, T, V = 2, 32, 16, 64
     cfg = SimpleNamespace(**{**bench.load_config([f"--n_layer={L}", "--n_head=2", f"--n_embd={d}",
                                                   f"--block_size={T}", f"--vocab_size={V}"])[0]})
-    model = bench.GPT2Reference(bench.model_config(cfg))
+    model = variants.GPT2Reference(model_config(cfg))
     assert model.num_params() == L * (12 * d * d + 13 * d) + V * d + T * d + 2 * d
     assert model.flops_per_token() == 6 * (model.num_params() - T * d) + 12 * L * d * T
     bench.main([f"--n_layer={L}", "--n_head=2", f"--n_embd={d}", f"--block_size={T}", "--batch_size=2",
@@ -63,15 +65,15 @@ def test_the_bench_times_the_step_the_training_loop_takes(monkeypatch, grad_clip
 
     import optim
     import train
-    assert bench.optimizer_step is optim.optimizer_step is train.optimizer_step
+    assert variants.optimizer_step is optim.optimizer_step is train.optimizer_step
     calls, real_clip = [], torch.nn.utils.clip_grad_norm_
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, norm: calls.append(norm) or real_clip(params, norm))
     cfg = SimpleNamespace(**{**bench.load_config(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
                                                   "--vocab_size=40", "--device=cpu"])[0]})
-    model, step_model, opts = bench.build(cfg, "unified")
+    model, step_model, opts = variants.build(cfg, "unified")
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     x = torch.randint(0, 40, (2, 16))
-    bench.train_step(model, step_model, opts, x, x, bench.nullcontext(), grad_clip)
+    variants.train_step(model, step_model, opts, x, x, nullcontext(), grad_clip)
     assert calls == [grad_clip] * clipped
     assert all(p.grad is None for p in model.parameters())
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())

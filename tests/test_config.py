@@ -67,7 +67,7 @@ def project_modules():
 
 
 COMMANDS = {"train", "sample", "tools.bench", "research.sweep", "research.plot", "tools.export", "tools.gpu_check",
-            "tools.toy_preconditioner"}
+            "tools.toy_preconditioner", "tools.step_profile"}
 
 
 def test_commands_import_the_small_modules_never_train_py_or_each_other():

@@ -1,5 +1,5 @@
 """What a variant costs on a GPU, counted without one: the bytes one block keeps for its backward
-(tools.bench.saved_bytes_per_token), held against the baseline's. Counts, not times: times belong in
+(tools.variants.saved_bytes_per_token), held against the baseline's. Counts, not times: times belong in
 the bench and the GPU check."""
 
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import pytest
 
 import model
 from configurator import DEFAULTS
-from tools import bench
+from tools import variants
 
 # a small width (compiling a block takes seconds, not a minute), the bench's dtype on a GPU
 CFG = dict(DEFAULTS, n_layer=2, n_embd=128, n_head=4, block_size=256, vocab_size=64, device="cpu", dtype="bfloat16")
@@ -16,7 +16,7 @@ CFG = dict(DEFAULTS, n_layer=2, n_embd=128, n_head=4, block_size=256, vocab_size
 
 def ratio(variant, compile):
     cfg = SimpleNamespace(**{**CFG, "compile": compile})
-    return bench.saved_bytes_per_token(cfg, variant) / bench.saved_bytes_per_token(cfg, "baseline")
+    return variants.saved_bytes_per_token(cfg, variant) / variants.saved_bytes_per_token(cfg, "baseline")
 
 
 @pytest.mark.parametrize("compile, limit", [(True, 1.01), (False, 1.05)], ids=["compiled", "eager"])
@@ -48,10 +48,10 @@ def test_saved_bytes_per_token_grows_with_the_activations_not_the_weights():
     eager branches take the weight side: norms.branch_linears); at twice the width it grows as the
     activations do, linearly (less: attention's per-head statistics stay), not as the weights (4x)."""
     cfg = SimpleNamespace(**{**CFG, "compile": False})
-    assert bench.saved_bytes_per_token(cfg, "baseline", tokens=128) == bench.saved_bytes_per_token(cfg, "baseline", 256)
+    assert variants.saved_bytes_per_token(cfg, "baseline", tokens=128) == variants.saved_bytes_per_token(cfg, "baseline", 256)
     wide = SimpleNamespace(**{**vars(cfg), "n_embd": 256})  # twice the width: activations up to 2x, weights 4x
-    assert 1.5 < bench.saved_bytes_per_token(wide, "baseline") / bench.saved_bytes_per_token(cfg, "baseline") <= 2.0
-    assert bench.saved_bytes_per_token(cfg, bench.REFERENCE) is None
+    assert 1.5 < variants.saved_bytes_per_token(wide, "baseline") / variants.saved_bytes_per_token(cfg, "baseline") <= 2.0
+    assert variants.saved_bytes_per_token(cfg, variants.REFERENCE) is None
 
 
 def test_ropes_op_frees_the_qkv_matmul_output_compiled():
@@ -59,10 +59,10 @@ def test_ropes_op_frees_the_qkv_matmul_output_compiled():
     beside the roped q and k: exactly (n_head + n_kv_head) head_dim bf16 values per token more than with
     model.rope_qkv, whose buffer is all SDPA keeps (4 + 4 heads of 32 here: 512 bytes)."""
     cfg = SimpleNamespace(**{**CFG, "compile": True})
-    with_op = bench.saved_bytes_per_token(cfg, "baseline")
+    with_op = variants.saved_bytes_per_token(cfg, "baseline")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(model, "rope_qkv", lambda q, k, v, cos, sin, fused: model._rope_qkv(q, k, v, cos, sin))
-        plain = bench.saved_bytes_per_token(cfg, "baseline")
+        plain = variants.saved_bytes_per_token(cfg, "baseline")
     assert plain - with_op == (4 + 4) * (128 // 4) * 2
 
 

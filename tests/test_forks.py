@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tools import bench
+from tools import bench, variants
 import model
 import norms
 import optim
@@ -205,7 +205,7 @@ def exports(out_dir, refused=None, writes=False):
 
 def bench_measures(switches, capsys, key):
     name = f"{key}={switches[key]}"
-    assert bench.variants()[name] == {key: switches[key]}
+    assert variants.variants()[name] == {key: switches[key]}
     bench.main(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--vocab_size=40",
                 f"--variants=baseline,{name}", "--steps=1", "--warmup=1", "--memory=False"])
     assert any(line.split()[:1] == [name] for line in capsys.readouterr().out.splitlines())

@@ -198,6 +198,6 @@ def test_the_table_names_every_command_a_user_runs():
     libraries = {"research.slurm", "research.records", "research.regime", "research.comparisons", "research.tables",
                  "research.trends", "research.multipliers", "research.summary", "research.figures",
                  "research.mechanism_figures", "research.mechanism_question", "research.run_figures",
-                 "research.headlines", "research.power", "tools.gpu_report"}
+                 "research.headlines", "research.power", "tools.gpu_report", "tools.variants"}
     missing = found - commands - libraries
     assert not missing, f"commands without a fuzz row: {sorted(missing)}"

@@ -82,7 +82,7 @@ def test_cuda_stage_commands_are_valid_configs(tmp_path, monkeypatch):
 def test_the_train_stage_runs_the_benchs_model_and_batch(tmp_path, monkeypatch):
     """The loop/bench goal compares like with like: the train stage's model (its parameters, on the
     meta device) and tokens a step equal the bench's unified variant's, on CUDA and on the CPU."""
-    from tools.bench import BASELINE, variants
+    from tools.variants import BASELINE, variants
     from model import GPT, model_config
     monkeypatch.chdir(ROOT)
     for device in ("cuda", "cpu"):

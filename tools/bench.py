@@ -8,8 +8,8 @@
     python -m tools.bench --variants=gpt2,baseline,unified   # against nanoGPT's GPT-2 at equal FLOPs
     python -m tools.bench --shared=True --variants=unified   # CPU: alone vs beside a copy of itself
 
-Each variant is the config's size and training keys with the baseline's scale
-switches (BASELINE) plus its own overrides (variants()): the config's own scale
+Each variant (tools/variants.py) is the config's size and training keys with the baseline's
+scale switches (BASELINE) plus its own overrides (variants()): the config's own scale
 switches do not apply. Every variant trains on the same synthetic batch; one step of each variant is
 timed in turn (interleaved), so machine noise hits all of them alike, and
 the median over steps after warm-up is reported with its ratio to the
@@ -19,6 +19,9 @@ CPU (it includes the Python/torch runtime, so only differences between
 variants mean much). Config keys as in train.py; bench-only options:
 --variants, --steps, --warmup, --memory, --json=PATH (the table as JSON, for scripts),
 --shared.
+
+"saved B/token/layer": what one block keeps for its backward, per token, and its ratio to the
+first variant (variants.saved_bytes_per_token): a count, not a time, the same on any device.
 
 "stats %": the mechanism statistics' cost (mechanism.Mechanism: under mechanism_stats train.py
 reads the gradients at every step, record_step, and computes the row at every eval) as a share of
@@ -49,52 +52,16 @@ import subprocess
 import tempfile
 import time
 from contextlib import nullcontext
-from dataclasses import replace
 from types import SimpleNamespace
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-import model
 from common import OMP_THREAD_ENV, cli, peak_flops, resolve_device
-from configurator import DEFAULTS, UserError, load_config, usage
+from configurator import UserError, load_config, usage
 from mechanism import Mechanism
-from model import GPT, model_config
-from optim import build_optimizers, optimizer_step
+from model import GPT
+from tools.variants import REFERENCE, build, saved_bytes_per_token, train_step, variants
 
-# The baseline: the Llama/Gemma scale switches (model.BASELINE), no decay on scales.
-BASELINE = {**model.BASELINE, "scale_wd": "none"}
-# The paper's unified strategy is the default run's (configurator.DEFAULTS): HG + DNP + OR + IWD.
-UNIFIED = {k: DEFAULTS[k] for k in (*BASELINE, "dual_sites")}
-# Overrides on top of the baseline: one per claim of the paper (README: claims table); variants()
-# adds one per registry entry no named variant covers (a scale class or placement a fork adds).
-VARIANTS = {
-    "baseline": dict(),
-    "none": dict(scale="none"),
-    "hg": dict(branch_scales=True),
-    "dp": dict(attn_placement="dual", mlp_placement="dual", dual_sites="prenorm"),
-    "dnp": dict(mlp_placement="dual_norm", dual_sites="prenorm"),
-    "or": dict(reparam="or"),
-    "er": dict(reparam="er"),
-    "unified": UNIFIED,
-    "unified_dp_all": {**UNIFIED, "attn_placement": "dual", "dual_sites": "all"},  # the project's earlier one
-    # top-2 of 8 experts, each d_ff / 2 wide: the active parameters of the dense MLP
-    "moe": dict(n_experts=8, top_k=2),
-    "unified_moe": {**UNIFIED, "n_experts": 8, "top_k": 2},
-}
-
-
-def variants():
-    """VARIANTS, then "<key>=<name>" for each scale class and placement (model.CHOICES) that is
-    not the baseline's and that no variant of VARIANTS sets alone."""
-    found = dict(VARIANTS)
-    for key in ("reparam", "attn_placement", "mlp_placement"):
-        for name in model.CHOICES[key]:
-            if name != BASELINE[key] and not any(v.get(key) == name and len(v.keys() - {"dual_sites"}) == 1
-                                                 for v in VARIANTS.values()):
-                found[f"{key}={name}"] = {key: name}
-    return found
 # --shared=True: environment of each process (set before torch loads); None: unset.
 _UNSET = {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OMP_NUM_THREADS": None}
 SHARED_SETTINGS = {
@@ -104,132 +71,6 @@ SHARED_SETTINGS = {
     "OMP_NUM_THREADS=1": {**_UNSET, "OMP_NUM_THREADS": "1"},
 }
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: bench runs as python -m tools.bench
-REFERENCE = "gpt2"  # --variants=gpt2,baseline: the baseline's cost per FLOP against nanoGPT's GPT-2
-
-
-class GPT2Reference(nn.Module):
-    """nanoGPT's GPT-2 at the config's size, the reference for the cost per FLOP (bench only).
-
-    LayerNorm with bias, GELU MLP of width 4 n_embd, learned positions, tied head, SDPA:
-    the model whose CPU and GPU speed people know. forward(idx, targets) -> (logits, loss, {}).
-    """
-
-    def __init__(self, cfg):
-        super().__init__()
-        d, V, self.n_head = cfg.n_embd, cfg.padded_vocab_size, cfg.n_head
-        self.config = cfg
-        self.wte, self.wpe = nn.Embedding(V, d), nn.Embedding(cfg.block_size, d)
-        self.blocks = nn.ModuleList(nn.ModuleDict(dict(
-            ln_1=nn.LayerNorm(d), c_attn=nn.Linear(d, 3 * d), c_proj=nn.Linear(d, d),
-            ln_2=nn.LayerNorm(d), c_fc=nn.Linear(d, 4 * d), mlp_proj=nn.Linear(4 * d, d)))
-            for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(d)
-        self.lm_head = nn.Linear(d, V, bias=False)
-        self.lm_head.weight = self.wte.weight
-
-    def forward(self, idx, targets):
-        B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-        for b in self.blocks:
-            q, k, v = (t.view(B, T, self.n_head, -1).transpose(1, 2)
-                       for t in b["c_attn"](b["ln_1"](x)).split(x.size(-1), dim=-1))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
-            x = x + b["c_proj"](y)
-            x = x + b["mlp_proj"](F.gelu(b["c_fc"](b["ln_2"](x))))
-        logits = self.lm_head(self.ln_f(x))[..., :self.config.vocab_size]
-        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten()), {}
-
-    def aux_objective(self, aux):
-        return 0.0
-
-    def num_params(self):
-        return sum(p.numel() for p in self.parameters())
-
-    def flops_per_token(self):
-        """6 N + 12 n_layer n_embd block_size, N without the embedding lookups (as GPT's)."""
-        cfg = self.config
-        n = self.num_params() - self.wpe.weight.numel()
-        return 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
-
-
-def build(cfg, variant):
-    """(model, the model to step (compiled if cfg.compile), optimizers) for one variant of cfg."""
-    if variant == REFERENCE:
-        model = GPT2Reference(model_config(cfg)).to(cfg.device)
-        opts = [torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                                  fused=True)]
-        return model, torch.compile(model) if cfg.compile else model, opts
-    c, model_cfg = variant_config(cfg, variant)
-    model = GPT(model_cfg, seed=c.seed).to(cfg.device)
-    opts, _ = build_optimizers(model, c, torch.device(cfg.device).type)
-    step_model = torch.compile(model) if cfg.compile else model
-    return model, step_model, opts
-
-
-def variant_config(cfg, variant):
-    """(the run config, the GPTConfig) of one variant of VARIANTS (variants()) at cfg's size and training keys."""
-    overrides = variants()[variant]
-    c = SimpleNamespace(**{**vars(cfg), **BASELINE, **overrides})
-    model_cfg = model_config(c)
-    if "n_experts" in overrides and cfg.expert_d_ff == 0:
-        model_cfg = replace(model_cfg, expert_d_ff=model_cfg.d_ff // model_cfg.top_k)
-    return c, model_cfg
-
-
-def saved_bytes_per_token(cfg, variant, tokens=None):
-    """Bytes that one block of `variant` keeps for its backward per token (one layer: block 0 of cfg's
-    model, on cfg.device, under bf16 autocast when cfg.dtype says so, compiled when cfg.compile).
-
-    What autograd saves is read with saved-tensor hooks, each storage once (views of it included),
-    parameters and the RoPE tables left out, at batch 1 and 2 of `tokens` (default block_size): the
-    difference over `tokens` is the activations' share, without what does not grow with the batch (the
-    weights' bf16 copies). From about n_embd tokens on, eager branches take the weight side as compiled
-    ones do (norms.branch_linears). A count, not a time: inductor's partitioner decides the same on a
-    CPU and a GPU, so a test holds it where no GPU is at hand. None for the gpt2 reference. Compiled,
-    it resets torch._dynamo first (the graphs compiled before are forgotten: count after timing).
-    """
-    if variant == REFERENCE:
-        return None
-    _, model_cfg = variant_config(cfg, variant)
-    T = min(tokens or model_cfg.block_size, model_cfg.block_size)
-    block = GPT(replace(model_cfg, n_layer=1)).blocks[0].to(cfg.device)  # initialized as in training
-    if cfg.compile:  # a fresh start: past dynamo's recompile limit (one Block.forward per variant) it runs eager
-        torch._dynamo.reset()
-    run = torch.compile(block, dynamic=False) if cfg.compile else block  # static shapes, as a training step's
-    ctx = torch.autocast(torch.device(cfg.device).type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
-    cos, sin = (t.to(cfg.device) for t in model.rope_tables(T, model_cfg.head_dim, model_cfg.rope_theta))
-    skip = {t.untyped_storage().data_ptr() for t in (*block.parameters(), cos, sin)}
-
-    def saved(batch):
-        x = torch.randn(batch, T, model_cfg.n_embd, device=cfg.device, requires_grad=True)
-        with ctx:
-            run(x, cos, sin)  # compiles first: the count is of the call that follows
-        found = {}
-
-        def pack(t):
-            storage = t.untyped_storage()
-            if storage.data_ptr() not in skip:
-                found[storage.data_ptr()] = storage.nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), ctx:
-            run(x, cos, sin)
-        return sum(found.values())
-
-    return (saved(2) - saved(1)) / T
-
-
-def train_step(model, step_model, opts, x, y, ctx, grad_clip):
-    """One training step as train.py's loop takes it with one micro-step: forward (the objective
-    with the MoE terms), backward, then the loop's own optimizer_step (clip to grad_clip, step,
-    zero the gradients)."""
-    with ctx:
-        _, loss, aux = step_model(x, y)
-        objective = loss + model.aux_objective(aux)
-    objective.backward()
-    optimizer_step(model, opts, grad_clip)
-
-
 def peak_rss_mib():
     """Peak resident memory of this process in MiB: VmHWM on Linux (reset at exec, unlike
     ru_maxrss, which a child inherits from its parent), else ru_maxrss."""

@@ -4,7 +4,7 @@
     python -m tools.step_profile --variants=baseline,unified --device=cpu                  # CPU ops instead of kernels
     python -m tools.step_profile --syncs=2:15 --json=syncs.json -- train.py configs/unified_124m.py --max_iters=20
 
-Kernels (the default): each variant of tools/bench.py (its build, so the gpt2 reference too) at
+Kernels (the default): each variant of tools/variants.py (its build, so the gpt2 reference too) at
 the config's size and batch, as bench.py steps it: warmed up (and compiled, with --compile=True),
 the median of --steps steps taken in turn (synchronized), then --profile_steps more under
 torch.profiler, one profile per variant. Each kernel's device time goes to one kind by its name
@@ -122,10 +122,10 @@ def parse(argv):
 
 
 def step(built, x, y, ctx, cfg):
-    """One training step of a bench.build() triple as bench.py times it (bench.train_step: the one
+    """One training step of a variants.build() triple as bench.py times it (variants.train_step: the one
     place here that knows its arguments)."""
-    from tools import bench
-    bench.train_step(*built, x, y, ctx, cfg.grad_clip)
+    from tools import variants as bench_variants
+    bench_variants.train_step(*built, x, y, ctx, cfg.grad_clip)
 
 
 def sync(device):
@@ -137,13 +137,13 @@ def profile_variants(cfg, names, steps, warmup, profile_steps):
     """{variant: {"ms_per_step" (median wall time), "flops_per_token", **by_kind(...)}} of each variant."""
     from torch.profiler import ProfilerActivity, profile
 
-    from tools import bench
+    from tools import variants as bench_variants
     device = torch.device(cfg.device)
     ctx = torch.autocast(device.type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
     gen = torch.Generator().manual_seed(0)
     x, y = (torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
             for _ in range(2))
-    built = {n: bench.build(cfg, n) for n in names}
+    built = {n: bench_variants.build(cfg, n) for n in names}
     times = {n: [] for n in names}
     for n in names:
         for _ in range(warmup):
@@ -241,22 +241,23 @@ def main(argv):
         status, found = count_syncs(script, start, count)
         print(f"step_profile: {json.dumps(found)}", flush=True)
     else:
-        from tools import bench
+        from tools import variants as bench_variants
         from common import resolve_device
         cfg = SimpleNamespace(**load_config(rest)[0])
         cfg.device, cfg.dtype = resolve_device(cfg.device, cfg.dtype)
         cfg.vocab_size = cfg.vocab_size or (50257 if cfg.n_embd >= 512 else 80)  # as bench.py
         names = opts["variants"].split(",")
-        unknown = [n for n in names if n not in bench.variants() and n != bench.REFERENCE]
+        unknown = [n for n in names if n not in bench_variants.variants() and n != bench_variants.REFERENCE]
         if unknown:
-            raise UserError(f"--variants: unknown {unknown}; known: {', '.join(bench.variants())}, {bench.REFERENCE}")
+            known = ", ".join([*bench_variants.variants(), bench_variants.REFERENCE])
+            raise UserError(f"--variants: unknown {unknown}; known: {known}")
         rows = profile_variants(cfg, names, int(opts["steps"]), int(opts["warmup"]), int(opts["profile_steps"]))
         print(f"device {cfg.device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), torch {torch.__version__}; "
               f"n_layer={cfg.n_layer} n_embd={cfg.n_embd} batch {cfg.batch_size} x block {cfg.block_size}; "
               f"{opts['steps']} timed steps, {opts['profile_steps']} profiled, after {opts['warmup']} of warm-up")
         print_table(rows, cfg.device.startswith("cuda"))
         status = 0
-        base, ref = rows.get("baseline"), rows.get(bench.REFERENCE)
+        base, ref = rows.get("baseline"), rows.get(bench_variants.REFERENCE)
         found = {"device": cfg.device, "dtype": cfg.dtype, "compile": cfg.compile, "torch": torch.__version__,
                  "tokens_per_step": cfg.batch_size * cfg.block_size, "steps": int(opts["steps"]),
                  "profile_steps": int(opts["profile_steps"]), "variants": rows,
