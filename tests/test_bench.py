@@ -36,6 +36,8 @@ def test_bench_rejects_zero_steps_and_unknown_variants():
         bench.main(["--steps=0"])
     with pytest.raises(UserError, match="unknown variant 'fast'"):
         bench.main(["--variants=baseline,fast"])
+    with pytest.raises(UserError, match="--saved=yes: expected True or False"):
+        bench.main(["--saved=yes"])
 
 
 def test_gpt2_reference_has_nanogpts_parameter_count_and_a_per_flop_column(capsys):

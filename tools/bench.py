@@ -18,7 +18,7 @@ a separate process, torch.cuda.max_memory_allocated on CUDA, the peak RSS on
 CPU (it includes the Python/torch runtime, so only differences between
 variants mean much). Config keys as in train.py; bench-only options:
 --variants, --steps, --warmup, --memory, --json=PATH (the table as JSON, for scripts),
---shared.
+--shared, --saved=False (no saved-bytes column: compiled, it compiles a block per variant twice).
 
 "saved B/token/layer": what one block keeps for its backward, per token, and its ratio to the
 first variant (variants.saved_bytes_per_token): a count, not a time, the same on any device.
@@ -90,7 +90,7 @@ def parse_options(argv):
     """(bench options, the other arguments for load_config, steps, warmup) of argv; UserError for a
     bad bench option."""
     opts = {"variants": "all", "steps": "20", "warmup": "3", "memory": "auto", "memory_child": "", "json": "",
-            "shared": "False"}
+            "shared": "False", "saved": "True"}
     rest = []
     for a in argv:
         key = a[2:].split("=", 1)[0] if a.startswith("--") else None
@@ -104,8 +104,9 @@ def parse_options(argv):
         raise UserError(f"--steps={opts['steps']} / --warmup={opts['warmup']}: expected integers") from None
     if not (1 <= steps <= 10**5 and 0 <= warmup <= 10**5):
         raise UserError(f"--steps={steps} must be in [1, 1e5] and --warmup={warmup} in [0, 1e5]")
-    if opts["shared"] not in ("True", "False"):
-        raise UserError(f"--shared={opts['shared']}: expected True or False")
+    for key in ("shared", "saved"):
+        if opts[key] not in ("True", "False"):
+            raise UserError(f"--{key}={opts[key]}: expected True or False")
     if opts["memory"] not in ("True", "False", "auto"):
         raise UserError(f"--memory={opts['memory']}: expected True, False or auto")
     return opts, rest, steps, warmup
@@ -236,7 +237,7 @@ def main(argv):
     built = {n: build(cfg, n) for n in names}
     times = time_steps(built, names, steps, warmup, x, y, ctx, device, cfg.grad_clip)
     mech = time_mechanism(built, names, device)
-    saved = {n: saved_bytes_per_token(cfg, n) for n in names}
+    saved = {n: saved_bytes_per_token(cfg, n) for n in names} if opts["saved"] == "True" else {}
     tokens = cfg.batch_size * cfg.block_size
     print(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; n_layer={cfg.n_layer} n_embd={cfg.n_embd} "

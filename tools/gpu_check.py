@@ -210,9 +210,9 @@ def stage_commands(device, work, out, gpus=0):
         "train": [*train, f"--max_iters={size['train_iters']}", f"--out_dir={run_dir}", *data],
         "resume": [py, "-m", "tools.step_profile", f"--syncs={size['syncs']}", f"--json={os.path.join(out, 'syncs.json')}",
                    "--", "train.py", "--init_from=resume", f"--out_dir={run_dir}", f"--max_iters={total}"],
-        "bench_1b": [py, "-m", "tools.bench", *WIDTH_1B[device], "--variants=baseline,unified",
+        "bench_1b": [py, "-m", "tools.bench", *WIDTH_1B[device], "--variants=baseline,unified", "--saved=False",
                      f"--json={os.path.join(out, 'bench_1b.json')}"],
-        "protocol": [py, "-m", "tools.bench", *PROTOCOL[device], "--variants=baseline",
+        "protocol": [py, "-m", "tools.bench", *PROTOCOL[device], "--variants=baseline", "--saved=False",
                      f"--json={os.path.join(out, 'protocol.json')}"],
     }
 
