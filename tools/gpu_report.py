@@ -34,13 +34,11 @@ def loop_vs_bench(train, bench):
     return (None, "not compared: " + ", ".join(differ)) if differ else (train["ms_per_iter"] / row["ms_per_step"], None)
 
 
-BENCH_ONLY = ("--variants", "--steps", "--warmup", "--memory", "--json", "--shared")  # bench.py's own flags
-
-
 def bench_config(argv):
-    """The training config a bench.py argv describes (its own flags, BENCH_ONLY, left out)."""
-    from configurator import load_config
-    return load_config([a for a in argv if a.split("=")[0] not in BENCH_ONLY])[0]
+    """The training config a bench.py argv describes: its config files and config keys (bench.py's own
+    flags, whatever they are, are no key of configurator.DEFAULTS and are left out)."""
+    from configurator import DEFAULTS, load_config
+    return load_config([a for a in argv if not a.startswith("--") or a[2:].split("=")[0] in DEFAULTS])[0]
 
 
 def comparison(summary, train_cmd, protocol_argv, vocab_size):
