@@ -117,13 +117,14 @@ SECTIONS = {
                                       "block, at start (False: skip it for a folder already checked)", absent=True),
         "eval_interval": (100, GE0, "iterations between evals + checkpoints (0: only at the end)"),
         "eval_iters": (20, GE1, "validation batches per eval (a fixed set)"),
-        "log_interval": (50, GE1, "iterations between progress lines"),
+        "log_interval": (50, GE1, "iterations between progress lines and log writes (the loop reads the device "
+                                  "once per interval)"),
         "mechanism_stats": added("auto", Choices("auto", "on", "off"),
                                  'the scale vectors\' mechanism in every eval row (mechanism.Mechanism: preconditioner '
                                  'floor, the folded step against the scale-free one and its two parts, update ratios '
                                  f'per optimizer group, gamma\'s state) | "auto": on up to {MECHANISM_AUTO_MAX / 1e6:g}M '
-                                 f'parameters (it holds ~24% of the training state at 124M); never changes training, so '
-                                 f'no run hash holds it',
+                                 f'parameters (a copy of ~31% of the float32 training state at 124M: memory, not '
+                                 f'time); never changes training, so no run hash holds it',
                                  absent="off"),
         "sample_tokens": (300, GE0, "tokens sampled and printed at the end (0: none)"),
         "wandb_log": (False, None,
