@@ -144,7 +144,7 @@ def test_tasks_fit_the_model_and_say_when_the_export_is_missing_or_old(tmp_path,
     assert len(items) >= 20 and all(len(i["context"] + max(i["choices"], key=len)) < 32 for i in items)
     assert all(i["context"].strip() for i in items)
     os.makedirs(out / "hf")
-    (out / "hf" / "config.json").write_text("{}")
+    (out / "hf" / "config.json").write_text('{"model_type": "llama"}')  # a standard model's: no code
     os.utime(out / "hf" / "config.json", (0, 0))
     lm_eval_tasks.write_tasks(str(out), str(out / "lm_eval2"))
     assert "is older than" in capsys.readouterr().out
@@ -158,17 +158,18 @@ def test_a_block_too_short_for_any_item_writes_no_next_line_task_and_bad_flags_a
     from tools import lm_eval_tasks
     out = char_run(tmp_path, block_size=4)
     capsys.readouterr()
+    os.makedirs(out / "hf")
+    (out / "hf" / "config.json").write_text('{"model_type": "llama"}')
     command = lm_eval_tasks.write_tasks(str(out), str(out / "lm_eval"))
     assert "no next-line item fits block_size=4" in capsys.readouterr().out
     assert "--tasks scalevec_val " in command and "next_line" not in command
-    assert sorted(os.listdir(out / "lm_eval")) == ["scalevec_val.jsonl", "scalevec_val.yaml"]
+    assert sorted(os.listdir(out / "lm_eval")) == [lm_eval_tasks.MARKER, "scalevec_val.jsonl", "scalevec_val.yaml"]
     with pytest.raises(UserError, match=r"--seed=-1: numpy's generators take a seed in \[0, 2\*\*32 - 1\]"):
         lm_eval_tasks.main([f"--out_dir={out}", "--seed=-1"])
     if importlib.util.find_spec("safetensors") is None:
         return  # (the export's own extra reads an export)
-    os.makedirs(out / "hf")
     (out / "hf" / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")  # a cut header
-    with pytest.raises(UserError, match=r"hf/model.safetensors is damaged .*export again"):
+    with pytest.raises(UserError, match=r"hf/model.safetensors is damaged .*export the run anew"):
         lm_eval_tasks.main([f"--out_dir={out}"])
 
 
@@ -226,3 +227,156 @@ def test_a_kill_while_the_tasks_are_written_leaves_each_file_whole(tmp_path):
             assert data == before.get(name) or data.endswith(b"\n"), name
     subprocess.run(cmd + ["--seed=1"], cwd=ROOT, check=True, capture_output=True)
     assert not [f for f in os.listdir(tasks) if f.endswith(".tmp")]
+
+
+# -----------------------------------------------------------------------------
+# The printed command runs no folder's code but this project's own, and the tasks are written only in a
+# folder of their own
+
+
+OWN_MAP = {"AutoConfig": "modeling_scalevec.ScalevecConfig", "AutoModelForCausalLM": "modeling_scalevec.ScalevecForCausalLM"}
+EVIL_MAP = {"AutoConfig": "evil.Evil", "AutoModelForCausalLM": "evil.Evil"}
+
+
+@pytest.fixture(scope="module")
+def char_out(tmp_path_factory):
+    """A 2-iteration character run, shared: each test writes its tasks and exports elsewhere."""
+    return char_run(tmp_path_factory.mktemp("char"))
+
+
+def fake_export(folder, config, module=True, **files):
+    """An export's code-bearing files only (no weights: the command's checks read none without them):
+    config.json, this project's modeling file (module=True), and files {relative path: text}."""
+    from tools import lm_eval_tasks
+    os.makedirs(folder)
+    (folder / "config.json").write_text(json.dumps(config))
+    if module:
+        with open(lm_eval_tasks.MODULE, "rb") as f:
+            (folder / "modeling_scalevec.py").write_bytes(f.read())
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_the_command_trusts_the_projects_own_module_and_nothing_more(char_out, tmp_path):
+    from tools import lm_eval_tasks
+    ours = fake_export(tmp_path / "ours", {"model_type": "scalevec", "auto_map": OWN_MAP})
+    command = lm_eval_tasks.write_tasks(str(char_out), str(tmp_path / "t1"), export_dir=str(ours))
+    assert ",trust_remote_code=True," in command
+    plain = fake_export(tmp_path / "plain", {"model_type": "llama"}, module=False)
+    command = lm_eval_tasks.write_tasks(str(char_out), str(tmp_path / "t2"), export_dir=str(plain))
+    assert "trust_remote_code" not in command and f"pretrained={plain}," in command
+
+
+@pytest.mark.parametrize("payload, words", [
+    ("planted", "config.json: auto_map={'AutoConfig': 'evil.Evil'"),
+    ("edited_module", "modeling_scalevec.py differs from this project's modeling_scalevec.py"),
+    ("extra_code", "custom_generate/generate.py is Python code that is not this project's"),
+    ("tokenizer_map", "tokenizer_config.json: auto_map="),
+    ("hub_reference", "auto_map={'AutoConfig': 'someone/repo--modeling_scalevec.ScalevecConfig'}"),
+    ("nested_map", "config.json: text_config.auto_map="),
+    ("unnamed_module", "modeling_scalevec.py is shipped but config.json's auto_map does not name it"),
+    ("linked_folder", "is a symbolic link"),
+])
+def test_the_command_is_not_printed_for_an_export_with_other_code(char_out, tmp_path, payload, words):
+    """The review's payload (an auto_map to a planted module) and six more ways an export could lead
+    lm-eval, told trust_remote_code=True, to code that is not this project's modeling_scalevec.py:
+    one line naming the file and the fix (a new export); nothing written, no command."""
+    from test_security_hf import code_that_marks
+    from configurator import UserError
+    from tools import lm_eval_tasks
+    marker, hf = tmp_path / "ran", tmp_path / "hf"
+    config = {"model_type": "scalevec", "auto_map": OWN_MAP}
+    if payload == "planted":
+        fake_export(hf, {"model_type": "evil", "auto_map": EVIL_MAP}, module=False, **{"evil.py": code_that_marks(marker)})
+    elif payload == "edited_module":
+        fake_export(hf, config)
+        with open(hf / "modeling_scalevec.py", "a") as f:
+            f.write(f"open({str(marker)!r}, 'w')\n")
+    elif payload == "extra_code":
+        fake_export(hf, config, **{"custom_generate/generate.py": code_that_marks(marker)})
+    elif payload == "tokenizer_map":
+        fake_export(hf, config, **{"tokenizer_config.json": json.dumps({"auto_map": {"AutoTokenizer": ["evil.Evil", None]}})})
+    elif payload == "hub_reference":
+        fake_export(hf, {**config, "auto_map": {"AutoConfig": "someone/repo--modeling_scalevec.ScalevecConfig"}})
+    elif payload == "nested_map":
+        fake_export(hf, {**config, "text_config": {"auto_map": EVIL_MAP}})
+    elif payload == "unnamed_module":
+        fake_export(hf, {"model_type": "llama"})
+    elif payload == "linked_folder":
+        os.symlink(fake_export(tmp_path / "elsewhere", config), hf)
+    with pytest.raises(UserError) as e:
+        lm_eval_tasks.write_tasks(str(char_out), str(tmp_path / "tasks"), export_dir=str(hf))
+    assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert "no lm_eval command is printed" in str(e.value) and "python -m tools.export" in str(e.value)
+    assert not (tmp_path / "tasks").exists() and not marker.exists()
+
+
+def test_the_reviews_planted_export_prints_no_command(char_out, tmp_path):
+    """As the review ran it: `python -m tools.lm_eval_tasks --out_dir=D` with a planted auto_map and
+    module in D/hf (here a copy of the run): exit 1, one line, no lm_eval command, nothing ran."""
+    from test_security_hf import code_that_marks
+    import shutil
+    out = tmp_path / "run"
+    shutil.copytree(char_out, out, ignore=shutil.ignore_patterns("lm_eval", "hf"))
+    fake_export(out / "hf", {"model_type": "evil", "auto_map": EVIL_MAP}, module=False,
+                **{"evil.py": code_that_marks(tmp_path / "ran")})
+    done = subprocess.run([sys.executable, "-m", "tools.lm_eval_tasks", f"--out_dir={out}"], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"error: {out / 'hf' / 'config.json'}: auto_map=") and done.stderr.count("\n") == 1
+    assert "trust_remote_code=True" not in done.stdout and "then:" not in done.stdout
+    assert not (out / "lm_eval").exists() and not (tmp_path / "ran").exists()
+
+
+def snapshot(root):
+    """{relative path: bytes (None for a folder)} of everything under root."""
+    return {os.path.relpath(os.path.join(d, n), root): (None if n in dirs else open(os.path.join(d, n), "rb").read())
+            for d, dirs, files in os.walk(root) for n in dirs + files}
+
+
+def test_the_tasks_are_written_only_in_a_folder_of_their_own(char_out, tmp_path):
+    """The review's payload (out_dir/lm_eval a link to a folder holding scalevec_next_line.* files, which
+    a call deleted), then an unmarked folder of someone's files, a hard-linked task file, a linked
+    .tmp and a linked marker: each one line naming it, and nothing outside written or deleted."""
+    from configurator import UserError
+    from tools import lm_eval_tasks
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("scalevec_next_line.jsonl", "scalevec_next_line.yaml", "notes.txt"):
+        (outside / name).write_text("someone's\n")
+    (outside / "linked.txt").write_text("someone's\n")
+    before = snapshot(outside)
+
+    def refused(tasks, *words):
+        with pytest.raises(UserError) as e:
+            lm_eval_tasks.write_tasks(str(char_out), str(tasks), export_dir=str(tmp_path / "no-export"))
+        assert all(w in str(e.value) for w in words) and "\n" not in str(e.value), str(e.value)
+        assert snapshot(outside) == before
+
+    os.symlink(outside, tmp_path / "link")
+    done = subprocess.run([sys.executable, "-m", "tools.lm_eval_tasks", f"--out_dir={char_out}",
+                           f"--tasks_dir={tmp_path / 'link'}"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # as the review ran it
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "a symbolic link (to" in done.stderr, done.stderr
+    assert snapshot(outside) == before
+    refused(tmp_path / "link", "--tasks_dir=", "a symbolic link (to")
+    refused(outside, "holds 'linked.txt' and 3 more, which this command did not write (no .lm_eval_tasks marker)")
+    mine = tmp_path / "mine"
+    assert lm_eval_tasks.write_tasks(str(char_out), str(mine), export_dir=str(tmp_path / "no-export")) is None
+    assert (mine / lm_eval_tasks.MARKER).is_file()  # made here: its own files are replaced on the next call
+    os.remove(mine / "scalevec_val.jsonl")
+    os.link(outside / "linked.txt", mine / "scalevec_val.jsonl")
+    refused(mine, "scalevec_val.jsonl has 2 hard links")
+    os.remove(mine / "scalevec_val.jsonl")
+    os.symlink(outside / "notes.txt", mine / "scalevec_val.yaml.tmp")
+    refused(mine, "scalevec_val.yaml.tmp is a symbolic link")
+    os.remove(mine / "scalevec_val.yaml.tmp")
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "data.txt").write_text("someone's\n")
+    os.symlink(mine / lm_eval_tasks.MARKER, planted / lm_eval_tasks.MARKER)
+    refused(planted, "no .lm_eval_tasks marker")
+    assert (planted / "data.txt").read_text() == "someone's\n"
+    assert lm_eval_tasks.write_tasks(str(char_out), str(mine), export_dir=str(tmp_path / "no-export")) is None

@@ -436,3 +436,107 @@ def test_the_prepare_scripts_read_a_tokenizer_folders_json_as_data(tmp_path):
             bpe_docs.read_json(str(path))
         assert str(path) in str(e.value) and "\n" not in str(e.value)
     assert bpe_docs.read_json(str(tmp_path / "absent.json")) == {}
+
+
+# -----------------------------------------------------------------------------
+# 6. An auto_map is found at any depth and read as JSON means it; a nested model config is one line
+
+
+def test_an_auto_map_at_any_depth_is_refused_before_transformers_reads_it(tmp_path):
+    """The review's payload: config.json's text_config with its own auto_map (transformers failed with a
+    13-frame AttributeError); then one inside a list of generation_config.json. One line naming the
+    place, from hf_check as a user runs it and from the start; the module never runs; a nested
+    config without one is one line too."""
+    from test_hf_model import refused, start_args
+    folder = hf_folder(tmp_path / "hf")
+    marker = tmp_path / "ran"
+    (tmp_path / "hf" / "evil.py").write_text(code_that_marks(marker))
+    config = os.path.join(folder, "config.json")
+    edit_json(config, text_config={"model_type": "llama", "auto_map": {"AutoConfig": "evil.Evil"}})
+    before = snapshot(tmp_path)
+    one_line(command("tools.hf_check", folder, "--tokens=4"), "config.json: text_config.auto_map=", "evil.Evil")
+    assert snapshot(tmp_path) == before
+    edit_json(config, text_config=None)
+    with open(os.path.join(folder, "generation_config.json"), "w") as f:
+        json.dump({"custom": [{"auto_map": {"AutoConfig": "evil.Evil"}}]}, f)
+    refused(start_args(tmp_path, folder), re.escape("generation_config.json: custom[0].auto_map={'AutoConfig'"))
+    refusal(lambda: folder_io.transformers_reading(folder), "custom[0].auto_map=")
+    os.remove(os.path.join(folder, "generation_config.json"))
+    os.remove(tmp_path / "hf" / "evil.py")
+    edit_json(config, decoder={"model_type": "llama"})
+    refusal(lambda: folder_io.read_config(folder), "config.json: decoder={'model_type': 'llama'} is a nested model's "
+                                                   "config")
+    assert not marker.exists()
+
+
+def test_an_auto_map_given_twice_is_the_last_one_as_json_says(tmp_path):
+    """The review's payload: auto_map given twice, the last null (JSON keeps the last): it names no code,
+    and the one line says what transformers would do with it instead of calling it code; given twice
+    the other way round (the last naming a module) it is code. An empty auto_map names nothing."""
+    folder = hf_folder(tmp_path / "hf")
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        text = f.read().rstrip().removesuffix("}")
+    evil = '{"AutoConfig": "evil.Evil"}'
+    with open(path, "w") as f:
+        f.write(text + f', "auto_map": {evil}, "auto_map": null}}')
+    line = refusal(lambda: folder_io.refuse_code(folder), "config.json: auto_map=None names no code", "delete the key")
+    assert "names code" not in line
+    with open(path, "w") as f:
+        f.write(text + f', "auto_map": null, "auto_map": {evil}}}')
+    refusal(lambda: folder_io.refuse_code(folder), "config.json: auto_map={'AutoConfig': 'evil.Evil'} names code")
+    with open(path, "w") as f:
+        f.write(text + ', "auto_map": {}}')
+    assert folder_io.refuse_code(folder) is None
+
+
+# -----------------------------------------------------------------------------
+# 7. A command writes only a folder of its own, and says the true cause when it cannot
+
+
+def test_an_export_onto_a_link_names_the_link_and_a_failed_rename_its_cause(tmp_path, monkeypatch):
+    """The review's payload: tools.export onto a dangling `hf` link advised freeing disk space; now one
+    line naming the link (a link to a folder too). A write that fails for another cause than a full
+    disk says so, without the disk advice; a full disk keeps it. Nothing is left either way."""
+    import errno
+    from test_export import needs_transformers, tiny_model
+    from tools import export
+    needs_transformers()
+    os.symlink(tmp_path / "gone", tmp_path / "hf")
+    line = refusal(lambda: export.export(tiny_model(), str(tmp_path / "hf"), check=False),
+                   "is a symbolic link (to", "which does not exist", "remove the link")
+    assert "free space" not in line
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "hf2")
+    refusal(lambda: export.export(tiny_model(), str(tmp_path / "hf2"), check=False), "hf2' is a symbolic link")
+    assert os.listdir(tmp_path / "real") == [] and not os.path.lexists(tmp_path / "gone")
+    os.remove(tmp_path / "hf")
+    os.remove(tmp_path / "hf2")
+    before = snapshot(tmp_path)
+    for code, words in ((errno.EXDEV, "see what is at"), (errno.ENOSPC, "free space")):
+        def fail(src, dst, _code=code):
+            raise OSError(_code, os.strerror(_code), src, None, dst)
+        monkeypatch.setattr(export.os, "replace", fail)
+        line = refusal(lambda: export.export(tiny_model(), str(tmp_path / "new"), check=False), os.strerror(code), words)
+        assert ("free space" in line) == (code == errno.ENOSPC)
+        assert snapshot(tmp_path) == before
+    monkeypatch.undo()
+
+
+def test_gguf_to_hf_takes_a_folder_as_its_own_only_by_a_plain_marker(tmp_path):
+    """A folder of someone's files made to look converted: its .gguf_to_hf marker a symbolic link to a
+    real marker, or a hard link to one; either is refused (replacing the folder would delete its
+    files), and a plain marker still marks one."""
+    from tools import gguf_to_hf
+    real = tmp_path / "converted"
+    real.mkdir()
+    (real / gguf_to_hf.MARKER).write_text("/x/m.gguf\n")
+    assert gguf_to_hf.out_problem(str(real), str(tmp_path / "m.gguf")) is None
+    for kind in ("symlink", "link"):
+        victim = tmp_path / kind
+        victim.mkdir()
+        (victim / "ckpt.pt").write_bytes(b"weeks of training")
+        getattr(os, kind)(real / gguf_to_hf.MARKER, victim / gguf_to_hf.MARKER)
+        problem = gguf_to_hf.out_problem(str(victim), str(tmp_path / "m.gguf"))
+        assert problem and "marker" in problem and ("symbolic link" in problem if kind == "symlink"
+                                                    else "2 hard links" in problem), problem

@@ -49,6 +49,7 @@ common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of
 import argparse
 import copy
 import dataclasses
+import errno
 import functools
 import json
 import math
@@ -454,6 +455,12 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
     reason = refusal(cfg)
     if reason:
         raise UserError(reason)
+    if os.path.islink(export_dir):  # (a dangling one too: the rename below could not replace it)
+        target = os.readlink(export_dir)
+        state = "" if os.path.exists(export_dir) else ", which does not exist"
+        raise UserError(f"export_dir={export_dir!r} is a symbolic link (to {target}{state}): an export is written "
+                        f"only as a folder of its own; remove the link (what it points to stays) or pass another "
+                        f"--export_dir")
     if os.path.exists(export_dir):
         raise UserError(f"export_dir={export_dir!r} already exists: pass another --export_dir or remove it")
     problem = folder_problem(export_dir)
@@ -468,10 +475,12 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
         os.mkdir(folder)  # the umask's mode, not mkdtemp's private 0700
         diff = write_folder(folder, model, meta, ckpt, check, tol, source)
         os.replace(folder, export_dir)
-    except OSError as e:  # a full disk or a quota: the hidden folder goes, nothing is left half-written
-        raise UserError(f"{e.strerror} writing {os.path.basename(e.filename or '') or 'the export'}: nothing "
-                        f"written to {export_dir}; free space (or name another disk with --export_dir), then run "
-                        f"the same command again") from None
+    except OSError as e:  # a full disk, a quota, a name taken meanwhile: the hidden folder goes, nothing half-written
+        what = os.path.basename(e.filename or "") or "the export"
+        fix = ("free space (or name another disk with --export_dir), then run the same command again"
+               if e.errno in (errno.ENOSPC, errno.EDQUOT) else
+               f"see what is at {export_dir} now (it must not exist), or pass another --export_dir")
+        raise UserError(f"{e.strerror} writing {what}: nothing written to {export_dir}; {fix}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return diff

@@ -36,6 +36,7 @@ common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of
 import argparse
 import importlib.util
 import re
+import shlex
 import shutil
 import tempfile
 
@@ -155,7 +156,8 @@ def out_problem(out, gguf_path):
     """Why convert must not write the folder `out`, or None: it may when it does not exist, is an empty
     folder, or holds MARKER (a folder this tool wrote, which it replaces). Anything else would be
     deleted by the replacement: a symbolic link, a folder of other files (a run's out_dir, data/),
-    or a marked folder that holds the GGUF file itself."""
+    or a marked folder that holds the GGUF file itself, or whose marker is a link or has another hard link
+    (hf.folder.replace_problem: not one this tool wrote)."""
     fix = "name another --out, or remove that folder yourself"
     if os.path.islink(out):
         return f"a symbolic link, which this tool does not replace: {fix}"
@@ -164,7 +166,12 @@ def out_problem(out, gguf_path):
     names = os.listdir(out)
     if not names:
         return None
-    if not os.path.isfile(os.path.join(out, MARKER)):
+    from hf.folder import replace_problem
+    marker = os.path.join(out, MARKER)
+    planted = replace_problem(marker)
+    if planted:  # a marker this tool never writes: a link could make any folder look like its own
+        return f"its {MARKER} marker {planted}, and this tool writes it only as a plain file: {fix}"
+    if not os.path.isfile(marker):
         more = f" and {len(names) - 1} more" if len(names) > 1 else ""
         return (f"holds {sorted(names)[0]!r}{more}, which this tool did not write (no {MARKER} marker) and "
                 f"replacing the folder would delete: {fix}")
@@ -175,16 +182,18 @@ def out_problem(out, gguf_path):
 
 def written_code(folder):
     """The first code file (*.py, at any depth) in folder, or JSON file transformers reads an auto_map
-    from (hf.folder.FOLDER_JSON) that holds one, as a line naming it; None when there is neither:
+    from (hf.folder.FOLDER_JSON) that holds one at any depth, as a line naming it; None when there is neither:
     what this tool must never pass on."""
-    from hf.folder import FOLDER_JSON, read_json
+    from hf.folder import FOLDER_JSON, auto_maps, read_json
     for root, _, names in os.walk(folder):
         for name in sorted(names):
             path = os.path.join(root, name)
             if name.lower().endswith(".py"):
                 return f"{path} (code)"
-            if root == folder and name in FOLDER_JSON and "auto_map" in read_json(path):
-                return f"{path} (an auto_map)"
+            if root == folder and name in FOLDER_JSON:
+                for at, value in auto_maps(read_json(path)):  # at any depth; a null one too (transformers fails on it)
+                    if value not in ({}, []):
+                        return f"{path} (an {at})"
     return None
 
 
@@ -281,7 +290,7 @@ def main(argv):
     problem = folder_problem(args.out) if args.out.strip() else "empty: name the folder to write"
     if problem:
         raise UserError(f"--out={args.out!r}: {problem}")
-    print(f"wrote {convert(path, args.out)}: python train.py --hf_model={args.out} ...")
+    print(f"wrote {convert(path, args.out)}: python train.py {shlex.quote('--hf_model=' + args.out)} ...")
     return 0
 
 

@@ -25,6 +25,14 @@ vocabulary has no BOS or EOS token, so the command passes lm-eval the newline's
 id as the prefix token (prefix_token_id; for BPE data the end-of-text id,
 which preceded each document in training); the text is the split's own, so
 every character is in the vocabulary.
+
+The command is printed only for an export that hf.folder's rule for every
+reader of a folder allows (hf.folder.shipped_code): trust_remote_code=True
+only when the folder's one piece of code is this project's own
+modeling_scalevec.py, byte for byte, and its auto_map names nothing else;
+else one line says why and how to make a new export. The tasks folder is one
+this command made (its .lm_eval_tasks marker) or a new or empty one, never a
+link, and no file it replaces is a link or has another hard link.
 """
 
 import os
@@ -50,6 +58,9 @@ from configurator import UserError, folder_problem
 from dataset import codec_kind, dataset_dir, hf_tokenizer, make_codec
 
 TASKS = ("scalevec_val", "scalevec_next_line")
+FILES = tuple(f"{t}.{ext}" for t in TASKS for ext in ("jsonl", "yaml"))  # what this command writes (and replaces)
+MARKER = ".lm_eval_tasks"  # in every tasks folder this command makes: only in such a folder does it replace files
+MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "modeling_scalevec.py")  # what an export ships
 
 
 def held_out_docs(ckpt, max_docs, doc_chars):
@@ -138,8 +149,55 @@ def check_export(export_dir, out_dir):
                 for key in f.keys():
                     f.get_slice(key)
         except Exception as e:  # safetensors' SafetensorError: truncated, junk, empty
-            raise UserError(f"{path} is damaged ({type(e).__name__}: {str(e)[:80]}): export again with python -m "
-                            f"tools.export {shlex.quote('--out_dir=' + out_dir)} --export_dir=<a new folder>") from None
+            raise UserError(f"{path} is damaged ({type(e).__name__}: {str(e)[:80]}): {export_anew(out_dir)}") from None
+
+
+def export_anew(out_dir):
+    """The fix for an export the printed command must not run on: a fresh one, and this command on it."""
+    out = shlex.quote("--out_dir=" + out_dir)
+    return (f"export the run anew, python -m tools.export {out} --export_dir=NEW, then python -m "
+            f"tools.lm_eval_tasks {out} --export_dir=NEW")
+
+
+def trusted(export_dir, out_dir):
+    """Whether the lm_eval command may pass trust_remote_code=True for export_dir: the rule hf.folder
+    holds every reader of a folder to, as shipped_code applies it to an export (True: the folder's
+    only code is this project's modeling_scalevec.py, byte for byte; False: a standard model, no
+    code). UserError (one line: why, and the command that makes a new export) otherwise, so no
+    command is printed that would run a folder's code or read a folder through a link."""
+    from hf.folder import shipped_code
+    if any(c in export_dir for c in ",="):  # lm-eval splits --model_args at commas, then each at '='
+        raise UserError(f"--export_dir={export_dir}: lm_eval reads pretrained= from --model_args, split at ',' and "
+                        f"'=', so the path can hold neither: {export_anew(out_dir)}")
+    try:
+        trust = shipped_code(export_dir, MODULE)
+        if not os.path.isfile(os.path.join(export_dir, "config.json")):
+            raise UserError(f"{export_dir} holds no config.json: it is not an export (or one cut short)")
+    except UserError as e:
+        raise UserError(f"{e}: no lm_eval command is printed for it; {export_anew(out_dir)}") from None
+    return trust
+
+
+def tasks_dir_problem(tasks_dir):
+    """Why this command must not write its tasks in tasks_dir, or None: it writes only in a folder of its
+    own, missing, empty or holding MARKER (one it made), and only over its own files (no link, no
+    file with another hard link: hf.folder.replace_problem), since it replaces them and deletes a
+    stale one."""
+    from hf.folder import replace_problem
+    fix = "name another --tasks_dir, or remove it yourself"
+    if os.path.islink(tasks_dir):
+        return f"a symbolic link (to {os.readlink(tasks_dir)}): this command writes only in a folder of its own; {fix}"
+    if not os.path.isdir(tasks_dir):
+        return None  # missing (a file there: folder_problem says so)
+    names, marker = sorted(os.listdir(tasks_dir)), os.path.join(tasks_dir, MARKER)
+    if names and not (os.path.isfile(marker) and replace_problem(marker) is None):
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        return f"holds {names[0]!r}{more}, which this command did not write (no {MARKER} marker) and would replace; {fix}"
+    for name in (MARKER,) + FILES + tuple(f + ".tmp" for f in FILES):
+        problem = replace_problem(os.path.join(tasks_dir, name))
+        if problem:
+            return f"{name} {problem}, and this command replaces only its own files; {fix}"
+    return None
 
 
 def write_jsonl(path, rows):
@@ -153,13 +211,22 @@ def task_yaml(name, data, body):
             f"test_split: test\n{body}metadata:\n  version: 1.0\n")
 
 
-def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, doc_chars=2000, seed=0):
+def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, doc_chars=2000, seed=0,
+                export_dir=None):
     """The two tasks' data and YAML files in tasks_dir for the run in out_dir; returns the lm_eval
-    command for its export (out_dir/hf). UserError for a missing checkpoint, dataset or folder."""
-    problem = folder_problem(tasks_dir)
+    command for its export (export_dir, default out_dir/hf), or None when there is no export yet
+    (a note says what to run). UserError for a missing checkpoint, dataset or folder, a tasks_dir
+    this command may not write in (tasks_dir_problem), and an export the command must not run on
+    (trusted): nothing is written then."""
+    problem = folder_problem(tasks_dir) or tasks_dir_problem(tasks_dir)
     if problem:
         raise UserError(f"--tasks_dir={tasks_dir}: {problem}")
     ckpt = load_checkpoint(checkpoint_in(out_dir))
+    export_dir = export_dir or os.path.join(out_dir, "hf")
+    exported = os.path.lexists(export_dir)
+    trust = exported and trusted(export_dir, out_dir)
+    if exported:
+        check_export(export_dir, out_dir)
     docs, prefix, encode = held_out_docs(ckpt, max_docs, doc_chars)
     block = ckpt["config"]["block_size"]
     items = next_line_items(docs, n_items, context_lines, seed, fits=lambda text: len(encode(text)) < block)
@@ -168,6 +235,9 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
         print(f"note: no next-line item fits block_size={block} (a context line and the longest choice must "
               f"fit): scalevec_next_line is not written; scalevec_val is")
     os.makedirs(tasks_dir, exist_ok=True)
+    if not os.path.lexists(os.path.join(tasks_dir, MARKER)):  # empty or new (tasks_dir_problem): made here
+        with open(os.path.join(tasks_dir, MARKER), "x") as f:
+            f.write(os.path.abspath(out_dir) + "\n")
     val, mc = (os.path.abspath(os.path.join(tasks_dir, f"{t}.jsonl")) for t in TASKS)
     for stale in ([] if items else [mc, os.path.join(tasks_dir, "scalevec_next_line.yaml")]):
         if os.path.exists(stale):  # an earlier call's task: the command must not pick it up
@@ -186,21 +256,20 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
             f.write(task_yaml("scalevec_next_line", mc, 'output_type: multiple_choice\ndoc_to_text: "{{context}}"\n'
                               'doc_to_choice: "{{choices}}"\ndoc_to_target: "{{gold}}"\ntarget_delimiter: ""\n'
                               'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n'))
-    export_dir = os.path.join(out_dir, "hf")
-    check_export(export_dir, out_dir)
-    if not os.path.isfile(os.path.join(export_dir, "config.json")):
-        print(f"note: no export in {export_dir} yet: python -m tools.export {shlex.quote('--out_dir=' + out_dir)} writes it (the "
-              f"command below runs on it)")
-    elif os.path.getmtime(os.path.join(export_dir, "config.json")) < os.path.getmtime(checkpoint_in(out_dir)):
+    print(f"wrote {tasks_dir}: {len(docs)} held-out documents, {len(items)} next-line items")
+    if not exported:
+        print(f"note: no export in {export_dir} yet: python -m tools.export {shlex.quote('--out_dir=' + out_dir)} "
+              f"writes it; then run this command again for the lm_eval command (printed once the export is checked)")
+        return None
+    if os.path.getmtime(os.path.join(export_dir, "config.json")) < os.path.getmtime(checkpoint_in(out_dir)):
         print(f"note: {export_dir} is older than {checkpoint_in(out_dir)} (the run went on since): export it again, into "
               f"another --export_dir, to evaluate the checkpoint as it is now")
     args = f"pretrained={export_dir},dtype=float32"
-    if os.path.exists(os.path.join(export_dir, "modeling_scalevec.py")) or not os.path.isdir(export_dir):
-        args += ",trust_remote_code=True"  # an export yet to be written: harmless for a standard one
+    if trust:  # the folder's only code is this project's own modeling file (trusted)
+        args += ",trust_remote_code=True"
     args += f",prefix_token_id={prefix}"
-    print(f"wrote {tasks_dir}: {len(docs)} held-out documents, {len(items)} next-line items")
-    return (f"lm_eval --model hf --model_args {args} --include_path {tasks_dir} --tasks {','.join(tasks)} "
-            f"--device cpu --batch_size 8")
+    return (f"lm_eval --model hf --model_args {shlex.quote(args)} --include_path {shlex.quote(tasks_dir)} "
+            f"--tasks {','.join(tasks)} --device cpu --batch_size 8")
 
 
 def main(argv):
@@ -208,6 +277,7 @@ def main(argv):
     p.add_argument("--out_dir", default="out-shakespeare-char",
                    help="the run's folder (its checkpoint; its export in hf/)")
     p.add_argument("--tasks_dir", default=None, help="where the tasks go (default: <out_dir>/lm_eval)")
+    p.add_argument("--export_dir", default=None, help="the export the command evaluates (default: <out_dir>/hf)")
     p.add_argument("--max_docs", type=int, default=100, help="held-out documents in scalevec_val")
     p.add_argument("--items", type=int, default=200, help="items of scalevec_next_line")
     p.add_argument("--context_lines", type=int, default=3, help="lines before the one to pick")
@@ -222,8 +292,9 @@ def main(argv):
     if not 0 <= args.seed < 2**32:
         raise UserError(f"--seed={args.seed}: numpy's generators take a seed in [0, 2**32 - 1]")
     command = write_tasks(args.out_dir, args.tasks_dir or os.path.join(args.out_dir, "lm_eval"), args.max_docs,
-                          args.items, args.context_lines, args.doc_chars, args.seed)
-    print(f"then: {command}")
+                          args.items, args.context_lines, args.doc_chars, args.seed, args.export_dir)
+    if command:
+        print(f"then: {command}")
 
 
 if __name__ == "__main__":
