@@ -380,3 +380,14 @@ def test_the_tasks_are_written_only_in_a_folder_of_their_own(char_out, tmp_path)
     refused(planted, "no .lm_eval_tasks marker")
     assert (planted / "data.txt").read_text() == "someone's\n"
     assert lm_eval_tasks.write_tasks(str(char_out), str(mine), export_dir=str(tmp_path / "no-export")) is None
+
+
+def test_an_exports_weights_that_are_a_fifo_are_one_line_not_a_hang(char_out, tmp_path):
+    """safe_open would wait forever on a FIFO where model.safetensors is expected."""
+    from configurator import UserError
+    from tools import lm_eval_tasks
+    plain = fake_export(tmp_path / "plain", {"model_type": "llama"}, module=False)
+    os.mkfifo(plain / "model.safetensors")
+    with pytest.raises(UserError, match=r"model.safetensors is not a regular file: export the run anew"):
+        lm_eval_tasks.write_tasks(str(char_out), str(tmp_path / "tasks"), export_dir=str(plain))
+    assert not (tmp_path / "tasks").exists()

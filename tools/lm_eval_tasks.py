@@ -144,6 +144,8 @@ def check_export(export_dir, out_dir):
     from safetensors import safe_open
     for name in files:
         path = os.path.join(export_dir, name)
+        if not os.path.isfile(path):  # a FIFO would block safe_open's read; a folder or device is no weights
+            raise UserError(f"{path} is not a regular file: {export_anew(out_dir)}")
         try:
             with safe_open(path, framework="pt") as f:
                 for key in f.keys():
