@@ -224,6 +224,7 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
     if problem:
         raise UserError(f"--tasks_dir={tasks_dir}: {problem}")
     ckpt = load_checkpoint(checkpoint_in(out_dir))
+    export_flags = shlex.quote("--out_dir=" + out_dir) + (f" {shlex.quote('--export_dir=' + export_dir)}" if export_dir else "")
     export_dir = export_dir or os.path.join(out_dir, "hf")
     exported = os.path.lexists(export_dir)
     trust = exported and trusted(export_dir, out_dir)
@@ -260,12 +261,12 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
                               'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n'))
     print(f"wrote {tasks_dir}: {len(docs)} held-out documents, {len(items)} next-line items")
     if not exported:
-        print(f"note: no export in {export_dir} yet: python -m tools.export {shlex.quote('--out_dir=' + out_dir)} "
-              f"writes it; then run this command again for the lm_eval command (printed once the export is checked)")
+        print(f"note: no export in {export_dir} yet: python -m tools.export {export_flags} writes it; then run this "
+              f"command again for the lm_eval command (printed once the export is checked)")
         return None
     if os.path.getmtime(os.path.join(export_dir, "config.json")) < os.path.getmtime(checkpoint_in(out_dir)):
-        print(f"note: {export_dir} is older than {checkpoint_in(out_dir)} (the run went on since): export it again, into "
-              f"another --export_dir, to evaluate the checkpoint as it is now")
+        print(f"note: {export_dir} is older than {checkpoint_in(out_dir)} (the run went on "
+              f"since): to evaluate the checkpoint as it is now, {export_anew(out_dir)}")
     args = f"pretrained={export_dir},dtype=float32"
     if trust:  # the folder's only code is this project's own modeling file (trusted)
         args += ",trust_remote_code=True"
