@@ -16,7 +16,7 @@ import pickle
 import sys
 import time
 from collections import deque
-from multiprocessing import Pool
+from multiprocessing import get_context
 from typing import NamedTuple
 
 import numpy as np
@@ -156,7 +156,9 @@ def tokenize(texts, workers, codec=GPT2):
         for batch in batches(texts):
             yield from split_ids(*encode_batch(batch, *how))
         return
-    with Pool(workers) as pool:
+    # spawned, not forked: a fork copies the locks the parent's other threads hold (torch's, a test
+    # runner's), and a child that needs one waits forever
+    with get_context("spawn").Pool(workers) as pool:
         pending = deque()
         for batch in batches(texts):
             pending.append(pool.apply_async(encode_batch, (batch, *how)))
