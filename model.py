@@ -26,8 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from configurator import DEFAULTS, MODEL_KEYS, UserError, complete, not_one_of, value_problem
-from norms import (SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, branch_linears, dnp_fusable, dnp_swiglu, fold_all_, fused_body,
-                   make_scale, scale_class_problem)
+from norms import (SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, autocast_dtype, branch_linears, dnp_fusable, dnp_swiglu,
+                   fold_all_, fused_body, make_scale, scale_class_problem)
 
 SCALES = ("vector", "none")  # "none": every learnable scale removed, the normalizations kept (claim C1)
 DUAL_SITES = ("prenorm", "all")
@@ -354,7 +354,7 @@ class Attention(nn.Module):
         k, v = k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)  # (B, T, n_kv, hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = rope_qkv(q, k, v, cos, sin, fused_body(q)).split([self.n_head, self.n_kv_head, self.n_kv_head], dim=2)
+        q, k, v = rope_qkv(q, k, v, cos, sin, fused_body()).split([self.n_head, self.n_kv_head, self.n_kv_head], dim=2)
         y = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
             dropout_p=self.dropout if self.training else 0.0,
@@ -638,7 +638,7 @@ class GPT(nn.Module):
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
         x = self.drop(self.wte(idx))  # (B, T, C)
-        dtype = torch.get_autocast_dtype(idx.device.type) if torch.is_autocast_enabled(idx.device.type) else x.dtype
+        dtype = autocast_dtype(x) or x.dtype
         cos, sin = self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype)  # cast once per step, not per layer
         moe_aux = []
         for block in self.blocks:

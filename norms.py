@@ -69,9 +69,8 @@ def rms_norm(x, weight, eps):
 class _RMSNormClosedForm(torch.autograd.Function):
     """y = x_hat * w with x_hat = x * rstd, rstd = (mean(x^2) + eps)^(-1/2), over the last dim.
 
-    Why: in torch 2.13 F.rms_norm on the CPU runs its backward through autograd of a composite (pow,
-    mean, rsqrt, two broadcasting muls), about 4x the time of F.layer_norm's fused kernel. The
-    backward is the textbook one (rms_norm_grad), which DNP's op (dnp_swiglu) shares."""
+    Why: in torch 2.13 F.rms_norm's CPU backward is autograd of a composite, about 4x F.layer_norm's fused
+    kernel. The backward is the textbook one (rms_norm_grad), which DNP's op (dnp_swiglu) shares."""
 
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -92,10 +91,8 @@ class _RMSNormClosedForm(torch.autograd.Function):
 
 
 def rms_norm_grad(g, x_hat, rstd):
-    """dL/dx of x_hat = x * rstd over the last dim, given g = dL/dx_hat: rstd * (g - x_hat * mean(g * x_hat)).
-
-    Args: g, x_hat (..., d) float32; rstd (..., 1). The textbook RMSNorm backward (LayerNorm's
-    without the mean term); _RMSNormClosedForm and dnp_swiglu use it."""
+    """dL/dx of x_hat = x * rstd over the last dim, given g = dL/dx_hat: rstd * (g - x_hat * mean(g * x_hat))
+    (LayerNorm's backward without the mean term). Args: g, x_hat (..., d) float32; rstd (..., 1)."""
     return torch.addcmul(g, x_hat, (g * x_hat).mean(-1, keepdim=True), value=-1.0).mul_(rstd)
 
 
@@ -458,10 +455,16 @@ def fusable(linears):
 def branch_matmul(x, linears):
     """x (..., d_in) times the branches' effective weights, concatenated: (..., sum d_out). Each weight is
     cast to autocast's dtype before the concatenation (not concatenated in float32, then cast)."""
-    w = [lin.effective_weight() for lin in linears]
-    if len(w) > 1 and torch.is_autocast_enabled(x.device.type):
-        w = [t.to(torch.get_autocast_dtype(x.device.type)) for t in w]
+    w, dtype = [lin.effective_weight() for lin in linears], autocast_dtype(x)
+    if len(w) > 1 and dtype is not None:
+        w = [t.to(dtype) for t in w]
     return F.linear(x, w[0] if len(w) == 1 else torch.cat(w))
+
+
+def autocast_dtype(x):
+    """The dtype autocast gives a matmul on x; None outside autocast, on a device without it, for float64."""
+    on = x.dtype != torch.float64 and torch.amp.is_autocast_available(x.device.type)
+    return torch.get_autocast_dtype(x.device.type) if on and torch.is_autocast_enabled(x.device.type) else None
 
 
 def fused_branches(x, linears):
@@ -481,22 +484,18 @@ def fused_branches(x, linears):
 
 
 def dnp_swiglu(x, gate, up):
-    """SwiGLU's hidden silu(gate(x)) * up(x) for DNP's branches (paper section 3), the formulas' map:
-        h = silu(u_g * normalize(W_g (v_g * x))) * (u_u * normalize(W_u (v_u * x)))   (..., d_ff)
-    as one matmul of the branches' effective weights and one op, scalevec::dnp_swiglu, for the
-    normalization over d_ff, u and the product. Why an op: autograd of the formula saves the normalized,
-    scaled gate and up beside the matmul output SwiGLU's backward keeps anyway, and so does
-    torch.compile's partitioner (it inlines a torch.autograd.Function). An op it cannot see into saves
-    what its backward declares: the matmul output, rstd (2 float32 per token) and u; the backward
-    recomputes the rest. Args: x (..., d_in); gate, up: dnp_fusable. Returns (..., d_ff) in the
-    matmul's dtype (bf16 under autocast), computed in float32.
-    """
+    """SwiGLU's hidden h = silu(u_g * normalize(W_g (v_g * x))) * (u_u * normalize(W_u (v_u * x))) of DNP's
+    branches (paper section 3): one matmul, then one op for the normalization over d_ff, u and the product.
+    Why an op: autograd of the formula (and torch.compile's partitioner, which inlines an autograd.Function)
+    saves the normalized, scaled gate and up beside the matmul output SwiGLU keeps anyway; this op saves
+    the matmul output, rstd (2 float32 a token) and u, and its backward recomputes the rest.
+    Args: x (..., d_in); gate, up: dnp_fusable. Returns (..., d_ff) in the matmul's dtype, computed in float32."""
     y = branch_matmul(x, (gate, up))
     y = y.view(*y.shape[:-1], 2, gate.weight.size(0))  # (..., 2, d_ff): gate, up
     scales = (gate.out_scale, up.out_scale)
     u = None if scales == (None, None) else torch.stack(
         [s().float() if s is not None else y.new_ones(y.size(-1), dtype=torch.float32) for s in scales])  # (2, d_ff)
-    return torch.ops.scalevec.dnp_swiglu(y, u, gate.eps, fused_body(y))[0]
+    return torch.ops.scalevec.dnp_swiglu(y, u, gate.eps, fused_body())[0]
 
 
 def dnp_fusable(gate, up):  # whether dnp_swiglu computes silu(gate(x)) * up(x)
@@ -515,10 +514,8 @@ def _dnp_swiglu_forward(y, u, eps):
     return (F.silu(a[..., 0, :]) * a[..., 1, :]).to(y.dtype), rstd
 
 
-def fused_body(x):
-    """Whether an op's body (dnp_swiglu's, model.rope_qkv's) runs compiled (one pass, not about ten): on
-    CUDA, and in a model being compiled (the compiler cannot fuse into an op it does not see into)."""
-    return x.is_cuda or torch.compiler.is_compiling()
+def fused_body():  # an op's body runs compiled in a model being compiled: it cannot fuse into an op it does not see into
+    return torch.compiler.is_compiling()
 
 
 _compiled_forward = functools.cache(lambda: torch.compile(_dnp_swiglu_forward, dynamic=True))  # once, on first use
@@ -541,15 +538,17 @@ def _dnp_swiglu_save(ctx, inputs, output):
 
 def dnp_swiglu_backward(ctx, dh, _):
     """dL/dy, dL/du of h = silu(a_g) * a_u, a = u * x_hat, x_hat = y * rstd, from the saved y, u, rstd:
-        da_u = dh silu(a_g),  da_g = dh a_u sigmoid(a_g) (1 + a_g (1 - sigmoid(a_g))),
-        du = sum over tokens of da * x_hat,  dy = rms_norm_grad(da * u, x_hat, rstd)."""
+    da_u = dh silu(a_g), da_g = dh a_u sigmoid(a_g) (1 + a_g (1 - sigmoid(a_g))), du = sum over tokens of
+    da * x_hat, dy = rms_norm_grad(da * u, x_hat, rstd). First derivatives only: a second is refused."""
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # backward(create_graph=True)
+        raise RuntimeError("dnp_swiglu has first derivatives only: double backward through DNP is not supported")
     y, u, rstd = ctx.saved_tensors
     x_hat = _wide(y) * rstd[..., None]  # (..., 2, d_ff)
     a = x_hat if u is None else x_hat * u
     a_g, a_u, dh = a[..., 0, :], a[..., 1, :], _wide(dh)
     sig = torch.sigmoid(a_g)
     da = torch.stack([dh * a_u * sig * (1 + a_g * (1 - sig)), dh * a_g * sig], dim=-2)
-    du = None if u is None else (da * x_hat).flatten(0, -3).sum(0)
+    du = None if u is None else (da * x_hat).reshape(-1, *u.shape).sum(0)
     dy = rms_norm_grad(da if u is None else da * u, x_hat, rstd[..., None])
     return dy.to(y.dtype), du, None, None
 

@@ -76,7 +76,7 @@ def test_the_ops_compiled_bodies_compute_what_their_eager_bodies_do():
     u = (0.5 + torch.rand(2, 48, generator=gen)).requires_grad_()
     q, k, v = (torch.randn(2, 6, 2, 8, generator=gen, requires_grad=True) for _ in range(3))
     cos, sin = model.rope_tables(6, 8, 10000.0)
-    assert not fused_body(y)  # eager on the CPU: as written
+    assert not fused_body()  # outside a compiled model: as written
     for fused in (False, True):
         h = torch.ops.scalevec.dnp_swiglu(y, u, 1e-6, fused)[0]
         r = model.rope_qkv(q, k, v, cos, sin, fused)

@@ -184,3 +184,18 @@ def test_rope_qkv_is_the_rotation_with_its_transpose_as_backward(n_head, n_kv_he
     assert torch.autograd.gradcheck(lambda q, k, v: rope_qkv(q, k, v, cos, sin, False), (q, k, v))
     result = torch.library.opcheck(rope_qkv, (q, k, v, cos, sin, False))
     assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_a_model_runs_on_the_meta_device_and_in_float64_under_autocast():
+    """GPT.forward casts RoPE's tables to autocast's dtype only where autocast applies: on the meta
+    device (shapes only, no autocast there) and for a float64 model (autocast leaves float64 alone)."""
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=65)
+    idx = torch.zeros(2, 16, dtype=torch.long)
+    with torch.device("meta"):
+        logits, _, _ = GPT(cfg)(idx.to("meta"), idx.to("meta"))
+    assert logits.shape == (2, 16, 65) and logits.is_meta
+    model = GPT(cfg).double()
+    plain = model(idx, idx)[1]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(idx, idx)[1]
+    assert loss.dtype == torch.float64 and torch.equal(loss, plain)

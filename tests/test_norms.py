@@ -456,9 +456,9 @@ def test_dnp_swiglu_matches_the_branch_formulas_and_every_gradient(tokens, outer
     names = ["h", "x", *(f"gate.{n}" for n, _ in gate.named_parameters()), *(f"up.{n}" for n, _ in up.named_parameters())]
     for name, a, b in zip(names, got, ref):
         assert relative(a, b) < tol, (name, relative(a, b))
-    if dtype == torch.bfloat16:  # the tolerance is the formula's own in bf16, not a looser one
+    if dtype == torch.bfloat16:  # within twice the formula's own bf16 error (both mostly the bf16 matmul's)
         formula = run(lambda xx: F.silu(gate.formula(xx)) * up.formula(xx), True)
-        assert relative(formula[0], ref[0]) > 1e-4
+        assert relative(got[0], ref[0]) <= 2 * relative(formula[0], ref[0])
 
 
 def copy_double(lin):
@@ -494,3 +494,17 @@ def test_dnp_swiglu_takes_an_expert_with_no_tokens():
     assert h.shape == (0, 16)
     h.sum().backward()
     assert all(p.grad is not None and not p.grad.any() for p in [*gate.parameters(), *up.parameters()])
+
+
+def test_dnp_swiglu_refuses_a_second_derivative_and_takes_any_leading_shape():
+    """Its backward takes rstd as saved, so a second derivative would be wrong: refused in one line,
+    as _RMSNormClosedForm's is; and a single token without a batch dimension, (d,), trains."""
+    from norms import dnp_swiglu
+    gate, up = dnp_branches(8, 16, torch.Generator().manual_seed(0))
+    x = torch.randn(3, 8, requires_grad=True)
+    with pytest.raises(RuntimeError, match="first derivatives only"):
+        torch.autograd.grad(dnp_swiglu(x, gate, up).square().sum(), x, create_graph=True)
+    one = torch.randn(8, requires_grad=True)
+    dnp_swiglu(one, gate, up).sum().backward()
+    ref = torch.autograd.grad((F.silu(gate.formula(one)) * up.formula(one)).sum(), one)[0]
+    torch.testing.assert_close(one.grad, ref, rtol=1e-5, atol=1e-6)
