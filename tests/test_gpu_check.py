@@ -298,3 +298,31 @@ def test_step_profile_refuses_bad_options_in_one_line(tmp_path):
                         (["--", "train.py"], "only with --syncs")):
         with pytest.raises(UserError, match=words.replace("[", "\\[").replace("(", "\\(")):
             parse(argv)
+
+
+def test_a_stage_the_budget_no_longer_covers_is_skipped_not_failed(tmp_path, capsys):
+    """Stages run in order within the budget: once it is spent the rest are recorded as skipped (ok None,
+    with what runs them), which is no failure; a stage that ran and failed still is one."""
+    ran = []
+
+    def stage(ok):
+        def fn(check, timeout):
+            ran.append(timeout)
+            return {"rc": 0 if ok else 1, "seconds": 0}
+        return fn
+
+    stages = {"first": stage(True), "second": stage(False), "third": stage(True)}
+    check = SimpleNamespace(out=str(tmp_path))
+    summary = {"stages": {}}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gpu_check, "STAGES", stages)
+        t0 = gpu_check.time.perf_counter()
+        gpu_check.run_stages(check, summary, {name: 60 for name in stages}, budget=62, t_start=t0 - 58)
+    assert len(ran) == 0  # 4 s left: under the 5 s a stage needs
+    assert all(s["ok"] is None and "budget" in s["skipped"] for s in summary["stages"].values())
+    assert "skipped: the 62 s budget is spent" in capsys.readouterr().out
+    summary = {"stages": {}}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gpu_check, "STAGES", stages)
+        gpu_check.run_stages(check, summary, {name: 60 for name in stages}, budget=1000, t_start=gpu_check.time.perf_counter())
+    assert [s["ok"] for s in summary["stages"].values()] == [True, False, True]

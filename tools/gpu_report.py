@@ -114,7 +114,9 @@ def report(summary, judged, entropy, out):
     train_result = summary["stages"]["train"]
     if "val_loss" in train_result:
         print(f"val loss by iteration {train_result['val_loss']} (entropy-rate floor {entropy:.3f})")
-    print(f"\n{'all stages ok' if summary['ok'] else 'SOME STAGES FAILED'} in {summary['total_s']} s; "
+    skipped = ", ".join(name for name, s in summary["stages"].items() if s["ok"] is None)
+    done = ("all stages ok" if summary["ok"] else "SOME STAGES FAILED") + (f" (skipped: {skipped})" if skipped else "")
+    print(f"\n{done} in {summary['total_s']} s; "
           f"{os.path.join(out, 'summary.json')}")
 
 
