@@ -30,6 +30,7 @@ from contextlib import contextmanager
 
 import torch
 
+from common import checked_stat, open_checked
 from configurator import MODEL_KEYS, TRACKING_KEYS, UserError, complete
 
 
@@ -99,15 +100,17 @@ def newest_checkpoint(out_dir):
 def whole_iteration(path):
     """(iteration, None) when the checkpoint at path reads whole, else (None, why), without loading its
     weights: ckpt.pt by torch.load(mmap=True) (its tensors stay on disk); ckpt.dcp by its run.pt and
-    the shard files its metadata names, each as long as the metadata says."""
+    the shard files its metadata names, each a regular file inside the folder as long as the metadata
+    says. Nothing is opened that is not a regular file (common.checked_stat): a FIFO never blocks."""
     try:
         if os.path.isdir(path):
             it = load_checkpoint(os.path.join(path, "run.pt"))["iter"]
             for info in sharded_reader(path).read_metadata().storage_data.values():
                 shard = os.path.join(path, info.relative_path)
-                if not os.path.isfile(shard) or os.path.getsize(shard) < info.offset + info.length:
+                if not os.path.lexists(shard) or checked_stat(shard, path).st_size < info.offset + info.length:
                     return None, f"damaged: {info.relative_path} is missing or cut short"
             return it, None
+        checked_stat(path)  # (torch.load maps it by name)
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         return ckpt["iter"], None
     except Exception as e:  # (UserError too: run.pt missing or unreadable)
@@ -140,16 +143,33 @@ class DcpMetadataUnpickler(pickle.Unpickler):
 
 def sharded_reader(path):
     """A torch.distributed.checkpoint FileSystemReader for the ckpt.dcp folder at path whose metadata
-    is read by DcpMetadataUnpickler (pickle.UnpicklingError, naming the global, for anything else)."""
+    is read by DcpMetadataUnpickler (pickle.UnpicklingError, naming the global, for anything else), and
+    whose every file is opened by common.open_checked inside the folder: UserError, before any read, for
+    a relative_path the metadata names outside it, and for a file that is a link, a FIFO or a device."""
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
+    @contextmanager
+    def checked_stream(file, mode):
+        with open_checked(file, path) as f:
+            yield f
+
     class Reader(FileSystemReader):
+        def __init__(self, folder):
+            super().__init__(folder)
+            self.fs.create_stream = checked_stream  # how FileSystemReader opens .metadata and the shards
+
         def read_metadata(self, *args, **kwargs):
             with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as f:
                 metadata = DcpMetadataUnpickler(f).load()
             if not isinstance(metadata, Metadata):
                 raise pickle.UnpicklingError(f"it holds a {type(metadata).__name__}, not a checkpoint's Metadata")
+            for info in (metadata.storage_data or {}).values():  # said now, before any shard is read
+                relative = getattr(info, "relative_path", None)
+                if not isinstance(relative, str) or os.path.isabs(relative) or ".." in relative.split(os.sep):
+                    raise UserError(f"{path}/.metadata names the shard file {relative!r}, which lies outside "
+                                    f"{path}: a checkpoint's files are read only inside its folder, and nothing "
+                                    f"of it was read; use a checkpoint that train.py wrote")
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id
@@ -234,15 +254,19 @@ def save_run_checkpoint(path, model, optimizers, state, master):
 
 
 def load_checkpoint(path):
-    """The checkpoint dict (tensors on the CPU); UserError if it is missing, unreadable or incomplete.
-    A sharded ckpt.dcp folder gives its run.pt (no tensors) with "dcp": path (restore, load_model
-    read the tensors from there)."""
-    if not os.path.exists(path):
+    """The checkpoint dict (tensors on the CPU); UserError if it is missing, unreadable or incomplete,
+    or not a regular file of its folder (a link, a FIFO, a device: common.open_checked). A sharded
+    ckpt.dcp folder gives its run.pt (no tensors) with "dcp": path (restore, load_model read the
+    tensors from there)."""
+    if not os.path.lexists(path):
         raise UserError(f"no checkpoint at {path}: point --out_dir at a run that train.py wrote")
-    if os.path.isdir(path):
+    if os.path.isdir(path) and not os.path.islink(path):
         return {**load_checkpoint(os.path.join(path, "run.pt")), "dcp": path}
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        with open_checked(path, os.path.dirname(path)) as f:  # a FIFO, a device or a link: one line, never a wait
+            ckpt = torch.load(f, map_location="cpu", weights_only=True)
+    except UserError:
+        raise
     except Exception as e:  # torch raises several types for a damaged zip/pickle
         raise UserError(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}); "
                         f"it is damaged or not a scalevec checkpoint: restore it from a copy, or "
@@ -388,6 +412,8 @@ def load_sharded(path, model, optimizers=()):
 
     try:  # the metadata first, so a pickle that names code is refused as such, not as a damaged file
         sharded_reader(path).read_metadata()
+    except UserError:  # a file that is not the folder's own (a link, a FIFO, outside it): said as such
+        raise
     except pickle.UnpicklingError as e:
         raise UserError(f"{path} is refused: its .metadata {e}, and a checkpoint's metadata holds data only; "
                         f"nothing of it ran. Use a checkpoint that train.py wrote") from None
@@ -494,7 +520,7 @@ def read_log(path):
     sweep, plot.py --run). Raises UserError naming the file and line of any other line that is
     not such a row (bad JSON, null, bytes that are not UTF-8), so one damaged file is one line, not a
     traceback; a torn last line may hold any bytes (a write cut mid-character)."""
-    with open(path, "rb") as f:
+    with open_checked(path) as f:  # a FIFO, a device or a link: one line (common.checked_stat), never a wait
         lines = f.read().splitlines()
     rows = []
     for n, raw in enumerate(lines, 1):

@@ -13,7 +13,9 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
+import stat
 import sys
 import threading
 from contextlib import contextmanager
@@ -332,6 +334,71 @@ def compile_errors(enabled):
 
 
 # -----------------------------------------------------------------------------
+# Files read from a run's or a dataset's folder: each a regular file, checked before it is opened
+
+
+KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO; reading it would wait for a writer forever)"),
+         (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+         (stat.S_ISDIR, "a folder"))
+
+
+def file_kind(mode):
+    """What a st_mode that is not a regular file's is, in words ("a named pipe (FIFO; ...)", "a folder")."""
+    return next((words for test, words in KINDS if test(mode)), "not a regular file")
+
+
+def checked_stat(path, folder=None, links=False):
+    """path's os.stat_result when it is a regular file, checked by its lstat before anything opens it:
+    a FIFO would block an open (no line, ever), a device reads without end. folder: the folder that
+    names path (a checkpoint folder naming its shards): path must lie inside it, after resolving any
+    link above it. links: a symbolic link to a regular file is read as it (a dataset's token files, often
+    linked to scratch storage); without it, a link is refused (a run's own files are never links).
+
+    UserError, one line naming path, what it is and the fix, for each way it is not that; OSError
+    (FileNotFoundError for a missing path or a dangling link) as os.lstat and os.stat raise it."""
+    path = os.fspath(path)
+    if folder is not None:
+        top = os.path.realpath(folder)
+        head, name = os.path.split(os.path.normpath(path))
+        real = os.path.join(os.path.realpath(head or "."), name) if name not in ("", ".", "..") else os.path.realpath(path)
+        if os.path.commonpath([top, real]) != top:
+            raise UserError(f"{path} lies outside {folder}, the folder that names it: a folder's files are read "
+                            f"only inside it, and nothing was read; use the folder as it was written")
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        if not links:
+            target = shlex.quote(os.path.realpath(path))
+            raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}): a run's files are read only as "
+                            f"themselves; replace the link by a copy of its target (cp --remove-destination "
+                            f"{target} {shlex.quote(path)}) or use the folder as written")
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{path} is not a file but a link to {os.path.realpath(path)}, {file_kind(st.st_mode)}: "
+                            f"put the file itself there")
+    elif not stat.S_ISREG(st.st_mode):
+        rm = "rm -r" if stat.S_ISDIR(st.st_mode) else "rm"
+        raise UserError(f"{path} is not a file but {file_kind(st.st_mode)}: remove it ({rm} {shlex.quote(path)}) "
+                        f"and put the file itself there")
+    return st
+
+
+def open_checked(path, folder=None, links=False):
+    """path opened for binary reading (a file object), after checked_stat (same arguments, same errors):
+    the open itself is non-blocking and, unless links, refuses a link (O_NOFOLLOW), so a FIFO or a link
+    swapped in after the check neither blocks nor is followed; the opened file must be the one checked.
+    The one way a run's or a dataset's file is opened for reading."""
+    st = checked_stat(path, folder, links)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if links else os.O_NOFOLLOW))
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(opened.st_mode):
+        os.close(fd)
+        raise UserError(f"{path} changed while it was opened (now {file_kind(opened.st_mode)}): something else "
+                        f"writes the folder; stop it, then run again")
+    os.set_blocking(fd, True)  # a regular file: reads as usual from here
+    return os.fdopen(fd, "rb")
+
+
+# -----------------------------------------------------------------------------
 # JSON from elsewhere: data, read whole or refused in one line
 
 
@@ -343,16 +410,16 @@ def read_json(path):
     """The JSON object (a dict) in the file at `path`: every JSON file the project reads from elsewhere
     (a Hugging Face or GGUF folder's config.json, tokenizer_config.json, generation_config.json, a
     safetensors index; a tokenizer folder a prepare script reads) is read here, without torch.
-    UserError (one line naming the file) for every way it is not one:
-    unreadable, over MAX_JSON_BYTES, not UTF-8, not JSON, nested deeper than Python's recursion
+    UserError (one line naming the file) for every way it is not one: not a regular file (a FIFO,
+    a device: common.checked_stat), unreadable, over MAX_JSON_BYTES, not UTF-8, not JSON, nested deeper than Python's recursion
     limit (json raises RecursionError there), or a top level that is not an object."""
     try:
-        size = os.path.getsize(path)
-        if size > MAX_JSON_BYTES:  # json holds the whole text and its objects in memory
-            raise UserError(f"{path} is {size / 2**20:.0f} MiB, past the {MAX_JSON_BYTES >> 20} MiB of any "
-                            f"configuration file: it is not one (replace it with the model's own)")
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
+        with open_checked(path, links=True) as f:  # (a Hugging Face cache links its files): a FIFO never blocks
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_JSON_BYTES:  # json holds the whole text and its objects in memory
+                raise UserError(f"{path} is {size / 2**20:.0f} MiB, past the {MAX_JSON_BYTES >> 20} MiB of any "
+                                f"configuration file: it is not one (replace it with the model's own)")
+            value = json.loads(f.read().decode("utf-8"))
     except RecursionError:
         raise UserError(f"{path} nests its brackets deeper than Python's JSON reader goes: it is damaged or "
                         f"not a configuration file (replace it with the model's own)") from None

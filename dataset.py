@@ -21,6 +21,7 @@ import sys
 import numpy as np
 import torch
 
+from common import checked_stat, open_checked
 from configurator import UserError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -77,11 +78,17 @@ def read_meta(path):
     """path's meta.pkl as a dict of plain Python values (PlainUnpickler, then `plain`).
 
     Raises UserError naming the file: one whose pickle names anything but plain data (code such as
-    os.system never runs: nothing is built before the refusal), one that is damaged, or one that
-    holds something other than a dict.
+    os.system never runs: nothing is built before the refusal), one that is damaged, one that
+    holds something other than a dict, or one that is not a regular file (a FIFO, a device:
+    common.checked_stat says so before it is opened).
     """
     try:
-        with open(path, "rb") as f:
+        f = open_checked(path, links=True)  # a FIFO or a device: one line (common.checked_stat), never a wait
+    except OSError as e:
+        raise UserError(f"{path} cannot be read ({e.strerror or type(e).__name__}): make it readable to this "
+                        f"user, or delete it and set --vocab_size") from None
+    try:
+        with f:
             meta = PlainUnpickler(f).load()
     except pickle.UnpicklingError as e:
         if str(e).startswith("it would build"):
@@ -115,7 +122,7 @@ def recorded_vocab_size(dataset):
     """meta_vocab_size of the dataset's meta.pkl as it is on disk, or 0 when there is none yet (a
     prepare script not yet run): what vocab_size=0 will mean, for checks made before the data loads."""
     path = os.path.join(dataset_dir(dataset), "meta.pkl")
-    return meta_vocab_size(read_meta(path), dataset) if os.path.isfile(path) else 0
+    return meta_vocab_size(read_meta(path), dataset) if os.path.exists(path) else 0
 
 
 LOCAL_DATASETS = ("shakespeare_char", "shakespeare")  # made on this machine by their prepare script, no download
@@ -209,9 +216,10 @@ def load_data(cfg, prepare_here=True):
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
     for path in paths.values():
-        if not os.path.isfile(path):
+        if not os.path.exists(path):  # (a dangling link too)
             hint = prepare_hint(folder)
             raise UserError(f"data file {path} not found for dataset={cfg.dataset!r}: {hint}")
+        checked_stat(path, links=True)  # a FIFO, a device, a folder: said as what it is, never read
     meta_path = os.path.join(folder, "meta.pkl")
     meta = read_meta(meta_path) if os.path.exists(meta_path) else None
     check_char_vocabulary(meta, meta_path)

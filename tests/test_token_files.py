@@ -282,3 +282,20 @@ def test_a_vocab_size_other_than_meta_pkls_is_told_meta_pkls_size_first(tmp_path
     folder = write_dataset(tmp_path / "ds", meta=char_meta())
     with pytest.raises(UserError, match=r"vocab_size=100000 but .*meta.pkl says 40"):
         load_data(cfg_for(folder, vocab_size=100_000))
+
+
+@pytest.mark.parametrize("split, make, says", [
+    ("train", os.mkfifo, "train.bin is not a file but a named pipe"),
+    ("train", lambda path: os.symlink("/dev/zero", path), "train.bin is not a file but a link to /dev/zero, a character "
+                                                          "device"),
+    ("val", os.mkdir, "val.bin is not a file but a folder")])
+def test_a_token_file_that_is_no_file_is_named_as_what_it_is(tmp_path, split, make, says):
+    """A FIFO (read forever), a link to /dev/zero (endless zeros) or a folder where a token file belongs is
+    said as what it is, before any read: "not found" sent the user looking for a file that is there."""
+    if "dev/zero" in says and not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero here")
+    folder = write_dataset(tmp_path / "ds", meta=char_meta())
+    os.remove(os.path.join(folder, f"{split}.bin"))
+    make(os.path.join(folder, f"{split}.bin"))
+    with pytest.raises(UserError, match=says):
+        load_data(cfg_for(folder))
