@@ -29,7 +29,10 @@ from optim import format_groups, lr_multiplier
 
 PROGRESS_EVERY_S = 15  # a progress line at least this often, whatever log_interval says
 CPU_FLOPS = 2e11  # FLOP/s a free, fast CPU reaches on these models (the default run: ~1.4e11 on 2 cores)
-STOP_NOTE = "stopping after this step: the checkpoint is saved, then the run exits (a second Ctrl-C quits at once)"
+# What a stop signal does at each place train.py checks for one: said as it arrives, wherever that is.
+STOP_NOTE = ("stopping: the step under way finishes (every micro-step of its accumulation), an evaluation stops at "
+             "its next batch, the end-of-run sample at its next token; the last whole iteration is saved, then the run "
+             "exits (a second Ctrl-C quits at once, keeping the last checkpoint)")
 
 
 def choices():

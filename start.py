@@ -15,7 +15,9 @@ then trims or starts the log. What a run checks and says at its start is ops.py'
 import errno
 import fcntl
 import os
+import shlex
 import socket
+import stat
 import sys
 import tempfile
 from contextlib import AbstractContextManager, nullcontext
@@ -27,7 +29,7 @@ import torch
 
 from checkpoint import (CKPT_NAMES, LOG_NAME, append_log, checkpoint_path, clean_stale, newest_checkpoint, read_log,
                         restore, resume_config, trim_log)
-from common import check_numerics, resolve_device, setup_distributed
+from common import check_numerics, file_kind, resolve_device, setup_distributed
 from configurator import UserError, complete, folder_problem
 from dataset import check_vocabulary, dataset_dir, load_data, meta_vocab_size, recorded_vocab_size
 from hf.folder import check_data, check_folder, load_folder, merged_config
@@ -42,21 +44,57 @@ from ops import check_config, start_tracker
 LOCK_NAME = ".lock"
 
 
-# Every name a run writes in its out_dir (a save's .tmp and .old included; wandb's folder): none may be a
-# symbolic link, or a downloaded or shared out_dir could have a run truncate and write a file elsewhere.
+# Every name a run writes in its out_dir (a save's .tmp and .old included; wandb's folder): each must be the
+# run's own file. A symbolic link, or a hard link (one file under two names: an archive that Python's
+# tarfile unpacked without a filter makes them), would have a run write a file elsewhere; a FIFO would
+# hold it forever. The folders among them hold files the run writes or replaces (not wandb's: its own
+# links, such as latest-run, are wandb's to keep).
 RUN_FILES = (LOCK_NAME, LOG_NAME, "wandb", *(name + end for name in (LOG_NAME, *CKPT_NAMES)
                                              for end in ("", ".tmp", ".old")))
+RUN_FOLDERS = ("wandb", *(CKPT_NAMES[1] + end for end in ("", ".tmp", ".old")))
 
 
-def refuse_links(out_dir):
-    """UserError (one line, naming the link and its target) when a name the run writes in out_dir
-    (RUN_FILES) is a symbolic link; out_dir itself may be one (where the user keeps runs)."""
+def not_own(path, folder=False):
+    """Why the file at path is not one a run may write as its own (a line naming it and the fix), or None
+    (absent, or a regular file of one link; a folder too when `folder`)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    q = shlex.quote(path)
+    if stat.S_ISLNK(st.st_mode):
+        return (f"{path} is a symbolic link (to {os.readlink(path)}): a run writes only its own files in out_dir, "
+                f"never through a link; remove the link (what it points to stays as it is) or choose another "
+                f"--out_dir")
+    if stat.S_ISDIR(st.st_mode) and folder:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return (f"{path} is not a file but {file_kind(st.st_mode)}: a run writes only its own files in out_dir; "
+                f"remove it (rm{' -r' * stat.S_ISDIR(st.st_mode)} {q}) or choose another --out_dir")
+    if st.st_nlink > 1:
+        own = shlex.quote(path + ".own")
+        return (f"{path} has {st.st_nlink} hard links (the same file under another name, which the run would "
+                f"write too): a run writes only its own files in out_dir; make it a copy of its own "
+                f"(cp -p {q} {own} && mv {own} {q}) or choose another --out_dir")
+    return None
+
+
+def refuse_not_own(out_dir):
+    """UserError (one line, naming the file and the fix: not_own) when a name the run writes in out_dir
+    (RUN_FILES) is not the run's own file: a symbolic link, a file with more than one hard link, a FIFO,
+    a device; the same for every file in a ckpt.dcp folder (its form and its save's .tmp and .old).
+    out_dir itself may be a link (where the user keeps runs). Called before the run writes anything."""
     for name in dict.fromkeys(RUN_FILES):
         path = os.path.join(out_dir, name)
-        if os.path.islink(path):
-            raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}): a run writes only its own files "
-                            f"in out_dir, never through a link; remove the link (what it points to stays as it is) "
-                            f"or choose another --out_dir")
+        problem = not_own(path, folder=name in RUN_FOLDERS)
+        if problem is None and name != "wandb" and os.path.isdir(path) and not os.path.islink(path):
+            for top, dirs, files in os.walk(path):  # (os.walk follows no link: not_own names them)
+                problem = next(filter(None, (not_own(os.path.join(top, f), folder=f in dirs)
+                                             for f in sorted(dirs + files))), None)
+                if problem:
+                    break
+        if problem:
+            raise UserError(problem)
 
 
 class OutDirInUse(UserError):
@@ -76,7 +114,7 @@ def lock_out_dir(out_dir):
     problem = folder_problem(out_dir)
     if problem:
         raise UserError(f"out_dir={out_dir!r}: {problem}")
-    refuse_links(out_dir)
+    refuse_not_own(out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # an existing file is opened, not changed
@@ -267,7 +305,9 @@ def begin(run, ckpt, model, optimizers, val_batch):
     run: Run. A checkpoint a signal saved between evals (val_loss None) has no eval row to
     complete, unless it is at max_iters (the run's final eval is then still due) or the signal cut
     its eval short ("eval_pending").
-    Raises UserError as restore and load_folder do.
+    Raises UserError as restore and load_folder do, and (research.records.read_rows) for a kept log
+    row that research code would refuse (an eval row's val_loss that is no number): said at the
+    resume, not by the plot or sweep after the run.
     """
     start_iter, val_loss, evaluated = 0, float("nan"), True
     if ckpt is None and run.cfg.hf_model:  # continued pre-training of a Hugging Face model
@@ -278,6 +318,8 @@ def begin(run, ckpt, model, optimizers, val_batch):
         val_loss = float("nan") if val_loss is None else val_loss
         if run.master:
             trim_log(run.log_path, start_iter)
+            from research.records import read_rows  # the rows research code reads: one it would refuse is refused now
+            read_rows(run.log_path)  # (UserError naming the line, the key and the fix), not after the run ends
             if run.changed:
                 append_log(run.log_path, {"kind": "resume", "iter": start_iter, "tokens": run.tokens,
                                           "changed": run.changed})

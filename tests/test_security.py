@@ -36,10 +36,10 @@ def touching(marker, then="None"):
     return f"(__import__('pathlib').Path({str(marker)!r}).touch(), {then})[1]"
 
 
-def command(*args, cwd=ROOT):
+def command(*args, cwd=ROOT, timeout=180):
     """A project command as a new user runs it: stdin closed (nothing to answer a prompt with)."""
     return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          stdin=subprocess.DEVNULL, timeout=180)
+                          stdin=subprocess.DEVNULL, timeout=timeout)
 
 
 def one_line(proc, *names):
@@ -246,3 +246,169 @@ def test_a_zero_muon_lr_is_refused_not_a_note():
     from configurator import load_config
     with pytest.raises(UserError, match="muon_lr=0.0 must be > 0"):
         load_config(["--optimizer=muon", "--muon_lr=0"])
+
+
+# --- a run writes only its own files, and reads only regular files inside the folder that names them ---
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A tiny finished run (ckpt.pt, log.jsonl) to copy: (dataset, out_dir)."""
+    root = tmp_path_factory.mktemp("finished")
+    ds = make_dataset(root / "ds")
+    run(tiny_args(ds, root / "run", "--max_iters=2", "--eval_interval=2"))
+    return ds, root / "run"
+
+
+def copy_of(folder, tmp_path):
+    out = tmp_path / "downloaded"
+    shutil.copytree(folder, out)
+    return out
+
+
+def snapshot(folder):
+    """{name: (inode, size, mtime)} of everything under folder: what a refused command must leave as it was."""
+    return {str(p.relative_to(folder)): (p.lstat().st_ino, p.lstat().st_size, p.lstat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("name, kind", [("log.jsonl", "hard link"), (".lock", "hard link"), ("ckpt.pt", "hard link"),
+                                        ("ckpt.dcp/run.pt", "hard link"), ("log.jsonl", "FIFO"),
+                                        ("ckpt.pt.tmp", "FIFO")])
+def test_a_file_a_run_writes_that_is_not_its_own_is_refused_at_start(finished_run, sharded_run, tmp_path, name, kind):
+    """A file under two names (a hard link, as an archive unpacked without a filter leaves) would have the run
+    write outside its folder (its log rows, its pid in .lock); a FIFO would hold it forever. Either is one
+    line naming the file and the fix, before anything is written."""
+    from test_fuzz import time_cap
+    ds, src = sharded_run if name.startswith("ckpt.dcp") else finished_run
+    out = copy_of(src, tmp_path)
+    outside = tmp_path / "outside"
+    if (out / name).exists():  # the file as it was, now also kept elsewhere
+        shutil.copy(out / name, outside)
+    else:
+        outside.write_text("precious\n")
+    kept = outside.read_bytes()
+    (out / name).unlink(missing_ok=True)
+    os.link(outside, out / name) if kind == "hard link" else os.mkfifo(out / name)
+    before = snapshot(out)
+    says = f"{name} has 2 hard links.*cp -p" if kind == "hard link" else f"{name} is not a file but a named pipe"
+    with time_cap(20), pytest.raises(UserError, match=says):
+        run(tiny_args(ds, out, "--max_iters=4", "--eval_interval=2", "--init_from=auto"))
+    assert outside.read_bytes() == kept and snapshot(out) == before
+
+
+def test_the_hard_linked_run_of_the_report_is_one_line_from_the_command(finished_run, tmp_path):
+    ds, src = finished_run
+    out = copy_of(src, tmp_path)
+    for name in ("log.jsonl", ".lock"):
+        (tmp_path / name).write_text("precious\n")
+        (out / name).unlink(missing_ok=True)
+        os.link(tmp_path / name, out / name)
+    one_line(cli(*tiny_args(ds, out, "--max_iters=4", "--init_from=auto")), "hard links", "--out_dir")
+    assert all((tmp_path / name).read_text() == "precious\n" for name in ("log.jsonl", ".lock"))
+
+
+def replace_by_fifo(path):
+    path.unlink()
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("name", ["ckpt.pt", "ckpt.dcp/.metadata", "ckpt.dcp/run.pt", "shard", "log.jsonl",
+                                  "meta.pkl", "config.json"])
+def test_a_fifo_where_a_file_is_read_is_one_line_never_a_wait(finished_run, sharded_run, tmp_path, name):
+    """Each of these waited forever on a FIFO, printing nothing: sample.py's checkpoint (ckpt.pt; a sharded
+    one's .metadata, run.pt, or a shard file its metadata names), train.py's log on a resume, the dataset's
+    meta.pkl, and a folder's JSON (common.read_json). Each is now one line saying what the file is."""
+    from checkpoint import read_log
+    from common import read_json
+    from test_fuzz import time_cap
+    ds, src = sharded_run if name.startswith(("ckpt.dcp", "shard")) else finished_run
+    out = copy_of(src, tmp_path)
+    if name == "shard":  # the metadata names a FIFO inside the folder as one weight's file
+        out = with_shard_at(sharded_run, tmp_path / "s", "pipe.distcp")
+        os.mkfifo(out / "ckpt.dcp" / "pipe.distcp")
+        name = "ckpt.dcp/pipe.distcp"
+    elif name == "meta.pkl":
+        ds = copy_of(ds, tmp_path / "data")
+        replace_by_fifo(ds / name)
+    elif name == "config.json":
+        os.mkfifo(out / name)
+    else:
+        replace_by_fifo(out / name)
+    says = f"{name} is not a file but a named pipe"
+    if name.startswith("ckpt"):  # a process of its own: torch opens some files in C, where no alarm ends a wait
+        one_line(command("sample.py", f"--out_dir={out}", "--max_new_tokens=2", "--device=cpu", "--start=a",
+                         timeout=60), says)
+        return
+    with time_cap(20), pytest.raises(UserError, match=says):
+        if name == "log.jsonl":
+            read_log(str(out / name))  # (train.py refuses it before reading: the test above)
+        elif name == "meta.pkl":
+            run(tiny_args(ds, tmp_path / "new", "--max_iters=2"))
+        else:
+            read_json(str(out / name))
+
+
+def with_shard_at(sharded_run, tmp_path, relative):
+    """A copy of the sharded run whose metadata names `relative` as the file of one model tensor."""
+    ds, src = sharded_run
+    out = copy_of(src, tmp_path)
+    folder = out / "ckpt.dcp"
+    with open(folder / ".metadata", "rb") as f:
+        meta = DcpMetadataUnpickler(f).load()
+    key = next(i for i in meta.storage_data if i.fqn.startswith("model."))
+    meta.storage_data[key].relative_path = str(relative)
+    with open(folder / ".metadata", "wb") as f:
+        pickle.dump(meta, f)
+    return out
+
+
+def test_a_shard_file_outside_the_checkpoint_folder_is_refused_before_it_is_read(sharded_run, tmp_path):
+    """A .metadata whose relative_path leaves ckpt.dcp: refused as leaving it, before any read (a payload
+    there was read, then called a pickle that names code; a FIFO there held the reader forever)."""
+    import io
+
+    import sample
+    from test_fuzz import time_cap
+    marker = tmp_path / "ran"
+    buf = io.BytesIO()
+    torch.save(Payload(touching(marker)), buf)
+    (tmp_path / "outside.distcp").write_bytes(buf.getvalue())
+    os.mkfifo(tmp_path / "pipe.distcp")
+    for relative in ("../../outside.distcp", tmp_path / "pipe.distcp"):
+        out = with_shard_at(sharded_run, tmp_path / str(len(str(relative))), relative)
+        with time_cap(20), pytest.raises(UserError, match="lies outside .*ckpt.dcp.*nothing of it was read"):
+            sample.main([f"--out_dir={out}", "--max_new_tokens=2", "--device=cpu", "--start=a"])
+    assert not marker.exists()
+
+
+def test_the_stop_note_says_what_the_loop_does_where_the_signal_arrives(tmp_path, monkeypatch, capfd):
+    """A SIGTERM inside an accumulation lets the step finish; one during an evaluation stops it at its next
+    batch: the note printed as the signal arrives says both, not "after this step" alone."""
+    import train as train_mod
+    from test_reliability import signal_at, signal_at_val_batch
+    ds = make_dataset(tmp_path / "ds")
+    for name, at in (("accumulation", signal_at(2, micro_step=1)), ("evaluation", signal_at_val_batch(1 + 2 + 1))):
+        monkeypatch.setattr(train_mod, "get_batch", at)
+        assert run(tiny_args(ds, tmp_path / name, "--max_iters=4", "--eval_interval=2",
+                             "--gradient_accumulation_steps=2"))["stopped"] == "SIGTERM"
+        monkeypatch.undo()
+        note = next(line for line in capfd.readouterr().err.splitlines() if line.startswith("SIGTERM:"))
+        assert "the step under way finishes (every micro-step" in note, name
+        assert "an evaluation stops at its next batch" in note, name
+
+
+@pytest.mark.parametrize("row, says", [({"kind": "eval", "iter": 2, "val_loss": "low"}, "'val_loss' = 'low'"),
+                                       ({"kind": "train", "iter": 2, "loss": float("nan")}, "'loss' = nan")])
+def test_a_log_row_research_code_refuses_is_refused_at_resume(finished_run, tmp_path, row, says):
+    """A row at the checkpoint's iteration that plot --run and the sweep refuse (a val_loss that is no
+    number; a NaN loss) was kept by a resume, to be refused only after the run: now the resume says so."""
+    import json
+    ds, src = finished_run
+    out = copy_of(src, tmp_path)
+    log = out / "log.jsonl"
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    at = max(n for n, r in enumerate(rows) if (r["kind"], r["iter"]) == (row["kind"], row["iter"]))
+    rows[at] = {**rows[at], **row}
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(UserError, match=f"line {at + 1}: .*{says}.* delete the line"):
+        run(tiny_args(ds, out, "--max_iters=4", "--init_from=auto"))
