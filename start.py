@@ -108,7 +108,8 @@ def lock_out_dir(out_dir):
 
     Raises UserError, one line naming the holder's pid and host, when another process holds
     the lock; the refused process writes nothing. Raises UserError when out_dir is not
-    writable. On a filesystem without flock (some network mounts) warns and goes on unlocked.
+    writable, or when a file the run would write there is not its own (refuse_not_own: a link, a
+    hard link, a FIFO), before anything is written. On a filesystem without flock (some network mounts) warns and goes on unlocked.
     """
     path = os.path.join(out_dir, LOCK_NAME)
     problem = folder_problem(out_dir)
