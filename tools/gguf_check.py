@@ -89,7 +89,7 @@ def logit_difference(export_dir, path):
     (refuse_code) or its sizes are not its tensors' (tools.gguf_to_hf.check_gguf)."""
     import torch
     from transformers import AutoModelForCausalLM
-    from hf.folder import refuse_code
+    from hf.code import refuse_code
     from tools.gguf_to_hf import check_gguf
     refuse_code(os.path.dirname(path), model_folder=False)  # transformers reads the JSON files beside the .gguf
     check_gguf(path)  # its sizes are its tensors' before transformers builds a model of them
@@ -108,7 +108,7 @@ EXPORT_FIELDS = ("architectures", "num_hidden_layers", "num_attention_heads", "n
 
 def read_export_config(export_dir):
     """export_dir/config.json, checked to be an export's: UserError (one line naming what is wrong) when
-    the folder or file is missing, the file is not a JSON object (hf.folder.read_json) or lacks an
+    the folder or file is missing, the file is not a JSON object (common.read_json) or lacks an
     EXPORT_FIELDS field."""
     fix = "point --export_dir at a folder python -m tools.export wrote (a run's out_dir/hf)"
     path = os.path.join(export_dir, "config.json")
@@ -119,7 +119,7 @@ def read_export_config(export_dir):
         what = "a run's folder (its export is in hf/)" if os.path.exists(os.path.join(export_dir, "ckpt.pt")) or \
             os.path.exists(os.path.join(export_dir, "ckpt.dcp")) else "not an export"
         raise UserError(f"--export_dir={export_dir} has no config.json: {what}: {fix}")
-    from hf.folder import read_json
+    from common import read_json
     config = read_json(path)  # one line for every way it is not a JSON object (too deep, not UTF-8, ...)
     missing = [k for k in EXPORT_FIELDS if k not in config]
     if missing or not isinstance(config["architectures"], list) or not config["architectures"]:
@@ -131,13 +131,13 @@ def read_export_config(export_dir):
 def check(export_dir, llama_cpp, python=sys.executable):
     """Convert and check one export; returns [(check, ok, detail)]. UserError (one line) when export_dir
     is not an export: missing, not a folder, or its config.json missing, not JSON or without the
-    fields an export writes; or when it holds code (hf.folder.refuse_code), checked before the
+    fields an export writes; or when it holds code (hf.code.refuse_code), checked before the
     converter or transformers reads it."""
     config = read_export_config(export_dir)
     arch = config["architectures"][0]
     if arch not in GGUF_ARCH:
         raise UserError(f"{export_dir} is a {arch}: llama.cpp has no architecture for it (only {', '.join(GGUF_ARCH)})")
-    from hf.folder import refuse_code
+    from hf.code import refuse_code
     refuse_code(export_dir)  # before llama.cpp's converter (it loads some tokenizers with trust_remote_code=True)
     path = os.path.abspath(export_dir.rstrip(os.sep)) + ".f32.gguf"
     convert(export_dir, llama_cpp, python, path)

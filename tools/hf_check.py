@@ -13,7 +13,7 @@ than this machine's memory for training is checked here. Exit status 1 with
 one line naming the first disagreement. No code of the folder is ever run: a
 folder that could lead transformers to it (an auto_map, a model_type
 transformers lacks, a .py file) is refused, one line, before transformers is
-asked (hf.folder.refuse_code), and transformers reads it with
+asked (hf.code.refuse_code), and transformers reads it with
 trust_remote_code=False.
 """
 
