@@ -20,10 +20,11 @@ import torch
 
 import model
 import optim
-from checkpoint import append_log
+from checkpoint import append_log, read_log
 from common import fmt_duration, peak_flops, stop_signal
 from configurator import UserError, check, unusual
 from dataset import make_codec
+from mechanism import renamed_mechanism
 from memory import check_memory
 from optim import format_groups, lr_multiplier
 
@@ -392,3 +393,60 @@ def end_of_run_sample(model, run, signals=None):
     except Exception as e:  # the run is finished and saved: a sample is a courtesy
         run.log(f"no sample ({e if isinstance(e, UserError) else f'{type(e).__name__}: {e}'}); "
                 f"the run itself finished and is saved")
+
+
+# -----------------------------------------------------------------------------
+# The log's rows as readers take them
+
+
+def is_number(value):
+    """An int or a float as JSON gives them (a bool, though an int in Python, is not one)."""
+    return type(value) in (int, float)
+
+
+def row_problem(row):
+    """What a log row (read_log's: a dict with kind, iter and tokens) lacks of what research code reads
+    from it, as a phrase naming the key, or None: a train row's "loss" and "lr" and an eval row's
+    "val_loss" are finite numbers (train.py stops before it would log another); an eval row's
+    "scales", when present, is {site: {statistic: number}} and its "mechanism" a dict of numbers
+    or None (an undefined ratio), "since" an iteration."""
+    kind, it = row["kind"], row["iter"]
+    where = f"the {kind} row of iteration {it}"
+    for key in {"train": ("loss", "lr"), "eval": ("val_loss",)}.get(kind, ()):
+        if key not in row:
+            return f"{where} has no {key!r}"
+        if not (is_number(row[key]) and math.isfinite(row[key])):
+            return f"{where} has {key!r} = {row[key]!r:.40}, not a finite number"
+    if kind != "eval":
+        return None
+    scales = row.get("scales", {})
+    if not isinstance(scales, dict):
+        return f"{where} has 'scales' = {scales!r:.40}, not a dict of sites"
+    for site, st in scales.items():
+        if not (isinstance(st, dict) and all(is_number(v) for v in st.values())):
+            return f"{where} has 'scales'[{site!r}] = {st!r:.40}, not a dict of numbers"
+    mech = row.get("mechanism", {})
+    if not isinstance(mech, dict):
+        return f"{where} has 'mechanism' = {mech!r:.40}, not a dict of statistics"
+    for key, v in mech.items():
+        if key == "since" and type(v) is not int:
+            return f"{where} has 'mechanism'['since'] = {v!r:.40}, not an iteration"
+        if key != "since" and not (v is None or is_number(v)):
+            return f"{where} has 'mechanism'[{key!r}] = {v!r:.40}, not a number or null"
+    return None
+
+
+def read_rows(path):
+    """checkpoint.read_log's rows of a log.jsonl, each checked by row_problem: the one reader of logs in
+    research code (the sweep's state and records, plot.py --run), and what a resume checks the rows
+    it keeps with (start.begin), so a row research code would refuse is refused then. Raises UserError (one line naming
+    the file, the line, the key and the fix) for the first row that lacks what is read from it."""
+    rows = read_log(path)
+    for n, row in enumerate(rows, 1):  # read_log drops only a torn last line: row n is line n
+        problem = row_problem(row)
+        if problem:
+            raise UserError(f"{path}, line {n}: {problem}: the log is damaged or not train.py's; delete the line "
+                            f"(the run's checkpoint is unaffected) or delete the run's folder and run it again")
+        if isinstance(row.get("mechanism"), dict):  # a log written before a statistic's rename
+            row["mechanism"] = renamed_mechanism(row["mechanism"])
+    return rows

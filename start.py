@@ -34,7 +34,7 @@ from configurator import UserError, complete, folder_problem
 from dataset import check_vocabulary, dataset_dir, load_data, meta_vocab_size, recorded_vocab_size
 from hf.folder import check_data, check_folder, load_folder, merged_config
 from model import model_config
-from ops import check_config, start_tracker
+from ops import check_config, read_rows, start_tracker
 
 
 # -----------------------------------------------------------------------------
@@ -306,7 +306,7 @@ def begin(run, ckpt, model, optimizers, val_batch):
     run: Run. A checkpoint a signal saved between evals (val_loss None) has no eval row to
     complete, unless it is at max_iters (the run's final eval is then still due) or the signal cut
     its eval short ("eval_pending").
-    Raises UserError as restore and load_folder do, and (research.records.read_rows) for a kept log
+    Raises UserError as restore and load_folder do, and (ops.read_rows) for a kept log
     row that research code would refuse (an eval row's val_loss that is no number): said at the
     resume, not by the plot or sweep after the run.
     """
@@ -319,8 +319,7 @@ def begin(run, ckpt, model, optimizers, val_batch):
         val_loss = float("nan") if val_loss is None else val_loss
         if run.master:
             trim_log(run.log_path, start_iter)
-            from research.records import read_rows  # the rows research code reads: one it would refuse is refused now
-            read_rows(run.log_path)  # (UserError naming the line, the key and the fix), not after the run ends
+            read_rows(run.log_path)  # a row research code would refuse is refused now, not after the run ends
             if run.changed:
                 append_log(run.log_path, {"kind": "resume", "iter": start_iter, "tokens": run.tokens,
                                           "changed": run.changed})

@@ -14,13 +14,13 @@ from configurator import UserError  # noqa: E402
 from research.figures import make_room, save_figure  # noqa: E402
 from research.headlines import fit_text  # noqa: E402
 from research.mechanism_figures import MECHANISM_PANELS, by_kind, site_kind  # noqa: E402
-from research.records import read_rows  # noqa: E402
+from ops import read_rows  # noqa: E402
 
 
 def read_run(out_dir):
     """(rows, train rows, eval rows) of a run's out_dir/log.jsonl, finished or not; UserError (one
     line naming the folder) when the log is missing or has no rows, and (naming the file, line and
-    key: records.read_rows) for a row without what is drawn from it."""
+    key: ops.read_rows) for a row without what is drawn from it."""
     log = os.path.join(out_dir, "log.jsonl")
     if not os.path.isfile(log):
         raise UserError(f"--run={out_dir}: no log.jsonl there (point --run at a train.py out_dir)")
