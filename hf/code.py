@@ -59,6 +59,23 @@ def json_of(path):
     return read_json(path)
 
 
+def code_maps(folder):
+    """(path, place, value) of every auto_map that names code (names_code) in the FOLDER_JSON files
+    present in folder, each file read through json_of; UserError (one line naming the file) for one
+    that cannot be read or for a top-level null auto_map."""
+    for name in FOLDER_JSON:
+        path = os.path.join(folder, name)
+        if not os.path.lexists(path):
+            continue
+        for at, value in auto_maps(json_of(path)):
+            try:
+                code = names_code(at, value)
+            except UserError as e:
+                raise UserError(f"{path}: {e}") from None
+            if code:
+                yield path, at, value
+
+
 def refuse_code(folder, model_folder=True):
     """Refuse, before transformers is asked, a folder that could lead it to run the folder's own code
     (or a repository's): every reader of a Hugging Face folder calls this (read_config, so
@@ -73,25 +90,15 @@ def refuse_code(folder, model_folder=True):
     missing or, with transformers installed, not in its CONFIG_MAPPING (transformers would look for
     the folder's code to build it). Returns None."""
     fix = "this project never runs a folder's code (trust_remote_code=False): use a standard Llama or Qwen3 folder"
-    for name in FOLDER_JSON:
-        path = os.path.join(folder, name)
-        if not os.path.lexists(path):
-            continue
-        for at, value in auto_maps(json_of(path)):
-            try:
-                code = names_code(at, value)
-            except UserError as e:
-                raise UserError(f"{path}: {e}") from None
-            if not code:
-                continue
-            if model_folder:
-                how = f"{fix} (save_pretrained from a model transformers builds itself), or delete {at} if " \
-                      f"the model is one"
-            else:
-                how = "transformers reads this file beside the .gguf, and this project never runs a folder's code " \
-                      f"(trust_remote_code=False): move the .gguf into a folder of its own, or delete {at} once " \
-                      "you have read the code"
-            raise UserError(f"{path}: {at}={short(value)} names code for transformers to run; {how}")
+    for path, at, value in code_maps(folder):
+        if model_folder:
+            how = f"{fix} (save_pretrained from a model transformers builds itself), or delete {at} if " \
+                  f"the model is one"
+        else:
+            how = "transformers reads this file beside the .gguf, and this project never runs a folder's code " \
+                  f"(trust_remote_code=False): move the .gguf into a folder of its own, or delete {at} once " \
+                  "you have read the code"
+        raise UserError(f"{path}: {at}={short(value)} names code for transformers to run; {how}")
     if not model_folder:
         return
     for name in sorted(os.listdir(folder)):
@@ -139,22 +146,12 @@ def shipped_code(folder, module):
         what = f"a symbolic link (to {os.readlink(folder)})" if os.path.islink(folder) else "not a folder"
         raise UserError(f"{folder} is {what}: a command reads an export only in a folder of its own")
     ours = False
-    for file in FOLDER_JSON:
-        path = os.path.join(folder, file)
-        if not os.path.lexists(path):
-            continue
-        for at, value in auto_maps(json_of(path)):
-            try:
-                code = names_code(at, value)
-            except UserError as e:
-                raise UserError(f"{path}: {e}") from None
-            if not code:
-                continue
-            pattern = own.get(file)
-            if at != "auto_map" or pattern is None or type(value) is not dict or \
-                    not all(type(v) is str and pattern.fullmatch(v) for v in value.values()):
-                raise UserError(f"{path}: {at}={short(value)} names code other than this project's {name}")
-            ours = True
+    for path, at, value in code_maps(folder):
+        pattern = own.get(os.path.basename(path))
+        if at != "auto_map" or pattern is None or type(value) is not dict or \
+                not all(type(v) is str and pattern.fullmatch(v) for v in value.values()):
+            raise UserError(f"{path}: {at}={short(value)} names code other than this project's {name}")
+        ours = True
     for root, _, files in os.walk(folder):  # at any depth (a custom_generate/ folder's code too); no link followed
         for file in sorted(f for f in files if f.lower().endswith(".py")):
             path = os.path.join(root, file)
