@@ -14,16 +14,16 @@ import math
 import sys
 import warnings
 
-import common
+from plumbing import common
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import torch  # noqa: E402
 
-from checkpoint import checkpoint_in, load_model
-from common import cli, resolve_device
+from plumbing.checkpoint import checkpoint_in, load_model
+from plumbing.common import cli, resolve_device
 from configurator import UserError
-from dataset import make_codec
+from plumbing.dataset import make_codec
 
 
 def main(argv):

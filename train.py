@@ -45,21 +45,21 @@ import sys
 import time
 from contextlib import ExitStack, nullcontext
 
-import common
+from plumbing import common
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import numpy as np
 import torch
 
-from checkpoint import save_run_checkpoint
-from common import StopSignals, agree, cli, compile_errors, numerics_env, shard, stop_signal
+from plumbing.checkpoint import save_run_checkpoint
+from plumbing.common import StopSignals, agree, cli, compile_errors, numerics_env, shard, stop_signal
 from configurator import UserError, load_config, usage
-from mechanism import start_mechanism
+from plumbing.mechanism import start_mechanism
 from model import GPT
-from ops import STOP_NOTE, Progress, TrainRows, choices, describe, diverged, end_of_run_sample, write_log
+from plumbing.ops import STOP_NOTE, Progress, TrainRows, choices, describe, diverged, end_of_run_sample, write_log
 from optim import build_optimizers, lr_multiplier, optimizer_step, set_lr
-from start import begin, setup
+from plumbing.start import begin, setup
 
 
 def train(cfg, given=frozenset()):

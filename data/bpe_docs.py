@@ -103,7 +103,7 @@ def read_json(path):
     if not os.path.isfile(path):
         return {}
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from common import read_json as read_object
+    from plumbing.common import read_json as read_object
     from configurator import UserError
     try:
         return read_object(path)

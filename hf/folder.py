@@ -28,10 +28,10 @@ from dataclasses import replace
 
 import torch
 
-from checkpoint import is_sharded, load_weights
-from common import read_json
+from plumbing.checkpoint import is_sharded, load_weights
+from plumbing.common import read_json
 from configurator import UserError
-from dataset import read_meta
+from plumbing.dataset import read_meta
 from hf.code import refuse_code, short
 from model import BASELINE, BRANCHES, CHOICES, GPT, model_config, rope_tables
 

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 import torch
 
-from common import checked_stat, open_checked
+from plumbing.common import checked_stat, open_checked
 from configurator import MODEL_KEYS, TRACKING_KEYS, UserError, complete
 
 

@@ -21,10 +21,10 @@ import sys
 import numpy as np
 import torch
 
-from common import checked_stat, open_checked
+from plumbing.common import checked_stat, open_checked
 from configurator import UserError
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository (this file is in plumbing/)
 DTYPES = ("uint16", "uint32")  # the token file dtypes meta.pkl's "dtype" may record
 DEFAULT_DTYPE = "uint16"       # what a dataset recording none holds (nanoGPT's layout)
 SAMPLE_TOKENS = 1 << 20        # load_data checks the first and the last this many ids of each file
@@ -32,7 +32,7 @@ SAMPLE_TOKENS = 1 << 20        # load_data checks the first and the last this ma
 
 def dataset_dir(dataset):
     """The folder of `dataset`: a path as given when it names one, else data/<dataset>/ here."""
-    return dataset if os.sep in dataset or os.path.isabs(dataset) else os.path.join(HERE, "data", dataset)
+    return dataset if os.sep in dataset or os.path.isabs(dataset) else os.path.join(ROOT, "data", dataset)
 
 
 def plain(value, where):
@@ -132,8 +132,8 @@ def repository_prepare(folder):
     """This repository's data/<name>/prepare.py when folder is this repository's data/<name>/ (by its real
     path), else None. A dataset folder is data: only these scripts, by their place in the repository,
     ever prepare one, never a prepare.py that came with a folder from elsewhere."""
-    for name in os.listdir(os.path.join(HERE, "data")):
-        script = os.path.join(HERE, "data", name, "prepare.py")
+    for name in os.listdir(os.path.join(ROOT, "data")):
+        script = os.path.join(ROOT, "data", name, "prepare.py")
         if os.path.isfile(script) and os.path.realpath(folder) == os.path.realpath(os.path.dirname(script)):
             return script
     return None
@@ -144,7 +144,7 @@ def prepare_hint(folder):
     the `pip install` lines its docstring names), or, for any other folder, data/corpus/prepare.py."""
     script = repository_prepare(folder)
     if script is None:
-        corpus = shlex.quote(os.path.relpath(os.path.join(HERE, "data", "corpus", "prepare.py")))
+        corpus = shlex.quote(os.path.relpath(os.path.join(ROOT, "data", "corpus", "prepare.py")))
         return (f"write them with python {corpus} '<your texts>' {shlex.quote('--out=' + folder)} (a dataset "
                 f"folder is data: its own scripts never run)")
     with open(script) as f:

@@ -20,12 +20,12 @@ import torch
 
 import model
 import optim
-from checkpoint import append_log, read_log
-from common import fmt_duration, peak_flops, stop_signal
+from plumbing.checkpoint import append_log, read_log
+from plumbing.common import fmt_duration, peak_flops, stop_signal
 from configurator import UserError, check, unusual
-from dataset import make_codec
-from mechanism import renamed_mechanism
-from memory import check_memory
+from plumbing.dataset import make_codec
+from plumbing.mechanism import renamed_mechanism
+from plumbing.memory import check_memory
 from optim import format_groups, lr_multiplier
 
 PROGRESS_EVERY_S = 15  # a progress line at least this often, whatever log_interval says

@@ -89,10 +89,10 @@ import json
 import os
 import statistics
 
-from mechanism import SITE_STATISTICS
-from checkpoint import checkpoint_in
+from plumbing.mechanism import SITE_STATISTICS
+from plumbing.checkpoint import checkpoint_in
 from configurator import ABSENT, DEFAULTS, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
-from ops import check_config, inert_keys, read_rows
+from plumbing.ops import check_config, inert_keys, read_rows
 from research.power import ladder_gaps, rung_compute
 from research.stats import family_alpha, ladder_power, paired_power, seeds_for_power
 

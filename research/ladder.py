@@ -38,7 +38,7 @@ import sys
 if __package__ in (None, ""):  # run by its path: its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import common  # noqa: E402 (from the repository root, the path above)
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
@@ -48,10 +48,10 @@ import math
 
 import torch
 
-from checkpoint import atomic_write
-from common import cli
+from plumbing.checkpoint import atomic_write
+from plumbing.common import cli
 from configurator import UserError, folder_problem
-from memory import GB, estimate_size
+from plumbing.memory import GB, estimate_size
 from model import GPT, model_config
 from optim import OPTIMIZERS, param_groups
 from research.ablation import (claim_rows, is_exploratory, ladder_gaps_of, load_ablation, plan, power_alpha, power_rows,

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from mechanism import SITE_STATISTICS  # noqa: E402
+from plumbing.mechanism import SITE_STATISTICS  # noqa: E402
 from research.ablation import QUESTIONS  # noqa: E402
 from research.comparisons import planned_seeds  # noqa: E402
 from research.figures import draw_gaps, make_room, save_figure  # noqa: E402

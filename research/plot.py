@@ -96,14 +96,14 @@ import sys
 if __package__ in (None, ""):  # run by its path (python research/plot.py): its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import common  # noqa: E402 (from the repository root, the path above)
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import argparse
 import glob
 
-from common import cli  # noqa: E402
+from plumbing.common import cli  # noqa: E402
 from configurator import UserError, folder_problem  # noqa: E402
 from research.ablation import ROOT  # noqa: E402
 from research.comparisons import collect_all, mode_text  # noqa: E402

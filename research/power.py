@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from memory import estimate_size
+from plumbing.memory import estimate_size
 from research.stats import ladder_multiplier, ladder_power, t_cdf_two_sided, t_test_power
 
 SIMULATIONS = 40_000  # designs per simulated case: a Monte Carlo SE of 0.0025 at a power of 0.5, 0.0006 at 0.015

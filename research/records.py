@@ -18,11 +18,11 @@ import statistics
 import subprocess
 import time
 
-from checkpoint import atomic_write
-from common import PORTABLE_ENV, resolve_device
+from plumbing.checkpoint import atomic_write
+from plumbing.common import PORTABLE_ENV, resolve_device
 from configurator import UserError
-from mechanism import renamed_mechanism
-from ops import read_rows
+from plumbing.mechanism import renamed_mechanism
+from plumbing.ops import read_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, whose git state pins a record
 RECORD_FORMAT = 1
@@ -114,7 +114,7 @@ def versions():
 
 def data_hashes(cfg):
     """{"train.bin": SHA-256 hex, "val.bin": ...} of the token files cfg's dataset reads."""
-    from dataset import dataset_dir
+    from plumbing.dataset import dataset_dir
 
     hashes = {}
     for name in ("train.bin", "val.bin"):

@@ -14,7 +14,7 @@ from configurator import UserError  # noqa: E402
 from research.figures import make_room, save_figure  # noqa: E402
 from research.headlines import fit_text  # noqa: E402
 from research.mechanism_figures import MECHANISM_PANELS, by_kind, site_kind  # noqa: E402
-from ops import read_rows  # noqa: E402
+from plumbing.ops import read_rows  # noqa: E402
 
 
 def read_run(out_dir):

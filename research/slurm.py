@@ -281,7 +281,7 @@ def job_hours(run, gpus):
     H100_PEAK_TFLOPS x MFU_ASSUMED per GPU. The vocabulary is the dataset's meta.pkl's, else GPT-2's."""
     import torch
 
-    from dataset import recorded_vocab_size
+    from plumbing.dataset import recorded_vocab_size
     from model import GPT, model_config
     cfg = run["config"]
     cfg = {**cfg, "vocab_size": cfg["vocab_size"] or recorded_vocab_size(cfg["dataset"]) or 50257}

@@ -23,7 +23,7 @@ import sys
 if __package__ in (None, ""):  # run by its path (python research/sweep.py): its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import common  # noqa: E402 (from the repository root, the path above)
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
@@ -36,10 +36,10 @@ import time
 
 from research.ablation import load_ablation, plan, state, tuning_seeds, tuning_setting
 from research.records import code_state, load_records, record, start_provenance
-from common import StopSignals, cli, fmt_duration
+from plumbing.common import StopSignals, cli, fmt_duration
 from configurator import UserError, folder_problem
 from research import slurm
-from start import OutDirInUse, lock_out_dir
+from plumbing.start import OutDirInUse, lock_out_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 

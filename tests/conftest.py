@@ -7,7 +7,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import common  # noqa: E402
+from plumbing import common  # noqa: E402
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep, as in every command
 

@@ -15,14 +15,14 @@ import pytest
 import torch
 
 import configurator
-import memory
+from plumbing import memory
 import optim
-from common import DEVICE_FORMS
+from plumbing.common import DEVICE_FORMS
 from configurator import ALLOWED, DEFAULTS, MODEL_KEYS, SECTIONS, UserError, load_config, usage
 from conftest import ROOT
-from memory import estimate_size
+from plumbing.memory import estimate_size
 from model import GPTConfig, model_config
-from ops import check_config, inert_keys, inert_notes
+from plumbing.ops import check_config, inert_keys, inert_notes
 from research.ablation import load_ablation
 from test_train import make_dataset, run, tiny_args
 
@@ -59,7 +59,7 @@ def imported_modules(path):
 def project_modules():
     """{module name: path} of every module of the project (the top level, hf/, research/, tools/)."""
     found = {}
-    for folder in ("", "hf", "research", "tools"):
+    for folder in ("", "hf", "plumbing", "research", "tools"):
         for name in os.listdir(os.path.join(ROOT, folder)):
             if name.endswith(".py") and name != "__init__.py":
                 found[".".join(filter(None, (folder, name[:-3])))] = os.path.join(ROOT, folder, name)
@@ -83,22 +83,21 @@ def test_commands_import_the_small_modules_never_train_py_or_each_other():
 # The reading path (train, model, norms, optim), nanoGPT's companions (sample, configurator) and the small
 # modules of one concept each: a run's start, what it checks and says, the mechanism statistics, the
 # process utilities every command shares, the memory estimate, checkpoints and the log, token files.
-TOP_LEVEL = {"train", "model", "norms", "optim", "sample", "configurator", "start", "ops", "mechanism", "common",
-             "memory", "checkpoint", "dataset"}
+TOP_LEVEL = {"train", "model", "norms", "optim", "sample", "configurator"}  # the reading path and nanoGPT's companions
 MODULE_LINES = 600  # no module of the product longer (model.py, the model itself, dense and MoE, aside)
 MODEL_LINES = 800  # a cap with room for a fork's additions, not a pin
 
 
 def test_no_top_level_module_imports_a_command_folder_and_train_py_stays_readable():
-    """The top level is the reading path and its small modules; they import nothing from tools/ or
-    research/ (the folders hold commands and the workflow, which import the top level, never the
-    reverse; hf/ is a library the start reads a Hugging Face folder with); train.py stays about
-    nanoGPT's size, and no function of the product runs past ~80 lines."""
+    """The top level is the reading path and nanoGPT's companions, the shared modules live in plumbing/;
+    neither imports anything from tools/ or research/ (the folders hold commands and the workflow,
+    which import the product, never the reverse; hf/ is a library the start reads a Hugging Face
+    folder with); train.py stays about nanoGPT's size, and no function of the product runs past ~80 lines."""
     modules = project_modules()
     top = {name for name in modules if "." not in name}
-    assert top == TOP_LEVEL, (f"the top level holds {sorted(top - TOP_LEVEL)} beyond the reading path and its small "
-                              f"modules: fold it into one of them, or put it in a folder")
-    for name in top:
+    assert top == TOP_LEVEL, (f"the top level holds {sorted(top - TOP_LEVEL)} beyond the reading path and nanoGPT's "
+                              f"companions: put it in plumbing/ (what every command shares) or another folder")
+    for name in top | {name for name in modules if name.startswith("plumbing.")}:
         upward = {m for m in imported_modules(modules[name]) & modules.keys() if m.split(".")[0] in ("research",
                                                                                                   "tools")}
         assert not upward, f"{name}.py imports {sorted(upward)}: move what it needs to the top level"
@@ -209,7 +208,7 @@ def test_every_key_declares_its_allowed_values_and_every_default_passes():
 def test_a_registrys_choices_are_declared_once_checked_by_its_code_and_listed_by_help():
     import model
     import optim
-    from ops import choices
+    from plumbing.ops import choices
 
     registries = {**model.CHOICES, **optim.CHOICES}
     assert registries.keys() <= DEFAULTS.keys()
@@ -279,7 +278,7 @@ def test_every_key_meets_bad_values_with_one_line_or_a_note(key):
     """Each value is refused by the start-up checks with a one-line UserError naming the key, or
     accepted (then any note about it names the key); nothing else may escape. A numeric key has a
     declared range, so a key added without one fails here."""
-    import ops
+    from plumbing import ops
 
     default = DEFAULTS[key]
     if isinstance(default, (int, float)) and not isinstance(default, bool):
@@ -299,7 +298,7 @@ def test_every_key_meets_bad_values_with_one_line_or_a_note(key):
                                         ("rope_theta", 1e300), ("rope_theta", 1e-10), ("grad_clip", 1e-30),
                                         ("weight_decay", 1e9), ("learning_rate", 50.0), ("dropout", 0.9)])
 def test_a_legal_but_implausible_value_gets_a_note_naming_it(key, value):
-    import ops
+    from plumbing import ops
 
     cfg = {**DEFAULTS, key: value}
     check_config(cfg)  # legal
@@ -326,14 +325,14 @@ def test_every_numeric_key_but_sizes_counts_and_seeds_declares_a_usual_range(key
     (["--optimizer=muon", "--muon_momentum=0.999999"], {"muon_momentum"}), (["--min_lr=5"], {"min_lr"}),
 ])
 def test_degenerate_betas_and_momenta_are_noted(flags, named):
-    import ops
+    from plumbing import ops
     cfg, _ = load_config(flags)
     assert {n.split("=")[0].removeprefix("note: ") for n in ops.unusual_notes(cfg)} == named
 
 
 @pytest.mark.parametrize("flags", [["--weight_decay=1e30"], ["--magnitude_lr_mult=1e30"], ["--beta2=0"]])
 def test_a_divergence_names_the_keys_outside_their_usual_range_before_the_learning_rate(tmp_path, flags):
-    import ops
+    from plumbing import ops
     cfg, _ = load_config(flags)
     run = SimpleNamespace(cfg=SimpleNamespace(**cfg), ckpt_path=str(tmp_path / "ckpt.pt"))
     message = ops.diverged(run, "train", float("nan"), 7, first_step=False)
@@ -344,7 +343,7 @@ def test_a_divergence_names_the_keys_outside_their_usual_range_before_the_learni
 
 
 def test_moe_coefficients_and_a_frozen_muon_are_noted_only_where_they_act():
-    import ops
+    from plumbing import ops
 
     huge = {**DEFAULTS, "aux_loss_coef": 1e30, "z_loss_coef": 1e30}
     assert not ops.unusual_notes(huge)  # a dense model: the coefficients do nothing (an inert note if given)
@@ -355,7 +354,7 @@ def test_moe_coefficients_and_a_frozen_muon_are_noted_only_where_they_act():
 
 
 def test_the_defaults_and_every_committed_config_are_usual():
-    import ops
+    from plumbing import ops
 
     assert configurator.unusual(DEFAULTS) == []
     for path in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py"))):

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT
 from configurator import UserError
-from dataset import load_data
+from plumbing.dataset import load_data
 from test_train import run, tiny_args
 
 sys.path.insert(0, os.path.join(ROOT, "data"))

@@ -16,7 +16,7 @@ from model import GPT
 from test_train import make_dataset, read_log, tiny_args
 from configurator import UserError, load_config
 from model import model_config
-from dataset import load_data
+from plumbing.dataset import load_data
 from train import get_batch
 from types import SimpleNamespace
 
@@ -146,7 +146,7 @@ def test_the_split_error_gives_settings_that_divide_and_keep_the_batch(monkeypat
     """The one-line fix it names divides by WORLD_SIZE, and keeps the sequences per iteration when
     batch_size allows (the default run under 2 processes: 2 micro-steps of 16)."""
     import re
-    from common import setup_distributed
+    from plumbing.common import setup_distributed
     monkeypatch.setenv("WORLD_SIZE", str(world))
     cfg = SimpleNamespace(gradient_accumulation_steps=accum, batch_size=batch)
     with pytest.raises(UserError) as info:

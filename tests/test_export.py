@@ -17,7 +17,7 @@ import torch
 from tools import export
 import sample
 from conftest import BASELINE, ROOT
-from dataset import make_codec
+from plumbing.dataset import make_codec
 from model import GPT, GPTConfig
 from test_norms import randomize_scales
 from test_train import make_dataset, run, tiny_args
@@ -31,7 +31,7 @@ def needs_transformers():
 
 def needs_gpt2_bpe():
     """Skip, saying why, where GPT-2's vocabulary file cannot be had (offline, no TIKTOKEN_CACHE_DIR)."""
-    from dataset import bpe_encoding
+    from plumbing.dataset import bpe_encoding
     try:
         bpe_encoding("r50k_base")
     except UserError as e:

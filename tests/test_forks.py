@@ -26,7 +26,7 @@ from research.ablation import config_hash
 import configurator
 from configurator import DEFAULTS, UserError, load_config
 from conftest import add_row
-from ops import inert_keys
+from plumbing.ops import inert_keys
 from test_records import renamed_records
 from test_train import make_dataset, read_log, run, tiny_args
 

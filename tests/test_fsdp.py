@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import configurator
-from checkpoint import checkpoint_path, clean_stale, load_checkpoint, load_model, save_checkpoint
+from plumbing.checkpoint import checkpoint_path, clean_stale, load_checkpoint, load_model, save_checkpoint
 from configurator import UserError
 from conftest import ROOT
-from ops import check_config
+from plumbing.ops import check_config
 from test_ddp import torchrun
 from test_train import cli, make_dataset, read_log, run, tiny_args
 
@@ -238,7 +238,7 @@ def as_sharded(pt_dir, dcp_dir):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
-    from checkpoint import optimizer_layout, restore
+    from plumbing.checkpoint import optimizer_layout, restore
     from model import GPT, model_config
     from optim import build_optimizers
     ckpt = load_checkpoint(os.path.join(pt_dir, "ckpt.pt"))
@@ -263,7 +263,7 @@ def test_resume_takes_the_newest_whole_checkpoint_of_either_form_and_names_the_o
     refuses while a whole checkpoint exists. Each state the save of a ckpt.pt over a ckpt.dcp can be
     cut in: before the rename (the old ckpt.dcp alone: iteration 2), after it (both whole: 4 wins),
     during the removal (a damaged ckpt.dcp beside ckpt.pt: 4)."""
-    from checkpoint import newest_checkpoint
+    from plumbing.checkpoint import newest_checkpoint
     ds = make_dataset(tmp_path / "ds")
     args = common("--max_iters=6", "--eval_interval=2")
     run(tiny_args(ds, tmp_path / "straight", *args))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from configurator import UserError
-from memory import estimate_size
+from plumbing.memory import estimate_size
 from conftest import ROOT
 from model import GPT, model_config
 from research import ablation, comparisons, multipliers, plot, regime, stats, summary, sweep

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from checkpoint import load_model
+from plumbing.checkpoint import load_model
 from conftest import ROOT
 from test_export import needs_transformers
 from test_hf_model import WORDS, tokenizer_json
@@ -88,7 +88,7 @@ def test_lm_eval_bits_per_byte_equal_ours_and_next_line_beats_chance(trained, tm
     acc = results["scalevec_next_line"]["acc,none"]
 
     model, ckpt = load_model(str(out / "ckpt.pt"))
-    from dataset import make_codec
+    from plumbing.dataset import make_codec
     encode, _ = make_codec(ckpt["meta"], model.config.vocab_size)
     prefix = int(command.split("prefix_token_id=")[1].split()[0])
     nll = n_bytes = 0

@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from configurator import DEFAULTS, UserError, load_config
 from conftest import ROOT
 from model import GPT, GPTConfig, model_config
-from mechanism import Mechanism
+from plumbing.mechanism import Mechanism
 from optim import build_optimizers
 from research.ablation import config_hash
 from test_reliability import signal_at

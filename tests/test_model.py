@@ -109,7 +109,7 @@ def test_grouped_query_attention_and_head_dim_size_every_map_and_scale():
     and W_v 24 x 32, W_o 32 x 48; DP's scales on q, k, v and around W_o take those widths; the
     parameter count, the FLOPs' attention term and configurator's estimate (before any build) follow."""
     from configurator import DEFAULTS
-    from memory import estimate_size
+    from plumbing.memory import estimate_size
     kw = dict(n_layer=2, n_head=4, n_kv_head=2, head_dim=12, n_embd=32, d_ff=64, block_size=16, vocab_size=64,
               tie_embeddings=False, branch_scales=True, attn_placement="dual", dual_sites="all")
     model = GPT(config(**kw))

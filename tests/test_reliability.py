@@ -17,12 +17,12 @@ import time
 import pytest
 import torch
 
-import common as shared  # (tests name their argument lists `common`)
+from plumbing import common as shared  # (tests name their argument lists `common`)
 import configurator
-import ops
+from plumbing import ops
 import train as train_mod
-from checkpoint import read_log as read_log_rows  # skips a last line torn mid-write
-from common import resolve_device
+from plumbing.checkpoint import read_log as read_log_rows  # skips a last line torn mid-write
+from plumbing.common import resolve_device
 from conftest import ROOT
 from configurator import UserError
 from test_train import cli, make_dataset, read_log, run, tiny_args
@@ -34,7 +34,8 @@ SLOW_TRAIN = f"""
 import signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {ROOT!r})
-import common, train
+from plumbing import common
+import train
 real_get_batch = train.get_batch
 def slow_get_batch(*args):
     time.sleep(0.03)
@@ -385,7 +386,7 @@ def test_resuming_with_another_max_iters_says_which_schedule_each_part_ran_on(tm
 
 def test_append_log_cut_short_by_a_full_disk_leaves_only_whole_rows(tmp_path, monkeypatch):
     """A short write (the disk filled mid-row) is cut back: the file is its earlier rows, byte for byte."""
-    import checkpoint
+    from plumbing import checkpoint
     path = str(tmp_path / "log.jsonl")
     checkpoint.append_log(path, {"kind": "train", "iter": 1, "tokens": 8, "loss": 3.5})
     before = open(path, "rb").read()
@@ -407,7 +408,7 @@ def test_append_log_cut_short_by_a_full_disk_leaves_only_whole_rows(tmp_path, mo
 FILLS_UP = """
 import resource, signal, sys, torch
 sys.path.insert(0, {root!r})
-import checkpoint, common
+from plumbing import checkpoint, common
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
 resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
 common.cli(lambda argv: checkpoint.save_checkpoint({path!r}, {{"iter": 8, "w": torch.zeros(100_000)}}))
@@ -475,7 +476,7 @@ def test_cli_reports_a_full_disk_in_one_line(tmp_path, capsys):
 def test_train_py_sets_the_openmp_wait_policy_before_torch_loads(given, expected):
     """OpenMP reads OMP_WAIT_POLICY once, when torch loads: train.py sets it first (passive: idle
     threads sleep, so a second process on the cores is not starved), unless the user set it."""
-    code = ("import os, sys, common; f = common.set_omp_env\n"
+    code = ("import os, sys; from plumbing import common; f = common.set_omp_env\n"
             "common.set_omp_env = lambda: (print('torch' in sys.modules), f())\n"
             "import train; print(os.environ['OMP_WAIT_POLICY'])")
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
@@ -505,7 +506,7 @@ def test_every_command_sleeps_openmps_idle_threads_before_torch_can_load():
     stdlib = set(sys.stdlib_module_names)
     commands = entry_points()
     assert {"train.py", "sample.py", "tools/export.py", "research/sweep.py", "data/corpus/prepare.py"} <= set(commands)
-    torch_free = {"common", "configurator"}
+    torch_free = {"plumbing", "plumbing.common", "configurator"}  # the package's __init__ loads no torch
     for path in commands:
         tree = ast.parse(open(os.path.join(ROOT, path)).read())
         before, called = [], False
@@ -514,8 +515,10 @@ def test_every_command_sleeps_openmps_idle_threads_before_torch_can_load():
                 called = True
                 break
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                before += [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-        late = [m for m in before if m.split(".")[0] not in stdlib | torch_free]
+                before += [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [f"{node.module}.{a.name}" for a in node.names]
+        late = [m for m in before if m.split(".")[0] not in stdlib and m.split(".")[0] != "configurator"
+                and m not in torch_free]
         if called:
             assert not late, f"{path} imports {late} before common.set_omp_env()"
         else:
@@ -524,7 +527,7 @@ def test_every_command_sleeps_openmps_idle_threads_before_torch_can_load():
                     f"runpy.run_path({os.path.join(ROOT, path)!r}, run_name='not_main'); print('torch' in sys.modules)")
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
             assert out.stdout.split()[-1:] == ["False"], (path, out.stderr[-500:])
-    code = f"import sys; sys.path.insert(0, {ROOT!r}); import common, configurator; print('torch' in sys.modules)"
+    code = f"import sys; sys.path.insert(0, {ROOT!r}); from plumbing import common; import configurator; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip() == "False"
 
 
@@ -565,7 +568,7 @@ def test_more_inputs_that_were_tracebacks_are_one_line(tmp_path):
     with pytest.raises(UserError, match="byte 18 is not UTF-8 text"):
         load_config([str(conf)])
     with pytest.raises(UserError, match=r"ddp_timeout_s=10000000000 must be in \[1, 10000000\]"):
-        from ops import check_config
+        from plumbing.ops import check_config
         check_config(load_config(["--ddp_timeout_s=10000000000"])[0])
     with pytest.raises(UserError, match=r"0 <= --seed < 2\*\*63"):
         sample.main([f"--out_dir={tmp_path}", "--seed=99999999999999999999"])

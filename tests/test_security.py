@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from checkpoint import DcpMetadataUnpickler, load_checkpoint, newest_checkpoint
+from plumbing.checkpoint import DcpMetadataUnpickler, load_checkpoint, newest_checkpoint
 from configurator import UserError
 from conftest import ROOT
 from test_train import cli, make_dataset, run, tiny_args
@@ -154,7 +154,7 @@ def test_a_dataset_folders_own_prepare_script_never_runs(tmp_path):
 def test_the_repositorys_own_prepare_script_makes_its_dataset(tmp_path, monkeypatch):
     """--dataset=shakespeare_char names this repository's data/shakespeare_char/, whose script runs
     when its files are missing (here a copy of the repository, so the real folder stays as it is)."""
-    import dataset
+    from plumbing import dataset
     from configurator import load_config
     from types import SimpleNamespace
     (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)
@@ -214,7 +214,7 @@ def test_a_checkpoint_field_of_the_wrong_kind_is_one_line(tmp_path, key, value):
 def test_a_torn_binary_last_log_line_is_dropped_and_one_inside_names_its_line(tmp_path):
     """A write cut mid-character leaves bytes that are not UTF-8 on the last line: torn, so dropped on
     resume like any torn line. The same bytes on an earlier line name that line and the fix."""
-    from checkpoint import read_log
+    from plumbing.checkpoint import read_log
     ds = make_dataset(tmp_path / "ds")
     out = tmp_path / "out"
     run(tiny_args(ds, out, "--max_iters=2", "--eval_interval=2"))
@@ -318,8 +318,8 @@ def test_a_fifo_where_a_file_is_read_is_one_line_never_a_wait(finished_run, shar
     """Each of these waited forever on a FIFO, printing nothing: sample.py's checkpoint (ckpt.pt; a sharded
     one's .metadata, run.pt, or a shard file its metadata names), train.py's log on a resume, the dataset's
     meta.pkl, and a folder's JSON (common.read_json). Each is now one line saying what the file is."""
-    from checkpoint import read_log
-    from common import read_json
+    from plumbing.checkpoint import read_log
+    from plumbing.common import read_json
     from test_fuzz import time_cap
     ds, src = sharded_run if name.startswith(("ckpt.dcp", "shard")) else finished_run
     out = copy_of(src, tmp_path)

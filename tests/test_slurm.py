@@ -288,7 +288,7 @@ GATED_SUBMITTER = """
 import shlex
 import sys
 
-from common import cli
+from plumbing.common import cli
 from research import slurm, sweep
 
 gate = sys.argv.pop(1)

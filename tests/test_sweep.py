@@ -815,7 +815,7 @@ def test_a_cpu_record_names_the_kernels_libc_and_compiler_its_numbers_came_from(
 
     import torch
 
-    from common import PORTABLE_ENV
+    from plumbing.common import PORTABLE_ENV
     from research.records import machine
 
     cfg = {"device": "cpu", "dtype": "float32", "compile": False}
@@ -855,7 +855,7 @@ def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
 def test_a_second_sweep_leaves_another_processs_runs_alone_and_exits_0(tmp_path, capsys):
     """Two sweeps of one file: a run whose out_dir another process holds is skipped as its run (not
     FAILED), the rest are trained and recorded, and the exit status is 0."""
-    from start import lock_out_dir
+    from plumbing.start import lock_out_dir
 
     path = write_ablation(tmp_path, body=("variants = {'baseline': {}, 'unified': " + UNIFIED + "}\n"
                                           "settings = {'adamw': {}}\nseeds = [1]\n"))

@@ -12,7 +12,7 @@ import torch
 
 from conftest import ROOT
 from configurator import UserError, load_config
-from dataset import load_data, meta_vocab_size
+from plumbing.dataset import load_data, meta_vocab_size
 from train import get_batch, train
 
 VOCAB = 40
@@ -174,7 +174,7 @@ def test_the_codec_is_the_models_own_vocabulary_or_none():
     """One rule (dataset.codec_kind) for sample.py, train.py's sample and export.py: a char
     vocabulary must have the model's size, GPT-2 BPE is assumed only at GPT-2's 50,257 ids, and
     an encoding meta.pkl names must have the model's size."""
-    from dataset import codec_kind, make_codec
+    from plumbing.dataset import codec_kind, make_codec
     assert codec_kind(char_meta(), VOCAB) == "char" and codec_kind(None, 50257) == "bpe"
     assert codec_kind(None, 100_277) is None and codec_kind({"vocab_size": 100_277}, 100_277) is None
     assert make_codec(None, 100_277) is None  # was: GPT-2's codec for a 100,277-way head

@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-import ops
+from plumbing import ops
 from conftest import ROOT
 from configurator import UserError
 from test_train import make_dataset, read_log, run, tiny_args

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-import common
-import ops
+from plumbing import common
+from plumbing import ops
 import optim
-import start
+from plumbing import start
 import sample
 import train as train_mod
 from conftest import ROOT
 from model import GPT, model_config
-from checkpoint import load_checkpoint
+from plumbing.checkpoint import load_checkpoint
 from configurator import DEFAULTS, UserError, load_config
-from dataset import load_data
+from plumbing.dataset import load_data
 from train import train
 
 
@@ -478,7 +478,7 @@ def test_offline_bpe_and_missing_packages_name_what_to_set_or_install(tmp_path, 
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):  # no network: a dead proxy
         monkeypatch.setenv(var, "http://127.0.0.1:9")
-    import dataset
+    from plumbing import dataset
     from types import SimpleNamespace
     monkeypatch.setattr(dataset, "HERE", str(tmp_path))  # a copy of the repository's data/: its scripts run
     cfg, _ = load_config(["--dataset=shakespeare"])

@@ -41,7 +41,7 @@ import sys
 if __package__ in (None, ""):  # run by its path (python tools/bench.py): its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import common  # noqa: E402 (from the repository root, the path above)
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
@@ -56,9 +56,9 @@ from types import SimpleNamespace
 
 import torch
 
-from common import OMP_THREAD_ENV, cli, peak_flops, resolve_device
+from plumbing.common import OMP_THREAD_ENV, cli, peak_flops, resolve_device
 from configurator import UserError, load_config, usage
-from mechanism import Mechanism
+from plumbing.mechanism import Mechanism
 from model import GPT
 from tools.variants import REFERENCE, build, saved_bytes_per_token, train_step, variants
 

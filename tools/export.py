@@ -42,7 +42,7 @@ import sys
 if __package__ in (None, ""):  # run by its path (python tools/export.py): its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import common  # noqa: E402 (from the repository root, the path above)
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
@@ -60,10 +60,10 @@ import warnings
 
 import torch
 
-from checkpoint import checkpoint_in, load_model
-from common import cli
+from plumbing.checkpoint import checkpoint_in, load_model
+from plumbing.common import cli
 from configurator import MODEL_KEYS, UserError, folder_problem
-from dataset import bpe_encoding, checked_encoding, codec_kind, hf_tokenizer
+from plumbing.dataset import bpe_encoding, checked_encoding, codec_kind, hf_tokenizer
 from model import BRANCHES, CHOICES
 
 TOLERANCE = 1e-4  # largest |logit difference| allowed, relative to max(1, largest |logit|); float32

@@ -22,14 +22,14 @@ import sys
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import common  # noqa: E402 (from the repository root, the path above)
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import argparse
 import subprocess
 
-from common import cli
+from plumbing.common import cli
 from configurator import UserError
 
 # transformers architecture -> llama.cpp's architecture name (Mixtral is llama with experts there)
@@ -119,7 +119,7 @@ def read_export_config(export_dir):
         what = "a run's folder (its export is in hf/)" if os.path.exists(os.path.join(export_dir, "ckpt.pt")) or \
             os.path.exists(os.path.join(export_dir, "ckpt.dcp")) else "not an export"
         raise UserError(f"--export_dir={export_dir} has no config.json: {what}: {fix}")
-    from common import read_json
+    from plumbing.common import read_json
     config = read_json(path)  # one line for every way it is not a JSON object (too deep, not UTF-8, ...)
     missing = [k for k in EXPORT_FIELDS if k not in config]
     if missing or not isinstance(config["architectures"], list) or not config["architectures"]:

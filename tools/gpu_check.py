@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import common  # noqa: E402  (no torch at import)
+from plumbing import common  # noqa: E402  (no torch at import)
 from configurator import folder_problem  # noqa: E402  (a leaf: no torch)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
@@ -320,7 +320,7 @@ def stage_ddp(check, timeout):
 
 
 def stage_fsdp(check, timeout):
-    from checkpoint import read_log
+    from plumbing.checkpoint import read_log
 
     if check.device == "cuda" and check.gpus < 2:
         return {"rc": 0, "seconds": 0, "not_run": f"FSDP2 needs 2 or more GPUs; this machine has {check.gpus}"}
@@ -390,7 +390,7 @@ def stage_protocol(check, timeout):
 
 
 def stage_train(check, timeout):
-    from checkpoint import read_log
+    from plumbing.checkpoint import read_log
     from configurator import load_config
 
     cmd = check.commands["train"]
@@ -424,7 +424,7 @@ def stage_train(check, timeout):
 
 
 def stage_resume(check, timeout):
-    from checkpoint import read_log
+    from plumbing.checkpoint import read_log
 
     total, n = check.size["train_iters"] + check.size["resume_iters"], check.size["resume_iters"]
     result, _ = run_command("resume", check.commands["resume"], timeout, check.out)

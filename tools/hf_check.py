@@ -23,14 +23,14 @@ import sys
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import common  # noqa: E402 (from the repository root, the path above)
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import argparse
 from types import SimpleNamespace
 
-from common import cli
+from plumbing.common import cli
 from configurator import DEFAULTS, UserError
 
 

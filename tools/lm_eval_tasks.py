@@ -42,7 +42,7 @@ import sys
 if __package__ in (None, ""):  # run by its path (python tools/lm_eval_tasks.py): imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import common  # noqa: E402 (from the repository root, the path above)
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
@@ -52,10 +52,10 @@ import json
 
 import numpy as np
 
-from checkpoint import atomic_write, checkpoint_in, load_checkpoint
-from common import cli
+from plumbing.checkpoint import atomic_write, checkpoint_in, load_checkpoint
+from plumbing.common import cli
 from configurator import UserError, folder_problem
-from dataset import codec_kind, dataset_dir, hf_tokenizer, make_codec
+from plumbing.dataset import codec_kind, dataset_dir, hf_tokenizer, make_codec
 
 TASKS = ("scalevec_val", "scalevec_next_line")
 FILES = tuple(f"{t}.{ext}" for t in TASKS for ext in ("jsonl", "yaml"))  # what this command writes (and replaces)

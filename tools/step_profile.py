@@ -37,7 +37,7 @@ from types import SimpleNamespace
 
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import common  # noqa: E402
+from plumbing import common  # noqa: E402
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
@@ -242,7 +242,7 @@ def main(argv):
         print(f"step_profile: {json.dumps(found)}", flush=True)
     else:
         from tools import variants as bench_variants
-        from common import resolve_device
+        from plumbing.common import resolve_device
         cfg = SimpleNamespace(**load_config(rest)[0])
         cfg.device, cfg.dtype = resolve_device(cfg.device, cfg.dtype)
         cfg.vocab_size = cfg.vocab_size or (50257 if cfg.n_embd >= 512 else 80)  # as bench.py

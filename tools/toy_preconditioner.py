@@ -34,7 +34,7 @@ import sys
 if __package__ in (None, ""):  # run by its path: imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import common  # noqa: E402 (from the repository root, the path above)
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
 
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
@@ -43,7 +43,7 @@ import math
 
 import torch
 
-from common import cli
+from plumbing.common import cli
 from configurator import UserError, folder_problem
 
 D_IN, D_OUT, N = 32, 8, 1024
