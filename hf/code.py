@@ -8,7 +8,7 @@ import os
 import re
 import stat
 
-from common import read_json
+from plumbing.common import read_json
 from configurator import UserError
 
 # The JSON files transformers reads from a model folder (or the folder of a .gguf) whose fields can name
@@ -44,30 +44,15 @@ def names_code(at, value):
     return value not in (None, {}, [])
 
 
-def json_of(path):
-    """read_json(path), after checking that path names a regular file (a FIFO would block the read). A
-    link to one is read: the Hugging Face cache's snapshots link each file to its blob. UserError
-    (one line naming the file) otherwise."""
-    try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)
-    except OSError as e:
-        raise UserError(f"{path} cannot be read ({e.strerror}): a dangling link or a damaged folder; replace it "
-                        f"with the model's own file") from None
-    if not regular:
-        raise UserError(f"{path} is not a regular file (a FIFO, a device or a folder): replace it with the model's "
-                        f"own file")
-    return read_json(path)
-
-
 def code_maps(folder):
     """(path, place, value) of every auto_map that names code (names_code) in the FOLDER_JSON files
-    present in folder, each file read through json_of; UserError (one line naming the file) for one
-    that cannot be read or for a top-level null auto_map."""
+    present in folder, each read through read_json (a FIFO or device refused, a link to a file read);
+    UserError (one line naming the file) for one that cannot be read or for a top-level null auto_map."""
     for name in FOLDER_JSON:
         path = os.path.join(folder, name)
         if not os.path.lexists(path):
             continue
-        for at, value in auto_maps(json_of(path)):
+        for at, value in auto_maps(read_json(path)):
             try:
                 code = names_code(at, value)
             except UserError as e:
@@ -117,7 +102,7 @@ def model_type_problem(folder):
     path = os.path.join(folder, "config.json")
     if not os.path.lexists(path):
         return None  # (read_config says what is missing)
-    model_type = json_of(path).get("model_type")
+    model_type = read_json(path).get("model_type")
     if type(model_type) is not str or not model_type:
         return (f"{path}: model_type={short(model_type)} is not a model's name (save_pretrained writes one, as "
                 f"'llama'): transformers cannot tell which model to build")
