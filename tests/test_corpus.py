@@ -315,7 +315,7 @@ def test_flags_that_cannot_work_are_refused_before_any_read(tmp_path, enc):
     assert not (tmp_path / "fw").exists()
 
 
-def test_fineweb_without_the_network_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+def test_fineweb_without_the_network_is_one_line_and_writes_nothing(tmp_path, monkeypatch, enc):  # enc: the vocab is read first
     """Offline (the Hub's host does not resolve): one line naming the network need, the size at the
     flags given and the small slice, before the Hub's client retries for a minute; a stream that
     breaks mid-way is the same line, and --out is as it was."""
