@@ -160,7 +160,7 @@ def test_the_repositorys_own_prepare_script_makes_its_dataset(tmp_path, monkeypa
     (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)
     shutil.copy(os.path.join(ROOT, "data", "shakespeare_text.py"), tmp_path / "data")
     shutil.copy(os.path.join(ROOT, "data", "shakespeare_char", "prepare.py"), tmp_path / "data" / "shakespeare_char")
-    monkeypatch.setattr(dataset, "HERE", str(tmp_path))
+    monkeypatch.setattr(dataset, "ROOT", str(tmp_path))
     cfg, _ = load_config(["--dataset=shakespeare_char"])
     loaded = dataset.load_data(SimpleNamespace(**cfg))
     assert os.path.getsize(loaded["train"]) // 2 > 4_000_000 and loaded["meta"]["vocab_size"] < 100

@@ -480,7 +480,7 @@ def test_offline_bpe_and_missing_packages_name_what_to_set_or_install(tmp_path, 
         monkeypatch.setenv(var, "http://127.0.0.1:9")
     from plumbing import dataset
     from types import SimpleNamespace
-    monkeypatch.setattr(dataset, "HERE", str(tmp_path))  # a copy of the repository's data/: its scripts run
+    monkeypatch.setattr(dataset, "ROOT", str(tmp_path))  # a copy of the repository's data/: its scripts run
     cfg, _ = load_config(["--dataset=shakespeare"])
     with pytest.raises(UserError, match=r"prepare.py failed: cannot load tiktoken's r50k_base .*TIKTOKEN_CACHE_DIR"):
         load_data(SimpleNamespace(**cfg))
