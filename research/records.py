@@ -99,14 +99,19 @@ def cpp_compiler():
 
 
 def versions():
-    """{package: version} of Python and VERSIONED (None where one is not installed)."""
+    """{package: version} of Python and VERSIONED (None where one is not installed). torch's is
+    torch.__version__, build tag and all ("2.13.0+cpu", "2.13.0+cu130"): a wheel's package metadata
+    can drop the tag (PyPI's CUDA wheels say "2.13.0"), and the record's "torch" field, which
+    pairs runs by training mode, is torch.__version__ too."""
     import importlib.metadata
     import platform
+
+    import torch
 
     found = {"python": platform.python_version()}
     for name in VERSIONED:
         try:
-            found[name] = importlib.metadata.version(name)
+            found[name] = torch.__version__ if name == "torch" else importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             found[name] = None
     return found

@@ -783,6 +783,22 @@ def test_a_run_resumes_and_is_recorded_only_on_the_code_it_started_from(tmp_path
         start_provenance(run, threads=1, root=root)
 
 
+def test_a_record_keeps_torchs_build_tag_where_the_wheels_metadata_drops_it(monkeypatch):
+    """PyPI's CUDA wheels carry "2.x.y" in their package metadata and "2.x.y+cu130" in torch.__version__:
+    the record keeps the latter, the one the training mode pairs runs by."""
+    import importlib.metadata
+
+    import torch
+
+    from research.records import versions
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cu130")
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.13.0" if name == "torch" else real(name))
+    found = versions()
+    assert found["torch"] == "2.13.0+cu130" and found["numpy"] == real("numpy")
+
+
 def test_a_swept_record_pins_device_threads_data_versions_and_commit(tmp_path):
     """... and the CPU's vector ISA as torch dispatches to it, and when the run started and ended (UTC)."""
     import hashlib
@@ -802,6 +818,7 @@ def test_a_swept_record_pins_device_threads_data_versions_and_commit(tmp_path):
     ds = tmp_path / "ds"
     assert rec["data"] == {n: hashlib.sha256((ds / n).read_bytes()).hexdigest() for n in ("train.bin", "val.bin")}
     assert rec["versions"]["torch"] == torch.__version__ and rec["versions"]["numpy"] == numpy.__version__
+    assert rec["torch"] == rec["versions"]["torch"]  # the training mode that pairs runs names the same build
     code = code_state()
     if code is not None:  # a source tree outside git (an archive) has no commit to name
         assert rec["commit"] == commit_label(code) and rec.get("diff", "") == code["diff"]
