@@ -6,35 +6,32 @@
     torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py --fsdp=True  # sharded (common.shard)
     python train.py --help                            # every config key, its default and meaning
 
-The knobs (configurator.py holds every default; set them in a config file or
-as --key=value): the scale-vector variant (scale, reparam, branch_scales,
-attn_placement, mlp_placement, qk_norm, output_norms, scale_wd), the size
-(n_layer, n_head, n_embd), the optimizer (optimizer, learning_rate, muon_lr,
-weight_decay, lr_schedule, warmup_iters) and the budget (max_iters,
-batch_size, block_size, gradient_accumulation_steps).
+One training step, as in nanoGPT: for each micro-batch of the step, a forward
+under autocast (model.GPT: the scale vectors sit where the config's placements
+say, norms.py computes each as its formula), the cross-entropy plus the MoE
+router's losses, a backward; then one optimizer step (optim.optimizer_step:
+clip, step every role-aware group, zero) at the step's LR (optim.lr_multiplier).
+Batches are drawn by (seed, iteration, micro-step), so a resumed run and a run
+on any number of processes train on the same tokens. Every eval_interval the
+loop evaluates on fixed validation batches and saves ckpt.pt (under FSDP2 the
+sharded ckpt.dcp/); every log_interval it prints a progress line and appends
+the train rows to log.jsonl.
 
-Read top to bottom: train() sets up (start.setup), builds, restores (start.begin),
-compiles and wraps, runs the loop and finishes, each stage under a banner; the pieces it
-calls follow it. What a run checks and says (the description and warnings at start,
-progress lines, log rows and W&B, the end-of-run sample) lives in ops.py, its processes
-and signals in common.py, its mechanism statistics in mechanism.py. Outputs in out_dir: ckpt.pt
-(written atomically at every eval and at the end; under FSDP2 the sharded
-ckpt.dcp/) and log.jsonl (see checkpoint.py; the train rows are read from the
-device and written every log_interval iterations, and before every checkpoint).
+The knobs (configurator.py holds every default and its meaning; set them in a
+config file or as --key=value): the scale-vector variant (scale, reparam,
+branch_scales, attn_placement, mlp_placement, qk_norm, output_norms,
+scale_wd), the size (n_layer, n_head, n_embd), the optimizer (optimizer,
+learning_rate, muon_lr, weight_decay, lr_schedule, warmup_iters) and the
+budget (max_iters, batch_size, block_size, gradient_accumulation_steps).
 
-One process owns an out_dir while it trains (out_dir/.lock): a second train.py
-on it stops at once with an error naming the owner's pid. SIGTERM (a cluster's
-warning before SIGKILL) or SIGINT (Ctrl-C) stops before the next step (the ranks
-check once per iteration, so the step under way finishes, every micro-step of
-its gradient accumulation) or after the current batch of an evaluation (which the
-resume then runs again), saves the last whole iteration and exits with 128 + the signal's number (143, 130; what a shell
-reports for a process that signal killed) and a line saying how to continue:
-`--init_from=resume`, or `--init_from=auto` (resume if out_dir holds a
-checkpoint, else start), the one command for a job that may be preempted and
-requeued. The resumed run is the uninterrupted one, bit for bit. A second
-Ctrl-C quits at once (the last checkpoint is kept). Under torchrun, signal
-torchrun (it passes SIGTERM to every process) or any process: all ranks stop
-after the same step.
+Read top to bottom: train() sets up, builds, restores, compiles and wraps, runs
+the loop and finishes, each stage under a banner; the pieces it calls follow
+it. What a run shares with the other commands is in plumbing/: how it starts
+(start.py: the out_dir's lock, a resume, a Hugging Face folder), what it says
+(ops.py), its checkpoints and log (checkpoint.py), processes and signals
+(common.py: SIGTERM or Ctrl-C stops after the step under way, saved, exit 143
+or 130, resumable bit for bit with --init_from=auto), the mechanism statistics
+(mechanism.py).
 """
 
 import math

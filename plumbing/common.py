@@ -262,6 +262,14 @@ class StopSignals:
     one line), else it is ignored like a later SIGTERM (schedulers may send several). A signal
     that was ignored when the context began (SIGINT in a background job) stays ignored; outside
     the main thread nothing is installed. The previous handlers come back on exit.
+
+    train.py's loop polls once per iteration (agree), so the step under way finishes, every
+    micro-step of its accumulation, or after the current batch of an evaluation (which the resume
+    runs again); it saves the last whole iteration and exits with 128 + the signal's number (143,
+    130: what a shell reports for a process that signal killed), printing how to continue
+    (--init_from=resume, or --init_from=auto, the one command for a job that may be preempted and
+    requeued); the resumed run is the uninterrupted one, bit for bit. Under torchrun, signal
+    torchrun (it passes SIGTERM to every process) or any one process: all ranks stop after the same step.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
