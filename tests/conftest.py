@@ -15,6 +15,22 @@ _cache = os.path.join(os.path.dirname(ROOT), "shared", "tiktoken_cache")
 if "TIKTOKEN_CACHE_DIR" not in os.environ and os.path.isdir(_cache):
     os.environ["TIKTOKEN_CACHE_DIR"] = _cache
 
+def gpt2_bpe():
+    """tiktoken's r50k_base (GPT-2's BPE vocabulary), or a skip whose line says what to cache: tiktoken
+    downloads the vocabulary file once, and offline reads it from TIKTOKEN_CACHE_DIR."""
+    import pytest
+
+    from configurator import UserError
+    from plumbing.dataset import bpe_encoding
+
+    pytest.importorskip("tiktoken")
+    try:
+        return bpe_encoding("r50k_base")
+    except UserError as e:
+        pytest.skip(f"GPT-2's BPE vocabulary is not cached: {e} (filled, once online, by TIKTOKEN_CACHE_DIR=<folder> "
+                    f"python -c \"import tiktoken; tiktoken.get_encoding('r50k_base')\")")
+
+
 # The Llama/Gemma baseline's scale vectors. Tests that build a model.GPTConfig start from
 # these: its defaults are the default run's (the unified strategy), one table with configurator.
 from model import BASELINE  # noqa: E402, F401

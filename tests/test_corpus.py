@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, gpt2_bpe
 from configurator import UserError
 from plumbing.dataset import load_data
 from test_train import run, tiny_args
@@ -36,11 +36,7 @@ corpus, fineweb = load_prepare("corpus"), load_prepare("fineweb")
 
 @pytest.fixture(scope="module")
 def enc():
-    tiktoken = pytest.importorskip("tiktoken")
-    try:
-        return tiktoken.get_encoding("r50k_base")
-    except Exception as e:  # no network and no TIKTOKEN_CACHE_DIR holding the vocab file
-        pytest.skip(f"GPT-2 BPE vocab (r50k_base) unavailable: {e}")
+    return gpt2_bpe()
 
 
 def text(i, n_words=30):

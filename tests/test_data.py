@@ -6,9 +6,8 @@ import pickle
 import sys
 
 import numpy as np
-import pytest
 
-from conftest import ROOT
+from conftest import ROOT, gpt2_bpe
 
 sys.path.insert(0, os.path.join(ROOT, "data"))
 import shakespeare_text  # noqa: E402
@@ -51,11 +50,7 @@ def test_char_prepare_round_trips(tmp_path):
 
 
 def test_bpe_prepare_round_trips_a_few_paragraphs(tmp_path):
-    tiktoken = pytest.importorskip("tiktoken")
-    try:
-        enc = tiktoken.get_encoding("r50k_base")
-    except Exception as e:  # no network and no TIKTOKEN_CACHE_DIR holding the vocab file
-        pytest.skip(f"GPT-2 BPE vocab (r50k_base) unavailable: {e}")
+    enc = gpt2_bpe()
     train = "ROMEO:\nBut, soft! what light through yonder window breaks?\n\nJULIET:\nO Romeo, Romeo!\n"
     val = "HAMLET:\nTo be, or not to be, that is the question:\n"
     meta, n_train, n_val = load_prepare("shakespeare").prepare(train, val, str(tmp_path))

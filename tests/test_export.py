@@ -16,7 +16,7 @@ import torch
 
 from tools import export
 import sample
-from conftest import BASELINE, ROOT
+from conftest import BASELINE, ROOT, gpt2_bpe
 from plumbing.dataset import make_codec
 from model import GPT, GPTConfig
 from test_norms import randomize_scales
@@ -27,15 +27,6 @@ from configurator import UserError
 def needs_transformers():
     pytest.importorskip("transformers", reason="optional extra: pip install -e '.[export]'")
     pytest.importorskip("safetensors", reason="optional extra: pip install -e '.[export]'")
-
-
-def needs_gpt2_bpe():
-    """Skip, saying why, where GPT-2's vocabulary file cannot be had (offline, no TIKTOKEN_CACHE_DIR)."""
-    from plumbing.dataset import bpe_encoding
-    try:
-        bpe_encoding("r50k_base")
-    except UserError as e:
-        pytest.skip(f"GPT-2 BPE unavailable: {e}")
 
 
 def tiny_model(**kw):
@@ -183,7 +174,7 @@ def test_autotokenizer_and_pipeline_match_the_project_codec(tmp_path, switches, 
     if kind == "char":
         model, meta = tiny_model(**switches), CHAR_META
     else:  # no meta.pkl and GPT-2's vocabulary size: sample.py reads GPT-2 BPE
-        needs_gpt2_bpe()
+        gpt2_bpe()
         model, meta = tiny_model(**switches, vocab_size=50257), None
     codec = make_codec(meta, model.config.vocab_size)
     folder = str(tmp_path / "hf")
@@ -208,7 +199,7 @@ def test_gpt2_tokenizer_agrees_with_tiktoken_on_random_text():
     """Random strings of the pieces where regex dialects differ (whitespace before newlines, \\r\\n,
     apostrophes, digits, non-ASCII spaces) give tiktoken's ids."""
     needs_transformers()
-    needs_gpt2_bpe()
+    gpt2_bpe()
     from tokenizers import Tokenizer
     tok = Tokenizer.from_str(export.bpe_tokenizer_json("r50k_base"))
     encode, _ = make_codec(None, 50257)
@@ -319,7 +310,7 @@ def test_default_run_exports_with_its_card_and_generates_what_sample_py_does(tmp
 def test_trained_gpt2_bpe_checkpoint_exports_and_generates_what_sample_py_does(tmp_path, capsys):
     """A GPT-2 BPE run (no char vocabulary) exported to Llama: AutoTokenizer and pipeline with no extra step."""
     needs_transformers()
-    needs_gpt2_bpe()
+    gpt2_bpe()
     from transformers import pipeline
     data = tmp_path / "ds"
     data.mkdir()
@@ -406,7 +397,7 @@ def test_gguf_from_llama_cpps_converter_reads_back_whole(tmp_path, switches):
     if not llama_cpp or importlib.util.find_spec("gguf") is None:
         pytest.skip("set LLAMA_CPP_DIR to llama.cpp's source folder and pip install gguf sentencepiece accelerate "
                     "(docs/reference.md: GGUF)")
-    needs_gpt2_bpe()
+    gpt2_bpe()
     from tools import gguf_check
     model = tiny_model(**switches, vocab_size=50257)
     export.export(model, str(tmp_path / "hf"), meta={"vocab_size": 50257, "encoding": "r50k_base"})

