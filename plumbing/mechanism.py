@@ -98,12 +98,24 @@ class Mechanism:
     preconditioner's floor) plus a rank-one term along w_j that comes from gamma's own update. The
     keys below read each part: "gain" (the folded step against the scale-free one on the same
     gradients), "step_matrix" (gamma * dW: the gamma^2 term) and "step_scale" (dgamma * W: the
-    rank-one term). Under plain SGD with a constant gamma, gain is gamma^2 (4 at gamma = 2, 1 at 1).
-    Under AdamW each entry's step is normalized by its own second moment, so dW no longer carries
-    gamma_j (the matrix's step is about lr per entry whatever gamma is): the folded step is gamma_j
-    times Adam's, and gain is then in units of Adam's step over the raw gradient, comparable between
-    variants at one LR and optimizer, not across them; step_matrix / step_scale keep their meaning.
-    Under Muon the matrix's step is orthogonalized as a whole (no per-column gamma either).
+    rank-one term). With a constant gamma, gain = gamma ||dW|| / ||sum_t eta_t G~_t||: gamma times
+    the optimizer's step on W per unit of the scale-free gradient step, and so what it reads depends
+    on the optimizer (tests/test_gain.py pins each, gamma frozen at 0.5, 1, 2):
+      plain SGD: dW = -eta gamma G~, so gain is gamma^2 (0.25, 1, 4), whatever the loss's scale:
+          Theorem 2.2's preconditioner;
+      AdamW: each entry's step is normalized by its own second moment (about lr per entry), Muon: the
+          matrix's step is orthogonalized as a whole (its size set by the LR and the matrix's shape):
+          neither grows with the gradient, so dW does not carry gamma, and gain reads gamma times the
+          optimizer's step per unit of gradient: proportional to gamma, not gamma^2, and to 1 / the
+          gradients' scale (the same run with the loss x10 reads gain / 10). Decoupled weight decay
+          adds -lr wd W~ to the folded step, a part that does not scale with gamma at all.
+    So under AdamW or Muon gain compares runs, sites or variants only where their gradients dL/dW~
+    have the same scale; where they differ (one site against another, or variants whose scale vectors
+    change the gradients) a difference in gain mixes gamma with the gradients it acts on, and it never
+    compares across optimizers. No statistic free of the gradients' scale is logged for it: with a
+    constant gamma, gain over the optimizer's step per unit of raw gradient, ||dW|| / ||eta dL/dW||,
+    is gamma^2 again, which g2_mean (and g2_min, the floor) already read. step_matrix and step_scale
+    keep their meaning (each part's size relative to ||W~||) under every optimizer.
     "move_ratio" compares the folded map's relative motion with its own matrix's: 1 for any constant
     gamma (a fixed gamma scales both alike), so it measures gamma's change over the interval, not the
     preconditioner.
@@ -335,7 +347,8 @@ SITE_SUMS = 7  # squared norms per input-role site (Mechanism.interval)
 # The per-site interval statistics an ablation file's mechanism_question may register as its scalar
 # (research/stats.py mechanism_scalar: the mean over the run's input-role sites and its intervals).
 SITE_STATISTICS = {
-    "gain": "the folded map's step over the scale-free gradient step (gamma^2 under SGD, constant gamma)",
+    "gain": "the folded map's step over the scale-free gradient step (gamma^2 under SGD, constant gamma; under "
+            "AdamW or Muon gamma times the optimizer's step per unit of gradient, so 1 / the gradients' scale)",
     "step_matrix": "||gamma dW|| / ||W~||, the gamma^2 term of the folded step",
     "step_scale": "||dgamma W|| / ||W~||, the rank-one term of the folded step",
     "move_ratio": "the folded map's relative motion over its matrix's (1 for any constant gamma: gamma's change)",
