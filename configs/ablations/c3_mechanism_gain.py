@@ -9,8 +9,11 @@
 #     scale vectors alone (HG, DNP's u and v, OR);
 #   - the statistic is gain (mechanism.SITE_STATISTICS): per input-role site, the folded map's step
 #     over the step plain gradient descent on W~ itself would take with the same LRs and gradients,
-#     gamma^2 under SGD with a constant gamma. Under AdamW it is in units of Adam's step over the raw
-#     gradient, so it compares the two arms at one LR and optimizer, not runs across them;
+#     gamma^2 under SGD with a constant gamma. Under AdamW it reads gamma times Adam's step per unit
+#     of gradient (proportional to gamma, not gamma^2, and to 1 / the gradients' scale:
+#     tests/test_gain.py), so it compares the two arms only as far as their gradients have one scale,
+#     and never runs across optimizers (these words corrected after the records; the design is as
+#     registered);
 #   - both widths train the same 600 steps of the same 4,096 characters: equal length, so the width
 #     contrast is one of size at equal steps and tokens (w32 sees ~35 characters per parameter of
 #     its 69,920, w64 ~11 of its 221,760: the data per parameter differs with the size).
