@@ -41,6 +41,7 @@ import signal
 import sys
 import time
 from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
 
 from plumbing import common
 
@@ -65,9 +66,9 @@ def train(cfg, given=frozenset()):
     cfg: every key of configurator.DEFAULTS; given: the keys the user set (a resume takes the others from
     its checkpoint). stopped: None, or the signal ("SIGTERM", "SIGINT") that stopped the run, its last
     whole iteration saved. Raises UserError for bad input and FloatingPointError for a non-finite loss."""
-    with ExitStack() as held:  # what setup takes (the out_dir's lock) is released however the run ends
+    with ExitStack() as cleanup:  # what setup takes (the out_dir's lock) is released however the run ends
         # --- set up: which start (scratch, resume, auto, a Hugging Face folder), device, processes, data (start.py)
-        run, ckpt = setup(cfg, given, held)
+        run, ckpt = setup(cfg, given, cleanup)
         cfg, device, ddp = run.cfg, run.device, run.ddp
         # --- build: the GPT of run.model_cfg (model.py: which scale vector sits where), its optimizer groups
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
@@ -86,6 +87,8 @@ def train(cfg, given=frozenset()):
                 model, device_ids=[run.local_rank] if device.type == "cuda" else None)
         describe(run, raw_model, groups, given)
         mechanism = start_mechanism(run, raw_model, optimizers, start)  # mechanism.Mechanism, or None: off
+        signals = StopSignals(STOP_NOTE if run.master else "")
+        parts = Parts(raw_model, fwd, optimizers, mechanism, signals)
 
         # --- the loop: iteration `it` evaluates and saves when one is due (the final eval at max_iters too),
         # then trains one step; it reads the device only in rows.flush (the losses wait there until then)
@@ -94,7 +97,7 @@ def train(cfg, given=frozenset()):
         progress = Progress(run, raw_model, start_iter)
         rows = TrainRows(run, progress)  # log.jsonl's train rows, read from the device every log_interval
         batch, stopped = None, None  # batch: the next micro-batch, read ahead
-        with StopSignals(STOP_NOTE if run.master else "") as signals, compile_errors(cfg.compile):
+        with signals, compile_errors(cfg.compile):
             for it in range(start_iter, cfg.max_iters + 1):
                 last = it == cfg.max_iters
                 if it == start_iter:  # a new run's iteration 0, or a log row a kill left out on resume
@@ -103,8 +106,7 @@ def train(cfg, given=frozenset()):
                     due = last or (cfg.eval_interval > 0 and it % cfg.eval_interval == 0)
                 if due:  # (None: a SIGTERM/SIGINT stopped the evaluation; it is left for the resume)
                     rows.flush()  # the rows up to `it` go before its checkpoint (a resume drops the later ones)
-                    val_loss = eval_and_save(run, raw_model, fwd, optimizers, it, tokens, it > start_iter, signals,
-                                             mechanism)
+                    val_loss = eval_and_save(run, parts, it, tokens, save=it > start_iter)
                     progress.restart_window()  # eval time is not training time
                 if last and val_loss is not None:
                     break
@@ -112,7 +114,8 @@ def train(cfg, given=frozenset()):
                 stopped, overdue = agree(run, signals, progress.overdue())
                 if stopped:  # (saves iteration it, the last whole one)
                     rows.flush()
-                    stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss, mechanism)
+                    stop_here(run, parts, start_iter, it, tokens, stopped,
+                              eval_at_it=None if not due else "cut" if val_loss is None else "saved")
                     break
                 set_lr(optimizers, lr_multiplier(it, cfg))
                 if cfg.dropout > 0:  # the same masks on resume; dropout is all a step draws at random (seeding costs host time)
@@ -136,11 +139,25 @@ def train(cfg, given=frozenset()):
                 if (it + 1) % cfg.log_interval == 0 or overdue:
                     rows.flush()
             # --- finish: the sample and the final line (a stopped run said how to continue)
-            return finish(run, raw_model, start, val_loss, rows.loss, progress, stopped, signals)
+            return finish(run, parts, start, val_loss, rows, stopped)
 
 
 # -----------------------------------------------------------------------------
 # Batches, evaluate, save, report: the pieces train() calls, in its order
+
+
+@dataclass
+class Parts:
+    """What the loop steps, evaluates and saves: the uncompiled model (its weights are the
+    checkpoint's), the module evals run (compiled when cfg.compile, never the DDP wrapper), the
+    optimizers (optim.build_optimizers), the mechanism statistics (plumbing.mechanism.Mechanism,
+    None: off) and the stop signals (common.StopSignals)."""
+
+    model: GPT
+    fwd: torch.nn.Module
+    optimizers: list
+    mechanism: object
+    signals: StopSignals
 
 
 def get_batch(data, split, index, micro_step, cfg, device):
@@ -198,15 +215,16 @@ def evaluate(run, fwd, signals=None):
     return total.item() / cfg.eval_iters, (load / cfg.eval_iters).tolist() if run.n_moe else None
 
 
-def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True, signals=None, mechanism=None):
-    """Evaluate, write the checkpoint (rank 0, it > 0, save) and then the eval row (with the
-    mechanism statistics when `mechanism`, an mechanism.Mechanism, is given); returns the val loss, or
-    None when a signal stopped the evaluation (nothing written: stop_here saves).
+def eval_and_save(run, parts, it, tokens, save=True):
+    """Evaluate parts.fwd, write the checkpoint (rank 0, it > 0, save) and then the eval row (with the
+    mechanism statistics when parts.mechanism is on); returns the val loss, or None when a signal
+    stopped the evaluation (nothing written: stop_here saves).
 
     The checkpoint comes first: a logged final eval means a finished run.
     Raises FloatingPointError for a non-finite val loss.
     """
-    val, load = evaluate(run, fwd, signals)
+    raw_model, mechanism = parts.model, parts.mechanism
+    val, load = evaluate(run, parts.fwd, parts.signals)
     if val is None:
         return None
     if not math.isfinite(val):
@@ -219,7 +237,7 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True, signal
         row["mechanism"] = mechanism.row(it)
     saved = ""
     if it > 0 and save:  # (with the interval's start: a kill before the row below, and the resume redoes it)
-        write_checkpoint(run, raw_model, optimizers, it, tokens, val, mechanism=mechanism)
+        write_checkpoint(run, parts, it, tokens, val)
         saved = f" | saved {run.ckpt_path}"
     write_log(run, row)
     if mechanism is not None:
@@ -228,29 +246,29 @@ def eval_and_save(run, raw_model, fwd, optimizers, it, tokens, save=True, signal
     return val
 
 
-def write_checkpoint(run, raw_model, optimizers, it, tokens, val_loss, eval_pending=False, mechanism=None):
+def write_checkpoint(run, parts, it, tokens, val_loss, eval_pending=False):
     """Write the checkpoint after `it` iterations (every rank calls it; under FSDP2 each saves its
     shards, else rank 0 saves it all); val_loss None: saved between evals, or (eval_pending) during
-    the eval at `it`, which a resume then runs. mechanism: the run's mechanism.Mechanism, whose open
-    interval the checkpoint keeps when it started before `it` (start.begin hands it to the resume)."""
+    the eval at `it`, which a resume then runs. The mechanism statistics' open interval goes with it
+    when it started before `it` (start.begin hands it to the resume)."""
+    mechanism = parts.mechanism
     interval = mechanism.state() if mechanism is not None and mechanism.since < it else None
-    save_run_checkpoint(run.ckpt_path, raw_model, optimizers, {
+    save_run_checkpoint(run.ckpt_path, parts.model, parts.optimizers, {
         "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"],
         "changes": run.changes, **({"eval_pending": True} if eval_pending else {}),
         **({"mechanism": interval} if interval is not None else {})}, run.master)
 
 
-def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, val_loss, mechanism=None):
-    """Stop after `it` iterations: save them (unless the eval at `it` just did: due, val_loss not None)
-    and say how to go on.
+def stop_here(run, parts, start_iter, it, tokens, stopped, eval_at_it=None):
+    """Stop after `it` iterations (`stopped`: the signal's name): save them, unless the eval at `it`
+    just did (eval_at_it "saved"; "cut": a signal stopped it; None: none was due), and say how to go on.
 
     The checkpoint has "val_loss": None (no eval finished at this iteration; the log has its train
     rows up to `it` and its evals up to the last one finished), so a resumed run continues exactly as
-    if never stopped: same batches, LRs and dropout masks, and an eval the signal cut short (due,
-    val_loss None) runs first.
+    if never stopped: same batches, LRs and dropout masks, and an eval the signal cut short runs first.
     """
-    if it > start_iter and not (due and val_loss is not None):
-        write_checkpoint(run, raw_model, optimizers, it, tokens, None, eval_pending=due, mechanism=mechanism)
+    if it > start_iter and eval_at_it != "saved":
+        write_checkpoint(run, parts, it, tokens, None, eval_pending=eval_at_it == "cut")
     if it == start_iter == 0:
         run.log(f"stopped by {stopped} before the first step; nothing to save: start it again with the same command")
         return
@@ -264,22 +282,22 @@ def stop_here(run, raw_model, optimizers, it, start_iter, tokens, stopped, due, 
     run.log(f"{what}: continue with {how} (or --init_from=auto, which also starts a run that has no checkpoint)")
 
 
-def finish(run, raw_model, start, val_loss, train_loss, progress, stopped=None, signals=None):
-    """Print a sample (a SIGTERM/SIGINT in `signals` ends it at the next token: the run is saved) and the
-    final line (not for a stopped run: stop_here said it); returns dict(val_loss (the last eval's),
-    train_loss, wall_s, model, stopped)."""
-    cfg, start_iter = run.cfg, start.iter
+def finish(run, parts, start, val_loss, rows, stopped=None):
+    """Print a sample (a SIGTERM/SIGINT ends it at the next token: the run is saved) and the final
+    line (not for a stopped run: stop_here said it); returns dict(val_loss (the last eval's),
+    train_loss (rows': ops.TrainRows), wall_s, model, stopped)."""
+    cfg, start_iter, raw_model = run.cfg, start.iter, parts.model
     if start_iter > 0 and start_iter == cfg.max_iters:  # resumed a finished run: nothing trained
         run.log(f"done: the run in {cfg.out_dir} is finished ({start_iter} iterations = max_iters), final val "
                 f"loss {val_loss:.4f}; pass a larger --max_iters to continue it")
         return {"val_loss": val_loss, "train_loss": start.last_train_loss, "wall_s": 0.0, "model": raw_model,
                 "stopped": None}
-    wall = time.perf_counter() - progress.t_start
+    wall = time.perf_counter() - rows.progress.t_start
     if (run.master or cfg.fsdp) and cfg.sample_tokens > 0 and not stopped:  # FSDP2: every rank runs the forwards
-        end_of_run_sample(raw_model, run, signals)
+        end_of_run_sample(raw_model, run, parts.signals)
     if not stopped:
         run.log(f"done: {cfg.max_iters - start_iter} iterations in {wall:.0f} s, final val loss {val_loss:.4f}")
-    return {"val_loss": val_loss, "train_loss": train_loss, "wall_s": wall, "model": raw_model, "stopped": stopped}
+    return {"val_loss": val_loss, "train_loss": rows.loss, "wall_s": wall, "model": raw_model, "stopped": stopped}
 
 
 def main(argv):
