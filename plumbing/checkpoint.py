@@ -221,10 +221,17 @@ def saved_params(saved, opt):
                     (p for g in opt.param_groups for p in g["params"])))
 
 
+# The open mechanism interval's entries that hold a tensor per parameter (Mechanism.state): under FSDP2
+# each rank's shards, which ckpt.dcp keeps beside the weights ("mechanism" in the folder), not in run.pt.
+SHARDED_INTERVAL = ("copy", "sgd")
+
+
 def save_run_checkpoint(path, model, optimizers, state, master):
     """Write a run's checkpoint at path: `state` (config, iter, tokens, ...) with the weights and the
     optimizer moments. path ckpt.pt: rank 0 saves the whole state dicts (save_checkpoint). path
     ckpt.dcp (FSDP2: call on every rank): torch.distributed.checkpoint saves each rank's shards
+    (and those of state["mechanism"]'s SHARDED_INTERVAL tensors, run.pt's "mechanism" then holding
+    the rest and "sharded": True; read_sharded_entries reads them back)
     into ckpt.dcp.tmp, rank 0 adds run.pt and swaps it in (old -> .old, tmp -> path, .old removed;
     clean_stale completes a swap a kill cut). Then rank 0 removes the other form, if any."""
     if path.endswith(".pt"):
@@ -239,8 +246,13 @@ def save_run_checkpoint(path, model, optimizers, state, master):
         if master and os.path.exists(tmp):
             shutil.rmtree(tmp)
         torch.distributed.barrier()
-        dcp.save({"model": get_model_state_dict(model), "optimizers": get_optimizer_state_dict(model, optimizers)},
-                 checkpoint_id=tmp)  # a collective: it returns once every rank's shards are written
+        interval = state.get("mechanism")  # its tensors are each rank's shards (DTensors): saved as the weights are
+        shards = {"mechanism": {k: interval[k] for k in SHARDED_INTERVAL}} if interval else {}
+        dcp.save({"model": get_model_state_dict(model), "optimizers": get_optimizer_state_dict(model, optimizers),
+                  **shards}, checkpoint_id=tmp)  # a collective: it returns once every rank's shards are written
+        if interval:  # run.pt keeps the rest, and says where the tensors are
+            state = {**state, "mechanism": {**{k: v for k, v in interval.items() if k not in SHARDED_INTERVAL},
+                                            "sharded": True}}
         if master:
             save_checkpoint(os.path.join(tmp, "run.pt"), {**state, "layout": optimizer_layout(o.param_groups for o in optimizers)})
             if os.path.exists(path):
@@ -293,8 +305,9 @@ CKPT_FIELDS = {
     "meta": ((dict, type(None)), lambda v: True, "meta.pkl's dict or None"),
     "changes": (list, lambda v: all(isinstance(c, dict) for c in v), "a list of {iter, changed}"),
     "eval_pending": (bool, lambda v: True, "True or False"),
-    "mechanism": (dict, lambda v: {"since", "copy", "gamma"} <= set(v) and type(v["since"]) is int,
-                  "the open interval's {since, copy, gamma}"),
+    "mechanism": (dict, lambda v: {"since", "gamma"} <= set(v) and type(v["since"]) is int
+                  and ("copy" in v or v.get("sharded") is True),
+                  "the open interval's {since, copy, gamma} (copy in ckpt.dcp when sharded)"),
 }
 
 
@@ -405,10 +418,28 @@ def load_sharded(path, model, optimizers=()):
     torch.distributed.checkpoint reshards what was saved under any number of processes.
     Raises UserError naming the folder when it cannot be read into this model (a shard file
     missing or cut, another shape)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
                                                          set_model_state_dict, set_optimizer_state_dict)
+
+    state = {"model": get_model_state_dict(model)}
+    if optimizers:  # (a fresh optimizer's state is made first, by a step at LR 0, to have tensors to fill)
+        state["optimizers"] = get_optimizer_state_dict(model, optimizers)
+
+    def into_model():
+        set_model_state_dict(model, state["model"])
+        if optimizers:
+            set_optimizer_state_dict(model, optimizers, state["optimizers"])
+    read_sharded_entries(path, state, torch.distributed.is_initialized(), then=into_model)
+
+
+def read_sharded_entries(path, state, collective, then=None):
+    """Fill `state`, a nested dict of tensors named as the ckpt.dcp folder at path names them, in place
+    from the folder (a DTensor takes this rank's shards, a plain tensor the whole), then call then().
+    collective: every rank of the process group reads together (a DTensor needs it); else this
+    process reads alone. Raises UserError naming the folder for a pickle that names code, a file
+    that is not the folder's own, or an entry missing, cut or of another shape."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     try:  # the metadata first, so a pickle that names code is refused as such, not as a damaged file
         sharded_reader(path).read_metadata()
@@ -419,17 +450,12 @@ def load_sharded(path, model, optimizers=()):
                         f"nothing of it ran. Use a checkpoint that train.py wrote") from None
     except Exception:
         pass  # (missing or damaged: dcp.load says which below)
-    state = {"model": get_model_state_dict(model)}
-    if optimizers:  # (a fresh optimizer's state is made first, by a step at LR 0, to have tensors to fill)
-        state["optimizers"] = get_optimizer_state_dict(model, optimizers)
     try:
         with warnings.catch_warnings():  # one process reading the folder whole is what load_model means
             warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninit")
-            dcp.load(state, storage_reader=sharded_reader(path), planner=sharded_planner(),
-                     no_dist=not torch.distributed.is_initialized())
-        set_model_state_dict(model, state["model"])
-        if optimizers:
-            set_optimizer_state_dict(model, optimizers, state["optimizers"])
+            dcp.load(state, storage_reader=sharded_reader(path), planner=sharded_planner(), no_dist=not collective)
+        if then is not None:
+            then()
     except (Exception, CheckpointException) as e:  # (a BaseException): a shard missing or cut, another shape
         cause = e.failures[min(e.failures)] if isinstance(e, CheckpointException) and e.failures else e
         cause = cause[0] if isinstance(cause, tuple) else cause  # a rank's failure: (exception, its stack)

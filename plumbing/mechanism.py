@@ -25,10 +25,10 @@ def start_mechanism(run, raw_model, optimizers, start):
     """The run's Mechanism, or None when mechanism_on says no; under DDP only rank 0 holds one (it
     writes the log), under FSDP2 every rank (each holds its shards, and the sums are all-reduced).
     Its first interval is the one the checkpoint left open (start.mechanism: a stop between evals, or
-    a kill before an eval's row), so a resumed run logs what the uninterrupted one did; else it starts
-    at start.iter (a new run, a resume from an FSDP2 checkpoint, which keeps no interval, or any resume
-    under FSDP2, whose ranks hold shards, not the whole tensors a checkpoint keeps: its first eval
-    row's "since" then says where the interval was cut)."""
+    a kill before an eval's row), in either form and under any number of processes (ckpt.dcp keeps
+    each rank's shards of it), so a resumed run logs what the uninterrupted one did; else it starts
+    at start.iter (a new run, or a checkpoint from before the interval was kept: its first eval row's
+    "since" then says where the interval was cut)."""
     if mechanism_on(run.cfg, raw_model) and (run.master or run.cfg.fsdp):
         return Mechanism(raw_model, optimizers, start.iter, start.mechanism)
     return None
@@ -78,6 +78,17 @@ def _tensors(sv):
 def _local(t):
     """This rank's shard of a parameter FSDP2 sharded (a DTensor), else the tensor itself."""
     return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _mine(t, p):
+    """This rank's part of t, a tensor shaped as parameter p: its shard when t is a DTensor, or when
+    p is one and t whole (cut as FSDP2 cut p, with no collective), else t."""
+    if hasattr(t, "to_local"):
+        return t.to_local()
+    if hasattr(p, "to_local"):
+        from torch.distributed.tensor import distribute_tensor
+        return distribute_tensor(t.to(p.device), p.device_mesh, p.placements, src_data_rank=None).to_local()
+    return t
 
 
 def _full(t):
@@ -131,8 +142,8 @@ class Mechanism:
           are gamma's state, whatever moves it: weight decay (paper section 4, claim C4: IWD decays the
           input role) pulls the rms toward 0, and the gradients move it with no decay at all.
     Interval keys, over the steps since the last eval (s, logged as "since"; a resume continues the
-    interval its checkpoint kept, so it logs what an uninterrupted run does; an FSDP2 checkpoint keeps
-    none, and the resumed step is then s), absent when no step was taken:
+    interval its checkpoint kept, so it logs what an uninterrupted run does, a ckpt.dcp's too; one that
+    kept none starts at the resumed step, s), absent when no step was taken:
       per input-role site, W the matrices its scale folds into (columns or rows, as folds() says)
           stacked, W~ the same with only this site's gamma multiplied in (norms.fold_factor), so each
           site's keys isolate its own scale; every norm is Frobenius, dX = X_t - X_s:
@@ -180,19 +191,37 @@ class Mechanism:
         self.site_gammas = BatchedGammas([sv for _, sv, _, _ in self.relation])
         self.all_gammas = BatchedGammas([sv for _, sv in model.scale_vectors()])
         self.batches = self._pair_batches()
-        # a checkpoint's interval holds whole tensors: continued only where this rank holds them whole
-        # (an FSDP2 rank holds shards; it starts a new interval, and its first row's "since" says so)
-        if saved is not None and not self.sharded and saved["since"] <= step \
-                and set(saved["copy"]) == {self.names[k] for k in self.held} \
-                and set(saved.get("sgd", ())) == {self._key(name, w) for name, w, _ in self.pairs} \
-                and all(saved["copy"][self.names[k]].shape == p.shape for k, p in self.held.items()):
-            by_name = {self.names[k]: k for k in self.held}
+        tensors = self._saved_tensors(saved, step)
+        if tensors is not None:  # the checkpoint's open interval, continued: the row is the uninterrupted run's
             self.since, self.gamma = saved["since"], {k: v.to(self.device) for k, v in saved["gamma"].items()}
-            self.copy = {by_name[name]: t.to(self.device) for name, t in saved["copy"].items()}
-            self.sgd = {k: v.to(self.device) for k, v in saved["sgd"].items()}
+            self.copy = {k: tensors[0][self.names[k]] for k in self.held}
+            self.sgd = {self._key(name, w): tensors[1][self._key(name, w)] for name, w, _ in self.pairs}
             self.steps = saved.get("steps", 0)
         else:
             self.take(step)
+
+    def _saved_tensors(self, saved, step):
+        """(copy, sgd) of a checkpoint's open interval (Mechanism.state), keyed by name, as this rank
+        holds them (its shards under FSDP2, else whole), or None when it has none that fits (another
+        model's, or one that starts after `step`: a new interval starts). A ckpt.pt holds them whole
+        (each rank takes its shards); a ckpt.dcp's ("dcp": its path) are read from the folder, resharded
+        for any number of processes (checkpoint.read_sharded_entries; UserError for a damaged one)."""
+        if saved is None or saved["since"] > step:
+            return None
+        names = {self.names[k]: p for k, p in self.held.items()}
+        keys = {self._key(name, w): w for name, w, _ in self.pairs}
+        if "dcp" in saved:  # every FSDP2 rank calls this: the read is a collective there
+            from plumbing.checkpoint import read_sharded_entries
+            copy = {name: torch.empty_like(p.detach()) for name, p in names.items()}  # (DTensors: this rank's shards)
+            sgd = {key: torch.zeros_like(w.detach(), dtype=torch.float32) for key, w in keys.items()}
+            read_sharded_entries(saved["dcp"], {"mechanism": {"copy": copy, "sgd": sgd}}, self.sharded)
+        else:
+            copy, sgd = saved["copy"], saved.get("sgd", {})
+            if set(copy) != set(names) or set(sgd) != set(keys) or \
+                    any(copy[name].shape != p.shape for name, p in names.items()):
+                return None
+        return ({name: _mine(t, names[name]).to(self.device) for name, t in copy.items()},
+                {key: _mine(t, keys[key]).to(self.device) for key, t in sgd.items()})
 
     def _key(self, site, w):
         return f"{site}|{self.names[id(w)]}"
@@ -252,12 +281,12 @@ class Mechanism:
         self.steps += 1
 
     def state(self):
-        """The open interval's start for a checkpoint (plain tensors, keyed by parameter and site
-        name): {"since", "copy", "gamma"}; None under FSDP2, whose copies are each rank's shards."""
-        if self.sharded:
-            return None
-        return {"since": self.since, "copy": {self.names[k]: t for k, t in self.copy.items()},
-                "gamma": dict(self.gamma), "sgd": dict(self.sgd), "steps": self.steps}
+        """The open interval's start for a checkpoint, keyed by parameter and site name: {"since",
+        "copy", "gamma", "sgd", "steps"}; under FSDP2 copy's and sgd's tensors are DTensors of this
+        rank's shards (laid out as their parameters), which ckpt.dcp saves as it saves the weights."""
+        copy = {self.names[k]: _as_param(t, self.held[k]) for k, t in self.copy.items()}
+        sgd = {self._key(name, w): _as_param(self.sgd[self._key(name, w)], w) for name, w, _ in self.pairs}
+        return {"since": self.since, "copy": copy, "gamma": dict(self.gamma), "sgd": sgd, "steps": self.steps}
 
     @torch.no_grad()
     def row(self, step):
@@ -371,6 +400,15 @@ def renamed_key(key):
         if old in key:
             return key.replace(old, new, 1)
     return key
+
+
+def _as_param(t, p):
+    """t, this rank's part of a tensor shaped as parameter p, as a DTensor laid out as p when p is one
+    (no collective), else t."""
+    if not hasattr(p, "to_local"):
+        return t
+    from torch.distributed.tensor import DTensor
+    return DTensor.from_local(t, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
 
 
 def _sq(t):

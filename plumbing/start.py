@@ -333,11 +333,14 @@ def begin(run, ckpt, model, optimizers, val_batch):
         run.log(f"note: {run.log_path} has {len(trained)} train rows for the checkpoint's {start_iter} iterations"
                 + (f" (none for iteration {gap})" if gap else "") + ": truncated or edited; the run continues "
                 "from its checkpoint, but its log is not one run's (a sweep refuses to record it)")
-    missing = torch.tensor(float(start_iter > 0 and (evaluated or start_iter == run.cfg.max_iters) and not any(
-        r["kind"] == "eval" and r["iter"] == start_iter for r in logged)), device=run.device)
-    if run.ddp:
-        torch.distributed.broadcast(missing, 0)  # rank 0 holds the log; every rank evaluates
+    closed = any(r["kind"] == "eval" and r["iter"] == start_iter for r in logged)  # (the interval too)
+    flags = torch.tensor([float(start_iter > 0 and (evaluated or start_iter == run.cfg.max_iters) and not closed),
+                          float(closed)], device=run.device)
+    if run.ddp:  # rank 0 holds the log; every rank evaluates, and under FSDP2 reads the interval's shards
+        torch.distributed.broadcast(flags, 0)
+    missing, closed = bool(flags[0].item()), bool(flags[1].item())
     last_train_loss = next((r["loss"] for r in reversed(logged) if r["kind"] == "train"), float("nan"))
-    closed = any(r["kind"] == "eval" and r["iter"] == start_iter for r in logged)
     interval = None if ckpt is None or closed else ckpt.get("mechanism")
-    return Start(start_iter, run.tokens, val_loss, bool(missing.item()), last_train_loss, interval)
+    if interval and interval.get("sharded"):  # its tensors are in ckpt.dcp (Mechanism reads them there)
+        interval = {**interval, "dcp": ckpt["dcp"]}
+    return Start(start_iter, run.tokens, val_loss, missing, last_train_loss, interval)

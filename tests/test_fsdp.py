@@ -19,6 +19,7 @@ from configurator import UserError
 from conftest import ROOT
 from plumbing.ops import check_config
 from test_ddp import torchrun
+import train as train_mod
 from test_train import cli, make_dataset, read_log, run, tiny_args
 
 K = 4  # optimizer steps
@@ -323,3 +324,71 @@ def test_fsdp_logs_the_mechanism_statistics_of_one_process_for_scales_folded_int
     train_in_two(*tiny_args(ds, tmp_path / "fsdp", *args, "--fsdp=True"))
     train_in_one_process(*tiny_args(ds, tmp_path / "one", *args))
     assert_same_mechanism(tmp_path / "fsdp", tmp_path / "one")
+
+
+# train.py, sending itself SIGTERM while it reads batch index STOP_IN's second micro-batch (as
+# test_reliability.signal_at does in one process): every rank stops after iteration STOP_IN
+STOP_IN = 3
+STOP_TRAIN = f"""
+import signal, sys
+sys.path.insert(0, {ROOT!r})
+from plumbing import common
+import train
+real = train.get_batch
+def get_batch(data, split, index, j, *rest):
+    if split == "train" and index == {STOP_IN} and j == 1:
+        signal.raise_signal(signal.SIGTERM)
+    return real(data, split, index, j, *rest)
+train.get_batch = get_batch
+common.cli(train.main)
+"""
+
+
+def mechanism_rows(out_dir):
+    return {r["iter"]: r["mechanism"] for r in read_log(out_dir) if r["kind"] == "eval"}
+
+
+@pytest.mark.slow
+def test_a_run_stopped_between_evals_under_fsdp_resumes_the_open_mechanism_interval(runs, tmp_path, monkeypatch):
+    """A stop after iteration 3, between the evals at 2 and 4: ckpt.dcp keeps each rank's shards of the
+    open interval (since 2), so the eval at 4 after a resume measures since 2 as the uninterrupted run
+    does: under FSDP2 over 2 processes bit for bit (and so its record's mechanism), in one process
+    without FSDP2 as the one-process run; one process's ckpt.pt stopped there resumes under FSDP2 the
+    same. Without the kept interval (run.pt's removed) the row says since 3 and moves less."""
+    from research.records import mechanism_record
+    from test_reliability import signal_at
+
+    script = tmp_path / "stop_train.py"
+    script.write_text(STOP_TRAIN)
+    stopped = {name: tmp_path / name for name in ("fsdp", "to_one", "cut", "pt")}
+    proc = torchrun(2, script, *tiny_args(runs.ds, stopped["fsdp"], *COMMON, "--fsdp=True"))
+    assert f"stopped by SIGTERM after iteration {STOP_IN}/{K}" in proc.stdout, \
+        proc.stdout[-2000:] + proc.stderr[-3000:]
+    ckpt = load_checkpoint(str(stopped["fsdp"] / "ckpt.dcp"))
+    assert (ckpt["iter"], ckpt["mechanism"]["since"], ckpt["mechanism"]["sharded"]) == (STOP_IN, K // 2, True)
+    assert "copy" not in ckpt["mechanism"]  # the tensors are the folder's, each rank's shards
+    for name in ("to_one", "cut"):
+        shutil.copytree(stopped["fsdp"], stopped[name])
+    run_pt = stopped["cut"] / "ckpt.dcp" / "run.pt"
+    save_checkpoint(str(run_pt), {k: v for k, v in torch.load(run_pt, weights_only=True).items() if k != "mechanism"})
+    monkeypatch.setattr(train_mod, "get_batch", signal_at(STOP_IN - 1, micro_step=1))  # (it reads a batch ahead)
+    assert run(tiny_args(runs.ds, stopped["pt"], *COMMON))["stopped"] == "SIGTERM"
+    monkeypatch.undo()
+    pt = torch.load(stopped["pt"] / "ckpt.pt", weights_only=True)
+    assert (pt["iter"], pt["mechanism"]["since"]) == (STOP_IN, K // 2)
+
+    train_in_two("--init_from=resume", f"--out_dir={stopped['fsdp']}")
+    train_in_two("--init_from=resume", f"--out_dir={stopped['pt']}", "--fsdp=True")
+    for name in ("to_one", "cut"):
+        train_in_one_process("--init_from=resume", f"--out_dir={stopped[name]}", "--fsdp=False")
+    straight = mechanism_rows(runs.out["fsdp"])
+    assert straight[K]["since"] == K // 2
+    assert mechanism_rows(stopped["fsdp"]) == straight
+    evals_of = lambda d: [r for r in read_log(d) if r["kind"] == "eval"]  # noqa: E731
+    assert mechanism_record(evals_of(stopped["fsdp"])) == mechanism_record(evals_of(runs.out["fsdp"]))
+    assert_same_mechanism(stopped["to_one"], runs.out["one"])
+    assert_same_mechanism(stopped["pt"], runs.out["one"])
+    cut = mechanism_rows(stopped["cut"])[K]
+    assert cut["since"] == STOP_IN
+    site = "blocks.0.attn.q.in_scale/move_plain"
+    assert cut[site] < straight[K][site] * 0.9  # one step's move against two
