@@ -11,6 +11,9 @@ each other one; its title gives the last), then the loss, each optimizer group's
 without its block index, averaged over blocks) the preconditioner floor, the gain (the folded step
 over the scale-free gradient step) and move_ratio (gamma's change: 1 for any constant gamma) from
 each eval row's mechanism statistics (mechanism.Mechanism; train with --mechanism_stats=on).
+Each run is one seed: the command prints the SD of a one-seed difference that the committed
+records' paired comparisons give at the first run's size and dataset (run_figures.one_seed_note), or
+that none is near, and that a comparison is an ablation file through research.sweep.
 A figure name past FIGURE_NAME_BYTES (long or many run names) keeps each name's head and tail and
 ends in a hash of the full names; the command says so, and the figure's title names every run.
 A log row without what is drawn from it is one error naming the file, line and key.

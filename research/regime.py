@@ -26,13 +26,19 @@ def train_flops(config):
         return None
 
 
+_PARAMS = {}  # GPTConfig's repr -> its parameters: the tables ask for a few shapes hundreds of times
+
+
 def param_count(config):
     """Parameters of a run's model (meta device); None for a config this model.py rejects."""
     cfg = dict(config)
     cfg["vocab_size"] = cfg["vocab_size"] or 80  # only the difference between variants matters
     try:
-        with torch.device("meta"):
-            return GPT(model_config(cfg)).num_params()
+        shape = model_config(cfg)
+        if repr(shape) not in _PARAMS:
+            with torch.device("meta"):
+                _PARAMS[repr(shape)] = GPT(shape).num_params()
+        return _PARAMS[repr(shape)]
     except UserError:
         return None
 

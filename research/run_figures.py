@@ -1,7 +1,8 @@
 """Figures of runs from their logs (python -m research.plot --run): one run's curves (loss, LR, the
 scale statistics per site kind), or several runs side by side with their mechanism statistics,
-under a figure name bounded in bytes."""
+under a figure name bounded in bytes, and what a gap between single runs can say (one_seed_note)."""
 
+import math
 import os
 
 import matplotlib
@@ -213,8 +214,8 @@ def head_tail(name, limit):
 def draw_runs(out_dirs, out):
     """plot_run's figure for one --run (out/<name>.png), plot_runs' for several (out/<a>_vs_<b>.png;
     figure_name shortens a long one and appends a hash); returns (its path, a note saying it was
-    shortened, else ""). UserError for an empty --run or two runs of one folder name (their legend
-    labels, the folder names, would not tell them apart)."""
+    shortened, else "", and for several runs one_seed_note on its own line). UserError for an empty
+    --run or two runs of one folder name (their legend labels, the folder names, would not tell them apart)."""
     if any(not d.strip() for d in out_dirs):
         raise UserError("--run is empty: name a train.py out_dir")
     names = [os.path.basename(os.path.abspath(d)) for d in out_dirs]
@@ -231,5 +232,77 @@ def draw_runs(out_dirs, out):
         plot_runs(out_dirs, path)
     note = (f" (the runs' names shortened to fit {FIGURE_NAME_BYTES} bytes, with a hash of the full names; "
             f"the figure's title names each run)" if shortened else "")
-    return path, note
+    return path, note + ("\n" + one_seed_note(out_dirs) if len(out_dirs) > 1 else "")
 
+
+# A committed comparison is "at the runs' size" when its reference has within this factor of their parameters.
+SIZE_NEAR = 1.5
+
+
+def one_seed_note(out_dirs, results=None, ablations=None):
+    """What a gap between runs drawn side by side can say: each is one seed, and the committed records'
+    paired comparisons at the first run's size and dataset (committed_spread; results, ablations: as
+    there) put the SD of a one-seed difference at their median, 1.96 of which a gap from seeds alone
+    passes about 1 time in 20; a comparison is an ablation file through research.sweep. The size is
+    unknown where a run has no readable checkpoint."""
+    from research.regime import param_count
+
+    cfgs = [run_config(d) for d in out_dirs]
+    unpaired = " (and their seeds differ: unpaired, wider still)" if len({c and c.get("seed") for c in cfgs}) > 1 else ""
+    head = f"note: each --run is one training run, one seed, so a difference between them is one draw of seed noise{unpaired}. "
+    route = ("For a comparison, write an ablation file (docs/forks.md: 'One ablation file') and run "
+             "python -m research.sweep FILE, then python -m research.plot FILE: paired seeds, a 95% interval, a verdict.")
+    if cfgs[0] is None:
+        return head + f"{out_dirs[0]} has no checkpoint to read its size from. " + route
+    params, dataset = param_count(cfgs[0]), cfgs[0].get("dataset")
+    rows, nearest = committed_spread(params, dataset, results, ablations)
+    if not rows:
+        where = f"the nearest has {nearest:,}" if nearest else "none is on that dataset"
+        return head + (f"No committed comparison on {dataset} is within {SIZE_NEAR:g}x of {out_dirs[0]}'s "
+                       f"{params:,} parameters ({where}): the records give no seed spread at this size. " + route)
+    sds = sorted(r[0] for r in rows)
+    median = (sds[(len(sds) - 1) // 2] + sds[len(sds) // 2]) / 2
+    seeds = sorted(r[1] for r in rows)
+    return head + (f"The committed paired comparisons within {SIZE_NEAR:g}x of {params:,} parameters on {dataset} "
+                   f"({len(rows)} rows of {len({r[2] for r in rows})} files, {seeds[0]}-{seeds[-1]} seeds each) put "
+                   f"the SD of a one-seed difference at {median:.4f} (median; {sds[0]:.4f}-{sds[-1]:.4f}): seeds "
+                   f"alone move a one-seed gap past +-{1.96 * median:.4f} about 1 time in 20. " + route)
+
+
+def run_config(out_dir):
+    """The config in out_dir's checkpoint (either form), or None where none reads."""
+    from plumbing.checkpoint import checkpoint_in, load_checkpoint
+
+    try:
+        return load_checkpoint(checkpoint_in(out_dir))["config"]
+    except UserError:
+        return None
+
+
+def committed_spread(params, dataset, results=None, ablations=None):
+    """([(SD over seeds of the paired differences, seeds, ablation name, setting)] of every comparison
+    (comparisons.comparisons; 2 seeds or more) of the ablation files (default configs/ablations/*.py)
+    over the records in results (default the committed results/) whose reference trained on `dataset`
+    with parameters within SIZE_NEAR of `params`; and the parameters of the reference nearest to
+    `params` on that dataset, None where there is none)."""
+    import glob
+    import statistics
+
+    from research.ablation import ROOT
+    from research.comparisons import collect_all, comparisons
+    from research.records import load_records
+
+    records = {h: r for h, r in load_records(results or os.path.join(ROOT, "results")).items()
+               if r["config"].get("dataset") == dataset}  # (the others' models are never built)
+    paths = ablations or sorted(glob.glob(os.path.join(ROOT, "configs", "ablations", "*.py")))
+    rows, sizes = [], []
+    for spec, found, _, _ in collect_all(paths, records)[0]:
+        for c in comparisons(spec, found):
+            n = found[(c["setting"], c["reference"])]["params"]
+            if len(c["diffs"]) < 2 or not n:
+                continue
+            sizes.append(n)
+            if max(n, params) / min(n, params) <= SIZE_NEAR:
+                rows.append((statistics.stdev(c["diffs"]), len(c["diffs"]), spec["name"], c["setting"]))
+    nearest = min(sizes, key=lambda n: abs(math.log(n / params))) if sizes else None
+    return rows, nearest

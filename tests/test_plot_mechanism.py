@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from configurator import UserError
-from research import ablation, comparisons, mechanism_figures, mechanism_question, plot, run_figures, stats, sweep
+from research import ablation, comparisons, mechanism_figures, mechanism_question, plot, regime, run_figures, stats, sweep
 from research.records import load_records, make_record, write_record
-from test_sweep import fake_rows, write_ablation
+from test_sweep import fake_rows, record_runs, write_ablation
 from test_train import make_dataset, read_log, run, tiny_args
 
 # c3_mechanism_width's two arms (the defaults are unified's; norm_only sets its scales back to the baseline's)
@@ -48,13 +48,17 @@ def kind_means(evals, stat):
     return out
 
 
-def test_two_runs_side_by_side_draw_the_logged_values_labelled_by_folder(tmp_path, monkeypatch):
+def test_two_runs_side_by_side_draw_the_logged_values_labelled_by_folder(tmp_path, monkeypatch, capsys):
     ds = make_dataset(tmp_path / "ds")
     common = ["--max_iters=4", "--eval_interval=2", "--n_layer=2", "--mechanism_stats=on"]
     run(tiny_args(ds, tmp_path / "norm_only", *common, *NORM_ONLY))
     run(tiny_args(ds, tmp_path / "unified", *common))
     figures = captured(monkeypatch)
+    capsys.readouterr()
     plot.main([f"--run={tmp_path / 'norm_only'}", f"--run={tmp_path / 'unified'}", f"--out={tmp_path / 'plots'}"])
+    wrote, note = capsys.readouterr().out.strip().splitlines()
+    assert note.startswith("note: each --run is one training run, one seed") and "python -m research.sweep" in note
+    assert f"No committed comparison on {ds} is within" in note and "(none is on that dataset)" in note  # a tmp dataset
     assert (tmp_path / "plots" / "norm_only_vs_unified.png").read_bytes()[:4] == b"\x89PNG"
     (fig,) = figures
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["norm_only", "unified"]
@@ -90,6 +94,45 @@ def test_two_runs_side_by_side_draw_the_logged_values_labelled_by_folder(tmp_pat
     (line,) = [ln for ln in panel(fig, "attn.q.in_scale", "floor").lines if ln.get_label() == "unified"]
     assert line.get_ydata()[-1] == pytest.approx(statistics.fmean(
         evals[-1]["mechanism"][f"blocks.{i}.attn.q.in_scale/g2_min"] for i in range(2)))
+
+
+def test_single_runs_side_by_side_are_one_seed_each_beside_the_records_seed_spread_at_their_size(tmp_path, monkeypatch):
+    """one_seed_note: the SD over seeds of each paired difference of the records' comparisons at the runs'
+    size and dataset, their median (of two rows: the mean of the two) and 1.96 of it as the gap seeds
+    alone pass 1 time in 20; where no comparison is within SIZE_NEAR of the size or on the dataset, it
+    says the records give none; runs of different seeds are said to be unpaired."""
+    path = write_ablation(tmp_path, body="variants = {'baseline': {}, 'wd_all': {'scale_wd': 'all'}, "
+                                         "'wd_iwd': {'scale_wd': 'iwd'}}\nsettings = {'adamw': {}}\nseeds = [1, 2, 3, 4]\n")
+    spec = sweep.load_ablation(path)
+    gaps = {1: 0.010, 2: -0.020, 3: 0.031, 4: 0.002}
+    scale = {"baseline": 0.0, "wd_all": 1.0, "wd_iwd": 3.0}
+    loss = lambda r: 2.0 + scale[r["variant"]] * gaps[r["seed"]]  # noqa: E731
+    results = str(tmp_path / "results")
+    record_runs(spec, results, loss)
+    runs = sweep.plan(spec, "runs")
+    cfg = runs[0]["config"]
+    sds = [statistics.stdev(loss(r) - 2.0 for r in runs if r["variant"] == v) for v in ("wd_all", "wd_iwd")]
+    median, params = sum(sds) / 2, regime.param_count(cfg)
+
+    def note(a, b=None):
+        """The note for runs "a" and "b" whose checkpoints hold configs a and b (default a)."""
+        monkeypatch.setattr(run_figures, "run_config", lambda d: b if d == "b" and b else a)
+        return run_figures.one_seed_note(["a", "b"], results, [path])
+
+    said = note(cfg)
+    assert f"within 1.5x of {params:,} parameters on {cfg['dataset']} (2 rows of 1 files, 4-4 seeds each)" in said
+    assert f"at {median:.4f} (median; {sds[0]:.4f}-{sds[1]:.4f})" in said and f"+-{1.96 * median:.4f} about" in said
+    assert "one seed" in said and "unpaired" not in said and "python -m research.sweep FILE" in said
+    wide = dict(cfg, n_embd=4 * cfg["n_embd"])  # about 10x the parameters: none near, the nearest named
+    assert regime.param_count(wide) > 1.5 * params
+    said = note(wide)
+    assert f"No committed comparison on {cfg['dataset']} is within 1.5x" in said and f"(the nearest has {params:,})" in said
+    assert "no seed spread at this size" in said and "median" not in said
+    said = note(dict(cfg, dataset="shakespeare_char"))
+    assert "(none is on that dataset)" in said and "median" not in said
+    assert "unpaired" in note(cfg, dict(cfg, seed=cfg["seed"] + 1))
+    monkeypatch.setattr(run_figures, "run_config", lambda d: None)
+    assert "a has no checkpoint to read its size from" in run_figures.one_seed_note(["a", "b"], results, [path])
 
 
 def test_run_comparison_refuses_a_missing_log_a_log_without_statistics_and_one_name_twice(tmp_path):
@@ -303,8 +346,10 @@ def test_runs_with_long_names_get_a_bounded_stated_figure_name(tmp_path):
     assert made.endswith(f"_{digest}.png") and len(made.encode()) <= run_figures.FIGURE_NAME_BYTES
     assert made.startswith("unified_adamw") and made.count("_vs_") == 2 and "_cfg1_vs_" in made
     assert (out / made).read_bytes()[:4] == b"\x89PNG"
-    assert stdout.strip() == (f"wrote {out / made} (the runs' names shortened to fit {run_figures.FIGURE_NAME_BYTES} bytes, "
-                              f"with a hash of the full names; the figure's title names each run)")
+    wrote, note = stdout.strip().splitlines()
+    assert wrote == (f"wrote {out / made} (the runs' names shortened to fit {run_figures.FIGURE_NAME_BYTES} bytes, "
+                     f"with a hash of the full names; the figure's title names each run)")
+    assert note.startswith("note: each --run is one training run, one seed") and "no checkpoint" in note  # logs only
     # the same three shortened alike but for a middle character: another file, not an overwrite
     other = [n.replace("h" * 48, "h" * 20 + "X" + "h" * 27) for n in names]
     dirs = [write_log(tmp_path / "other" / n, mechanism_rows(TINY, 1.1)) for n in other]
