@@ -151,7 +151,9 @@ def ladder_design(compute, seeds, gap, exponent, sd, alpha, null=False, multipli
     exponent > 0, A such that the multiplier moves the first rung's loss by gap: A C_1^-a (1 -
     multiplier^-a) = gap, so the rungs' gaps are ladder_gaps'): per rung r the reference's n_r
     seeds at L(C_r) plus a shift common to both arms (SD sd_seed), the variant's at L(multiplier C_r),
-    or at L(C_r) when null, plus the same shift and its own noise (SD sd: the paired SD).
+    or at L(C_r) when null, plus the same shift and its own noise (SD sd: the paired SD). sd and
+    sd_seed: one number for every rung, or one per rung (seed spreads that change with size; the
+    estimator still pools one of each, as it does on real records).
     compute: FLOPs per rung (as ladder_multiplier takes them); seeds: n_r per rung. Deterministic:
     numpy's Generator from `seed`. Returns dict(claimed: share of ladders with p <= alpha and a
     multiplier > 1, rejections: share with p <= alpha either side, failed: share whose fit raised
@@ -159,12 +161,15 @@ def ladder_design(compute, seeds, gap, exponent, sd, alpha, null=False, multipli
     amp = gap / (compute[0] ** -exponent * (1 - multiplier ** -exponent))
     curve = lambda c: floor + amp * c ** -exponent  # noqa: E731
     truth = 1.0 if null else multiplier
+    per_rung = lambda x: [x] * len(seeds) if isinstance(x, (int, float)) else list(x)  # noqa: E731
+    sd, sd_seed = per_rung(sd), per_rung(sd_seed)
     rng = np.random.default_rng(seed)
     ps, ms = np.full(sims, np.nan), np.full(sims, np.nan)
     for i in range(sims):
-        shift = [rng.normal(0.0, sd_seed, n) for n in seeds]
+        shift = [rng.normal(0.0, s, n) for s, n in zip(sd_seed, seeds)]
         ref = [list(curve(c) + s) for c, s in zip(compute, shift)]
-        var = [list(curve(truth * c) + s + rng.normal(0.0, sd, n)) for c, s, n in zip(compute, shift, seeds)]
+        var = [list(curve(truth * c) + s + rng.normal(0.0, d, n))
+               for c, s, d, n in zip(compute, shift, sd, seeds)]
         try:
             r = ladder_multiplier(compute, ref, var)
         except ValueError:  # a fit whose loss does not fall with compute: no multiplier, no rejection

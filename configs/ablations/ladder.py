@@ -65,10 +65,14 @@
 # a gap of 0.009 at every rung gave. tests/test_power.py checks the formula against the estimator
 # itself on simulated ladders. Every ladder is therefore exploratory (`exploratory`: a lead at
 # most): 80% would take 16, 6, 4, 3 seeds (dense) and 12, 5, 3 (MoE), about 2,350 and 530 GPU-hours
-# more at 20 tokens per parameter, 5x that at 100 (the plan prints each). The planned seeds would
-# suffice only if the paired SD shrinks with size as fast as the gap: as parameters^-0.31, the CPU
-# records' slope (c8_d012.py), it would (power 0.85 dense, 0.87 MoE), but that slope is a long
-# extrapolation, and this registration does not lean on it.
+# more at 20 tokens per parameter, 5x that at 100 (the plan prints each). A paired SD that shrinks
+# with size would not change this for the registered estimator: were it to shrink as
+# parameters^-0.31, the CPU records' slope (c8_d012.py; a long extrapolation), the formula with each
+# rung's SD known would give power 0.85 dense, 0.87 MoE, but ladder_multiplier pools one SD over the
+# rungs that have seeds (d012's 7 df and d05's 2) and applies it to the one-seed rungs, so it never
+# credits their smaller spread: simulated with SDs shrinking at that rate (tests/test_power.py), its
+# power stays about the plan's 0.20 and 0.29. An estimator weighting each rung by its own SD would need
+# seeds at every rung; this registration does not lean on the slope.
 claim = "C8 across sizes: the paper's unified is more compute-efficient than the baseline (0.12B-2B, dense and MoE)"
 base = "configs/baseline_124m.py"
 variants = {
