@@ -14,6 +14,24 @@ import walk_readme as w  # noqa: E402
 README = open(os.path.join(w.ROOT, "README.md")).read()
 
 
+def first_screen_problems(readme, max_bytes=20_000, quick_start_by=40):
+    """What keeps a README from a new reader's first screen: over max_bytes (UTF-8), or the quick
+    start's command (walk_readme.QUICK_START) not in a ```sh block within its first quick_start_by lines."""
+    problems = []
+    if len(readme.encode()) > max_bytes:
+        problems.append(f"README.md is {len(readme.encode()):,} bytes, over {max_bytes:,}")
+    starts = [c.line for c in w.commands(readme) if c.cmd == w.QUICK_START and c.kind == "sh"]
+    if not starts or starts[0] > quick_start_by:
+        problems.append(f"the quick start's `{w.QUICK_START}` is not in the first {quick_start_by} lines")
+    return problems
+
+
+def test_the_readme_opens_with_the_quick_start_and_stays_under_20_kb():
+    assert first_screen_problems(README) == []
+    padded = README.replace("## Quick start", "## Quick start\n" + "\n".join(["pad"] * 40), 1)
+    assert first_screen_problems(padded, max_bytes=10**6) == [f"the quick start's `{w.QUICK_START}` is not in the first 40 lines"]
+    assert first_screen_problems(README + "x" * 20_000)[0].endswith("over 20,000")
+
 def test_every_link_and_anchor_of_the_docs_resolves():
     docs = w.doc_files()
     assert {os.path.relpath(p, w.ROOT) for p in docs} >= {"README.md", "docs/reference.md", "docs/forks.md",

@@ -197,7 +197,7 @@ STAND_INS = {
         "the suite (about 18 minutes) is CI's: every test collected, none run"),
     SUITE: (None, "the test suite itself: CI runs it"),
     "pip install torch --index-url https://download.pytorch.org/whl/cpu": (None, "torch is this interpreter's already"),
-    "pip install torch": (None, "torch is this interpreter's already"),
+    "pip install torch==2.13.0": (None, "torch is this interpreter's already"),
     'pip install -e ".[all]"': (None, "every extra, CI's install: the walk installs the extras its commands use"),
     "pip install datasets && python data/fineweb/prepare.py": (None, "FineWeb-Edu: the network and gigabytes"),
     "torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py": (
