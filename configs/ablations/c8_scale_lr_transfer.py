@@ -10,7 +10,10 @@
 # characters per parameter, w64 ~11: the data per parameter differs with the size).
 # Decay: weight_decay 0.1 (the base's) at both widths, on the matrices and (IWD) the input-role
 # scales; AdamW's decay per step is lr x weight_decay, so the matrices' halves from w32 to w64 while
-# the scales' stays: the ladder's relation, kept here on purpose (the rule under test, whole).
+# the scales' stays: the ladder's relation, kept here on purpose (the rule under test, whole). The
+# same product means the variants' scale_lr x0.25 / x4 also moves the input-role scales' decay per
+# step by x0.25 / x4: each arm changes the scales' step and their decay together (said after the
+# records; the design is as registered).
 # The question (loss_question, a family of its own, BH over its 3 rows): per width, slr_x4 -
 # slr_x0.25 of the final val loss, paired by seed: the tilt of the loss across the scale_lr grid,
 # negative when a larger scale_lr is better; and w64's tilts minus w32's (Welch): a nonzero
