@@ -1,9 +1,11 @@
-"""Committed records keep their hash and meaning across config changes; the unified configs' switches."""
+"""Committed records keep their hash and meaning across config changes; the unified configs' switches;
+the prose quotes only intervals and p values the generated tables give."""
 
 import glob
 import hashlib
 import json
 import os
+import re
 
 import pytest
 
@@ -159,23 +161,76 @@ def test_the_replication_runs_the_regime_arms_at_their_chosen_lrs_on_new_seeds()
     assert not set(replication["seeds"]) & (set(regime["seeds"]) | set(regime["tuning_seeds"]))
 
 
-def test_every_interval_and_p_the_prose_quotes_is_in_a_generated_table():
-    """README.md and results/README.md (outside its generated summary) quote results as 'mean [low,
-    high]' and 'adjusted p ...' / '(p ...': each must be in the committed tables (assets/*.md, which a
-    test keeps equal to what the records give), so prose cannot drift from the records."""
-    import re
+# Prose that quotes results: each interval and p value in it must be a generated table's
+# (assets/*.md, which plot.py rebuilds from the records alone), so prose cannot drift from the records.
+PROSE = ("README.md", "results/README.md", "configs/ablations/README.md", "docs/reference.md", "docs/forks.md",
+         "docs/benchmarks.md")
+NUMBER = r"[+-]?\d+\.\d+"
+INTERVAL = re.compile(rf"({NUMBER})x? \[({NUMBER}), ({NUMBER})\]")  # 'mean [low, high]' (a ratio: '1.22x [..]')
+BARE = re.compile(rf"\[({NUMBER}), ({NUMBER})\]")  # any '[low, high]', with or without its mean
+P_VALUES = re.compile(r"(?:adjusted p|\bp(?: \(BH\))?) ((?:\d\.\d+(?:e-\d+)?(?:, | and )?)+)")
 
-    tables = "".join(open(f).read() for f in glob.glob(os.path.join(ROOT, "assets", "*.md")))
-    ci = re.compile(r"([+-]?\d+\.\d+)x? \[([+-]?\d+\.\d+), ([+-]?\d+\.\d+)\]")
-    in_tables = {m.groups() for m in ci.finditer(tables)}
-    numbers = set(re.findall(r"\| (\d\.\d+) \|", tables))  # p columns: the summary's and the regime's change test
-    for name in ("README.md", os.path.join("results", "README.md")):
-        text = open(os.path.join(ROOT, name)).read().split("<!-- summary:")[0]
-        text = re.sub(r"\s+", " ", text)  # a quote may break across lines
-        quoted = [m.groups() for m in ci.finditer(text)]
-        assert quoted, name
-        missing = [q for q in quoted if q not in in_tables]
-        assert not missing, f"{name} quotes intervals no table gives: {missing[:5]}"
-        ps = [p for m in re.finditer(r"(?:adjusted p|\(p) ((?:\d\.\d+(?:, | and )?)+)", text)
-              for p in re.findall(r"\d\.\d+", m.group(1))]
-        assert not [p for p in ps if p not in numbers], f"{name} quotes p values no table gives"
+
+def prose(name):
+    """A prose file's text as its quotes read: whitespace runs one space (a quote may break across
+    lines), results/README.md's generated summary block left out (a test keeps it equal to the
+    records)."""
+    with open(os.path.join(ROOT, name)) as f:
+        text = f.read()
+    return re.sub(r"\s+", " ", re.sub(r"<!-- summary:.*?<!-- end of summary -->", "", text, flags=re.S))
+
+
+def generated_tables():
+    """(intervals as (mean, low, high), bare intervals as (low, high), {interval: the decimal cells of
+    each table row that gives it, together}) of the committed tables, assets/*.md."""
+    tables = "".join(open(f).read() for f in sorted(glob.glob(os.path.join(ROOT, "assets", "*.md"))))
+    cells = {}
+    for row in (line for line in tables.splitlines() if line.startswith("|")):
+        for m in INTERVAL.finditer(row):
+            cells.setdefault(m.groups(), set()).update(re.findall(r"(?<=\| )(\d\.\d+(?:e-\d+)?)(?= \|)", row))
+    return {m.groups() for m in INTERVAL.finditer(tables)}, {m.groups() for m in BARE.finditer(tables)}, cells
+
+
+def unsourced(text, tables):
+    """The intervals and p values `text` quotes that no generated table gives: a p value must be in a
+    table row of the interval quoted last before it (the row that p belongs to), or else be no p."""
+    intervals, bare, cells = tables
+    out = [q for q in (m.groups() for m in INTERVAL.finditer(text)) if q not in intervals]
+    out += [q for q in (m.groups() for m in BARE.finditer(text)) if q not in bare]
+    quotes = list(INTERVAL.finditer(text))
+    for m in P_VALUES.finditer(text):
+        before = [q.groups() for q in quotes if q.end() <= m.start()]
+        row = cells.get(before[-1], set()) if before else set()
+        out += [p for p in re.findall(r"\d\.\d+(?:e-\d+)?", m.group(1)) if p not in row]
+    return out
+
+
+def quoted_numbers(text):
+    """The (start, end) of every number an interval or p value in `text` quotes."""
+    spans = [m.span(k) for m in INTERVAL.finditer(text) for k in (1, 2, 3)]
+    spans += [m.span(k) for m in BARE.finditer(text) for k in (1, 2)]
+    return sorted(set(spans + [(m.start(1) + p.start(), m.start(1) + p.end()) for m in P_VALUES.finditer(text)
+                               for p in re.finditer(r"\d\.\d+(?:e-\d+)?", m.group(1))]))
+
+
+@pytest.mark.parametrize("name", PROSE)
+def test_every_interval_and_p_the_prose_quotes_is_in_a_generated_table(name):
+    """Each prose file's quoted intervals ('mean [low, high]' and bare '[low, high]') and p values
+    ('p ...', 'p (BH) ...', 'adjusted p ...', each in the table row of the interval quoted before it),
+    its whole text but a generated block, are in the committed tables; results/README.md quotes some
+    (a check that reads nothing passes nothing)."""
+    text = prose(name)
+    assert not unsourced(text, generated_tables()), f"{name} quotes results no table gives: {unsourced(text, generated_tables())[:5]}"
+    if name == "results/README.md":
+        assert len(list(INTERVAL.finditer(text))) > 50 and len(list(P_VALUES.finditer(text))) >= 5
+
+
+@pytest.mark.parametrize("name", [n for n in PROSE if quoted_numbers(prose(n))])
+def test_an_interval_or_p_the_prose_quotes_altered_by_one_digit_is_caught(name):
+    """Every number an interval or p value of the file quotes, its last digit or its first decimal
+    changed by one (9 -> 0), makes the check above fail: the check reads each number, not the shape."""
+    text, tables = prose(name), generated_tables()
+    for start, end in quoted_numbers(text):
+        for at in (end - 1, text.index(".", start, end) + 1):
+            altered = text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:]
+            assert unsourced(altered, tables), (name, text[start:end], at - start)
