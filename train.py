@@ -308,7 +308,7 @@ def main(argv):
         return 0
     try:
         cfg, given = load_config(argv)
-        env = numerics_env(cfg)
+        env = numerics_env(cfg["cpu_numerics"])
         if env:  # read as torch loads: only a fresh process takes them (cpu_numerics="portable")
             os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv], {**os.environ, **env})
         stopped = train(cfg, given)["stopped"]

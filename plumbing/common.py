@@ -158,26 +158,26 @@ PORTABLE_ENV = {
 }
 
 
-def numerics_env(cfg):
+def numerics_env(cpu_numerics):
     """{variable: value} of PORTABLE_ENV this process lacks under cpu_numerics="portable" ({} when it
-    has them all, or for "native"). cfg: a config dict or namespace."""
-    if (cfg["cpu_numerics"] if isinstance(cfg, dict) else cfg.cpu_numerics) != "portable":
+    has them all, or for "native")."""
+    if cpu_numerics != "portable":
         return {}
     return {k: v for k, v in PORTABLE_ENV.items() if os.environ.get(k) != v}
 
 
-def check_numerics(cfg):
+def check_numerics(cpu_numerics):
     """UserError unless cpu_numerics="portable" found its environment (numerics_env) and torch took it:
     its kernels dispatch to AVX2 (a CPU without AVX2 falls back to less, and is refused)."""
     import torch
 
-    missing = numerics_env(cfg)
+    missing = numerics_env(cpu_numerics)
     if missing:
         prefix = " ".join(f"{k}={v}" for k, v in missing.items())
         raise UserError(f"cpu_numerics='portable' needs {prefix} in the environment before torch loads: give "
                         f"--cpu_numerics=portable on train.py's command line (it sets them and restarts), or "
                         f"prefix the command with them")
-    if cfg.cpu_numerics == "portable" and torch.backends.cpu.get_cpu_capability() != "AVX2":
+    if cpu_numerics == "portable" and torch.backends.cpu.get_cpu_capability() != "AVX2":
         raise UserError(f"cpu_numerics='portable' runs AVX2 kernels, and this CPU dispatches to "
                         f"{torch.backends.cpu.get_cpu_capability()}: use cpu_numerics='native' here")
 
@@ -198,36 +198,41 @@ def fmt_duration(seconds):
 _host_group = None
 
 
-def setup_distributed(cfg, device_name):
-    """(rank, local_rank, world_size) from torchrun's environment; init the process group, and the
-    gloo group agree's checks run on.
+def check_processes(accum, batch_size, fsdp):
+    """UserError, one line with the fix, for a run torchrun's processes cannot train: accum
+    (gradient_accumulation_steps, the global count of micro-steps) not dividing by WORLD_SIZE, or
+    fsdp=True without torchrun. Called before any collective, so no rank hangs."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if accum % world:
+        k = world // math.gcd(accum, world)  # the fewest extra micro-steps that divide among the processes
+        same = f"--gradient_accumulation_steps={accum * k} --batch_size={batch_size // k} keeps the " \
+            f"{batch_size * accum} sequences per iteration" if batch_size % k == 0 else \
+            f"--gradient_accumulation_steps={accum * k} (then {batch_size * accum * k} sequences per iteration)"
+        raise UserError(f"gradient_accumulation_steps={accum} does not divide by WORLD_SIZE={world} (it is the "
+                        f"global count of micro-steps, shared among the processes): {same}")
+    if fsdp and "WORLD_SIZE" not in os.environ:
+        raise UserError("fsdp=True (given, or a resumed run's own) shards the model over torchrun's processes: "
+                        "launch with `torchrun --standalone --nproc_per_node=N train.py ...` (N >= 1), or pass "
+                        "--fsdp=False (a sharded checkpoint resumes in one process too)")
+
+
+def setup_distributed(device_name, timeout_s):
+    """(rank, local_rank, world_size) from torchrun's environment; init the process group (collectives
+    wait up to timeout_s seconds), and the gloo group agree's checks run on.
 
     NCCL on CUDA, gloo on CPU, whenever torchrun launched us (WORLD_SIZE set),
     even as one process: `--nproc_per_node=1` runs the DDP path of 8 (as in
-    nanoGPT). Raises UserError, before any collective (so no rank hangs), when
-    gradient_accumulation_steps does not divide by WORLD_SIZE.
+    nanoGPT). check_processes first.
     """
     import torch
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    accum = cfg.gradient_accumulation_steps
-    if accum % world:
-        k = world // math.gcd(accum, world)  # the fewest extra micro-steps that divide among the processes
-        same = f"--gradient_accumulation_steps={accum * k} --batch_size={cfg.batch_size // k} keeps the " \
-            f"{cfg.batch_size * accum} sequences per iteration" if cfg.batch_size % k == 0 else \
-            f"--gradient_accumulation_steps={accum * k} (then {cfg.batch_size * accum * k} sequences per iteration)"
-        raise UserError(f"gradient_accumulation_steps={accum} does not divide by WORLD_SIZE={world} (it is the "
-                        f"global count of micro-steps, shared among the processes): {same}")
-    if cfg.fsdp and "WORLD_SIZE" not in os.environ:
-        raise UserError("fsdp=True (given, or a resumed run's own) shards the model over torchrun's processes: "
-                        "launch with `torchrun --standalone --nproc_per_node=N train.py ...` (N >= 1), or pass "
-                        "--fsdp=False (a sharded checkpoint resumes in one process too)")
     if "WORLD_SIZE" in os.environ:
         backend = "nccl" if device_name.startswith("cuda") else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
-        timeout = datetime.timedelta(seconds=cfg.ddp_timeout_s)
+        timeout = datetime.timedelta(seconds=timeout_s)
         torch.distributed.init_process_group(backend, timeout=timeout)
         global _host_group
         _host_group = torch.distributed.new_group(backend="gloo", timeout=timeout)  # every rank, in the same order

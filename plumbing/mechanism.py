@@ -14,11 +14,10 @@ import norms
 from configurator import MECHANISM_AUTO_MAX
 
 
-def mechanism_on(cfg, raw_model):
-    """Whether this run logs the mechanism statistics (mechanism_stats: "on", "off", or "auto": on
-    up to MECHANISM_AUTO_MAX parameters, where the copy they need is a few MB)."""
-    return cfg.mechanism_stats == "on" or (cfg.mechanism_stats == "auto" and
-                                           raw_model.num_params() <= MECHANISM_AUTO_MAX)
+def mechanism_on(mechanism_stats, n_params):
+    """Whether a run of n_params parameters logs the mechanism statistics (mechanism_stats: "on", "off",
+    or "auto": on up to MECHANISM_AUTO_MAX parameters, where the copy they need is a few MB)."""
+    return mechanism_stats == "on" or (mechanism_stats == "auto" and n_params <= MECHANISM_AUTO_MAX)
 
 
 def start_mechanism(run, raw_model, optimizers, start):
@@ -29,7 +28,7 @@ def start_mechanism(run, raw_model, optimizers, start):
     each rank's shards of it), so a resumed run logs what the uninterrupted one did; else it starts
     at start.iter (a new run, or a checkpoint from before the interval was kept: its first eval row's
     "since" then says where the interval was cut)."""
-    if mechanism_on(run.cfg, raw_model) and (run.master or run.cfg.fsdp):
+    if mechanism_on(run.cfg.mechanism_stats, raw_model.num_params()) and (run.master or run.cfg.fsdp):
         return Mechanism(raw_model, optimizers, start.iter, start.mechanism)
     return None
 

@@ -218,8 +218,8 @@ def write_log(run, row):
             run.tracker.log(tracker_row(row), step=row["iter"])
 
 
-def start_tracker(cfg, master, finished, held):
-    """A Weights & Biases run (rank 0, wandb_log=True; nanoGPT's keys), finished when `held` (an
+def start_tracker(cfg, master, finished, cleanup):
+    """A Weights & Biases run (rank 0, wandb_log=True; nanoGPT's keys), finished when `cleanup` (an
     ExitStack) closes: exit code 1 if the run raised. None otherwise, and for a finished run
     (nothing to send); wandb is imported only here. A resumed run starts a new W&B run of the
     same name; log.jsonl stays the record."""
@@ -229,7 +229,7 @@ def start_tracker(cfg, master, finished, held):
 
     tracker = wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name or os.path.basename(
         os.path.abspath(cfg.out_dir)), config=vars(cfg), dir=cfg.out_dir)
-    held.push(lambda kind, exc, tb: tracker.finish(exit_code=1 if kind else 0))
+    cleanup.push(lambda kind, exc, tb: tracker.finish(exit_code=1 if kind else 0))
     return tracker
 
 

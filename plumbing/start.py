@@ -1,7 +1,7 @@
 """Starting a run: scratch, resume, auto or a Hugging Face folder, in the two calls train.py makes
 around building the model and its optimizers:
 
-    run, ckpt = setup(cfg, given, held)      # which start, the config, device, processes, out_dir, data
+    run, ckpt = setup(cfg, given, cleanup)   # which start, the config, device, processes, out_dir, data
     ...                                      # model.GPT, shard (FSDP2), optim.build_optimizers
     start = begin(run, ckpt, model, optimizers, val_batch)   # their first state, and the log
 
@@ -29,7 +29,7 @@ import torch
 
 from plumbing.checkpoint import (CKPT_NAMES, LOG_NAME, append_log, checkpoint_path, clean_stale, newest_checkpoint, read_log,
                         restore, resume_config, trim_log)
-from plumbing.common import check_numerics, file_kind, resolve_device, setup_distributed
+from plumbing.common import check_numerics, check_processes, file_kind, resolve_device, setup_distributed
 from configurator import UserError, complete, folder_problem
 from plumbing.dataset import check_vocabulary, dataset_dir, load_data, meta_vocab_size, recorded_vocab_size
 from hf.folder import check_data, check_folder, load_folder, merged_config
@@ -195,11 +195,11 @@ def remove_if_unused(out_dir):
         os.rmdir(out_dir)
 
 
-def setup(cfg, given, held):
+def setup(cfg, given, cleanup):
     """(Run, the checkpoint dict to resume from or None): the run's state before any model exists.
 
     cfg: a full config dict; given: the keys the user set. Rank 0 owns out_dir
-    (lock_out_dir, into `held`, an ExitStack that releases it) before it reads or writes
+    (lock_out_dir, into `cleanup`, an ExitStack that releases it) before it reads or writes
     anything there: at once when the folder exists, else once the config and the data are checked
     (a refused run makes no folder). A W&B tracker (wandb_log) starts here, unless the checkpoint's
     run is finished. Raises UserError for bad input, a scratch run on an out_dir that holds one, or
@@ -211,16 +211,17 @@ def setup(cfg, given, held):
     owner = int(os.environ.get("RANK", "0")) == 0  # rank 0, as setup_distributed reads it
     new_dir = owner and not os.path.isdir(cfg["out_dir"])
     if owner and not new_dir:  # it may hold a run: own it before reading the checkpoint
-        held.enter_context(lock_out_dir(cfg["out_dir"]))
+        cleanup.enter_context(lock_out_dir(cfg["out_dir"]))
         clean_stale(cfg["out_dir"])  # what a save a SIGKILL cut short left: never the checkpoint
     cfg, ckpt, held_run = start_config(cfg, given)
     check_config({**cfg, "vocab_size": cfg["vocab_size"] or recorded_vocab_size(cfg["dataset"])})  # the real logits
     cfg = SimpleNamespace(**cfg)
-    check_numerics(cfg)
+    check_numerics(cfg.cpu_numerics)
+    check_processes(cfg.gradient_accumulation_steps, cfg.batch_size, cfg.fsdp)
     if cfg.hf_model and ckpt is None and cfg.hf_check and owner:  # the folder as transformers reads it (CPU)
         check_folder(cfg, lambda line: print(line, flush=True))
     device_name, dtype = resolve_device(cfg.device, cfg.dtype)
-    rank, local_rank, world = setup_distributed(cfg, device_name)
+    rank, local_rank, world = setup_distributed(device_name, cfg.ddp_timeout_s)
     ddp, master = torch.distributed.is_initialized(), rank == 0
     problem = new_dir and folder_problem(cfg.out_dir)  # said now; the folder is made once the data pass
     if problem:
@@ -239,8 +240,8 @@ def setup(cfg, given, held):
         raise UserError(f"out_dir={cfg.out_dir!r} already holds a run ({held_run}): continue it with "
                         f"--init_from=resume (or auto), or train from scratch in another --out_dir (or delete it)")
     if new_dir:  # a refused config or dataset leaves no folder behind
-        held.enter_context(lock_out_dir(cfg.out_dir))
-        held.callback(remove_if_unused, cfg.out_dir)  # nor one refused later (the duration), before a row
+        cleanup.enter_context(lock_out_dir(cfg.out_dir))
+        cleanup.callback(remove_if_unused, cfg.out_dir)  # nor one refused later (the duration), before a row
     model_cfg = model_config(cfg)
     cfg.d_ff = model_cfg.d_ff  # saved resolved: the checkpoint names the shape it holds
     tokens, changed, changes = ckpt.pop("resume") if ckpt else (0, {}, [])
@@ -254,7 +255,7 @@ def setup(cfg, given, held):
         n_moe=sum(model_cfg.is_moe(layer) for layer in range(model_cfg.n_layer)),
         ckpt_path=checkpoint_path(cfg.out_dir, cfg.fsdp), log_path=os.path.join(cfg.out_dir, LOG_NAME),
         log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None),
-        tracker=start_tracker(cfg, master, finished, held)), ckpt
+        tracker=start_tracker(cfg, master, finished, cleanup)), ckpt
 
 
 def start_config(cfg, given):

@@ -146,11 +146,10 @@ def test_the_split_error_gives_settings_that_divide_and_keep_the_batch(monkeypat
     """The one-line fix it names divides by WORLD_SIZE, and keeps the sequences per iteration when
     batch_size allows (the default run under 2 processes: 2 micro-steps of 16)."""
     import re
-    from plumbing.common import setup_distributed
+    from plumbing.common import check_processes
     monkeypatch.setenv("WORLD_SIZE", str(world))
-    cfg = SimpleNamespace(gradient_accumulation_steps=accum, batch_size=batch)
     with pytest.raises(UserError) as info:
-        setup_distributed(cfg, "cpu")
+        check_processes(accum, batch, fsdp=False)
     new_accum = int(re.search(r"--gradient_accumulation_steps=(\d+)", str(info.value))[1])
     new_batch = re.search(r"--batch_size=(\d+)", str(info.value))
     assert new_accum % world == 0
