@@ -244,6 +244,69 @@ def test_a_new_scale_class_is_covered_trains_resumes_folds_hashes_notes_benches_
     exports(out, writes=True)
 
 
+def test_the_guides_ablation_file_gives_each_variant_its_lr_from_seeds_of_its_own_before_any_verdict(
+        tmp_path, scale_class):
+    """docs/forks.md's ablation file, as written there: an LR sweep on tuning seeds no table uses, the
+    base's LR inside its grid. Runs at the base's LR with a gap (as a file without the sweep would
+    run) make no table row while the sweep is unrecorded, so no verdict and no finding; a best at the
+    grid's edge is not taken until the grid is widened; once softplus's best is a doubled LR, the table
+    compares each variant at its own, and the untuned gap is gone."""
+    import os
+    import re
+    import textwrap
+
+    from conftest import ROOT
+    from research import ablation, comparisons, summary
+    from research.records import make_record
+    from test_sweep import fake_rows
+
+    with open(os.path.join(ROOT, "docs", "forks.md")) as f:
+        (code,) = re.findall(r"`configs/ablations/c9_softplus.py`:\n\n   ```python\n(.*?)   ```", f.read(), re.S)
+    path = tmp_path / "c9_softplus.py"
+    path.write_text(textwrap.dedent(code))
+    spec = ablation.load_ablation(str(path))
+    assert spec["variants"]["softplus"] == scale_class and spec["tune_lr"]
+    assert spec["tuning_seeds"] and not set(spec["tuning_seeds"]) & set(spec["seeds"])
+    assert min(spec["lr_multipliers"]) < 1.0 < max(spec["lr_multipliers"])  # a best at the base's LR can be taken
+    (setting,) = spec["settings"]
+    records = {}
+
+    def record(variant, seed, lr_mult, loss):
+        cfg, digest = ablation.run_config(spec, setting, variant, seed, lr_mult)
+        run = dict(name=f"{variant}_{seed}_{lr_mult:g}", hash=digest, variant=variant, setting=setting, seed=seed,
+                   lr_mult=lr_mult, iter_mult=1.0, config=cfg, out_dir=str(tmp_path / digest))
+        records[digest] = json.loads(json.dumps(make_record(run, fake_rows(cfg, loss), spec["name"])))
+
+    def words():
+        collected = [(spec, *comparisons.collect(spec, records))]
+        return [c for c in comparisons.comparisons(spec, collected[0][1]) if c["diffs"]], summary.file_strengths(collected)
+
+    for seed in spec["seeds"]:  # at the base's LR, softplus 0.05 lower on every seed, +-0.001
+        record("baseline", seed, 1.0, 2.0)
+        record("softplus", seed, 1.0, 1.95 + 0.001 * (seed % 2))
+    planned = ablation.plan(spec, "runs", records)
+    assert {r["seed"] for r in planned if not r.get("waiting")} == set(spec["tuning_seeds"])  # the sweep first
+    assert words() == ([], {})  # no row: no verdict, no word
+    best = {"baseline": 1.0, "softplus": 2.0}
+    for variant in spec["variants"]:
+        for seed in spec["tuning_seeds"]:
+            for m in spec["lr_multipliers"]:
+                record(variant, seed, m, 2.0 + 0.05 * abs(math.log2(m / best[variant])))
+    assert ablation.lr_choice(spec, setting, "softplus", records) == (None, "edge") and words()[0] == []
+    path.write_text(path.read_text().replace("lr_multipliers = [0.5, 1.0, 2.0]", "lr_multipliers = [0.5, 1.0, 2.0, 4.0]"))
+    spec = ablation.load_ablation(str(path))  # the grid widened past its edge, as the guide says
+    for variant in spec["variants"]:
+        for seed in spec["tuning_seeds"]:
+            record(variant, seed, 4.0, 2.0 + 0.05 * abs(math.log2(4.0 / best[variant])))
+    assert ablation.lr_choice(spec, setting, "softplus", records) == (2.0, "")
+    assert words()[0] == []  # softplus's table runs wait for their records at x2
+    for seed in spec["seeds"]:
+        record("softplus", seed, 2.0, 2.0 + 0.002 * (seed - 2))  # at its own LR: no gap
+    (row,), strengths = words()
+    assert row["diffs"] == pytest.approx([-0.002, 0.0, 0.002]) and row["verdict"] == "unresolved"
+    assert "finding" not in " ".join(strengths.values()) and "lead" not in " ".join(strengths.values())
+
+
 def test_a_new_placement_is_covered_trains_resumes_folds_hashes_notes_benches_and_exports(
         tmp_path, capsys, placement):
     generic_model_tests(mlp_placement="toy")
