@@ -97,7 +97,8 @@ def added(default, allowed, meaning, *, absent):
 # -----------------------------------------------------------------------------
 # The one table of config keys: {section: {key: (default, allowed values, meaning)}}. The
 # default run is the paper's unified strategy on shakespeare_char, sized to train on 2 CPU
-# cores in a few minutes; model.GPTConfig takes its defaults from here. A key added after runs
+# cores in a few minutes; model.GPTConfig takes its defaults from here. A section is where --help
+# lists a key, nothing more: the model's keys are GPTConfig's fields (model.MODEL_KEYS). A key added after runs
 # were recorded is an `added(...)` row that declares the value those runs had (absent=). Allowed values beyond
 # the default's type: a Range (every float also finite), Choices, or None: any value of the
 # type (a path, a bool), or a name of the registry the meaning names (model.CHOICES,
@@ -233,8 +234,6 @@ ABSENT = {key: row[3] for keys in SECTIONS.values() for key, row in keys.items()
 # what a run reports and where, and what it checks at its start, never the numbers it trains to: no run hash
 # holds them, a resume may change them
 TRACKING_KEYS = ("wandb_log", "wandb_project", "wandb_run_name", "mechanism_stats", "max_estimated_hours")
-MODEL_KEYS = frozenset(k for s in ("model", "scale vectors", "mixture of experts") for k in SECTIONS[s]) - \
-    {"scale_wd"}  # the model's config (model.GPTConfig); scale_wd is the optimizer's
 
 
 class UserError(Exception):
@@ -450,13 +449,12 @@ def value_problem(key, value):
 
 
 def check_values(cfg):
-    """UserError, one line, for the first value ALLOWED refuses (value_problem). Model keys' errors
-    start with 'model config: ', as model.GPTConfig's do. A key cfg lacks (an ablation run's
-    out_dir) is skipped."""
+    """UserError, one line, for the first value ALLOWED refuses (value_problem). A key cfg lacks (an
+    ablation run's out_dir) is skipped."""
     for key in ALLOWED:
         problem = key in cfg and value_problem(key, cfg[key])
         if problem:
-            raise UserError(("model config: " if key in MODEL_KEYS else "") + problem)
+            raise UserError(problem)
 
 
 def unusual(cfg):

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from configurator import DEFAULTS, MODEL_KEYS, UserError, complete, not_one_of, value_problem
+from configurator import DEFAULTS, UserError, complete, not_one_of, value_problem
 from norms import (SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, autocast_dtype, branch_linears, dnp_fusable, dnp_swiglu,
                    fold_all_, fused_body, make_scale, scale_class_problem)
 
@@ -226,6 +226,7 @@ class GPTConfig:
 
 
 MOE_KEYS = ("top_k", "moe_every", "expert_d_ff", "shared_expert", "aux_loss_coef", "z_loss_coef")
+MODEL_KEYS = frozenset(f.name for f in fields(GPTConfig))  # the run config's model keys, wherever their rows sit
 
 
 def baseline_of(cfg):

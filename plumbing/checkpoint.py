@@ -31,7 +31,7 @@ from contextlib import contextmanager
 import torch
 
 from plumbing.common import checked_stat, open_checked
-from configurator import MODEL_KEYS, TRACKING_KEYS, UserError, complete
+from configurator import TRACKING_KEYS, UserError, complete
 
 
 @contextmanager
@@ -331,6 +331,7 @@ def resume_config(cfg, given):
     later checkpoint, and this resume's into the log).
     Raises UserError for a missing/damaged checkpoint or one past max_iters.
     """
+    from model import MODEL_KEYS
     ckpt = load_checkpoint(checkpoint_in(cfg["out_dir"]))
     saved = complete(ckpt["config"])  # a key added since it was written takes the value it meant then
     for key in MODEL_KEYS & given:

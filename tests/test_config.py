@@ -18,17 +18,17 @@ import configurator
 from plumbing import memory
 import optim
 from plumbing.common import DEVICE_FORMS
-from configurator import ALLOWED, DEFAULTS, MODEL_KEYS, SECTIONS, UserError, load_config, usage
+from configurator import ALLOWED, DEFAULTS, SECTIONS, UserError, load_config, usage
 from conftest import ROOT
 from plumbing.memory import estimate_size
-from model import GPTConfig, model_config
+from model import MODEL_KEYS, GPTConfig, model_config
 from plumbing.ops import check_config, inert_keys, inert_notes
 from research.ablation import load_ablation
 from test_train import make_dataset, run, tiny_args
 
 
 def test_the_model_config_takes_every_default_from_the_one_table():
-    assert MODEL_KEYS == {f.name for f in fields(GPTConfig)}
+    assert MODEL_KEYS == {f.name for f in fields(GPTConfig)} and MODEL_KEYS <= DEFAULTS.keys()  # every field has a row
     for f in fields(GPTConfig):
         assert f.default is not MISSING and f.default == DEFAULTS[f.name], f.name
     # d_ff, expert_d_ff, n_kv_head, head_dim and vocab_size of 0 mean "derived": the built config

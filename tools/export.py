@@ -62,9 +62,9 @@ import torch
 
 from plumbing.checkpoint import checkpoint_in, load_model
 from plumbing.common import cli
-from configurator import MODEL_KEYS, UserError, folder_problem
+from configurator import UserError, folder_problem
 from plumbing.dataset import bpe_encoding, checked_encoding, codec_kind, hf_tokenizer
-from model import BRANCHES, CHOICES
+from model import BRANCHES, CHOICES, MODEL_KEYS
 
 TOLERANCE = 1e-4  # largest |logit difference| allowed, relative to max(1, largest |logit|); float32
 MODELING_FILE = "modeling_scalevec.py"  # shipped into folders that need it; lives beside this file
