@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from plumbing.checkpoint import save_run_checkpoint
-from plumbing.common import StopSignals, agree, cli, compile_errors, numerics_env, shard, stop_signal
+from plumbing.common import StopSignals, agree, cli, compile_errors, end_distributed, numerics_env, shard, stop_signal
 from configurator import UserError, load_config, usage
 from plumbing.mechanism import start_mechanism
 from model import GPT
@@ -306,19 +306,20 @@ def main(argv):
     if "-h" in argv or "--help" in argv:
         print(usage(__doc__, choices()))
         return 0
+    clean = False  # True once train() returned: every rank of a run that ended normally is there
     try:
         cfg, given = load_config(argv)
         env = numerics_env(cfg["cpu_numerics"])
         if env:  # read as torch loads: only a fresh process takes them (cpu_numerics="portable")
             os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv], {**os.environ, **env})
         stopped = train(cfg, given)["stopped"]
+        clean = True
         if stopped:
             return 128 + signal.Signals[stopped].value
     except FloatingPointError as e:
         raise UserError(str(e)) from None
     finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        end_distributed(clean)  # every rank out of every collective before any closes its connections
     return 0
 
 

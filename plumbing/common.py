@@ -239,6 +239,25 @@ def setup_distributed(device_name, timeout_s):
     return rank, local_rank, world
 
 
+def end_distributed(clean):
+    """Tear torch.distributed down at a process's end (no-op without a process group), alike on every
+    rank. clean: this rank finished its work normally, as every rank does in a normal run; it then
+    first waits on the host group's barrier, so no rank closes its gloo connections while another is
+    still inside a collective (a peer gone mid-exchange aborts that rank in C++: a run that passed
+    can end in SIGABRT). Then every group is destroyed and the host group's reference dropped, so
+    none is left for the interpreter's exit to tear down in its own order. Not clean (an error on
+    this rank): no barrier, since another rank may never reach it."""
+    import torch
+
+    global _host_group
+    if not torch.distributed.is_initialized():
+        return
+    if clean:
+        torch.distributed.barrier(group=_host_group)
+    _host_group = None
+    torch.distributed.destroy_process_group()
+
+
 def shard(model):
     """FSDP2 (torch.distributed.fsdp.fully_shard) over the process group, in place: each block is
     one unit (its parameters gathered for its forward and backward, then freed), the root holds the

@@ -157,3 +157,49 @@ def test_the_split_error_gives_settings_that_divide_and_keep_the_batch(monkeypat
         assert int(new_batch[1]) * new_accum == batch * accum, str(info.value)
     else:
         assert new_batch is None and f"then {batch * new_accum} sequences" in str(info.value)
+
+
+def test_a_process_ends_its_process_group_alike_on_every_rank_barrier_first_when_clean(tmp_path, monkeypatch):
+    """common.end_distributed: clean, the host group's barrier comes before the groups are destroyed (no
+    rank closes its connections while another is still in a collective); after an error no barrier
+    (another rank may never reach it). Every group is gone after, the host group's reference too, on a
+    real gloo group of one process; without a group it does nothing. train.main ends through it, clean
+    exactly when train() returned."""
+    import torch.distributed as dist
+
+    import train as train_mod
+    from plumbing import common
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    common._host_group = dist.new_group(backend="gloo")
+    calls = []
+    barrier = dist.barrier
+    monkeypatch.setattr(dist, "barrier", lambda group=None: calls.append(("barrier", group)) or barrier(group=group))
+    host = common._host_group
+    common.end_distributed(clean=True)
+    assert calls == [("barrier", host)] and not dist.is_initialized() and common._host_group is None
+    common.end_distributed(clean=True)  # no group: nothing to do, nothing waits
+    assert calls == [("barrier", host)]
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)  # as a rank whose run failed sees it
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append("destroy"))
+    common.end_distributed(clean=False)
+    assert calls == [("barrier", host), "destroy"]
+    ended = []
+    monkeypatch.setattr(train_mod, "end_distributed", ended.append)
+    args = tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o")
+
+    def trained(result):
+        """A stand-in for train(): returns result, or raises it."""
+        def run(cfg, given):
+            if isinstance(result, Exception):
+                raise result
+            return result
+        return run
+
+    for result, code in (({"stopped": None}, 0), ({"stopped": "SIGTERM"}, 128 + signal.SIGTERM), (UserError("x"), None)):
+        monkeypatch.setattr(train_mod, "train", trained(result))
+        if code is None:
+            with pytest.raises(UserError):
+                train_mod.main(args)
+        else:
+            assert train_mod.main(args) == code
+    assert ended == [True, True, False]
