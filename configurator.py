@@ -20,8 +20,8 @@ This module is a leaf: it imports nothing of this project, and no torch at
 load time. Also here, because bad input is the config's business and every
 command shares them: `UserError` (bad input, shown as one line), `cli` (the
 entry point that shows it, and a Ctrl-C or a full disk as one line), and the
-OpenMP settings train.py applies before torch loads. Devices, signals and
-compile errors are ops.py's.
+OpenMP settings train.py applies before torch loads, and what a registry entry reads (Reading: the
+registries' contracts check it at start). Devices, signals and compile errors are ops.py's.
 """
 
 import ast
@@ -487,4 +487,34 @@ def check(cfg_dict):
     if cfg_dict.get("wandb_log") and importlib.util.find_spec("wandb") is None:
         raise UserError("wandb_log=True needs the wandb package: pip install wandb (or drop --wandb_log)")
 
+
+
+
+# -----------------------------------------------------------------------------
+# What a registry entry reads, so that its contract can be checked at start (optim.check_contracts: an
+# optimizer's, schedule's or recipe's config keys)
+
+
+class NoRow(ValueError):
+    """A registry entry read a config key that has no row in SECTIONS (Reading)."""
+
+
+def no_row(where, key):
+    """The line for a key `where` (a registry entry, "LR_SCHEDULES['step']") reads that has no row."""
+    return f"{where} reads the key {key!r}, which has no row in configurator.SECTIONS: add its row (default, allowed " \
+           f"values, meaning) there"
+
+
+class Reading:
+    """A run config (a namespace) as a registry entry reads it: each key read goes into `read`; a key cfg
+    lacks reads as its default; one with no row raises NoRow naming `where` and the fix."""
+
+    def __init__(self, cfg, where):
+        self.cfg, self.where, self.read = vars(cfg), where, set()
+
+    def __getattr__(self, key):
+        if key not in DEFAULTS:
+            raise NoRow(no_row(self.where, key))
+        self.read.add(key)
+        return self.cfg.get(key, DEFAULTS[key])
 

@@ -13,10 +13,10 @@ Groups, and the declared field that puts a parameter there:
     magnitude_input   its magnitude_name param, role "input"      by scale_wd   scale_lr x magnitude_lr_mult
     magnitude_output  the same, role "output"                     by scale_wd   scale_lr x magnitude_lr_mult
     router            optim_group "router" (model.Router)         weight_decay  AdamW always
-`scale_wd`: "iwd" = (weight_decay, 0), the paper's; "all" = (weight_decay,
-weight_decay); "none" = (0, 0), the usual nanoGPT/Llama practice; "iwd_final" =
-"iwd" by each scale's `untied_role`, which also decays the final-norm scale
-while the head is tied (output-role then; the test of that rule,
+`scale_wd` names a recipe (SCALE_WD: ScaleDecay), the decay it gives each role: "iwd" =
+(weight_decay, 0), the paper's; "all" = (weight_decay, weight_decay); "none" = (0, 0), the
+usual nanoGPT/Llama practice; "iwd_final" = "iwd" by each scale's `untied_role`, which also
+decays the final-norm scale while the head is tied (output-role then; the test of that rule,
 configs/ablations/c4_tied_final_norm.py).
 Only these declared fields are read (norms.py documents them), never model
 classes or names; a module that owns parameters and fits no group is an error.
@@ -28,35 +28,58 @@ from typing import Callable
 
 import torch
 
-from configurator import DEFAULTS, not_one_of
-from norms import SCALE_CLASSES, ScaledLinear, ScaleVector
+from configurator import DEFAULTS, NoRow, Reading, no_row, not_one_of
+from norms import ROLES, SCALE_CLASSES, ScaledLinear, ScaleVector
+
+
+def input_role(role, cfg):
+    """IWD: weight_decay on input-role scales, none on output-role ones (paper section 4, claim C4)."""
+    return cfg.weight_decay if role == "input" else 0.0
+
+
+def every_role(role, cfg):
+    return cfg.weight_decay
+
+
+def no_role(role, cfg):
+    return 0.0
 
 
 @dataclass(frozen=True)
 class ScaleDecay:
-    """A weight-decay recipe for scale vectors (scale_wd): whether input-role and output-role
-    scales are decayed (by weight_decay), and whether a scale's role is read as it is while the
-    LM head is tied (ScaleVector.role) or as it would be untied (untied=True: untied_role, so the
-    tied final-norm scale counts as input-role). Paper section 4 (claim C4)."""
+    """A weight-decay recipe for the scale vectors (a scale_wd choice), an entry as a Schedule is.
 
-    input: bool
-    output: bool
-    untied: bool
+    decay(role, cfg) -> float: the weight decay of the scales of role "input" or "output" (groups
+        scale_<role> and magnitude_<role>). AdamW applies it to each raw parameter, p -= lr * decay
+        * p: what that does to gamma is the class's (norms.py; for gamma = p / tau, decaying tau
+        raises gamma).
+    keys: the config keys it reads besides weight_decay (a note says they do nothing under another
+        recipe); meaning: --help's line; untied: group each scale by its untied_role
+        (norms.ScaleVector), so the tied final-norm scale counts as input-role; check: an optional
+        check(cfg) raising ValueError.
+    Its contract (check_contracts refuses an entry that breaks it, at start, in one line): each key
+    it reads has a row in configurator.SECTIONS and is declared in keys (weight_decay aside), and
+    under the run's config decay gives a finite number >= 0 for each role."""
+
+    decay: Callable
+    keys: tuple
     meaning: str
+    untied: bool = False
+    check: Callable = None
 
 
 SCALE_WD = {
-    "iwd": ScaleDecay(True, False, False, "decay input-role scales only (the paper's IWD)"),
-    "all": ScaleDecay(True, True, False, "decay every scale"),
-    "none": ScaleDecay(False, False, False, "decay no scale (the usual nanoGPT/Llama practice)"),
-    "iwd_final": ScaleDecay(True, False, True, "iwd that also decays the tied final-norm scale"),
+    "iwd": ScaleDecay(input_role, (), "decay input-role scales only (the paper's IWD)"),
+    "all": ScaleDecay(every_role, (), "decay every scale"),
+    "none": ScaleDecay(no_role, (), "decay no scale (the usual nanoGPT/Llama practice)"),
+    "iwd_final": ScaleDecay(input_role, (), "iwd that also decays the tied final-norm scale", untied=True),
 }
 
 
 def param_groups(model, cfg):
     """Split model's parameters into role groups (see the module docstring).
 
-    Args: model (model.GPT); cfg with weight_decay, scale_wd, learning_rate,
+    Args: model (model.GPT); cfg with weight_decay, scale_wd (and its recipe's keys), learning_rate,
         muon_lr, optimizer, scale_lr (the scale vectors' LR; 0 or absent:
         learning_rate), magnitude_lr_mult (the OR/ER magnitude's LR over the
         scale vectors'; paper Theorem 3.2 reads OR as a larger LR on it).
@@ -69,7 +92,7 @@ def param_groups(model, cfg):
     """
     check_choices(cfg, ("scale_wd", "optimizer"))
     wd, recipe = cfg.weight_decay, SCALE_WD[cfg.scale_wd]
-    scale_wd = (wd if recipe.input else 0.0, wd if recipe.output else 0.0)
+    scale_wd = {role: recipe.decay(role, cfg) for role in ROLES}
     buckets = {k: [] for k in ("matrix", "embedding", "lm_head", "scale_input", "scale_output",
                                "magnitude_input", "magnitude_output", "router")}
     seen = set()
@@ -116,10 +139,10 @@ def param_groups(model, cfg):
         "matrix": (wd, vars(cfg)[matrices.lr_key], matrices.name),
         "embedding": (0.0, cfg.learning_rate, "adamw"),
         "lm_head": (wd, cfg.learning_rate, "adamw"),
-        "scale_input": (scale_wd[0], scale_lr, "adamw"),
-        "scale_output": (scale_wd[1], scale_lr, "adamw"),
-        "magnitude_input": (scale_wd[0], mag_lr, "adamw"),
-        "magnitude_output": (scale_wd[1], mag_lr, "adamw"),
+        "scale_input": (scale_wd["input"], scale_lr, "adamw"),
+        "scale_output": (scale_wd["output"], scale_lr, "adamw"),
+        "magnitude_input": (scale_wd["input"], mag_lr, "adamw"),
+        "magnitude_output": (scale_wd["output"], mag_lr, "adamw"),
         "router": (wd, cfg.learning_rate, "adamw"),
     }
     return [dict(name=name, params=buckets[name], weight_decay=spec[name][0], lr=spec[name][1],
@@ -179,6 +202,10 @@ class Optimizer:
     keys: config keys only it reads (a note says they do nothing under another optimizer)
     shards: whether it can step parameters FSDP2 has sharded (an update per element, as AdamW's;
         Muon's orthogonalization needs whole matrices); False, the safe default, refuses fsdp=True
+    check: an optional check(cfg) raising ValueError
+    Its contract (check_contracts refuses an entry that breaks it, at start, in one line): its name
+    is its key, and each key it reads has a row in configurator.SECTIONS and is declared (lr_key,
+    keys; learning_rate, beta1, beta2 aside: AdamW's, which every run reads).
     """
 
     name: str
@@ -187,6 +214,7 @@ class Optimizer:
     keys: tuple
     meaning: str
     shards: bool = False
+    check: Callable = None
 
 
 OPTIMIZERS = {o.name: o for o in (
@@ -318,22 +346,69 @@ LR_SCHEDULES = {
 CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "scale_wd": SCALE_WD}
 
 
+# The keys an entry reads without declaring them in its keys: they act whichever entry runs (AdamW
+# steps every group but the matrices; every schedule warms up and ends; every recipe scales weight_decay).
+SHARED_KEYS = {"OPTIMIZERS": ("learning_rate", "beta1", "beta2"), "LR_SCHEDULES": ("warmup_iters", "max_iters", "learning_rate"),
+               "SCALE_WD": ("weight_decay",)}
+ENTRY_TYPES = {"OPTIMIZERS": Optimizer, "LR_SCHEDULES": Schedule, "SCALE_WD": ScaleDecay}
+
+
+def entry_reads(registry, name, entry, cfg):
+    """The config keys `entry` (registry[name]) reads under cfg: an optimizer building itself for one
+    matrix on the CPU, a schedule's multiplier at a few iterations, a recipe's decay of each role, and
+    its check. ValueError (Reading) for a key with no row; any other error of an entry's code is left
+    to the run, which calls it for real."""
+    reading, start, end = Reading(cfg, f"{registry}[{name!r}]"), cfg.warmup_iters, cfg.max_iters
+    matrix = {"params": [torch.nn.Parameter(torch.zeros(2, 2))], "lr": 0.0, "initial_lr": 0.0, "weight_decay": 0.0}
+    calls = {"OPTIMIZERS": lambda: entry.build([matrix], reading, "cpu"),
+             "LR_SCHEDULES": lambda: [entry.multiplier(it, reading, cfg.min_lr / cfg.learning_rate)
+                                      for it in (start, (start + end) // 2, end)],
+             "SCALE_WD": lambda: [entry.decay(role, reading) for role in ROLES]}
+    for call in (calls[registry], *([lambda: entry.check(reading)] if entry.check else [])):
+        try:
+            call()
+        except NoRow:
+            raise
+        except Exception:  # the entry's own error: the run meets it where it calls the entry
+            pass
+    return reading.read
+
+
 def check_contracts(cfg):
-    """ValueError (one line naming the rule and the entry) when a registry entry breaks its contract:
-    an OPTIMIZERS entry whose name is not its key (its groups would name an optimizer no key holds),
-    an OPTIMIZERS or LR_SCHEDULES entry that reads a key with no config row (Optimizer, Schedule),
-    or the run's schedule leaving [min_lr / learning_rate, 1] or rising after warmup, sampled at
-    up to 257 iterations from warmup_iters to max_iters (every one for a shorter run)."""
-    for name, entry in OPTIMIZERS.items():
-        if entry.name != name:
-            raise ValueError(f"OPTIMIZERS[{name!r}] is named {entry.name!r}: its groups would name an optimizer the "
-                             f"registry does not hold; give it its key as its name (Optimizer({name!r}, ...))")
-    for registry, entries in (("OPTIMIZERS", OPTIMIZERS), ("LR_SCHEDULES", LR_SCHEDULES)):
+    """ValueError (one line naming the rule, the entry and the fix) when a registry entry breaks its
+    contract (Optimizer, Schedule, ScaleDecay say it): an entry of the wrong type; an OPTIMIZERS entry
+    whose name is not its key (its groups would name an optimizer no key holds); a key an entry
+    declares or reads (entry_reads) with no config row, or reads without declaring it (SHARED_KEYS
+    aside: no note would say it does nothing under another entry). The run's own entries under its
+    config: check_run_contracts."""
+    for registry, entries in (("OPTIMIZERS", OPTIMIZERS), ("LR_SCHEDULES", LR_SCHEDULES), ("SCALE_WD", SCALE_WD)):
         for name, entry in entries.items():
-            for key in (*entry.keys, *((entry.lr_key,) if isinstance(entry, Optimizer) else ())):
+            where = f"{registry}[{name!r}]"
+            if not isinstance(entry, ENTRY_TYPES[registry]):
+                raise ValueError(f"{where} is a {type(entry).__name__}: make it an optim.{ENTRY_TYPES[registry].__name__}")
+            if isinstance(entry, Optimizer) and entry.name != name:
+                raise ValueError(f"{where} is named {entry.name!r}: its groups would name an optimizer the registry does "
+                                 f"not hold; give it its key as its name (Optimizer({name!r}, ...))")
+            declared = (*entry.keys, *((entry.lr_key,) if isinstance(entry, Optimizer) else ()))
+            for key in declared:
                 if key not in DEFAULTS:
-                    raise ValueError(f"{registry}[{name!r}] reads the key {key!r}, which has no row in "
-                                     f"configurator.SECTIONS: add its row (default, allowed values, meaning) there")
+                    raise ValueError(no_row(where, key))
+            undeclared = sorted(entry_reads(registry, name, entry, cfg) - {*declared, *SHARED_KEYS[registry]})
+            if undeclared:
+                raise ValueError(f"{where} reads the key {undeclared[0]!r} without declaring it: add it to its keys "
+                                 f"(a note then says it does nothing under another entry)")
+
+
+def check_run_contracts(cfg):
+    """ValueError (one line) when the run's own entries break their contract under its config: its
+    recipe's decay no finite number >= 0 for a role, its schedule leaving [min_lr / learning_rate, 1]
+    or rising after warmup (sampled at up to 257 iterations from warmup_iters to max_iters, every one
+    for a shorter run)."""
+    for role in ROLES:
+        wd = SCALE_WD[cfg.scale_wd].decay(role, cfg)
+        if isinstance(wd, bool) or not isinstance(wd, (int, float)) or not 0 <= wd < math.inf:
+            raise ValueError(f"SCALE_WD[{cfg.scale_wd!r}].decay({role!r}, cfg) gave {wd!r}, not a weight decay (a finite "
+                             f"number >= 0): fix its decay (optim.ScaleDecay says the contract)")
     schedule, floor = LR_SCHEDULES[cfg.lr_schedule], cfg.min_lr / cfg.learning_rate
     low = floor if "min_lr" in schedule.keys else 0.0  # (a schedule that never reads min_lr has no floor)
     start, end = cfg.warmup_iters, cfg.max_iters  # (a run inside its warmup never reads the schedule)
@@ -372,37 +447,41 @@ def check(cfg):
     if cfg.fsdp and not OPTIMIZERS[cfg.optimizer].shards:
         raise ValueError(f"optimizer={cfg.optimizer!r} cannot step FSDP2's sharded parameters (it needs whole "
                          f"matrices): use --optimizer=adamw with --fsdp=True, or DDP (--fsdp=False)")
+    check_contracts(cfg)  # first: an entry's check may read a key that has no row
     schedule = LR_SCHEDULES[cfg.lr_schedule]
     if "min_lr" in schedule.keys and cfg.min_lr > cfg.learning_rate:
         raise ValueError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the decay would "
                          f"raise the LR; set --min_lr <= learning_rate (it is the floor the LR decays to)")
-    if schedule.check:
-        schedule.check(cfg)
-    check_contracts(cfg)
+    for entry in (OPTIMIZERS[cfg.optimizer], schedule, SCALE_WD[cfg.scale_wd]):
+        if entry.check:
+            entry.check(cfg)
+    check_run_contracts(cfg)
 
 
 def inert_keys(cfg):
-    """[(key, why)]: the optimizer and schedule keys whose value changes nothing under the rest of
-    cfg (a namespace with every key): another optimizer's or schedule's keys (read from
-    OPTIMIZERS and LR_SCHEDULES), the OR/ER magnitude's LR without a magnitude, scale_wd with no
-    scale vectors or no decay to give."""
+    """[(key, why)]: the optimizer, schedule and recipe keys whose value changes nothing under the rest
+    of cfg (a namespace with every key): another optimizer's, schedule's or recipe's keys (read from
+    OPTIMIZERS, LR_SCHEDULES and SCALE_WD), the OR/ER magnitude's LR without a magnitude, scale_wd and
+    its recipe's keys with no scale vectors, scale_wd when every recipe decays scales by 0, or when
+    the recipe reads the untied role and the head is untied."""
     inert = []
-    for switch, registry in (("optimizer", OPTIMIZERS), ("lr_schedule", LR_SCHEDULES)):
+    for switch, registry in (("optimizer", OPTIMIZERS), ("lr_schedule", LR_SCHEDULES), ("scale_wd", SCALE_WD)):
         chosen = vars(cfg)[switch]
         for key in dict.fromkeys(k for entry in registry.values() for k in entry.keys):
             if key not in registry[chosen].keys:
                 readers = [repr(n) for n, e in registry.items() if key in e.keys]
                 readers = ", ".join(readers[:-1]) + " or " + readers[-1] if len(readers) > 1 else readers[0]
                 inert.append((key, f"{switch} is {chosen!r} (only {switch} {readers} reads it)"))
+    recipe = SCALE_WD[cfg.scale_wd]
     if cfg.scale == "none":
-        inert += [(k, "scale is 'none' (no scale vectors)") for k in ("magnitude_lr_mult", "scale_wd", "scale_lr")]
+        inert += [(k, "scale is 'none' (no scale vectors)") for k in ("magnitude_lr_mult", "scale_wd", "scale_lr", *recipe.keys)]
     if not SCALE_CLASSES[cfg.reparam].has_magnitude():
         inert.append(("magnitude_lr_mult", f"reparam is {cfg.reparam!r} (no separate magnitude parameter)"))
-    if cfg.weight_decay == 0:
-        inert.append(("scale_wd", "weight_decay is 0 (every scale_wd decays scales by 0)"))
-    recipe = SCALE_WD[cfg.scale_wd]
+    decays = {name: tuple(r.decay(role, cfg) for role in ROLES) for name, r in SCALE_WD.items()}
+    if not any(any(d) for d in decays.values()):
+        inert.append(("scale_wd", f"weight_decay is {cfg.weight_decay:g} (every scale_wd decays scales by 0)"))
     if recipe.untied and not cfg.tie_embeddings:
-        same = [n for n, r in SCALE_WD.items() if not r.untied and (r.input, r.output) == (recipe.input, recipe.output)]
+        same = [n for n, r in SCALE_WD.items() if not r.untied and decays[n] == decays[cfg.scale_wd]]
         inert.append(("scale_wd", f"tie_embeddings is False (every scale then has its untied role: the run is the "
                                   f"one of scale_wd={same[0]!r})" if same else "tie_embeddings is False"))
     return inert
