@@ -20,8 +20,9 @@ This module is a leaf: it imports nothing of this project, and no torch at
 load time. Also here, because bad input is the config's business and every
 command shares them: `UserError` (bad input, shown as one line), `cli` (the
 entry point that shows it, and a Ctrl-C or a full disk as one line), and the
-OpenMP settings train.py applies before torch loads, and what a registry entry reads (Reading: the
-registries' contracts check it at start). Devices, signals and compile errors are ops.py's.
+OpenMP settings train.py applies before torch loads, and what a registry entry reads (Reading,
+attribute_reads: the registries' contracts check it at start). Devices, signals and compile errors
+are ops.py's.
 """
 
 import ast
@@ -245,8 +246,14 @@ def folder_problem(path):
 
     Checked by trying: a probe file in path, or in its nearest existing parent when path does not
     exist yet (nothing is created there), so a read-only disk or a root-owned folder is seen as such.
+    A symbolic link at path is refused before any probe: a command writes in a folder itself, never
+    through a link (one planted in a downloaded run folder would have it write elsewhere).
     """
+    import shlex
     import tempfile
+    if os.path.islink(path.rstrip(os.sep) or path):  # ("link/" would name the folder it points to)
+        return (f"a symbolic link (to {os.readlink(path.rstrip(os.sep))}): a command writes only in a folder itself, never "
+                f"through a link; name the folder it points to ({shlex.quote(os.path.realpath(path))}) or another")
     if os.path.exists(path) and not os.path.isdir(path):
         return "a file, not a folder: name a folder (it is created if missing)"
     parent = os.path.abspath(path)
@@ -492,7 +499,7 @@ def check(cfg_dict):
 
 # -----------------------------------------------------------------------------
 # What a registry entry reads, so that its contract can be checked at start (optim.check_contracts: an
-# optimizer's, schedule's or recipe's config keys)
+# optimizer's, schedule's or recipe's config keys; model.check_placement: a placement's attributes)
 
 
 class NoRow(ValueError):
@@ -518,3 +525,26 @@ class Reading:
         self.read.add(key)
         return self.cfg.get(key, DEFAULTS[key])
 
+
+def attribute_reads(entry, base, run):
+    """(run's result, unread, undeclared) of run(copy), where copy is `entry` (a dataclass instance)
+    recording each attribute read: unread, the attributes its class adds over the class `base` (fields
+    and methods) that nothing read; undeclared, the names read that it lacks (a typo, which getattr's
+    default would hide). An AttributeError from run is swallowed when it read an undeclared name
+    (the result is None then), else raised."""
+    cls, read, undeclared = type(entry), set(), set()
+
+    def recording(self, attr):
+        known = hasattr(cls, attr) or attr in object.__getattribute__(self, "__dict__") or attr.startswith("__")
+        (read if known else undeclared).add(attr)
+        return object.__getattribute__(self, attr)
+
+    result = None
+    try:
+        result = run(type(cls.__name__, (cls,), {"__getattribute__": recording})(**vars(entry)))
+    except AttributeError:
+        if not undeclared:
+            raise
+    added = [name for name in cls.__dataclass_fields__ if name not in base.__dataclass_fields__]
+    added += [a for c in cls.__mro__[:cls.__mro__.index(base)] for a in vars(c) if a[0] != "_" and a not in added]
+    return result, [a for a in added if a not in read], sorted(undeclared)

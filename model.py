@@ -16,6 +16,7 @@ each carry their own gamma on their linear map's input.
 """
 
 import functools
+import itertools
 import math
 import warnings
 import zlib
@@ -25,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from configurator import DEFAULTS, UserError, complete, not_one_of, value_problem
+from configurator import DEFAULTS, UserError, attribute_reads, complete, not_one_of, value_problem
 from norms import (SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, autocast_dtype, branch_linears, dnp_fusable, dnp_swiglu,
                    fold_all_, fused_body, make_scale, scale_class_problem)
 
@@ -35,23 +36,12 @@ DUAL_SITES = ("prenorm", "all")
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a placement (attn_placement, mlp_placement) puts scale vectors and normalizations around
-    a sub-layer's branches (BRANCHES: the maps that read the normalized input) and its output map
-    (W_o; W_down). Its contract is its three methods: every rule about a placement (Attention, MLP,
-    Block's magnitude-free pre-norm scales, config checks, notes, export, --hf_model) asks them,
-    never the fields; check_placement refuses at start an answer that is no bool, or a bad `outer`:
-
-      carries_outer(branch)  a scale u on the branch's output (DP; DNP's outer scales); input-role,
-          except a gate's u after the gate's normalization (SiLU follows it: output-role).
-      normalizes(branch)     a normalization over the branch's output (over d_ff: DNP, in_norm). No
-          fold removes it: export ships its modeling file for both MLP branches, else refuses.
-      scales_output_map()    whether dual_sites="all" puts scales on both sides of W_o / W_down.
-
-    The fields answer for the entries here: dual (u on the branches `outer` names, None: all; the
-    output map's scales), norm (every branch), meaning (--help's). A fork they cannot describe
-    subclasses Placement with a field of its own, overriding the methods it changes (a behaviour no
-    method states also needs code in Attention or MLP). HG's inner scales are branch_scales'.
-    """
+    """Where a placement (attn_placement, mlp_placement) puts scale vectors and normalizations around a
+    sub-layer's branches (BRANCHES: the maps that read the normalized input) and its output map (W_o;
+    W_down). Its contract is its three methods: every rule about a placement (Attention, MLP, Block's
+    magnitude-free pre-norm scales, config checks, notes, export, --hf_model) asks them, never the
+    fields; check_placement holds each entry to it at start. The fields answer for the entries here: dual (u
+    on the branches `outer` names, None: all; the output map's scales), norm (every branch), meaning (--help's)."""
 
     dual: bool
     norm: bool
@@ -59,11 +49,13 @@ class Placement:
     outer: tuple = None
 
     def carries_outer(self, branch):
-        """Whether `branch` ("q", ..., "up") gets a scale u on its output under this placement."""
+        """Whether `branch` ("q", ..., "up") gets a scale u on its output (DP; DNP's outer scales): input-role,
+        except a gate's u after the gate's normalization (SiLU follows it: output-role)."""
         return self.dual and (self.outer is None or branch in self.outer)
 
     def normalizes(self, branch):
-        """Whether `branch`'s output is normalized (over d_ff in the MLP), before its u."""
+        """Whether `branch`'s output is normalized (over d_ff in the MLP: DNP, in_norm), before its u. No fold
+        removes it: export ships its modeling file for both MLP branches, else refuses."""
         return self.norm
 
     def scales_output_map(self):
@@ -72,7 +64,8 @@ class Placement:
 
 
 def check_placement(key, name):
-    """ValueError, one line naming the entry and the fix, for a placement that breaks Placement's contract."""
+    """ValueError, one line naming the entry and the fix, for a placement that breaks Placement's contract:
+    an answer that is no bool, a bad `outer`; for a subclass's entry, what subclass_problem finds."""
     p, branches, where = CHOICES[key][name], BRANCHES[key], f"{key.split('_')[0].upper()}_PLACEMENTS[{name!r}]"
     if not isinstance(p, Placement):
         raise ValueError(f"{where} is a {type(p).__name__}: make it a model.Placement (or a subclass)")
@@ -83,23 +76,59 @@ def check_placement(key, name):
         if not isinstance(answer, bool):
             raise ValueError(f"{where}.{method}({', '.join(map(repr, args))}) answered {answer!r}, not True or False: "
                              f"make it return a bool (model.Placement says the contract)")
+    if type(p) is not Placement and (key, name) not in BUILDING and (problem := subclass_problem(key, name, p, (Attention, MLP))):
+        raise ValueError(where + problem)
 
 
-# The placements, by name (paper section 3; README: The variants). A fork adds an entry here
-# (for a behaviour these fields cannot describe, a Placement subclass answering through its methods).
+BUILDING = set()  # the (key, name) of the placements subclass_problem is building models of
+
+
+@functools.lru_cache(maxsize=None)  # per entry and code (the classes that build it)
+def subclass_problem(key, name, p, code):
+    """None, or the rest of one line naming the fix, for the entry p = CHOICES[key][name] of a Placement
+    subclass, built (model_structure) while each attribute read of p is recorded (attribute_reads):
+    reading one it does not declare (a typo), leaving one its class adds unread (a field, or a method
+    the Attention or MLP edit asks: missing), or building what another entry builds (a field left out)."""
+    def build(recording):
+        CHOICES[key][name] = recording
+        models = model_structure(key, name)
+        return [n for n in CHOICES[key] if n != name and model_structure(key, n) == models]
+
+    BUILDING.add((key, name))
+    try:
+        same, unread, undeclared = attribute_reads(p, Placement, build)
+    finally:
+        CHOICES[key][name] = p
+        BUILDING.discard((key, name))
+    if undeclared or unread:
+        return (f": building the model reads .{undeclared[0]}, which {type(p).__name__} does not declare: fix the name" if undeclared
+                else f": nothing building the model reads {', '.join(unread)} ({type(p).__name__}'s): the code in "
+                     f"{'Attention' if key == 'attn_placement' else 'MLP'} that asks it is missing (docs/forks.md), or drop it")
+    fields_ = ", ".join(f"{k}={v!r}" for k, v in vars(p).items() if k != "meaning")
+    return f" builds the models {same[0]!r} builds ({fields_}): give the entry the field that makes it differ, or use {same[0]!r}" \
+        if same else None
+
+
+def model_structure(key, name):
+    """What tells placement `name`'s models apart: each module's name, class and extra_repr (widths, roles,
+    out_norm) in a one-block dense model on the CPU, for every branch_scales, qk_norm, output_norms, dual_sites."""
+    with torch.device("cpu"):
+        return [(n, type(m).__name__, m.extra_repr()) for hg, qk, out, sites in itertools.product(*[(False, True)] * 3, DUAL_SITES)
+                for n, m in GPT(GPTConfig(n_layer=1, n_head=2, n_embd=8, d_ff=16, block_size=4, vocab_size=8, scale="vector",
+                                          n_experts=0, branch_scales=hg, qk_norm=qk, output_norms=out, dual_sites=sites,
+                                          **{key: name})).named_modules()]
+
+
+# The placements, by name (paper section 3; README: The variants). A fork adds an entry here (docs/forks.md).
 ATTN_PLACEMENTS = {
-    "in": Placement(dual=False, norm=False, meaning="scales only before q, k, v (on the pre-norm, or per branch "
-                                                    "under HG)"),
+    "in": Placement(dual=False, norm=False, meaning="scales only before q, k, v (on the pre-norm, or per branch under HG)"),
     "dual": Placement(dual=True, norm=False, meaning="DP: also a scale on the outputs of q, k, v"),
 }
 MLP_PLACEMENTS = {
-    "in": Placement(dual=False, norm=False, meaning="scales only before gate, up (on the pre-norm, or per "
-                                                    "branch under HG)"),
+    "in": Placement(dual=False, norm=False, meaning="scales only before gate, up (on the pre-norm, or per branch under HG)"),
     "dual": Placement(dual=True, norm=False, meaning="DP: also a scale on the outputs of gate and up"),
-    "dual_norm": Placement(dual=True, norm=True, meaning="DNP: gate and up become u * normalize(W (v * x_hat)), "
-                                                         "normalized over d_ff"),
-    "in_norm": Placement(dual=False, norm=True, meaning="DNP's normalization over d_ff without its scales (the "
-                                                        "control for DNP)"),
+    "dual_norm": Placement(dual=True, norm=True, meaning="DNP: gate and up become u * normalize(W (v * x_hat)), normalized over d_ff"),
+    "in_norm": Placement(dual=False, norm=True, meaning="DNP's normalization over d_ff without its scales (the control for DNP)"),
 }
 # The Llama/Gemma baseline's scale-vector switches (shared scale vectors, placements "in"); with
 # scale_wd="none" (optim.py), the baseline of every comparison.
@@ -367,9 +396,6 @@ class Attention(nn.Module):
         for lin in (self.q, self.k, self.v, self.o):
             yield from lin.folds()
 
-    @torch.no_grad()
-    def fold_(self):
-        fold_all_(self.folds())
 
 
 class MLP(nn.Module):
@@ -424,9 +450,6 @@ class MLP(nn.Module):
             # silu(g) * (u_up * n) == (silu(g) * n) * u_up: u_up folds into down's columns
             yield self.up.out_scale, [self.down.weight], []
 
-    @torch.no_grad()
-    def fold_(self):
-        fold_all_(self.folds())
 
 
 class Router(ScaledLinear):
@@ -506,9 +529,6 @@ class MoE(nn.Module):
         for expert in self.mlps():
             yield from expert.folds()
 
-    @torch.no_grad()
-    def fold_(self):
-        fold_all_(self.folds())
 
     def mlps(self):
         """The routed experts and the shared one."""
@@ -569,9 +589,6 @@ class Block(nn.Module):
         yield from a.folds()
         yield from m.folds()
 
-    @torch.no_grad()
-    def fold_(self):
-        fold_all_(self.folds())
 
 
 class GPT(nn.Module):

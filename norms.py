@@ -21,19 +21,15 @@ place that turns the config into a scale vector, and `SCALE_CLASSES` the one
 table of parameterizations (config value `reparam` -> class).
 
 Every scale vector declares what optim.py reads about it:
-  role            "input": it folds exactly into an adjacent linear map
-                  (pre-norm scales, both sides of a linear map under DP,
-                  DNP's up-branch outer scale, the final-norm scale when the
-                  head is untied); "output": it sets a scale the model cannot
-                  get another way (QK-norm, output norms, DNP's gate-branch
-                  outer scale, which SiLU follows, the final-norm scale while
-                  the head is tied). IWD (C4): decay on input-role scales only.
-  untied_role     the role once the LM head is untied: `role`, except for the
-                  final-norm scale while tied (tie_, untie_).
-                  scale_wd="iwd_final" decays by it.
-  magnitude_name  (class) the parameter carrying the overall magnitude (OR,
-                  ER), which gets its own learning rate; None when gamma has
-                  no separate magnitude (PlainScale).
+  role            "input": it folds exactly into an adjacent linear map (pre-norm scales, both sides
+                  of a linear map under DP, DNP's up-branch outer scale, the final-norm scale when the
+                  head is untied); "output": it sets a scale the model cannot get another way (QK-norm,
+                  output norms, DNP's gate-branch outer scale, which SiLU follows, the final-norm scale
+                  while the head is tied). IWD (C4): decay on input-role scales only.
+  untied_role     the role once the LM head is untied: `role`, except for the final-norm scale while
+                  tied (tie_, untie_). scale_wd="iwd_final" decays by it.
+  magnitude_name  (class) the parameter carrying the overall magnitude (OR, ER), which gets its own
+                  learning rate; None when gamma has no separate magnitude (PlainScale).
 A ScaledLinear declares `optim_group`, its weight's group ("matrix";
 model.Router overrides it with "router").
 """
@@ -118,18 +114,15 @@ def _check_role(role):
 class ScaleVector(nn.Module):
     """Base class: a learnable per-channel scale gamma of shape (d,) with a role.
 
-    Args: dim d; role "input" (folds into an adjacent linear map, paper
-    Theorem 2.2) or "output" (see the module docstring).
-    Declares:
-      role, untied_role  instance fields: the role now, and the role once the
-          LM head is untied (the role it was built with; tie_() changes only
-          `role`, for while the head is tied).
-      magnitude_name     class field: the name of the parameter that carries
-          the overall magnitude (OR, ER), None when gamma has no separate
-          magnitude; has_magnitude() is derived from it.
-    Subclasses: forward() -> gamma (d,), == 1 at init; reset_() sets gamma
-    back to 1 (folding); a run refuses at start a SCALE_CLASSES entry that breaks
-    this (scale_class_problem). Raises ValueError for an unknown role.
+    Args: dim d; role "input" (folds into an adjacent linear map, paper Theorem 2.2) or "output"
+    (see the module docstring). Declares:
+      role, untied_role  instance fields: the role now, and the role once the LM head is untied (the
+          role it was built with; tie_() changes only `role`, for while the head is tied).
+      magnitude_name     class field: the name of the parameter that carries the overall magnitude
+          (OR, ER), None when gamma has no separate magnitude; has_magnitude() is derived from it.
+    Subclasses (SCALE_CLASSES' contract, which a run holds each entry to at start: scale_class_problem):
+    forward() -> gamma (d,), == 1 at init; reset_() sets gamma back to 1 (folding); set_(gamma), if it
+    has one, makes gamma equal a given one (--hf_model). Raises ValueError for an unknown role.
     """
 
     magnitude_name = None
@@ -156,7 +149,7 @@ class ScaleVector(nn.Module):
 
     def reset_(self):
         """Set the parameters so that gamma == 1 again (in place)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} has no reset_(): give it one (folding sets gamma back to 1)")
 
     def set_(self, gamma):
         """Set the parameters so that gamma equals `gamma` (d,) exactly (in place): a loaded
@@ -261,8 +254,9 @@ SCALE_CLASSES = {"plain": PlainScale, "or": ORScale, "er": ERScale}  # cfg.repar
 
 def scale_class_problem(name):
     """None, or one line naming the fix when SCALE_CLASSES[name] breaks ScaleVector's contract: a
-    subclass whose magnitude_name (if any) names one of its parameters and whose forward() is gamma
-    of shape (d,), == 1 at init (checked at start: model.GPTConfig)."""
+    subclass whose magnitude_name (if any) names one of its parameters, whose forward() is gamma of
+    shape (d,), == 1 at init and again after reset_() from other parameters, and whose set_, if it has
+    one, gives gamma the value it is given (checked at start: model.GPTConfig)."""
     return _class_problem(f"SCALE_CLASSES[{name!r}]", SCALE_CLASSES[name])
 
 
@@ -274,13 +268,20 @@ def _class_problem(where, cls):
         sv = cls(3, "input")
         gamma = sv()
         one = isinstance(gamma, torch.Tensor) and tuple(gamma.shape) == (3,) and torch.allclose(gamma.float(), torch.ones(3))
+        missed = []  # (method, the gamma it gave, the one it must give): reset_ from moved parameters; set_, if it has one
+        for method, target in (("reset_", torch.ones(3)), ("set_", torch.tensor([0.5, 2.0, 1.5]))) if one else ():
+            if method == "reset_" or cls.set_ is not ScaleVector.set_:
+                for p in sv.parameters():
+                    p.add_(0.25)
+                getattr(sv, method)(*([target] if method == "set_" else []))
+                missed += [] if torch.allclose(sv().float(), target, rtol=1e-5) else [(method, sv().tolist(), target.tolist())]
     names = [n for n, _ in sv.named_parameters()]
     if cls.magnitude_name is not None and cls.magnitude_name not in names:
         return (f"{where}.magnitude_name={cls.magnitude_name!r} is none of its parameters {names}: name the one "
                 f"that carries gamma's magnitude, or None")
     if not one:
         return f"{where}'s forward() gives {gamma!r} at init, not gamma == 1 of shape (d,): fix its init or forward()"
-    return None
+    return f"{where}.{missed[0][0]}() gives gamma {missed[0][1]}, not {missed[0][2]}: fix it (folding, --hf_model)" if missed else None
 
 
 def make_scale(cfg, dim, *, role, magnitude_free=False):

@@ -343,13 +343,15 @@ def set_gamma(scale, gamma):
 
 def put_gamma(gamma, shared, branches):
     """A pre-norm's loaded gamma: into its shared scale, else into each branch's input scale (HG),
-    else (scale="none") folded into the columns of the maps that read it, all exact. UserError
-    for a scale class without set_ (a fork's)."""
-    scales = [shared] if shared is not None else [lin.in_scale for lin in branches if lin.in_scale is not None]
-    for scale in scales:
-        set_gamma(scale, gamma)
-    if not scales:
-        for lin in branches:
+    folded into the columns of a branch that has none (scale="none", or a placement that leaves it
+    none), all exact. UserError for a scale class without set_ (a fork's)."""
+    if shared is not None:
+        set_gamma(shared, gamma)
+        return
+    for lin in branches:
+        if lin.in_scale is not None:
+            set_gamma(lin.in_scale, gamma)
+        else:
             lin.weight.mul_(gamma[None, :])
 
 

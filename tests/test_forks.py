@@ -1,13 +1,18 @@
 """docs/forks.md's fork guides, followed literally: new scale classes (one with two parameters),
-new placements (one with a field of its own), a new optimizer and a new schedule, each registered
+new placements (one with a field of its own, one with a method of its own), a new optimizer, a new
+schedule and a new weight-decay recipe (whose code is run from the guide's page), each registered
 at run time as a fork would register it in the source (one entry in its registry, and its config
-rows). Each is then covered by the suite's own generic tests, trains and resumes exactly, folds,
-gets its own run hash, gets the right inert notes, is measured by bench.py and exports (or says
-in one line why not); a broken entry of each registry is refused at start in one line naming its fix."""
-
+rows). Each is then covered by the suite's own generic tests (tests/test_registries.py: trains and
+resumes bit for bit, folds, exports or says in one line why not, reads a Hugging Face folder
+exactly), gets its own run hash, gets the right inert notes, is measured by bench.py; a broken entry
+of each registry (a forgotten row, a misspelt field, a skipped edit) is refused at start in one line
+naming its fix."""
 import itertools
 import json
 import math
+import os
+import re
+import textwrap
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -25,9 +30,11 @@ import test_optim
 from research.ablation import config_hash
 import configurator
 from configurator import DEFAULTS, UserError, load_config
-from conftest import add_row
+from conftest import BASELINE, ROOT, add_row
 from plumbing.ops import inert_keys
 from test_records import renamed_records
+from test_registries import REGISTRIES, exports, flags, folds, reads_a_folder, trains_and_resumes_exactly
+from test_registries import llama_folder_fixture  # noqa: F401 (the fixture llama_folder)
 from test_train import make_dataset, read_log, run, tiny_args
 
 
@@ -85,6 +92,59 @@ class BranchNormPlacement(model.Placement):
 
 BRANCH_NORM_PLACEMENT = BranchNormPlacement(dual=True, norm=False, norm_branches=("up",),
                                             meaning="DP with the up branch normalized over d_ff")
+
+
+def has_input_scale(self, branch):
+    """Whether HG gives `branch` its own input scale."""
+    return True
+
+
+@dataclass(frozen=True)
+class BarePlacement(model.Placement):
+    bare: tuple = ()  # the branches HG leaves without an input scale
+
+    def has_input_scale(self, branch):
+        return branch not in self.bare
+
+
+BARE_PLACEMENT = BarePlacement(dual=False, norm=False, bare=("q",), meaning="HG without gamma on q")
+
+
+class BareAttention(model.Attention):
+    """model.Attention with the guide's edit (its branch()'s in_scale ends `if hg and
+    cfg.attn.has_input_scale(name) else None`), written as a subclass: the same modules."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        for name in model.BRANCHES["attn_placement"]:
+            if cfg.branch_scales and not cfg.attn.has_input_scale(name):
+                getattr(self, name).in_scale = None
+
+
+def edit_attention(monkeypatch, attention=BareAttention):
+    """The guide's two edits of model.py for a new method: Placement's has_input_scale, Attention's question."""
+    monkeypatch.setattr(model.Placement, "has_input_scale", has_input_scale, raising=False)
+    if attention is not None:
+        monkeypatch.setattr(model, "Attention", attention)
+
+
+def guide_code(section):
+    """The ```python blocks of docs/forks.md's `## section`, in order, as written there."""
+    with open(os.path.join(ROOT, "docs", "forks.md")) as f:
+        body = f.read().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return [textwrap.dedent(block) for block in re.findall(r"```python\n(.*?)```", body, re.S)]
+
+
+def recipe_guide():
+    """docs/forks.md's weight-decay recipe, run from the page: ({name: ScaleDecay} its optim.py code
+    registers, {key: row} of its row for configurator.py's "scale vectors" section)."""
+    code, row = guide_code("A new weight-decay recipe")
+    namespace = {**vars(optim), "SCALE_WD": {}}
+    exec(code, namespace)
+    return namespace["SCALE_WD"], eval("{" + row + "}", dict(vars(configurator)))
+
+
+RECIPES, RECIPE_ROWS = recipe_guide()
 
 
 def build_sgd(groups, cfg, device_type):
@@ -155,6 +215,22 @@ def branch_norm(monkeypatch):
 
 
 @pytest.fixture
+def bare(monkeypatch):
+    edit_attention(monkeypatch)
+    monkeypatch.setitem(model.ATTN_PLACEMENTS, "bare_q", BARE_PLACEMENT)
+    return {"attn_placement": "bare_q"}
+
+
+@pytest.fixture
+def recipe(monkeypatch):
+    for name, entry in RECIPES.items():
+        monkeypatch.setitem(optim.SCALE_WD, name, entry)
+    for key, row in RECIPE_ROWS.items():
+        add_row(monkeypatch, "scale vectors", key, row)
+    return {"scale_wd": "iwd_scaled", "scale_wd_mult": 3.0}
+
+
+@pytest.fixture
 def schedule(monkeypatch):
     monkeypatch.setitem(optim.LR_SCHEDULES, "step", TOY_SCHEDULE)
     for key, row in STEP_ROWS.items():
@@ -162,45 +238,8 @@ def schedule(monkeypatch):
     return {"lr_schedule": "step", "step_gamma": 0.7, "step_every": 1}
 
 
-def flags(switches):
-    return [f"--{k}={v}" for k, v in switches.items()]
-
-
 # -----------------------------------------------------------------------------
 # What the suite then holds each of them to
-
-
-def trains_and_resumes_exactly(tmp_path, switches):
-    """4 iterations straight, and 2 then 2 more resumed: the same log, row for row."""
-    ds = make_dataset(tmp_path / "ds")
-    common = ["--max_iters=4", "--eval_interval=2", *flags(switches)]
-    run(tiny_args(ds, tmp_path / "a", *common))
-    run(tiny_args(ds, tmp_path / "b", *common[1:], "--max_iters=2"))
-    run(tiny_args(ds, tmp_path / "b", "--init_from=resume", "--max_iters=4"))
-    straight = read_log(tmp_path / "a")
-    resumed = [r for r in read_log(tmp_path / "b") if r["kind"] != "resume"]  # max_iters 2 -> 4, recorded
-    assert [(r["kind"], r["iter"]) for r in resumed] == [(r["kind"], r["iter"]) for r in straight]
-    for a, b in zip(straight, resumed):
-        for key in {"loss", "val_loss", "lr"} & a.keys():
-            assert b[key] == pytest.approx(a[key], rel=1e-6, abs=0), (a, b)
-    assert read_log(tmp_path / "a")[-1]["val_loss"] < math.log(40) + 0.5  # it trained, finitely
-    return tmp_path / "a"
-
-
-def exports(out_dir, refused=None, writes=False):
-    """export.py writes a folder whose logits transformers reproduces (it checks), or refuses in one line
-    (which says `refused`, when given: then it must refuse; writes=True: it must write)."""
-    pytest.importorskip("transformers", reason="optional extra: pip install -e '.[export]'")
-    from tools import export
-
-    try:
-        export.main([f"--out_dir={out_dir}", f"--export_dir={out_dir / 'hf'}"])
-    except UserError as e:
-        assert "\n" not in str(e) and not (out_dir / "hf").exists()
-        assert not writes and (refused is None or refused in str(e)), str(e)
-        return
-    assert refused is None, f"exported, where it should have refused: {refused}"
-    assert json.loads((out_dir / "hf" / "config.json").read_text())["architectures"]
 
 
 def bench_measures(switches, capsys, key):
@@ -430,7 +469,8 @@ def test_a_placement_with_a_field_of_its_own_answers_through_the_methods_everywh
     a field no shipped code reads (its `norm` is False). Every rule asks normalizes(): the modules,
     which scales are magnitude-free (against a hand rule, and against doubling each scale), folding,
     the notes and the hash, bench; export refuses it in one line naming it. Given DNP's answers
-    through the field, it is DNP's model everywhere, and exports as DNP does."""
+    through the field, it is DNP's model everywhere (built with its check held off), so the start
+    refuses it in one line as 'dual_norm' under another name."""
     generic_model_tests(mlp_placement="dp_up_norm")
     for hg, out_norms, sites in itertools.product((False, True), (False, True), ("prenorm", "all")):
         variant = dict(branch_scales=hg, output_norms=out_norms, dual_sites=sites, mlp_placement="dp_up_norm")
@@ -463,12 +503,107 @@ def test_a_placement_with_a_field_of_its_own_answers_through_the_methods_everywh
 
     monkeypatch.setitem(model.MLP_PLACEMENTS, "dnp_by_field", BranchNormPlacement(
         dual=True, norm=False, norm_branches=("gate", "up"), meaning="DNP, said through the field"))
-    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
-    for variant in (dict(branch_scales=False), dict(branch_scales=True, output_norms=True, dual_sites="all")):
-        dnp, field = (model.GPT(test_norms.tiny(reparam="or", mlp_placement=p, **variant)) for p in ("dual_norm", "dnp_by_field"))
-        assert [(n, type(s), s.role) for n, s in field.scale_vectors()] == [(n, type(s), s.role) for n, s in dnp.scale_vectors()]
-        torch.testing.assert_close(field(idx, idx)[0], dnp(idx, idx)[0], rtol=0, atol=0)
-    exports(trains_and_resumes_exactly(tmp_path / "dnp_by_field", {"mlp_placement": "dnp_by_field"}), writes=True)
+    with monkeypatch.context() as held_off:
+        held_off.setattr(model, "BUILDING", {("mlp_placement", "dnp_by_field")})
+        idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+        for variant in (dict(branch_scales=False), dict(branch_scales=True, output_norms=True, dual_sites="all")):
+            dnp, field = (model.GPT(test_norms.tiny(reparam="or", mlp_placement=p, **variant)) for p in ("dual_norm", "dnp_by_field"))
+            assert [(n, type(s), s.role) for n, s in field.scale_vectors()] == [(n, type(s), s.role) for n, s in dnp.scale_vectors()]
+            torch.testing.assert_close(field(idx, idx)[0], dnp(idx, idx)[0], rtol=0, atol=0)
+    with pytest.raises(UserError) as e:
+        run(tiny_args(make_dataset(tmp_path / "ds2"), tmp_path / "dnp_by_field", "--mlp_placement=dnp_by_field"))
+    words = ["MLP_PLACEMENTS['dnp_by_field'] builds the models 'dual_norm' builds", "norm_branches=('gate', 'up')",
+             "give the entry the field that makes it differ, or use 'dual_norm'"]
+    assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_a_placement_with_a_method_of_its_own_builds_what_it_answers_trains_folds_exports_and_reads_a_folder_exactly(
+        tmp_path, monkeypatch, capsys, llama_folder, bare):
+    """docs/forks.md's BarePlacement: a new method (has_input_scale), which Attention asks, answered
+    through a field. Under HG q has no input scale and k, v have theirs; with shared scales it is
+    "in"'s model. It trains, resumes, folds, exports, hashes, benches, and a Llama folder read into it
+    gives transformers' logits: q's weight takes the checkpoint's gamma in its columns. With gamma put
+    only where a scale holds it (hf/folder.put_gamma before that rule), the reading is silently
+    another function, which the generic reading test catches."""
+    from hf import folder as folder_io
+    for hg in (False, True):
+        attn = model.GPT(test_norms.tiny(branch_scales=hg, attn_placement="bare_q")).blocks[0].attn
+        assert [getattr(attn, b).in_scale is not None for b in "qkv"] == ([False, True, True] if hg else [False] * 3)
+    out = trains_and_resumes_exactly(tmp_path, bare)
+    folds(out)
+    exports(out, writes=True)
+    hashes_differ("attn_placement", "bare_q")
+    bench_measures(bare, capsys, "attn_placement")
+    folder, hf = llama_folder
+    switches = {**BASELINE, "branch_scales": True, **bare}
+    assert reads_a_folder(folder, hf, switches) == []
+
+    def put_gamma_in_scales_only(gamma, shared, branches):
+        for scale in [shared] if shared is not None else [lin.in_scale for lin in branches if lin.in_scale is not None]:
+            folder_io.set_gamma(scale, gamma)
+
+    monkeypatch.setattr(folder_io, "put_gamma", put_gamma_in_scales_only)
+    with pytest.raises(AssertionError):
+        reads_a_folder(folder, hf, switches)
+
+
+def test_the_recipe_guide_run_from_its_page_decays_by_its_rule_trains_resumes_folds_exports_hashes_and_notes(
+        tmp_path, recipe):
+    """docs/forks.md's iwd_scaled, its code and row run as the page writes them: the input-role scales
+    (and their magnitudes) decay by weight_decay * scale_wd_mult, the output-role ones not; the run
+    trains and resumes bit for bit, folds and exports; its key gets a hash, renames no record, and a
+    note under another recipe or without scale vectors."""
+    cfg = SimpleNamespace(**{**DEFAULTS, **recipe})
+    gpt = model.GPT(model.model_config({**vars(cfg), "vocab_size": 40}))
+    decay = {g["name"]: g["weight_decay"] for g in optim.param_groups(gpt, cfg)}
+    assert {"scale_input", "magnitude_input", "scale_output"} <= decay.keys()  # the default run has all three
+    assert decay["scale_input"] == decay["magnitude_input"] == pytest.approx(3.0 * cfg.weight_decay)
+    assert decay.get("magnitude_output", 0.0) == decay["scale_output"] == 0.0 and decay["matrix"] == cfg.weight_decay
+    out = trains_and_resumes_exactly(tmp_path, recipe)
+    folds(out)
+    exports(out, writes=True)
+    hashes_differ("scale_wd", "iwd_scaled")
+    hashes_differ("scale_wd_mult", 2.0, scale_wd="iwd_scaled")
+    assert renamed_records() == ([], "")
+    assert ("scale_wd_mult", "scale_wd is 'iwd' (only scale_wd 'iwd_scaled' reads it)") in \
+        inert_keys(load_config(["--scale_wd_mult=2"])[0])
+    assert "scale_wd_mult" not in dict(inert_keys(load_config(flags(recipe))[0]))
+    off = ["--scale=none", "--reparam=plain", "--branch_scales=False", "--mlp_placement=in", *flags(recipe)]
+    assert ("scale_wd_mult", "scale is 'none' (no scale vectors)") in inert_keys(load_config(off)[0])
+
+
+class TauScale(norms.ScaleVector):
+    """gamma = p / tau (docs/forks.md's recipe guide: decaying tau raises gamma)."""
+
+    def __init__(self, dim, role):
+        super().__init__(dim, role)
+        self.p, self.tau = nn.Parameter(torch.ones(dim)), nn.Parameter(torch.ones(1))
+
+    def forward(self):
+        return self.p / self.tau
+
+    @torch.no_grad()
+    def reset_(self):
+        self.p.fill_(1.0)
+        self.tau.fill_(1.0)
+
+
+def test_weight_decay_acts_on_a_classs_raw_parameters(monkeypatch):
+    """The recipe guide's note, in one decay-only AdamW step (no gradient) of lr 0.1, decay 0.5: a plain
+    gamma shrinks by 1 - 0.05; gamma = p / tau, both decayed at the one rate a recipe gives a scale's
+    parameters, does not move (decaying tau alone raises it: p / (0.95 tau) > p / tau)."""
+    monkeypatch.setitem(norms.SCALE_CLASSES, "tau", TauScale)
+    for reparam, factor in (("plain", 0.95), ("tau", 1.0)):
+        gpt = model.GPT(test_norms.tiny(reparam=reparam))
+        cfg = SimpleNamespace(**{**DEFAULTS, "scale_wd": "all", "weight_decay": 0.5, "learning_rate": 0.1})
+        optimizers, _ = optim.build_optimizers(gpt, cfg, "cpu")
+        before = [s().detach().clone() for _, s in gpt.scale_vectors()]
+        for p in gpt.parameters():
+            p.grad = torch.zeros_like(p)
+        for o in optimizers:
+            o.step()
+        for (_, s), gamma in zip(gpt.scale_vectors(), before):
+            torch.testing.assert_close(s().detach(), factor * gamma, rtol=1e-6, atol=0)
 
 
 def test_a_new_schedule_with_its_own_keys_trains_resumes_hashes_notes_and_keeps_the_contract(tmp_path, schedule):
@@ -500,6 +635,18 @@ class DoubledSoftplusScale(SoftplusScale):
         return 2 * F.softplus(self.raw)  # 2 at init
 
 
+class StuckSoftplusScale(SoftplusScale):
+    @torch.no_grad()
+    def reset_(self):
+        self.raw.fill_(0.0)  # gamma = softplus(0) = log 2, not 1
+
+
+class DoublingPlainScale(norms.PlainScale):
+    @torch.no_grad()
+    def set_(self, gamma):
+        self.weight.copy_(2 * gamma)
+
+
 class MisnamedMagnitudeScale(MagnitudeSoftplusScale):
     magnitude_name = "magnitude"  # its parameter is m
 
@@ -511,18 +658,48 @@ class ForgetfulPlacement(BranchNormPlacement):
         _ = branch in self.norm_branches
 
 
-def broken(kind, entry, switches, rows=None):
-    return kind, entry, switches, rows or {}
+@dataclass(frozen=True)
+class MisspeltBarePlacement(BarePlacement):
+    def has_input_scale(self, branch):
+        return branch not in getattr(self, "bare_branches", ())  # its field is `bare`: getattr's default hides it
+
+
+class MisspeltAttention(model.Attention):
+    """The guide's Attention edit with the method's name misspelt."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        for name in model.BRANCHES["attn_placement"]:
+            if cfg.branch_scales and not cfg.attn.has_input_scales(name):
+                getattr(self, name).in_scale = None
+
+
+def iwd_from_a_rowless_key(role, cfg):
+    return cfg.weight_decay * cfg.scale_wd_mul if role == "input" else 0.0  # its row is scale_wd_mult
+
+
+def broken(kind, entry, switches, rows=None, attention=False):
+    """One case: the entry at kind's registry under switches[kind], `rows` ({section: {key: row}}) added, and with
+    attention (None or an Attention class) the guide's edits of model.py for a new method (edit_attention)."""
+    return kind, entry, switches, rows or {}, attention
 
 
 STEP = {"lr_schedule": "step", "step_gamma": 0.7, "step_every": 1}
-BROKEN = {  # (registry, entry under the name "broken" or the switch's, switches, config rows) -> the line's words
+BARE = {"attn_placement": "broken", "branch_scales": True}
+IWD_SCALED = RECIPES["iwd_scaled"]
+BROKEN = {  # broken(...) -> the line's words
     "scale class not 1 at init": (
         broken("reparam", DoubledSoftplusScale, {"reparam": "broken"}),
         ["SCALE_CLASSES['broken']'s forward() gives", "not gamma == 1", "fix its init or forward()"]),
     "scale class naming no magnitude": (
         broken("reparam", MisnamedMagnitudeScale, {"reparam": "broken"}),
         ["SCALE_CLASSES['broken'].magnitude_name='magnitude' is none of its parameters", "name the one"]),
+    "scale class whose reset_ misses 1": (
+        broken("reparam", StuckSoftplusScale, {"reparam": "broken"}),
+        ["SCALE_CLASSES['broken'].reset_() gives gamma [0.69", "not [1.0, 1.0, 1.0]: fix it"]),
+    "scale class whose set_ misses its gamma": (
+        broken("reparam", DoublingPlainScale, {"reparam": "broken"}),
+        ["SCALE_CLASSES['broken'].set_() gives gamma [1.0, 4.0, 3.0], not [0.5, 2.0, 1.5]: fix it"]),
     "placement answering None": (
         broken("mlp_placement", ForgetfulPlacement(dual=True, norm=False, meaning=""), {"mlp_placement": "broken"}),
         ["MLP_PLACEMENTS['broken'].normalizes('gate') answered None", "make it return a bool"]),
@@ -530,6 +707,22 @@ BROKEN = {  # (registry, entry under the name "broken" or the switch's, switches
         broken("mlp_placement", model.Placement(dual=True, norm=True, meaning="", outer="up"),
                {"mlp_placement": "broken"}),
         ["MLP_PLACEMENTS['broken']: outer='up' is not a tuple of its branches", "fix its outer"]),
+    "placement with its field left out": (
+        broken("attn_placement", BarePlacement(dual=False, norm=False, meaning=""), BARE, attention=BareAttention),
+        ["ATTN_PLACEMENTS['broken'] builds the models 'in' builds", "bare=()", "give the entry the field that makes it differ"]),
+    "placement misspelling its field": (
+        broken("attn_placement", MisspeltBarePlacement(dual=False, norm=False, bare=("q",), meaning=""), BARE,
+               attention=BareAttention),
+        ["ATTN_PLACEMENTS['broken']: building the model reads .bare_branches, which MisspeltBarePlacement does not declare",
+         "fix the name"]),
+    "placement whose Attention edit misspells its method": (
+        broken("attn_placement", BARE_PLACEMENT, BARE, attention=MisspeltAttention),
+        ["ATTN_PLACEMENTS['broken']: building the model reads .has_input_scales, which BarePlacement does not declare",
+         "fix the name"]),
+    "placement whose Attention edit is forgotten": (
+        broken("attn_placement", BARE_PLACEMENT, BARE, attention=None),
+        ["ATTN_PLACEMENTS['broken']: nothing building the model reads bare, has_input_scale (BarePlacement's)",
+         "the code in Attention that asks it is missing"]),
     "optimizer not named its key": (
         broken("optimizer", optim.Optimizer("no_such_optimizer", build_sgd, "learning_rate", (), ""),
                {"optimizer": "broken"}),
@@ -537,34 +730,53 @@ BROKEN = {  # (registry, entry under the name "broken" or the switch's, switches
     "optimizer key without a row": (
         broken("optimizer", TOY_OPTIMIZER, {"optimizer": "sgd"}),
         ["OPTIMIZERS['sgd'] reads the key 'sgd_lr', which has no row", "add its row"]),
+    "optimizer reading a key it does not declare": (
+        broken("optimizer", optim.Optimizer("sgd", build_sgd, "sgd_lr", ("sgd_lr",), ""), {"optimizer": "sgd"},
+               {"optimizer": SGD_ROWS}),
+        ["OPTIMIZERS['sgd'] reads the key 'sgd_momentum' without declaring it", "add it to its keys"]),
     "schedule key without a row": (
         broken("lr_schedule", TOY_SCHEDULE, {"lr_schedule": "step"}),
         ["LR_SCHEDULES['step'] reads the key 'step_gamma', which has no row", "add its row"]),
     "schedule above 1": (
         broken("lr_schedule", optim.Schedule(lambda it, c, floor: 2 * step(it, c, floor), TOY_SCHEDULE.keys, ""),
-               STEP, STEP_ROWS),
+               STEP, {"schedule": STEP_ROWS}),
         ["LR_SCHEDULES['step'] breaks the schedules' contract: its multiplier leaves [min_lr / learning_rate",
          "at iteration 2: 2", "fix its multiplier"]),
     "schedule below the floor": (
         broken("lr_schedule", optim.Schedule(lambda it, c, floor: c.step_gamma ** ((it - c.warmup_iters) // c.step_every),
-                                             TOY_SCHEDULE.keys, ""), STEP, STEP_ROWS),
+                                             TOY_SCHEDULE.keys, ""), STEP, {"schedule": STEP_ROWS}),
         ["LR_SCHEDULES['step'] breaks the schedules' contract: its multiplier leaves [min_lr / learning_rate = 0.1, 1]",
          "fix its multiplier"]),
     "schedule rising after warmup": (
         broken("lr_schedule", optim.Schedule(lambda it, c, floor: floor / step(it, c, floor), TOY_SCHEDULE.keys, ""),
-               STEP, STEP_ROWS),
+               STEP, {"schedule": STEP_ROWS}),
         ["LR_SCHEDULES['step'] breaks the schedules' contract: its multiplier rises after warmup", "fix its multiplier"]),
+    "recipe key without a row": (
+        broken("scale_wd", IWD_SCALED, {"scale_wd": "iwd_scaled"}),
+        ["SCALE_WD['iwd_scaled'] reads the key 'scale_wd_mult', which has no row", "add its row"]),
+    "recipe reading a key it does not declare": (
+        broken("scale_wd", optim.ScaleDecay(IWD_SCALED.decay, (), ""), {"scale_wd": "iwd_scaled"},
+               {"scale vectors": RECIPE_ROWS}),
+        ["SCALE_WD['iwd_scaled'] reads the key 'scale_wd_mult' without declaring it", "add it to its keys"]),
+    "recipe reading a misspelt key": (
+        broken("scale_wd", optim.ScaleDecay(iwd_from_a_rowless_key, ("scale_wd_mult",), ""), {"scale_wd": "iwd_scaled"},
+               {"scale vectors": RECIPE_ROWS}),
+        ["SCALE_WD['iwd_scaled'] reads the key 'scale_wd_mul', which has no row", "add its row"]),
+    "recipe with a negative decay": (
+        broken("scale_wd", optim.ScaleDecay(lambda role, c: -c.weight_decay, (), ""), {"scale_wd": "broken"}),
+        ["SCALE_WD['broken'].decay('input', cfg) gave -0.1, not a weight decay", "fix its decay"]),
 }
-REGISTRIES = {"reparam": norms.SCALE_CLASSES, "mlp_placement": model.MLP_PLACEMENTS, "optimizer": optim.OPTIMIZERS,
-              "lr_schedule": optim.LR_SCHEDULES}
 
 
 @pytest.mark.parametrize("case", BROKEN)
 def test_a_broken_entry_of_each_registry_is_refused_at_start_in_one_line_naming_its_fix(tmp_path, monkeypatch, case):
-    (key, entry, switches, rows), words = BROKEN[case]
+    (key, entry, switches, rows, attention), words = BROKEN[case]
     monkeypatch.setitem(REGISTRIES[key], switches[key], entry)
-    for row_key, row in rows.items():
-        add_row(monkeypatch, "schedule", row_key, row)
+    for section, section_rows in rows.items():
+        for row_key, row in section_rows.items():
+            add_row(monkeypatch, section, row_key, row)
+    if attention is not False:
+        edit_attention(monkeypatch, attention)
     with pytest.raises(UserError) as e:  # train.py's start (the command prints it as one 'error: ...' line)
         run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", *flags(switches)))
     assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
