@@ -477,9 +477,10 @@ def inert_keys(cfg):
         inert += [(k, "scale is 'none' (no scale vectors)") for k in ("magnitude_lr_mult", "scale_wd", "scale_lr", *recipe.keys)]
     if not SCALE_CLASSES[cfg.reparam].has_magnitude():
         inert.append(("magnitude_lr_mult", f"reparam is {cfg.reparam!r} (no separate magnitude parameter)"))
-    decays = {name: tuple(r.decay(role, cfg) for role in ROLES) for name, r in SCALE_WD.items()}
-    if not any(any(d) for d in decays.values()):
-        inert.append(("scale_wd", f"weight_decay is {cfg.weight_decay:g} (every scale_wd decays scales by 0)"))
+    decays = {name: tuple(r.decay(role, cfg) for role in ROLES) for name, r in SCALE_WD.items()} \
+        if cfg.weight_decay == 0 or recipe.untied and not cfg.tie_embeddings else {}  # (only then are they compared)
+    if cfg.weight_decay == 0 and not any(any(d) for d in decays.values()):
+        inert.append(("scale_wd", "weight_decay is 0 (every scale_wd decays scales by 0)"))
     if recipe.untied and not cfg.tie_embeddings:
         same = [n for n, r in SCALE_WD.items() if not r.untied and decays[n] == decays[cfg.scale_wd]]
         inert.append(("scale_wd", f"tie_embeddings is False (every scale then has its untied role: the run is the "
