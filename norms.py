@@ -120,9 +120,8 @@ class ScaleVector(nn.Module):
           role it was built with; tie_() changes only `role`, for while the head is tied).
       magnitude_name     class field: the name of the parameter that carries the overall magnitude
           (OR, ER), None when gamma has no separate magnitude; has_magnitude() is derived from it.
-    Subclasses (SCALE_CLASSES' contract, which a run holds each entry to at start: scale_class_problem):
-    forward() -> gamma (d,), == 1 at init; reset_() sets gamma back to 1 (folding); set_(gamma), if it
-    has one, makes gamma equal a given one (--hf_model). Raises ValueError for an unknown role.
+    Subclasses (SCALE_CLASSES' contract, held at start: scale_class_problem): forward() -> gamma (d,), == 1 at init;
+    reset_() sets it back to 1 (folding); set_(gamma), if any, makes it a given one (--hf_model). ValueError: a bad role.
     """
 
     magnitude_name = None
@@ -253,10 +252,9 @@ SCALE_CLASSES = {"plain": PlainScale, "or": ORScale, "er": ERScale}  # cfg.repar
 
 
 def scale_class_problem(name):
-    """None, or one line naming the fix when SCALE_CLASSES[name] breaks ScaleVector's contract: a
-    subclass whose magnitude_name (if any) names one of its parameters, whose forward() is gamma of
-    shape (d,), == 1 at init and again after reset_() from other parameters, and whose set_, if it has
-    one, gives gamma the value it is given (checked at start: model.GPTConfig)."""
+    """None, or one line naming the fix when SCALE_CLASSES[name] breaks ScaleVector's contract (checked at start:
+    model.GPTConfig): its magnitude_name (if any) names one of its parameters, forward() is gamma of shape (d,),
+    == 1 at init and again after reset_() from other parameters, and set_, if it has one, gives the gamma it is given."""
     return _class_problem(f"SCALE_CLASSES[{name!r}]", SCALE_CLASSES[name])
 
 
@@ -264,11 +262,13 @@ def scale_class_problem(name):
 def _class_problem(where, cls):
     if not (isinstance(cls, type) and issubclass(cls, ScaleVector)):
         return f"{where} is {cls!r}: make it a norms.ScaleVector subclass"
+    if cls.reset_ is ScaleVector.reset_:
+        return f"{where} has no reset_(): give it one (folding sets gamma back to 1 through it)"
     with torch.device("cpu"), torch.no_grad():  # real tensors, even while a model is built on the meta device
         sv = cls(3, "input")
         gamma = sv()
         one = isinstance(gamma, torch.Tensor) and tuple(gamma.shape) == (3,) and torch.allclose(gamma.float(), torch.ones(3))
-        missed = []  # (method, the gamma it gave, the one it must give): reset_ from moved parameters; set_, if it has one
+        missed = []  # (method, the gamma it gave, the one it must give)
         for method, target in (("reset_", torch.ones(3)), ("set_", torch.tensor([0.5, 2.0, 1.5]))) if one else ():
             if method == "reset_" or cls.set_ is not ScaleVector.set_:
                 for p in sv.parameters():

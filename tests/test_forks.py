@@ -641,6 +641,15 @@ class StuckSoftplusScale(SoftplusScale):
         self.raw.fill_(0.0)  # gamma = softplus(0) = log 2, not 1
 
 
+class ResetlessSoftplusScale(norms.ScaleVector):
+    def __init__(self, dim, role):
+        super().__init__(dim, role)
+        self.raw = nn.Parameter(torch.full((dim,), math.log(math.e - 1)))
+
+    def forward(self):
+        return F.softplus(self.raw)
+
+
 class DoublingPlainScale(norms.PlainScale):
     @torch.no_grad()
     def set_(self, gamma):
@@ -697,6 +706,9 @@ BROKEN = {  # broken(...) -> the line's words
     "scale class whose reset_ misses 1": (
         broken("reparam", StuckSoftplusScale, {"reparam": "broken"}),
         ["SCALE_CLASSES['broken'].reset_() gives gamma [0.69", "not [1.0, 1.0, 1.0]: fix it"]),
+    "scale class without reset_": (
+        broken("reparam", ResetlessSoftplusScale, {"reparam": "broken"}),
+        ["SCALE_CLASSES['broken'] has no reset_(): give it one"]),
     "scale class whose set_ misses its gamma": (
         broken("reparam", DoublingPlainScale, {"reparam": "broken"}),
         ["SCALE_CLASSES['broken'].set_() gives gamma [1.0, 4.0, 3.0], not [0.5, 2.0, 1.5]: fix it"]),
