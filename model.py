@@ -63,62 +63,6 @@ class Placement:
         return self.dual
 
 
-def check_placement(key, name):
-    """ValueError, one line naming the entry and the fix, for a placement that breaks Placement's contract:
-    an answer that is no bool, a bad `outer`; for a subclass's entry, what subclass_problem finds."""
-    p, branches, where = CHOICES[key][name], BRANCHES[key], f"{key.split('_')[0].upper()}_PLACEMENTS[{name!r}]"
-    if not isinstance(p, Placement):
-        raise ValueError(f"{where} is a {type(p).__name__}: make it a model.Placement (or a subclass)")
-    if p.outer is not None and not set(p.outer) <= set(branches):
-        raise ValueError(f"{where}: outer={p.outer!r} is not a tuple of its branches {branches}: fix its outer")
-    for method, args in [(m, (b,)) for m in ("carries_outer", "normalizes") for b in branches] + [("scales_output_map", ())]:
-        answer = getattr(p, method)(*args)
-        if not isinstance(answer, bool):
-            raise ValueError(f"{where}.{method}({', '.join(map(repr, args))}) answered {answer!r}, not True or False: "
-                             f"make it return a bool (model.Placement says the contract)")
-    if type(p) is not Placement and (key, name) not in BUILDING and (problem := subclass_problem(key, name, p, (Attention, MLP))):
-        raise ValueError(where + problem)
-
-
-BUILDING = set()  # the (key, name) of the placements subclass_problem is building models of
-
-
-@functools.lru_cache(maxsize=None)  # per entry and code (the classes that build it)
-def subclass_problem(key, name, p, code):
-    """None, or the rest of one line naming the fix, for the entry p = CHOICES[key][name] of a Placement
-    subclass, built (model_structure) while each attribute read of p is recorded (attribute_reads):
-    reading one it does not declare (a typo), leaving one its class adds unread (a field, or a method
-    the Attention or MLP edit asks: missing), or building what another entry builds (a field left out)."""
-    def build(recording):
-        CHOICES[key][name] = recording
-        models = model_structure(key, name)
-        return [n for n in CHOICES[key] if n != name and model_structure(key, n) == models]
-
-    BUILDING.add((key, name))
-    try:
-        same, unread, undeclared = attribute_reads(p, Placement, build)
-    finally:
-        CHOICES[key][name] = p
-        BUILDING.discard((key, name))
-    if undeclared or unread:
-        return (f": building the model reads .{undeclared[0]}, which {type(p).__name__} does not declare: fix the name" if undeclared
-                else f": nothing building the model reads {', '.join(unread)} ({type(p).__name__}'s): the code in "
-                     f"{'Attention' if key == 'attn_placement' else 'MLP'} that asks it is missing (docs/forks.md), or drop it")
-    fields_ = ", ".join(f"{k}={v!r}" for k, v in vars(p).items() if k != "meaning")
-    return f" builds the models {same[0]!r} builds ({fields_}): give the entry the field that makes it differ, or use {same[0]!r}" \
-        if same else None
-
-
-def model_structure(key, name):
-    """What tells placement `name`'s models apart: each module's name, class and extra_repr (widths, roles,
-    out_norm) in a one-block dense model on the CPU, for every branch_scales, qk_norm, output_norms, dual_sites."""
-    with torch.device("cpu"):
-        return [(n, type(m).__name__, m.extra_repr()) for hg, qk, out, sites in itertools.product(*[(False, True)] * 3, DUAL_SITES)
-                for n, m in GPT(GPTConfig(n_layer=1, n_head=2, n_embd=8, d_ff=16, block_size=4, vocab_size=8, scale="vector",
-                                          n_experts=0, branch_scales=hg, qk_norm=qk, output_norms=out, dual_sites=sites,
-                                          **{key: name})).named_modules()]
-
-
 # The placements, by name (paper section 3; README: The variants). A fork adds an entry here (docs/forks.md).
 ATTN_PLACEMENTS = {
     "in": Placement(dual=False, norm=False, meaning="scales only before q, k, v (on the pre-norm, or per branch under HG)"),
@@ -791,3 +735,63 @@ class GPT(nn.Module):
                 logits[logits < kth] = -float("inf")
             idx = torch.cat([idx, torch.multinomial(F.softmax(logits, dim=-1), 1)], dim=1)
         return idx
+
+
+# -----------------------------------------------------------------------------
+# The placements' contract, held at start (GPTConfig checks each chosen entry with check_placement)
+
+
+def check_placement(key, name):
+    """ValueError, one line naming the entry and the fix, for a placement that breaks Placement's contract:
+    an answer that is no bool, a bad `outer`; for a subclass's entry, what subclass_problem finds."""
+    p, branches, where = CHOICES[key][name], BRANCHES[key], f"{key.split('_')[0].upper()}_PLACEMENTS[{name!r}]"
+    if not isinstance(p, Placement):
+        raise ValueError(f"{where} is a {type(p).__name__}: make it a model.Placement (or a subclass)")
+    if p.outer is not None and not set(p.outer) <= set(branches):
+        raise ValueError(f"{where}: outer={p.outer!r} is not a tuple of its branches {branches}: fix its outer")
+    for method, args in [(m, (b,)) for m in ("carries_outer", "normalizes") for b in branches] + [("scales_output_map", ())]:
+        answer = getattr(p, method)(*args)
+        if not isinstance(answer, bool):
+            raise ValueError(f"{where}.{method}({', '.join(map(repr, args))}) answered {answer!r}, not True or False: "
+                             f"make it return a bool (model.Placement says the contract)")
+    if type(p) is not Placement and (key, name) not in BUILDING and (problem := subclass_problem(key, name, p, (Attention, MLP))):
+        raise ValueError(where + problem)
+
+
+BUILDING = set()  # the (key, name) of the placements subclass_problem is building models of
+
+
+@functools.lru_cache(maxsize=None)  # per entry and code (the classes that build it)
+def subclass_problem(key, name, p, code):
+    """None, or the rest of one line naming the fix, for the entry p = CHOICES[key][name] of a Placement
+    subclass, built (model_structure) while each attribute read of p is recorded (attribute_reads):
+    reading one it does not declare (a typo), leaving one its class adds unread (a field, or a method
+    the Attention or MLP edit asks: missing), or building what another entry builds (a field left out)."""
+    def build(recording):
+        CHOICES[key][name] = recording
+        models = model_structure(key, name)
+        return [n for n in CHOICES[key] if n != name and model_structure(key, n) == models]
+
+    BUILDING.add((key, name))
+    try:
+        same, unread, undeclared = attribute_reads(p, Placement, build)
+    finally:
+        CHOICES[key][name] = p
+        BUILDING.discard((key, name))
+    if undeclared or unread:
+        return (f": building the model reads .{undeclared[0]}, which {type(p).__name__} does not declare: fix the name" if undeclared
+                else f": nothing building the model reads {', '.join(unread)} ({type(p).__name__}'s): the code in "
+                     f"{'Attention' if key == 'attn_placement' else 'MLP'} that asks it is missing (docs/forks.md), or drop it")
+    fields_ = ", ".join(f"{k}={v!r}" for k, v in vars(p).items() if k != "meaning")
+    return f" builds the models {same[0]!r} builds ({fields_}): give the entry the field that makes it differ, or use {same[0]!r}" \
+        if same else None
+
+
+def model_structure(key, name):
+    """What tells placement `name`'s models apart: each module's name, class and extra_repr (widths, roles,
+    out_norm) in a one-block dense model on the CPU, for every branch_scales, qk_norm, output_norms, dual_sites."""
+    with torch.device("cpu"):
+        return [(n, type(m).__name__, m.extra_repr()) for hg, qk, out, sites in itertools.product(*[(False, True)] * 3, DUAL_SITES)
+                for n, m in GPT(GPTConfig(n_layer=1, n_head=2, n_embd=8, d_ff=16, block_size=4, vocab_size=8, scale="vector",
+                                          n_experts=0, branch_scales=hg, qk_norm=qk, output_norms=out, dual_sites=sites,
+                                          **{key: name})).named_modules()]

@@ -78,14 +78,12 @@ def test_commands_import_the_small_modules_never_train_py_or_each_other():
         assert not used, f"{name} imports the command(s) {sorted(used)}: move what it needs to a small module"
 
 
-# The first screen: the reading path, nanoGPT's companions (sample, the config) and the small shared
-# modules. Anything else goes in a folder (hf/ for reading other formats, research/, tools/).
-# The reading path (train, model, norms, optim), nanoGPT's companions (sample, configurator) and the small
-# modules of one concept each: a run's start, what it checks and says, the mechanism statistics, the
-# process utilities every command shares, the memory estimate, checkpoints and the log, token files.
+# The first screen: the reading path (train, model, norms, optim) and nanoGPT's companions (sample, the
+# config). Anything else goes in a folder: plumbing/ (what every command shares, one concept a module),
+# hf/ (reading other formats), research/, tools/.
 TOP_LEVEL = {"train", "model", "norms", "optim", "sample", "configurator"}  # the reading path and nanoGPT's companions
 MODULE_LINES = 600  # no module of the product longer (model.py, the model itself, dense and MoE, aside)
-MODEL_LINES = 800  # a cap with room for a fork's additions, not a pin
+MODEL_LINES = 850  # a cap with room for a fork's additions (a placement, a block type), not a pin
 
 
 def test_no_top_level_module_imports_a_command_folder_and_train_py_stays_readable():
