@@ -36,13 +36,17 @@ from configurator import TRACKING_KEYS, UserError, complete
 
 @contextmanager
 def atomic_write(path, mode="w", encoding=None):
-    """Open path + '.tmp' for writing; on a clean exit fsync it and rename it over path, so a reader
-    sees the old file or the new one, never a part. On any error (a full disk, Ctrl-C) the .tmp is
-    removed, path is untouched, and an OSError is raised again with path as its filename (also one
-    that a library wrapped in a RuntimeError, as torch.save does)."""
+    """Open path + '.tmp' for writing, made anew (whatever has that name goes first: a FIFO would hold
+    the open, a link or a hard-linked file would be written through); on a clean exit fsync it and
+    rename it over path, so a reader sees the old file or the new one, never a part, and nothing at
+    path is written through. On any error (a full disk, Ctrl-C) the .tmp is removed, path is untouched,
+    and an OSError is raised again with path as its filename (also one a library wrapped in a
+    RuntimeError, as torch.save does)."""
     tmp = path + ".tmp"
-    try:  # O_NOFOLLOW: a link planted at path.tmp is refused (ELOOP), not written through
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        if os.path.lexists(tmp) and not os.path.isdir(tmp) or os.path.islink(tmp):
+            os.remove(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with open(fd, mode, encoding=encoding) as f:
             yield f
             f.flush()
@@ -221,8 +225,7 @@ def saved_params(saved, opt):
                     (p for g in opt.param_groups for p in g["params"])))
 
 
-# The open mechanism interval's entries that hold a tensor per parameter (Mechanism.state): under FSDP2
-# each rank's shards, which ckpt.dcp keeps beside the weights ("mechanism" in the folder), not in run.pt.
+# The open mechanism interval's entries of a tensor per parameter (Mechanism.state): ckpt.dcp keeps them beside the weights
 SHARDED_INTERVAL = ("copy", "sgd")
 
 

@@ -192,9 +192,11 @@ def load_data(cfg, prepare_here=True):
     every rank then meets at a barrier, whether or not anything was prepared).
 
     Returns dict(train=path, val=path, meta=dict of plain Python values or None,
-    dtype="uint16" or "uint32": meta.pkl's "dtype", uint16 when none is recorded);
-    get_batch maps the file per batch (a map kept open for the whole run grows
-    the resident set to the file's size).
+    dtype="uint16" or "uint32": meta.pkl's "dtype", uint16 when none is recorded,
+    files={split: the token file, opened once here by common.open_checked});
+    get_batch maps that open file per batch (a map kept open for the whole run grows
+    the resident set to the file's size), never the path again: a FIFO or another
+    file put at the path after the start is never opened.
     Raises UserError for a missing or empty file, a size that is not a whole
     number of ids of the dtype, one shorter than block_size + 1 tokens, a
     sampled id >= vocab_size (when known), a file that looks like uint32 ids
@@ -231,11 +233,12 @@ def load_data(cfg, prepare_here=True):
     if getattr(cfg, "vocab_size", 0):  # another size than meta.pkl's is the first thing to say, before the ids
         check_vocabulary(meta, cfg.vocab_size, None, folder)
     vocab = getattr(cfg, "vocab_size", 0) or (meta or {}).get("vocab_size")
-    data = {}
+    data = {"files": {}}
     for split, path in paths.items():
         check_token_file(path, dtype, recorded is not None, vocab if type(vocab) is int else None,
                          cfg.block_size, meta_path)
         data[split] = path
+        data["files"][split] = open_checked(path, links=True)  # the file checked now is the one every batch maps
     data["meta"] = meta
     data["dtype"] = dtype
     return data

@@ -4,6 +4,7 @@ compute, the gap against width or tokens per parameter, and the learning-rate sc
 layout and saving every figure shares). Every title states what was measured, with the verdicts
 and strengths the tables give, and the file's claim only after "paper:" (research/headlines.py)."""
 
+import os
 import statistics
 from types import SimpleNamespace
 
@@ -165,9 +166,11 @@ def make_room(fig, *titles):
 
 def save_figure(fig, path):
     """Lay out (matplotlib's constrained layout: room for every title, label and legend inside the
-    figure, so nothing is clipped), save and close."""
+    figure, so nothing is clipped), save (checkpoint.atomic_write) and close."""
+    from plumbing.checkpoint import atomic_write
     fig.set_layout_engine("constrained")
-    fig.savefig(path, dpi=110)
+    with atomic_write(path, "wb") as f:  # a new file: never written through a link or hard link at path
+        fig.savefig(f, dpi=110, format=os.path.splitext(path)[1][1:] or "png")
     plt.close(fig)
 
 

@@ -49,7 +49,7 @@ import math
 import torch
 
 from plumbing.checkpoint import atomic_write
-from plumbing.common import cli
+from plumbing.common import cli, open_checked
 from configurator import UserError, folder_problem
 from plumbing.memory import GB, estimate_size
 from model import GPT, model_config
@@ -88,7 +88,7 @@ def measured_mfu(path):
     stage (the baseline at the 0.12B protocol's own shape, 16 x 2048 tokens a micro-step) where that
     ran, else its 124M training stage (context 1024); UserError when neither measured one."""
     try:
-        with open(path) as f:
+        with open_checked(path, links=True) as f:  # a FIFO or a device: one line, never a wait
             stages = json.load(f)["stages"]
         found = [(name, stages[name].get("mfu_percent")) for name in ("protocol", "train") if name in stages]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:

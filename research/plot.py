@@ -106,7 +106,8 @@ common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of
 import argparse
 import glob
 
-from plumbing.common import cli  # noqa: E402
+from plumbing.checkpoint import atomic_write  # noqa: E402
+from plumbing.common import cli, open_checked  # noqa: E402
 from configurator import UserError, folder_problem  # noqa: E402
 from research.ablation import ROOT  # noqa: E402
 from research.comparisons import collect_all, mode_text  # noqa: E402
@@ -164,13 +165,13 @@ def main(argv):
         raise UserError(f"no run records in {args.results}/ for any of these ablations")
     plot_lr(schedules, os.path.join(args.out, "lr_schedules.png"), args.scale_down)
     table = summary(collected)
-    with open(os.path.join(args.out, "summary.md"), "w") as f:
+    with atomic_write(os.path.join(args.out, "summary.md")) as f:  # (never through a link at the name)
         f.write(table + "\n")
     print(table)
     if args.readme:
-        with open(args.readme) as f:
-            text = replace_block(f.read(), table, args.readme)
-        with open(args.readme, "w") as f:
+        with open_checked(args.readme, links=True) as f:  # (a FIFO never holds the read)
+            text = replace_block(f.read().decode("utf-8", errors="replace"), table, args.readme)
+        with atomic_write(os.path.realpath(args.readme)) as f:  # the file a link names, replaced whole
             f.write(text)
         print(f"\nupdated the summary in {args.readme}")
     return 0
@@ -181,8 +182,8 @@ def check_readme(readme, ablations):
     without every ablation (its summary covers them all)."""
     if not os.path.isfile(readme):
         raise UserError(f"--readme={readme}: no such file")
-    with open(readme) as f:
-        replace_block(f.read(), "", readme)
+    with open_checked(readme, links=True) as f:
+        replace_block(f.read().decode("utf-8", errors="replace"), "", readme)
     every = sorted(glob.glob(os.path.join(ROOT, "configs", "ablations", "*.py")))
     left = [f for f in every if os.path.realpath(f) not in {os.path.realpath(a) for a in ablations}]
     if os.path.realpath(readme) == os.path.join(ROOT, "results", "README.md") and left:
@@ -212,7 +213,7 @@ def draw_ablation(spec, results, missing, mode, out, strengths=None):
     md += f"\nRuns: {mode_text(mode)} (every row); code at commit {', '.join(commits)}.\n"
     if missing:
         md += f"\n{len(missing)} runs without a record, left out: " + ", ".join(missing)
-    with open(os.path.join(out, f"{spec['name']}.md"), "w") as f:
+    with atomic_write(os.path.join(out, f"{spec['name']}.md")) as f:
         f.write(md + "\n")
     print(md + "\n")
     if any(e["seeds"] for e in results.values()):  # else only the tuning seeds' sweep so far

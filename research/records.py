@@ -19,7 +19,7 @@ import subprocess
 import time
 
 from plumbing.checkpoint import atomic_write
-from plumbing.common import PORTABLE_ENV, resolve_device
+from plumbing.common import PORTABLE_ENV, open_checked, resolve_device
 from configurator import UserError
 from plumbing.mechanism import renamed_mechanism
 from plumbing.ops import read_rows
@@ -124,7 +124,7 @@ def data_hashes(cfg):
     hashes = {}
     for name in ("train.bin", "val.bin"):
         digest = hashlib.sha256()
-        with open(os.path.join(dataset_dir(cfg["dataset"]), name), "rb") as f:
+        with open_checked(os.path.join(dataset_dir(cfg["dataset"]), name), links=True) as f:  # (never a FIFO)
             for block in iter(lambda: f.read(1 << 24), b""):
                 digest.update(block)
         hashes[name] = digest.hexdigest()
@@ -152,13 +152,39 @@ def start_provenance(run, threads, gpu=None, root=ROOT):
     return started
 
 
+def open_run_log(run):
+    """The run's train.log (its stdout and stderr, as the sweep or a job runs it) opened for appending,
+    made if missing, only when it is the run's own: UserError, one line, for a symbolic link, a file
+    with another hard link (its lines would land in the other name) or anything not a regular file (a
+    FIFO would hold the open), as start.refuse_not_own refuses train.py's own files."""
+    import errno
+    import stat
+
+    path = os.path.join(run["out_dir"], "train.log")
+    fix = "remove it (the run's checkpoint and log.jsonl are unaffected) and start the run again"
+    try:  # O_NONBLOCK: a FIFO without a reader is ENXIO, not a wait
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):
+            raise UserError(f"{path} is {'a symbolic link' if e.errno == errno.ELOOP else 'a named pipe'}, not "
+                            f"the run's own file: {fix}") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink} hard links"
+        raise UserError(f"{path} is {what}, not the run's own file: {fix}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a")
+
+
 def read_provenance(run):
     """The run's provenance.json as written by start_provenance, or None (a run started before them)."""
     path = os.path.join(run["out_dir"], PROVENANCE)
     if not os.path.exists(path):
         return None
     try:
-        with open(path) as f:
+        with open_checked(path, links=True) as f:  # a FIFO or a device: one line, never a wait
             return json.load(f)
     except (OSError, ValueError) as e:
         raise UserError(f"{path} cannot be read ({e}): {RERUN}") from None
@@ -336,7 +362,7 @@ def read_record(path):
     """The record in path; UserError naming the file when it is not a run record (bad JSON, binary,
     the wrong shape) or not the record of one finished run (record_problem)."""
     try:
-        with open(path) as f:
+        with open_checked(path, links=True) as f:  # a FIFO or a device: one line (UserError), never a wait
             rec = json.load(f)
         problem = record_problem(rec)
         rec["config_hash"]

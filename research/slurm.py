@@ -89,14 +89,14 @@ class TrainJob:
                 f"--rdzv_id={env.job_id}", *train]
 
     def __call__(self):
-        from research.records import record, start_provenance
+        from research.records import open_run_log, record, start_provenance
         submitit = import_submitit()
         env = submitit.JobEnvironment()
         first, t0 = env.global_rank == 0, time.time()
         if first:  # as a local sweep's launch: a requeued run must resume on the code it started from
             os.makedirs(self.run["out_dir"], exist_ok=True)
             start_provenance(self.run, self.threads, None)
-        with open(os.path.join(self.run["out_dir"], "train.log"), "a") as log:
+        with open_run_log(self.run) as log:
             self.proc = subprocess.Popen(self.command(env), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                                          env={**os.environ, "OMP_NUM_THREADS": str(self.threads)})
             while self.proc.poll() is None:  # not proc.wait(): checkpoint() runs as a signal handler in this

@@ -35,7 +35,7 @@ import subprocess
 import time
 
 from research.ablation import load_ablation, plan, state, tuning_seeds, tuning_setting
-from research.records import code_state, load_records, record, start_provenance
+from research.records import code_state, load_records, open_run_log, record, start_provenance
 from plumbing.common import StopSignals, cli, fmt_duration
 from configurator import UserError, folder_problem
 from research import slurm
@@ -83,7 +83,7 @@ def launch(run, threads, gpu):
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    log = open(os.path.join(run["out_dir"], "train.log"), "a")
+    log = open_run_log(run)
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *run["args"], *resume],
                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     return proc, log

@@ -412,3 +412,126 @@ def test_a_log_row_research_code_refuses_is_refused_at_resume(finished_run, tmp_
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(UserError, match=f"line {at + 1}: .*{says}.* delete the line"):
         run(tiny_args(ds, out, "--max_iters=4", "--init_from=auto"))
+
+
+# --- what the path fuzz (tests/test_fuzz_paths.py) found, each kind in one process ---
+
+def test_a_token_file_swapped_for_a_fifo_after_the_start_is_never_opened(finished_run, tmp_path):
+    """load_data opens train.bin and val.bin once, checked (common.open_checked); every batch maps that
+    open file, so a FIFO (or another file) put at the path later is never opened: the batches are the
+    ones the files held at the start, and nothing waits."""
+    from types import SimpleNamespace
+
+    import train as train_mod
+    from configurator import load_config
+    from plumbing.dataset import load_data
+    from test_fuzz import time_cap
+    ds = copy_of(finished_run[0], tmp_path)
+    cfg = SimpleNamespace(**{**load_config(tiny_args(ds, tmp_path / "o"))[0], "vocab_size": 40})  # (make_dataset's)
+    data = load_data(cfg)
+    before = [train_mod.get_batch(data, split, 3, 0, cfg, torch.device("cpu"))[0] for split in ("train", "val")]
+    for split in ("train", "val"):
+        replace_by_fifo(ds / f"{split}.bin")
+    with time_cap(20):
+        after = [train_mod.get_batch(data, split, 3, 0, cfg, torch.device("cpu"))[0] for split in ("train", "val")]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    os.remove(ds / "train.bin")
+    with pytest.raises(UserError, match="train.bin is not a file but a named pipe"):  # the start says so
+        os.mkfifo(ds / "train.bin")
+        load_data(cfg)
+
+
+def plant(path, kind, outside):
+    """path made a symbolic link (absolute or relative), a hard link to outside (a file of "precious"
+    bytes), or a FIFO; returns what outside holds."""
+    outside.write_text("precious\n")
+    if kind == "symlink":
+        os.symlink(outside, path)
+    elif kind == "relative symlink":
+        os.symlink(os.path.relpath(outside, os.path.dirname(path)), path)
+    elif kind == "hard link":
+        os.link(outside, path)
+    else:
+        os.mkfifo(path)
+    return outside.read_bytes(), outside.stat().st_mtime_ns
+
+
+KINDS = ["symlink", "relative symlink", "hard link", "FIFO"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("at", ["path", "path.tmp"])
+def test_every_file_written_whole_is_a_new_file_never_written_through(tmp_path, kind, at):
+    """checkpoint.atomic_write, which every written checkpoint, record, table and figure goes through
+    (research.figures.save_figure too): a link, a hard link or a FIFO at the name or at its .tmp is
+    replaced by a new file, and never written through or waited on."""
+    from plumbing.checkpoint import atomic_write
+    from research.figures import save_figure
+    from test_fuzz import time_cap
+    outside = tmp_path / "outside.txt"
+    path = tmp_path / "out" / "table.md"
+    path.parent.mkdir()
+    kept = plant(str(path) + (".tmp" if at == "path.tmp" else ""), kind, outside)
+    with time_cap(20):
+        with atomic_write(str(path)) as f:
+            f.write("new\n")
+        import matplotlib.pyplot as plt
+        save_figure(plt.figure(), str(path.with_suffix(".png")))
+    assert path.read_text() == "new\n" and not path.is_symlink() and path.stat().st_nlink == 1
+    assert (outside.read_bytes(), outside.stat().st_mtime_ns) == kept
+    assert sorted(os.listdir(path.parent)) == ["table.md", "table.png"]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "relative symlink"])
+@pytest.mark.parametrize("trailing", ["", "/"])
+def test_a_folder_a_command_writes_in_is_never_a_link(tmp_path, kind, trailing):
+    """configurator.folder_problem, which every command asks before it writes in a folder (train.py's
+    out_dir, export's, lm_eval_tasks', gguf_to_hf's, plot's and the sweep's): a symbolic link there is
+    one line naming where it points, before its probe file is made (nothing happens in the target),
+    while a real folder is fine."""
+    from configurator import folder_problem
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    mtime = target.stat().st_mtime_ns
+    link = tmp_path / "out"
+    os.symlink(target if kind == "symlink" else "elsewhere", link)
+    problem = folder_problem(str(link) + trailing)
+    assert problem.startswith("a symbolic link (to ") and str(target) in problem
+    assert target.stat().st_mtime_ns == mtime and os.listdir(target) == []
+    assert folder_problem(str(target)) is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_record_a_summary_or_a_run_log_that_is_not_its_own_file_is_one_line(tmp_path, kind):
+    """A FIFO as a run record or a gpu_check summary held plot, the sweep and the ladder forever: records,
+    summaries, provenance and dataset hashes are read by common.open_checked (a link to a file is read
+    as it). A run's train.log the sweep or a job appends to (records.open_run_log) must be the run's own:
+    a link, a hard link or a FIFO is one line, and nothing outside is written."""
+    from research.ladder import measured_mfu
+    from research.records import open_run_log, read_record
+    from test_fuzz import time_cap
+    outside = tmp_path / "outside.json"
+    record, summary = tmp_path / "r.json", tmp_path / "summary.json"
+    for path in (record, summary):
+        plant(str(path), kind, outside)
+        outside.unlink() if path is record else None
+    outside.write_text('{"stages": {"train": {"mfu_percent": 40}}}\n')
+    with time_cap(20):
+        for read, says in ((lambda: read_record(str(record)), "r.json"), (lambda: measured_mfu(str(summary)), "")):
+            if kind == "FIFO":
+                with pytest.raises(UserError, match="named pipe"):
+                    read()
+            else:  # a link to a file (or its second name): read as the file it is, one line for bad content
+                try:
+                    read()
+                except UserError as e:
+                    assert says in str(e)
+    out = tmp_path / "run"
+    out.mkdir()
+    kept = plant(str(out / "train.log"), kind, tmp_path / "outside.log")
+    with time_cap(20), pytest.raises(UserError, match="train.log is .*not the run's own file"):
+        open_run_log({"out_dir": str(out)})
+    assert ((tmp_path / "outside.log").read_bytes(), (tmp_path / "outside.log").stat().st_mtime_ns) == kept
+    with open_run_log({"out_dir": str(tmp_path)}) as f:
+        f.write("a line\n")
+    assert (tmp_path / "train.log").read_text() == "a line\n"

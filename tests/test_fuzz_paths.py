@@ -1,0 +1,207 @@
+"""Every command that prints, reads or writes a run folder meets, at each path it reads or writes, a
+symbolic link leaving the folder (absolute, or relative through ..), a hard link to a file elsewhere
+and a FIFO. Each case runs the command as a user does (its own process, stdin closed) under a time
+cap: it must end (a FIFO never holds it), print no traceback, and write nothing outside the folders
+it was given (a folder beside them, which the links point into, is the same file for file, mtime for
+mtime, afterwards). Whether it refuses the path in one line or reads it is the command's affair: a
+link to a run's own file elsewhere is no harm to read; what it writes through is.
+
+A table: command -> (argv, the paths it reads or writes); each path gets every hazard of its kind.
+Slow (a process per case, about 2-5 s each on 2 cores); the in-process checks of each kind are in
+tests/test_security.py and tests/test_token_files.py."""
+
+import hashlib
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+CAP_S = 60  # a case still running after it waits on a FIFO (the slowest, a resume of 2 steps, takes ~5 s)
+
+# the paths each command reads or writes, as {name} templates of the case's copy of the fixture:
+# {run} a finished run (ckpt.pt, log.jsonl, .lock; its export hf/ and tasks lm_eval/), {ds} its
+# dataset, {gguf} a tiny GGUF, {made} a folder gguf_to_hf wrote, {plots} plot --run's output,
+# {out_root}/{results} a finished sweep's runs and records ({a_run}, {record}: one of each), {new} a
+# path nothing is at yet; a path a command writes may be absent before it runs (ABSENT)
+FILE, FOLDER = "file", "folder"
+COMMANDS = {
+    "train": (["train.py", "--init_from=auto", "--out_dir={run}", "--dataset={ds}", "--max_iters=4",
+               "--eval_interval=2", "--device=cpu"],
+              {"{run}/ckpt.pt": FILE, "{run}/log.jsonl": FILE, "{run}/.lock": FILE, "{run}/ckpt.pt.tmp": FILE,
+               "{run}/log.jsonl.tmp": FILE, "{ds}/train.bin": FILE, "{ds}/val.bin": FILE, "{ds}/meta.pkl": FILE}),
+    "sample": (["sample.py", "--out_dir={run}", "--max_new_tokens=2", "--device=cpu", "--start=a"],
+               {"{run}/ckpt.pt": FILE}),
+    "export": (["-m", "tools.export", "--out_dir={run}", "--no_check"],
+               {"{run}/ckpt.pt": FILE, "{run}/hf": FOLDER, "{run}/hf/config.json": FILE,
+                "{run}/hf/model.safetensors": FILE}),
+    "lm_eval_tasks": (["-m", "tools.lm_eval_tasks", "--out_dir={run}"],
+                      {"{run}/ckpt.pt": FILE, "{run}/hf/model.safetensors": FILE, "{run}/hf/config.json": FILE,
+                       "{run}/hf/modeling_scalevec.py": FILE, "{run}/lm_eval": FOLDER,
+                       "{run}/lm_eval/scalevec_val.yaml": FILE, "{ds}/val.bin": FILE}),
+    "gguf_to_hf": (["-m", "tools.gguf_to_hf", "--gguf={gguf}", "--out={made}"],
+                   {"{gguf}": FILE, "{made}": FOLDER, "{made}/config.json": FILE, "{made}/model.safetensors": FILE}),
+    "hf_check": (["-m", "tools.hf_check", "{run}/hf", "--tokens=8"],
+                 {"{run}/hf/config.json": FILE, "{run}/hf/model.safetensors": FILE, "{run}/hf/tokenizer.json": FILE}),
+    "plot_run": (["-m", "research.plot", "--run={run}", "--out={plots}"],
+                 {"{run}/log.jsonl": FILE, "{plots}": FOLDER, "{plots}/run.png": FILE}),
+    "plot": (["-m", "research.plot", "{ablation}", "--results={results}", "--out={new}"],
+             {"{record}": FILE, "{results}": FOLDER, "{new}": FOLDER}),
+    "sweep": (["-m", "research.sweep", "{ablation}", "--results={results}", "--out_root={out_root}"],
+              {"{record}": FILE, "{results}": FOLDER, "{a_run}/log.jsonl": FILE, "{a_run}/ckpt.pt": FILE,
+               "{a_run}/provenance.json": FILE}),
+    "ladder": (["-m", "research.ladder", "{ladder}", "--out={new}.md", "--gpu_check={gpu_check}"],
+               {"{new}.md": FILE, "{gpu_check}": FILE}),
+}
+ABSENT = (".tmp", ".lock", "{new}")
+HAZARDS = {FILE: ("symlink", "relative symlink", "hard link", "FIFO"), FOLDER: ("symlink", "relative symlink", "FIFO")}
+
+
+def cases():
+    for command, (_, slots) in COMMANDS.items():
+        for slot, kind in slots.items():
+            for hazard in HAZARDS[kind]:
+                yield pytest.param(command, slot, hazard, id=f"{command}:{slot.strip('{}')}:{hazard}")
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """The folders every case copies (names as in COMMANDS): one tiny run of character data with line
+    breaks, and what each command made of it, once."""
+    pytest.importorskip("transformers", reason="export, lm_eval_tasks and hf_check: pip install -e '.[export]'")
+    from test_fuzz import small_ladder
+    from test_security_hf import tiny_gguf
+    from test_sweep import write_ablation
+    from test_train import run
+
+    from research import plot, sweep
+    from tools import export, gguf_to_hf, lm_eval_tasks
+
+    tmp = tmp_path_factory.mktemp("fuzz_paths")
+    itos = sorted(set("abcdefghij \n"))
+    ds = tmp / "ds"
+    ds.mkdir()
+    ids = np.random.default_rng(0).integers(0, len(itos), 6000).astype(np.uint16)
+    for split in ("train", "val"):
+        ids.tofile(ds / f"{split}.bin")
+    with open(ds / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(itos), "itos": itos, "stoi": {c: i for i, c in enumerate(itos)}}, f)
+    p = {name: tmp / name for name in ("run", "ds", "made", "plots", "out_root", "results")}
+    run([f"--dataset={ds}", f"--out_dir={p['run']}", "--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
+         "--batch_size=2", "--max_iters=2", "--eval_interval=2", "--eval_iters=1", "--sample_tokens=0"])
+    export.main([f"--out_dir={p['run']}", "--no_check"])
+    lm_eval_tasks.main([f"--out_dir={p['run']}", "--max_docs=4", "--items=4"])
+    p["gguf"] = tiny_gguf(tmp / "gguf" / "m.gguf")
+    gguf_to_hf.main([f"--gguf={p['gguf']}", f"--out={p['made']}"])
+    plot.main([f"--run={p['run']}", f"--out={p['plots']}"])
+    p["ablation"] = write_ablation(tmp / "abl", name="tiny")
+    assert sweep.main([p["ablation"], f"--results={p['results']}", f"--out_root={p['out_root']}",
+                       "--parallel=1", "--threads=1"]) == 0
+    p["a_run"], p["record"] = (p[k] / sorted(os.listdir(p[k]))[0] for k in ("out_root", "results"))
+    p["ladder"] = small_ladder(tmp)
+    p["gpu_check"] = tmp / "summary.json"
+    p["gpu_check"].write_text('{"stages": []}\n')
+    for slots in (s for _, s in COMMANDS.values()):  # the table names what the commands made
+        for slot, kind in slots.items():
+            path = fill(slot, {**p, "new": tmp / "new"})
+            assert any(a in slot for a in ABSENT) or (os.path.isdir(path) if kind == FOLDER else os.path.isfile(path)), path
+    return tmp, p
+
+
+def fill(text, paths):
+    return text.format(**{k: str(v) for k, v in paths.items()})
+
+
+def snapshot(folder):
+    """{relative path: (kind, size, mtime_ns, sha1 of a file)} of everything under folder, links not followed."""
+    out = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            digest = hashlib.sha1(open(path, "rb").read()).hexdigest() if os.path.isfile(path) and \
+                not os.path.islink(path) else None
+            out[os.path.relpath(path, folder)] = (st.st_mode, st.st_size, st.st_mtime_ns, digest)
+    return out
+
+
+def plant(path, hazard, outside):
+    """Put hazard at path: the file or folder that was there (or, if none, a file of bytes nobody may
+    lose) moves to a new name in outside, and path becomes a link to it (a symbolic one, absolute or
+    through .., or a hard link) or a FIFO."""
+    target = os.path.join(outside, f"{len(os.listdir(outside))}_{os.path.basename(path)}")
+    if os.path.lexists(path):
+        shutil.move(path, target)
+    else:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(target, "w") as f:
+            f.write("precious\n")
+    if hazard == "FIFO":
+        shutil.rmtree(target) if os.path.isdir(target) else None
+        os.mkfifo(path)
+    elif hazard == "hard link":
+        os.link(target, path)
+    else:
+        os.symlink(target if hazard == "symlink" else os.path.relpath(target, os.path.dirname(path)), path)
+
+
+def point_at_dataset(ckpt_path, ds):
+    """The copied run's checkpoint names the copied dataset (a reader of it, as lm_eval_tasks, meets the
+    case's hazard there), its mtime kept (an export older than its checkpoint is refused as stale)."""
+    import torch
+    st = os.stat(ckpt_path)
+    ckpt = torch.load(ckpt_path, weights_only=True)
+    ckpt["config"]["dataset"] = str(ds)
+    torch.save(ckpt, ckpt_path)
+    os.utime(ckpt_path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def run_capped(args, cwd):
+    """(return code, stdout, stderr) of `python args`, or None when it is still running after CAP_S (it
+    and every process it started are then killed)."""
+    with subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}) as proc:
+        try:
+            out, err = proc.communicate(timeout=CAP_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return None
+    return proc.returncode, out, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, slot, hazard", list(cases()))
+def test_a_link_or_fifo_at_any_path_of_a_run_folder_never_hangs_a_command_nor_writes_outside(
+        made, tmp_path, command, slot, hazard):
+    src, p = made
+    case = tmp_path / "case"
+    shutil.copytree(src, case, symlinks=True)
+    paths = {k: case / os.path.relpath(v, src) for k, v in p.items()} | {"new": case / "new"}
+    point_at_dataset(paths["run"] / "ckpt.pt", paths["ds"])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    argv, _ = COMMANDS[command]
+    plant(fill(slot, paths), hazard, str(outside))
+    before = snapshot(outside)
+    done = run_capped([fill(a, paths) for a in argv], cwd=tmp_path)
+    assert done is not None, f"{command} still running after {CAP_S} s with {slot} a {hazard}"
+    code, out, err = done
+    assert "Traceback" not in err, err[-3000:]
+    assert snapshot(outside) == before, f"{command} wrote outside through {slot} ({hazard}): {out[-1000:]}{err[-1000:]}"
+
+
+def test_the_table_names_every_command_that_reads_or_writes_a_run_folder():
+    """A command of the reading path (train, sample, export, the task writer, the converters, the research
+    commands over runs and records) without a row is a failure: its paths get no fuzz."""
+    named = {argv[0] if argv[0].endswith(".py") else argv[1] for argv, _ in COMMANDS.values()}
+    assert named >= {"train.py", "sample.py", "tools.export", "tools.lm_eval_tasks", "tools.gguf_to_hf",
+                     "tools.hf_check", "research.plot", "research.sweep", "research.ladder"}
+    assert sum(len(HAZARDS[kind]) for _, slots in COMMANDS.values() for kind in slots.values()) == len(list(cases()))
