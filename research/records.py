@@ -303,17 +303,21 @@ def mechanism_record(evals):
     eval rows that close an interval (every eval after the first: the run's intervals, equal but for
     a resumed one), "intervals": how many}} in 5 significant digits (a None, an undefined ratio,
     stays None and is left out of the means); {} for a log without the statistics (mechanism_stats
-    off, or made before them)."""
+    off, or made before them). "cut": the iterations of the evals whose interval starts later than
+    the eval before (a resume from a checkpoint that kept no open interval, as ckpt.dcp did not
+    before it kept one): shorter intervals, in the mean as if whole; absent when there is none."""
     rows = [r["mechanism"] for r in evals if r.get("mechanism")]
     if not rows:
         return {}
+    logged = [r for r in evals if r.get("mechanism")]
+    cut = [r["iter"] for before, r in zip(logged, logged[1:]) if r["mechanism"].get("since", before["iter"]) > before["iter"]]
     sig = lambda v: None if v is None else float(f"{v:.5g}")  # noqa: E731
     intervals = [r for r in rows if "since" in r]
     keys = [k for k in intervals[-1] if k != "since"] if intervals else []
     mean = {k: sig(statistics.fmean(vals)) for k in keys
             if (vals := [r[k] for r in intervals if r.get(k) is not None])}
     return {"mechanism": {"final": {k: v if k == "since" else sig(v) for k, v in rows[-1].items()}, "mean": mean,
-                          "intervals": len(intervals)}}
+                          "intervals": len(intervals), **({"cut": cut} if cut else {})}}
 
 
 def pinned(provenance):

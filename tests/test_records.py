@@ -234,3 +234,19 @@ def test_an_interval_or_p_the_prose_quotes_altered_by_one_digit_is_caught(name):
         for at in (end - 1, text.index(".", start, end) + 1):
             altered = text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:]
             assert unsourced(altered, tables), (name, text[start:end], at - start)
+
+
+def test_a_mechanism_record_names_the_evals_whose_interval_a_resume_cut():
+    """An interval that starts later than the eval before it (a resume from a checkpoint that kept no
+    open interval) is listed under "cut", the eval's iteration; a log whose every interval starts at
+    the eval before has no "cut", and the means count every interval either way."""
+    from research.records import mechanism_record
+
+    def evals(sinces):
+        rows = [{"kind": "eval", "iter": 0, "mechanism": {"s/gain": 1.0}}]
+        return rows + [{"kind": "eval", "iter": 4 * k, "mechanism": {"since": since, "s/gain": float(k)}}
+                       for k, since in enumerate(sinces, 1)]
+
+    whole, cut = mechanism_record(evals([0, 4, 8]))["mechanism"], mechanism_record(evals([0, 6, 8]))["mechanism"]
+    assert "cut" not in whole and cut["cut"] == [8]
+    assert whole["mean"] == cut["mean"] == {"s/gain": 2.0} and whole["intervals"] == cut["intervals"] == 3
