@@ -388,6 +388,8 @@ def test_a_run_stopped_between_evals_under_fsdp_resumes_the_open_mechanism_inter
     assert mechanism_record(evals_of(stopped["fsdp"])) == mechanism_record(evals_of(runs.out["fsdp"]))
     assert_same_mechanism(stopped["to_one"], runs.out["one"])
     assert_same_mechanism(stopped["pt"], runs.out["one"])
+    assert "cut" not in mechanism_record(evals_of(stopped["fsdp"]))["mechanism"]
+    assert mechanism_record(evals_of(stopped["cut"]))["mechanism"]["cut"] == [K]  # said in the record
     cut = mechanism_rows(stopped["cut"])[K]
     assert cut["since"] == STOP_IN
     site = "blocks.0.attn.q.in_scale/move_plain"
