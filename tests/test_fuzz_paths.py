@@ -38,6 +38,13 @@ COMMANDS = {
                "{run}/log.jsonl.tmp": FILE, "{ds}/train.bin": FILE, "{ds}/val.bin": FILE, "{ds}/meta.pkl": FILE}),
     "sample": (["sample.py", "--out_dir={run}", "--max_new_tokens=2", "--device=cpu", "--start=a"],
                {"{run}/ckpt.pt": FILE}),
+    "sample_dcp": (["sample.py", "--out_dir={sharded}", "--max_new_tokens=2", "--device=cpu", "--start=a"],
+                   {"{sharded}/ckpt.dcp": FOLDER, "{sharded}/ckpt.dcp/.metadata": FILE,
+                    "{sharded}/ckpt.dcp/run.pt": FILE, "{sharded}/ckpt.dcp/__0_0.distcp": FILE}),
+    "train_dcp": (["train.py", "--init_from=auto", "--out_dir={sharded}", "--dataset={ds}", "--max_iters=4",
+                   "--eval_interval=2", "--device=cpu"],
+                  {"{sharded}/ckpt.dcp/.metadata": FILE, "{sharded}/ckpt.dcp/run.pt": FILE,
+                   "{sharded}/ckpt.dcp/__0_0.distcp": FILE, "{sharded}/ckpt.dcp.tmp": FOLDER}),
     "export": (["-m", "tools.export", "--out_dir={run}", "--no_check"],
                {"{run}/ckpt.pt": FILE, "{run}/hf": FOLDER, "{run}/hf/config.json": FILE,
                 "{run}/hf/model.safetensors": FILE}),
@@ -56,10 +63,14 @@ COMMANDS = {
     "sweep": (["-m", "research.sweep", "{ablation}", "--results={results}", "--out_root={out_root}"],
               {"{record}": FILE, "{results}": FOLDER, "{a_run}/log.jsonl": FILE, "{a_run}/ckpt.pt": FILE,
                "{a_run}/provenance.json": FILE}),
+    # (the same sweep, with one run's record and files gone: it trains that run again, writing them)
+    "sweep_runs": (["-m", "research.sweep", "{ablation}", "--results={results}", "--out_root={out_root}"],
+                   {"{a_run}/train.log": FILE, "{a_run}/provenance.json": FILE, "{a_run}/log.jsonl": FILE}),
     "ladder": (["-m", "research.ladder", "{ladder}", "--out={new}.md", "--gpu_check={gpu_check}"],
                {"{new}.md": FILE, "{gpu_check}": FILE}),
 }
 ABSENT = (".tmp", ".lock", "{new}")
+GONE = {"sweep_runs": ("{record}", "{a_run}")}  # removed from a case's copy before the hazard is planted
 HAZARDS = {FILE: ("symlink", "relative symlink", "hard link", "FIFO"), FOLDER: ("symlink", "relative symlink", "FIFO")}
 
 
@@ -75,6 +86,7 @@ def made(tmp_path_factory):
     """The folders every case copies (names as in COMMANDS): one tiny run of character data with line
     breaks, and what each command made of it, once."""
     pytest.importorskip("transformers", reason="export, lm_eval_tasks and hf_check: pip install -e '.[export]'")
+    from test_fsdp import as_sharded
     from test_fuzz import small_ladder
     from test_security_hf import tiny_gguf
     from test_sweep import write_ablation
@@ -97,6 +109,9 @@ def made(tmp_path_factory):
          "--batch_size=2", "--max_iters=2", "--eval_interval=2", "--eval_iters=1", "--sample_tokens=0"])
     export.main([f"--out_dir={p['run']}", "--no_check"])
     lm_eval_tasks.main([f"--out_dir={p['run']}", "--max_docs=4", "--items=4"])
+    p["sharded"] = tmp / "sharded"  # the run as an fsdp=True run saves it (ckpt.dcp)
+    as_sharded(p["run"], p["sharded"])
+    shutil.copy(p["run"] / "log.jsonl", p["sharded"])
     p["gguf"] = tiny_gguf(tmp / "gguf" / "m.gguf")
     gguf_to_hf.main([f"--gguf={p['gguf']}", f"--out={p['made']}"])
     plot.main([f"--run={p['run']}", f"--out={p['plots']}"])
@@ -189,6 +204,9 @@ def test_a_link_or_fifo_at_any_path_of_a_run_folder_never_hangs_a_command_nor_wr
     outside = tmp_path / "outside"
     outside.mkdir()
     argv, _ = COMMANDS[command]
+    for gone in GONE.get(command, ()):
+        path = fill(gone, paths)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     plant(fill(slot, paths), hazard, str(outside))
     before = snapshot(outside)
     done = run_capped([fill(a, paths) for a in argv], cwd=tmp_path)
