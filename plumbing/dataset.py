@@ -183,11 +183,13 @@ def check_char_vocabulary(meta, meta_path):
                         f"prepare script)")
 
 
-def load_data(cfg, prepare_here=True):
+def load_data(dataset, block_size, vocab_size=0, prepare_here=True):
     """Check train.bin / val.bin and read meta.pkl; prepare this repository's own data/shakespeare_char/
     or data/shakespeare/ by its script when missing (repository_prepare: a folder elsewhere is never
     prepared, whatever its name or its files).
 
+    dataset: a folder under data/, or a path to one (dataset_dir); block_size: the context, which
+    each file must exceed; vocab_size: the run's (0: meta.pkl's), which sampled ids must stay under.
     prepare_here: this process may run the prepare script (under DDP: local rank 0;
     every rank then meets at a barrier, whether or not anything was prepared).
 
@@ -203,7 +205,7 @@ def load_data(cfg, prepare_here=True):
     read as uint16, an unreadable meta.pkl, a recorded dtype other than
     uint16/uint32, or a failed prepare script.
     """
-    folder = dataset_dir(cfg.dataset)
+    folder = dataset_dir(dataset)
     paths = {split: os.path.join(folder, f"{split}.bin") for split in ("train", "val")}
     prepare = repository_prepare(folder)
     local = prepare is not None and os.path.basename(os.path.dirname(prepare)) in LOCAL_DATASETS
@@ -220,7 +222,7 @@ def load_data(cfg, prepare_here=True):
     for path in paths.values():
         if not os.path.exists(path):  # (a dangling link too)
             hint = prepare_hint(folder)
-            raise UserError(f"data file {path} not found for dataset={cfg.dataset!r}: {hint}")
+            raise UserError(f"data file {path} not found for dataset={dataset!r}: {hint}")
         checked_stat(path, links=True)  # a FIFO, a device, a folder: said as what it is, never read
     meta_path = os.path.join(folder, "meta.pkl")
     meta = read_meta(meta_path) if os.path.exists(meta_path) else None
@@ -230,13 +232,13 @@ def load_data(cfg, prepare_here=True):
         raise UserError(f"{meta_path} records dtype={recorded!r}: token files must be 'uint16' or 'uint32'; set "
                         f"meta.pkl's 'dtype' to the dtype train.bin and val.bin were written with")
     dtype = recorded or DEFAULT_DTYPE
-    if getattr(cfg, "vocab_size", 0):  # another size than meta.pkl's is the first thing to say, before the ids
-        check_vocabulary(meta, cfg.vocab_size, None, folder)
-    vocab = getattr(cfg, "vocab_size", 0) or (meta or {}).get("vocab_size")
+    if vocab_size:  # another size than meta.pkl's is the first thing to say, before the ids
+        check_vocabulary(meta, vocab_size, None, folder)
+    vocab = vocab_size or (meta or {}).get("vocab_size")
     data = {"files": {}}
     for split, path in paths.items():
         check_token_file(path, dtype, recorded is not None, vocab if type(vocab) is int else None,
-                         cfg.block_size, meta_path)
+                         block_size, meta_path)
         data[split] = path
         data["files"][split] = open_checked(path, links=True)  # the file checked now is the one every batch maps
     data["meta"] = meta

@@ -233,7 +233,7 @@ def setup(cfg, given, cleanup):
         torch.backends.cudnn.allow_tf32 = True
     if cfg.hf_model and ckpt is None:  # the model's tokenizer first: its advice beats the token files'
         check_data(cfg.hf_model, dataset_dir(cfg.dataset))
-    data = load_data(cfg, prepare_here=local_rank == 0)
+    data = load_data(cfg.dataset, cfg.block_size, cfg.vocab_size, prepare_here=local_rank == 0)
     cfg.vocab_size = cfg.vocab_size or meta_vocab_size(data["meta"], cfg.dataset)
     check_vocabulary(data["meta"], cfg.vocab_size, ckpt and ckpt.get("meta"), dataset_dir(cfg.dataset))
     if cfg.init_from == "scratch" and held_run:

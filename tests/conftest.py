@@ -92,3 +92,9 @@ def pytest_runtest_teardown(item, nextitem):
     if FROM_OUTSIDE:
         pytest.exit(f"stopped by {signal.Signals(FROM_OUTSIDE[0]).name} during {item.nodeid} (a training run it "
                     f"started saved and stopped)", returncode=128 + FROM_OUTSIDE[0])
+
+
+def data_keys(cfg):
+    """The keys dataset.load_data reads of a run config (a dict or a namespace), as its arguments."""
+    cfg = cfg if isinstance(cfg, dict) else vars(cfg)
+    return {"dataset": cfg["dataset"], "block_size": cfg["block_size"], "vocab_size": cfg.get("vocab_size", 0)}

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import ROOT, gpt2_bpe
+from conftest import ROOT, data_keys, gpt2_bpe
 from configurator import UserError
 from plumbing.dataset import load_data
 from test_train import run, tiny_args
@@ -114,7 +114,7 @@ def test_txt_and_jsonl_files_become_a_dataset_the_trainer_reads(tmp_path, enc, c
     printed = capsys.readouterr().out
     assert "9 documents: 7 train, 2 val" in printed and "tokens/s with 2 workers" in printed
 
-    data = load_data(cfg_for(out))
+    data = load_data(**data_keys(cfg_for(out)))
     assert data["dtype"] == "uint16" and data["meta"] == META
     run(tiny_args(str(out), tmp_path / "run", "--max_iters=2", "--eval_interval=2",
                   f"--vocab_size={data['meta']['vocab_size']}"))
@@ -251,7 +251,7 @@ def test_fineweb_writes_val_then_train_and_the_trainer_reads_it(tmp_path, enc, c
     assert 500 <= counts["val"] < 600 and 3000 <= counts["train"] < 3100
     printed = capsys.readouterr().out
     assert f"val.bin: {counts['val']:,} tokens\ntrain.bin: {counts['train']:,} tokens\n" in printed
-    data = load_data(cfg_for(tmp_path))
+    data = load_data(**data_keys(cfg_for(tmp_path)))
     assert data["meta"] == META and data["dtype"] == "uint16"
     assert sorted(os.listdir(tmp_path)) == ["meta.pkl", "train.bin", "val.bin"]
 
@@ -262,7 +262,7 @@ def test_fineweb_subset_running_out(tmp_path, enc, capsys):
     expected = fineweb_expected(enc, 200, 500, 10 ** 9)
     assert np.fromfile(tmp_path / "train.bin", dtype=np.uint16).tolist() == expected["train"]
     assert f"train.bin: {counts['train']:,} tokens (the subset has no more)" in capsys.readouterr().out
-    assert load_data(cfg_for(tmp_path))["meta"] == META
+    assert load_data(**data_keys(cfg_for(tmp_path)))["meta"] == META
     with pytest.raises(SystemExit, match="the sample-10BT subset ran out after .* tokens, before train.bin got any"):
         fineweb.main(["--val_tokens=1e9", "--workers=1", f"--out={tmp_path / 'short'}"],
                      load_dataset=stand_in(50, []))

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, data_keys
 from model import GPT
 from test_train import make_dataset, read_log, tiny_args
 from configurator import UserError, load_config
@@ -107,7 +107,7 @@ def test_logged_loss_is_the_mean_over_ranks_and_micro_steps(runs):
     cfg = SimpleNamespace(**cfg)
     cfg.vocab_size = 40
     model = GPT(model_config(cfg), seed=cfg.seed)
-    data = load_data(cfg, prepare_here=False)
+    data = load_data(**data_keys(cfg), prepare_here=False)
     with torch.no_grad():
         micro = [model(*get_batch(data, "train", 0, j, cfg, torch.device("cpu")))[1].item() for j in range(4)]
     ranks = [(micro[0] + micro[2]) / 2, (micro[1] + micro[3]) / 2]

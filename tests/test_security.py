@@ -17,7 +17,7 @@ import torch
 
 from plumbing.checkpoint import DcpMetadataUnpickler, load_checkpoint, newest_checkpoint
 from configurator import UserError
-from conftest import ROOT
+from conftest import ROOT, data_keys
 from test_train import cli, make_dataset, run, tiny_args
 
 
@@ -162,7 +162,7 @@ def test_the_repositorys_own_prepare_script_makes_its_dataset(tmp_path, monkeypa
     shutil.copy(os.path.join(ROOT, "data", "shakespeare_char", "prepare.py"), tmp_path / "data" / "shakespeare_char")
     monkeypatch.setattr(dataset, "ROOT", str(tmp_path))
     cfg, _ = load_config(["--dataset=shakespeare_char"])
-    loaded = dataset.load_data(SimpleNamespace(**cfg))
+    loaded = dataset.load_data(**data_keys(SimpleNamespace(**cfg)))
     assert os.path.getsize(loaded["train"]) // 2 > 4_000_000 and loaded["meta"]["vocab_size"] < 100
 
 
@@ -428,7 +428,7 @@ def test_a_token_file_swapped_for_a_fifo_after_the_start_is_never_opened(finishe
     from test_fuzz import time_cap
     ds = copy_of(finished_run[0], tmp_path)
     cfg = SimpleNamespace(**{**load_config(tiny_args(ds, tmp_path / "o"))[0], "vocab_size": 40})  # (make_dataset's)
-    data = load_data(cfg)
+    data = load_data(**data_keys(cfg))
     before = [train_mod.get_batch(data, split, 3, 0, cfg, torch.device("cpu"))[0] for split in ("train", "val")]
     for split in ("train", "val"):
         replace_by_fifo(ds / f"{split}.bin")
@@ -438,7 +438,7 @@ def test_a_token_file_swapped_for_a_fifo_after_the_start_is_never_opened(finishe
     os.remove(ds / "train.bin")
     with pytest.raises(UserError, match="train.bin is not a file but a named pipe"):  # the start says so
         os.mkfifo(ds / "train.bin")
-        load_data(cfg)
+        load_data(**data_keys(cfg))
 
 
 def plant(path, kind, outside):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, gpt2_bpe
+from conftest import ROOT, data_keys, gpt2_bpe
 from configurator import UserError, load_config
 from plumbing.dataset import load_data, meta_vocab_size
 from train import get_batch, train
@@ -62,7 +62,7 @@ def old_batches(folder, cfg):
 
 def refused(folder, message, vocab_size=0):
     with pytest.raises(UserError, match=message) as e:
-        load_data(cfg_for(folder, vocab_size))
+        load_data(**data_keys(cfg_for(folder, vocab_size)))
     assert "\n" not in str(e.value)
     return str(e.value)
 
@@ -81,7 +81,7 @@ def train_losses(folder, out_dir):
 def test_uint32_with_recorded_dtype_trains_on_the_same_batches_as_uint16(tmp_path):
     ds16 = write_dataset(tmp_path / "u16", "uint16", char_meta(dtype="uint16"))
     ds32 = write_dataset(tmp_path / "u32", "uint32", char_meta(dtype="uint32"))
-    d16, d32 = load_data(cfg_for(ds16)), load_data(cfg_for(ds32))
+    d16, d32 = load_data(**data_keys(cfg_for(ds16))), load_data(**data_keys(cfg_for(ds32)))
     assert (d16["dtype"], d32["dtype"]) == ("uint16", "uint32")
     for (x16, y16), (x32, y32) in zip(batches(d16, cfg_for(ds16)), batches(d32, cfg_for(ds32))):
         assert np.array_equal(x16, x32) and np.array_equal(y16, y32)
@@ -118,7 +118,7 @@ def test_a_bad_dtype_record_or_size_is_a_one_line_error(tmp_path):
 def test_old_uint16_data_without_a_record_loads_as_before(tmp_path):
     for name, meta in (("meta", char_meta()), ("bare", None)):
         folder = write_dataset(tmp_path / name, "uint16", meta)
-        data = load_data(cfg_for(folder, vocab_size=VOCAB))
+        data = load_data(**data_keys(cfg_for(folder, vocab_size=VOCAB)))
         assert data["dtype"] == "uint16" and data["meta"] == meta
         for (x, y), (x_old, y_old) in zip(batches(data, cfg_for(folder)), old_batches(folder, cfg_for(folder))):
             assert np.array_equal(x, x_old) and np.array_equal(y, y_old)
@@ -133,7 +133,7 @@ def test_shakespeare_char_prepare_records_uint16(tmp_path):
     module.prepare(text, "Whether 'tis nobler in the mind to suffer\n", str(tmp_path))
     with open(tmp_path / "meta.pkl", "rb") as f:
         assert pickle.load(f)["dtype"] == "uint16"
-    data = load_data(SimpleNamespace(dataset=str(tmp_path), block_size=8, vocab_size=0))
+    data = load_data(**data_keys(SimpleNamespace(dataset=str(tmp_path), block_size=8, vocab_size=0)))
     assert data["dtype"] == "uint16"
     ids = np.fromfile(tmp_path / "train.bin", dtype=data["dtype"])
     assert "".join(data["meta"]["itos"][i] for i in ids) == text
@@ -153,7 +153,7 @@ def test_int64_token_files_are_named_as_such_and_the_advice_loads(tmp_path, reco
     with open(os.path.join(folder, "meta.pkl"), "wb") as f:
         pickle.dump(char_meta(dtype="uint16"), f)
     reference = write_dataset(tmp_path / "u16", "uint16", char_meta(dtype="uint16"))
-    got, want = load_data(cfg_for(folder)), load_data(cfg_for(reference))
+    got, want = load_data(**data_keys(cfg_for(folder))), load_data(**data_keys(cfg_for(reference)))
     for (x, y), (x0, y0) in zip(batches(got, cfg_for(folder)), batches(want, cfg_for(reference))):
         assert np.array_equal(x, x0) and np.array_equal(y, y0)
 
@@ -167,7 +167,7 @@ def test_a_dtype_that_cannot_hold_the_vocabulary_is_refused(tmp_path):
         refused(folder, r"read as uint16, which holds ids up to 65,535, but vocab_size=100,277: write the token "
                         r"files as uint32")
     ok = write_dataset(tmp_path / "ok", "uint32", {"vocab_size": 100_277, "dtype": "uint32"})
-    assert load_data(cfg_for(ok))["dtype"] == "uint32"
+    assert load_data(**data_keys(cfg_for(ok)))["dtype"] == "uint32"
 
 
 def test_the_codec_is_the_models_own_vocabulary_or_none():
@@ -224,7 +224,7 @@ def test_a_meta_pkl_that_would_run_code_is_refused_and_its_code_never_runs(tmp_p
         with open(os.path.join(folder, "meta.pkl"), "wb") as f:
             pickle.dump(payload, f, protocol=protocol)
         with pytest.raises(UserError, match=r"meta.pkl is refused: it would build (posix|os)\.system.*nothing of it ran"):
-            load_data(cfg_for(folder))
+            load_data(**data_keys(cfg_for(folder)))
         with pytest.raises(UserError, match=r"would build (posix|os)\.system") as e:
             train(load_config([f"--dataset={folder}", f"--out_dir={tmp_path / 'o'}", "--n_layer=1", "--n_embd=32",
                                "--n_head=2", "--block_size=16", "--max_iters=1"])[0])
@@ -235,7 +235,7 @@ def test_a_meta_pkl_that_would_run_code_is_refused_and_its_code_never_runs(tmp_p
     with open(os.path.join(folder, "meta.pkl"), "wb") as f:
         pickle.dump({"vocab_size": np.uint16(VOCAB), "ids": np.arange(3), "pairs": [(1, 2.5)], "none": None}, f,
                     protocol=protocol)
-    assert load_data(cfg_for(folder))["meta"] == {"vocab_size": VOCAB, "ids": [0, 1, 2], "pairs": [(1, 2.5)],
+    assert load_data(**data_keys(cfg_for(folder)))["meta"] == {"vocab_size": VOCAB, "ids": [0, 1, 2], "pairs": [(1, 2.5)],
                                                   "none": None}
 
 
@@ -278,7 +278,7 @@ def test_a_vocab_size_other_than_meta_pkls_is_told_meta_pkls_size_first(tmp_path
     typo), not the token files' uint16 limit that the larger size would also pass."""
     folder = write_dataset(tmp_path / "ds", meta=char_meta())
     with pytest.raises(UserError, match=r"vocab_size=100000 but .*meta.pkl says 40"):
-        load_data(cfg_for(folder, vocab_size=100_000))
+        load_data(**data_keys(cfg_for(folder, vocab_size=100_000)))
 
 
 @pytest.mark.parametrize("split, make, says", [
@@ -295,4 +295,4 @@ def test_a_token_file_that_is_no_file_is_named_as_what_it_is(tmp_path, split, ma
     os.remove(os.path.join(folder, f"{split}.bin"))
     make(os.path.join(folder, f"{split}.bin"))
     with pytest.raises(UserError, match=says):
-        load_data(cfg_for(folder))
+        load_data(**data_keys(cfg_for(folder)))

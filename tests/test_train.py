@@ -18,7 +18,7 @@ import optim
 from plumbing import start
 import sample
 import train as train_mod
-from conftest import ROOT
+from conftest import ROOT, data_keys
 from model import GPT, model_config
 from plumbing.checkpoint import load_checkpoint
 from configurator import DEFAULTS, UserError, load_config
@@ -483,14 +483,14 @@ def test_offline_bpe_and_missing_packages_name_what_to_set_or_install(tmp_path, 
     monkeypatch.setattr(dataset, "ROOT", str(tmp_path))  # a copy of the repository's data/: its scripts run
     cfg, _ = load_config(["--dataset=shakespeare"])
     with pytest.raises(UserError, match=r"prepare.py failed: cannot load tiktoken's r50k_base .*TIKTOKEN_CACHE_DIR"):
-        load_data(SimpleNamespace(**cfg))
+        load_data(**data_keys(SimpleNamespace(**cfg)))
 
     (data / "fineweb").mkdir()
     shutil.copy(os.path.join(ROOT, "data", "fineweb", "prepare.py"), data / "fineweb")
     shutil.copy(os.path.join(ROOT, "data", "bpe_docs.py"), data)  # the code it shares with data/corpus
     cfg, _ = load_config(["--dataset=fineweb"])
     with pytest.raises(UserError, match=r"not found .*: pip install datasets && python .*fineweb/prepare.py"):
-        load_data(SimpleNamespace(**cfg))
+        load_data(**data_keys(SimpleNamespace(**cfg)))
     try:
         import datasets  # noqa: F401
     except ImportError:
@@ -752,7 +752,7 @@ def test_the_124m_configs_missing_data_names_the_download_its_size_and_the_cpu_r
     if os.path.exists(os.path.join(ROOT, "data", "fineweb", "train.bin")):
         pytest.skip("data/fineweb is prepared here")
     with pytest.raises(UserError) as e:
-        load_data(SimpleNamespace(**cfg))
+        load_data(**data_keys(SimpleNamespace(**cfg)))
     line = str(e.value)
     for words in ("pip install datasets && python data/fineweb/prepare.py", "5.5 GB", "--train_tokens=1e8",
                   "needs the network", "configs/unified_bpe_cpu.py"):
