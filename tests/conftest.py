@@ -1,6 +1,7 @@
 """Test setup: the repo root on sys.path; OpenMP's idle threads asleep (common.set_omp_env) before torch loads;
 GPT-2's BPE file from ../shared/tiktoken_cache when present."""
 
+import hashlib
 import os
 import sys
 
@@ -98,3 +99,16 @@ def data_keys(cfg):
     """The keys dataset.load_data reads of a run config (a dict or a namespace), as its arguments."""
     cfg = cfg if isinstance(cfg, dict) else vars(cfg)
     return {"dataset": cfg["dataset"], "block_size": cfg["block_size"], "vocab_size": cfg.get("vocab_size", 0)}
+
+
+def snapshot(folder):
+    """{relative path: (kind, size, mtime_ns, sha1 of a file)} of everything under folder, links not followed."""
+    out = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            digest = hashlib.sha1(open(path, "rb").read()).hexdigest() if os.path.isfile(path) and \
+                not os.path.islink(path) else None
+            out[os.path.relpath(path, folder)] = (st.st_mode, st.st_size, st.st_mtime_ns, digest)
+    return out

@@ -10,7 +10,6 @@ A table: command -> (argv, the paths it reads or writes); each path gets every h
 Slow (a process per case, about 2-5 s each on 2 cores); the in-process checks of each kind are in
 tests/test_security.py and tests/test_token_files.py."""
 
-import hashlib
 import os
 import pickle
 import shutil
@@ -21,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, snapshot
 
 CAP_S = 60  # a case still running after it waits on a FIFO (the slowest, a resume of 2 steps, takes ~5 s)
 
@@ -131,19 +130,6 @@ def made(tmp_path_factory):
 
 def fill(text, paths):
     return text.format(**{k: str(v) for k, v in paths.items()})
-
-
-def snapshot(folder):
-    """{relative path: (kind, size, mtime_ns, sha1 of a file)} of everything under folder, links not followed."""
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            st = os.lstat(path)
-            digest = hashlib.sha1(open(path, "rb").read()).hexdigest() if os.path.isfile(path) and \
-                not os.path.islink(path) else None
-            out[os.path.relpath(path, folder)] = (st.st_mode, st.st_size, st.st_mtime_ns, digest)
-    return out
 
 
 def plant(path, hazard, outside):

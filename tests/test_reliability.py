@@ -4,7 +4,6 @@ the LR schedule."""
 
 import errno
 import glob
-import hashlib
 import os
 import random
 import re
@@ -23,7 +22,7 @@ from plumbing import ops
 import train as train_mod
 from plumbing.checkpoint import read_log as read_log_rows  # skips a last line torn mid-write
 from plumbing.common import resolve_device
-from conftest import ROOT
+from conftest import ROOT, snapshot
 from configurator import UserError
 from test_train import cli, make_dataset, read_log, run, tiny_args
 
@@ -54,18 +53,6 @@ print("locked", flush=True)
 time.sleep(600)
 """
 PREEMPT = ["--max_iters=40", "--eval_interval=8", "--gradient_accumulation_steps=2", "--dropout=0.1"]
-
-
-def snapshot(folder):
-    """{relative path: (size, mtime_ns, sha1)} of every file under folder, and its folders."""
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            st = os.stat(path)
-            digest = hashlib.sha1(open(path, "rb").read()).hexdigest() if name in files else "dir"
-            out[os.path.relpath(path, folder)] = (st.st_size, st.st_mtime_ns, digest)
-    return out
 
 
 def pids_running(text):
