@@ -27,7 +27,10 @@ job), or whose local job's process is gone, is stale and the next submission tak
 it over; a run another submission recorded meanwhile is not submitted again. A
 run that finished but whose job died before recording it is recorded from its own
 log by the next submission, as a local sweep does. `--slurm --status` lists each
-planned run as recorded, queued, running, failed or open.
+planned run as recorded, queued, running, failed or open. A claim that is a symbolic link or
+no regular file (a FIFO), or a lock that is either or has another hard link, is refused in one
+line before anything reads or writes through it; a claim is only ever replaced by a rename (a
+hard-linked one too: its other name keeps its bytes), never written in place.
 """
 
 import copy
@@ -157,20 +160,25 @@ def claim_path(run):
 
 
 def read_claim(run):
-    """The run's claim line, or None when it has none."""
+    """The run's claim line, or None when it has none. UserError, one line naming it and the fix, for a
+    claim that is a symbolic link or no regular file (a FIFO would hold the read forever): open_checked."""
+    from plumbing.common import open_checked
     try:
-        with open(claim_path(run)) as f:
-            return f.read().strip()
+        with open_checked(claim_path(run)) as f:
+            return f.read().decode(errors="replace").strip()
     except FileNotFoundError:
         return None
 
 
 def write_claim(run, line):
-    """Replace the run's claim by `line`, atomically (a reader sees the old line or the new one)."""
-    tmp = f"{claim_path(run)}.{os.getpid()}"
-    with open(tmp, "w") as f:
+    """Replace the run's claim by `line`, atomically (a reader sees the old line or the new one): written
+    to a name of this process's own (two writers never share one) by atomic_write, which makes it anew,
+    then renamed over the claim, so a link or FIFO at either name is replaced, never written through."""
+    from plumbing.checkpoint import atomic_write
+    mine = f"{claim_path(run)}.{os.getpid()}"
+    with atomic_write(mine) as f:
         f.write(line + "\n")
-    os.replace(tmp, claim_path(run))
+    os.replace(mine, claim_path(run))
 
 
 def release(run):
@@ -265,10 +273,18 @@ def take_claim(run, folder):
     """Claim the run for a submission: True when this process now holds it (written "submitting
     <pid> <host>"), False when another holds it (queued, running, being submitted). The check and
     the write happen under an exclusive lock (flock on the claim's .lock file), so of two
-    submissions, however close, one takes an open, stale or failed claim and the other sees it held."""
+    submissions, however close, one takes an open, stale or failed claim and the other sees it held.
+    UserError, one line naming the file and the fix, when the claim or its lock is a symbolic link or no
+    regular file, or the lock has another hard link (start.not_own): nothing is written through them."""
     import fcntl
+
+    from plumbing.start import not_own
     os.makedirs(run["out_dir"], exist_ok=True)
-    with open(claim_path(run) + ".lock", "a") as lock:
+    path = claim_path(run) + ".lock"
+    if problem := not_own(path):  # a link, a hard link, a FIFO: the lock is the run's own file or none
+        raise UserError(problem)
+    # read-only (flock needs no write), no link followed, no wait on a FIFO put there since the check
+    with open(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if claim_state(run, folder)[0] not in ("open", "stale", "failed"):
             return False

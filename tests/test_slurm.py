@@ -415,3 +415,105 @@ def test_a_local_jobs_claim_is_live_while_its_controller_lives_here(tmp_path, mo
     assert slurm.claim_state(run, folder) == ("running", f"{controller.pid}, a local job on another-host")
     slurm.write_claim(run, "job")
     assert slurm.claim_state(run, folder)[0] == "stale" and slurm.take_claim(run, folder)
+
+
+# -----------------------------------------------------------------------------
+# The claim files (slurm_job, its .lock, the writer's own name): a link or a FIFO is refused in one line
+# or replaced, never written through, never waited on
+
+HAZARDS = ("symlink", "relative symlink", "dangling symlink", "hard link", "FIFO")
+
+
+def plant(path, hazard, outside):
+    """hazard at path, pointing at a file of outside's that holds bytes nobody may lose (a dangling
+    symlink: at a name in outside that nothing holds; opening it to write would make it)."""
+    target = os.path.join(outside, f"{len(os.listdir(outside))}_{os.path.basename(path)}")
+    if hazard == "FIFO":
+        os.mkfifo(path)
+        return
+    if hazard != "dangling symlink":
+        with open(target, "w") as f:
+            f.write("precious\n")
+    if hazard == "hard link":
+        os.link(target, path)
+    else:
+        os.symlink(os.path.relpath(target, os.path.dirname(path)) if hazard == "relative symlink" else target, path)
+
+
+def snapshot(folder):
+    """{name: (st_mode, size, mtime_ns, bytes)} of folder's entries, links not followed."""
+    out = {}
+    for name in os.listdir(folder):
+        st = os.lstat(os.path.join(folder, name))
+        out[name] = (st.st_mode, st.st_size, st.st_mtime_ns, open(os.path.join(folder, name), "rb").read())
+    return out
+
+
+def capped(fn, *fifos, timeout=10):
+    """fn()'s result (or the exception it raised), or "hung" when it still runs after timeout s: a thread
+    blocked in opening one of fifos is then freed (its other end opened and closed)."""
+    import threading
+    done = []
+
+    def call():
+        try:
+            done.append(fn())
+        except BaseException as e:  # noqa: BLE001 (the test inspects it)
+            done.append(e)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        for fifo in fifos:
+            for flags in (os.O_RDONLY | os.O_NONBLOCK, os.O_WRONLY | os.O_NONBLOCK):
+                try:
+                    os.close(os.open(fifo, flags))
+                except OSError:
+                    pass
+        t.join(5)
+        return "hung"
+    return done[0]
+
+
+@pytest.mark.parametrize("name", ["slurm_job", "slurm_job.lock", "slurm_job.{pid}"])
+@pytest.mark.parametrize("hazard", HAZARDS)
+def test_a_claim_file_that_is_a_link_or_fifo_is_refused_or_replaced_never_written_through(tmp_path, name, hazard):
+    """take_claim (and the claim it writes) meets a link or a FIFO at the claim, at its lock, at the name the
+    writer renames from: it ends, writes nothing outside the run folder, and either refuses in one line
+    naming the file (a symbolic link or FIFO claim; any link or FIFO lock) or takes the run (a hard-linked
+    claim, or anything at the writer's own name: replaced by a rename, the other name keeps its bytes)."""
+    from configurator import UserError
+    run, folder = {"name": "r", "out_dir": str(tmp_path / "run")}, str(tmp_path / "slurm")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.makedirs(run["out_dir"])
+    path = os.path.join(run["out_dir"], name.format(pid=os.getpid()))
+    plant(path, hazard, str(outside))
+    before = snapshot(outside)
+    got = capped(lambda: slurm.take_claim(run, folder), path)
+    assert got != "hung", f"take_claim waits forever on {name} as a {hazard}"
+    assert snapshot(outside) == before, f"written through {name} ({hazard})"
+    refused = name == "slurm_job.lock" or (name == "slurm_job" and hazard != "hard link")
+    if refused:
+        assert isinstance(got, UserError), got
+        assert path in str(got) and "\n" not in str(got), got
+        assert not os.path.exists(slurm.claim_path(run)) or name == "slurm_job"  # nothing claimed
+    else:
+        assert got is True, got
+        assert slurm.read_claim(run).startswith(f"submitting {os.getpid()} ")
+        assert os.stat(slurm.claim_path(run)).st_nlink == 1 and not os.path.islink(slurm.claim_path(run))
+        assert sorted(os.listdir(run["out_dir"])) == ["slurm_job", "slurm_job.lock"]  # the writer's names gone
+
+
+def test_status_with_a_fifo_at_a_claim_is_one_line_not_a_wait(tmp_path):
+    """--slurm --status reads each open run's claim: a FIFO there is named in one line, never waited on."""
+    from configurator import UserError
+    path = write_ablation(tmp_path, TWO_RUNS)
+    run = sweep.plan(sweep.load_ablation(path), str(tmp_path / "o"))[0]
+    os.makedirs(run["out_dir"])
+    claim = slurm.claim_path(run)
+    os.mkfifo(claim)
+    got = capped(lambda: sweep.main([path, "--slurm", "--status", *CPU, f"--results={tmp_path / 'r'}",
+                                     f"--out_root={tmp_path / 'o'}"]), claim)
+    assert isinstance(got, UserError) and claim in str(got) and "named pipe" in str(got), got
