@@ -8,7 +8,8 @@ link to a run's own file elsewhere is no harm to read; what it writes through is
 
 A table: command -> (argv, the paths it reads or writes); each path gets every hazard of its kind.
 Slow (a process per case, about 2-5 s each on 2 cores); the in-process checks of each kind are in
-tests/test_security.py and tests/test_token_files.py."""
+tests/test_security.py, tests/test_token_files.py and
+(the Slurm claim files) tests/test_slurm.py."""
 
 import os
 import pickle
@@ -30,6 +31,9 @@ CAP_S = 60  # a case still running after it waits on a FIFO (the slowest, a resu
 # {out_root}/{results} a finished sweep's runs and records ({a_run}, {record}: one of each), {new} a
 # path nothing is at yet; a path a command writes may be absent before it runs (ABSENT)
 FILE, FOLDER = "file", "folder"
+# `python -c SUBMITTER ...`: research.sweep whose jobs are local processes even on a Slurm host (a test submits none)
+SUBMITTER = ("from plumbing.common import cli; from research import slurm, sweep; "
+             "slurm.import_submitit().AutoExecutor.which = staticmethod(lambda: 'local'); cli(sweep.main)")
 COMMANDS = {
     "train": (["train.py", "--init_from=auto", "--out_dir={run}", "--dataset={ds}", "--max_iters=4",
                "--eval_interval=2", "--device=cpu"],
@@ -65,11 +69,16 @@ COMMANDS = {
     # (the same sweep, with one run's record and files gone: it trains that run again, writing them)
     "sweep_runs": (["-m", "research.sweep", "{ablation}", "--results={results}", "--out_root={out_root}"],
                    {"{a_run}/train.log": FILE, "{a_run}/provenance.json": FILE, "{a_run}/log.jsonl": FILE}),
+    # (that run submitted as a job instead, to submitit's local executor even where Slurm is: its claim files)
+    "sweep_slurm": (["-c", SUBMITTER, "{ablation}", "--slurm", "--gpus_per_node=0", "--cpus_per_task=1",
+                     "--time_min=10", "--results={results}", "--out_root={out_root}"],
+                    {"{a_run}/slurm_job": FILE, "{a_run}/slurm_job.lock": FILE}),
     "ladder": (["-m", "research.ladder", "{ladder}", "--out={new}.md", "--gpu_check={gpu_check}"],
                {"{new}.md": FILE, "{gpu_check}": FILE}),
 }
-ABSENT = (".tmp", ".lock", "{new}")
-GONE = {"sweep_runs": ("{record}", "{a_run}")}  # removed from a case's copy before the hazard is planted
+ABSENT = (".tmp", ".lock", "{new}", "slurm_job")
+# removed from a case's copy before the hazard is planted
+GONE = {"sweep_runs": ("{record}", "{a_run}"), "sweep_slurm": ("{record}", "{a_run}")}
 HAZARDS = {FILE: ("symlink", "relative symlink", "hard link", "FIFO"), FOLDER: ("symlink", "relative symlink", "FIFO")}
 
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from conftest import snapshot
 from research import slurm, sweep
 from test_sweep import write_ablation
 
@@ -438,15 +439,6 @@ def plant(path, hazard, outside):
         os.link(target, path)
     else:
         os.symlink(os.path.relpath(target, os.path.dirname(path)) if hazard == "relative symlink" else target, path)
-
-
-def snapshot(folder):
-    """{name: (st_mode, size, mtime_ns, bytes)} of folder's entries, links not followed."""
-    out = {}
-    for name in os.listdir(folder):
-        st = os.lstat(os.path.join(folder, name))
-        out[name] = (st.st_mode, st.st_size, st.st_mtime_ns, open(os.path.join(folder, name), "rb").read())
-    return out
 
 
 def capped(fn, *fifos, timeout=10):
