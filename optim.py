@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from configurator import DEFAULTS, NoRow, Reading, no_row, not_one_of
+from configurator import DEFAULTS, NoRow, Reading, UserError, no_row, not_one_of
 from norms import ROLES, SCALE_CLASSES, ScaledLinear, ScaleVector
 
 
@@ -166,7 +166,8 @@ def build_optimizers(model, cfg, device_type):
     AdamW first (the order checkpoints store them in).
 
     Returns: (optimizers, groups); step and zero_grad each optimizer.
-    Raises ValueError for a group whose optimizer OPTIMIZERS does not hold (it would never step).
+    Raises ValueError for a group whose optimizer OPTIMIZERS does not hold (it would never step);
+    UserError (one line at start) for a build that returns no torch.optim.Optimizer.
     """
     groups = param_groups(model, cfg)
     names = list(dict.fromkeys(g["optimizer"] for g in groups))
@@ -176,6 +177,10 @@ def build_optimizers(model, cfg, device_type):
                          f" that optim.OPTIMIZERS does not hold, so nothing would step them: add the optimizer there")
     names.sort(key=list(OPTIMIZERS).index)
     optimizers = [OPTIMIZERS[n].build([g for g in groups if g["optimizer"] == n], cfg, device_type) for n in names]
+    for n, opt in zip(names, optimizers):
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise UserError(f"OPTIMIZERS[{n!r}].build returned {opt!r}, not a torch.optim.Optimizer: make it return "
+                            f"the optimizer it builds")
     return optimizers, groups
 
 
@@ -401,7 +406,7 @@ def check_contracts(cfg):
 
 def check_run_contracts(cfg):
     """ValueError (one line) when the run's own entries break their contract under its config: its
-    recipe's decay no finite number >= 0 for a role, its schedule leaving [min_lr / learning_rate, 1]
+    recipe's decay no finite number >= 0 for a role, its schedule giving no number, leaving [min_lr / learning_rate, 1]
     or rising after warmup (sampled at up to 257 iterations from warmup_iters to max_iters, every one
     for a shorter run)."""
     for role in ROLES:
@@ -416,6 +421,9 @@ def check_run_contracts(cfg):
     last = math.inf
     for it in steps:
         m = schedule.multiplier(it, cfg, floor)
+        if isinstance(m, bool) or not isinstance(m, (int, float)):
+            raise ValueError(f"LR_SCHEDULES[{cfg.lr_schedule!r}].multiplier({it}, cfg, floor) gave {m!r}, not a number: "
+                             f"make it return a float (optim.Schedule says the contract)")
         if not low - 1e-9 <= m <= 1 + 1e-9 or m > last + 1e-12:
             rule = "rises after warmup" if low - 1e-9 <= m <= 1 + 1e-9 else f"leaves [min_lr / learning_rate = " \
                 f"{low:.4g}, 1]"

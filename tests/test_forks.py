@@ -427,6 +427,20 @@ def test_the_optimizer_guides_sgd_reads_its_own_keys_and_takes_weight_decay_coup
     assert torch.allclose(w.detach(), before - 0.1 * (g + cfg.weight_decay * before), atol=1e-7)
 
 
+def test_an_optimizer_whose_build_returns_no_optimizer_is_an_error_naming_it_not_a_traceback_later(monkeypatch):
+    monkeypatch.setitem(optim.OPTIMIZERS, "sgd", optim.Optimizer("sgd", lambda groups, cfg, device_type: None,
+                                                                 "learning_rate", (), ""))  # `return` forgotten
+    cfg = SimpleNamespace(**{**DEFAULTS, "optimizer": "sgd"})
+    with pytest.raises(UserError, match=r"^OPTIMIZERS\['sgd'\]\.build returned None, not a torch\.optim\.Optimizer"):
+        optim.build_optimizers(model.GPT(model.model_config({**DEFAULTS, "vocab_size": 40})), cfg, "cpu")
+    monkeypatch.setitem(optim.OPTIMIZERS, "sgd", optim.Optimizer("sgd", build_sgd, "learning_rate", (), ""))
+    monkeypatch.setitem(DEFAULTS, "sgd_lr", 0.05)  # the guide's build reads its own keys
+    monkeypatch.setitem(DEFAULTS, "sgd_momentum", 0.9)
+    cfg = SimpleNamespace(**{**DEFAULTS, "optimizer": "sgd"})
+    optimizers, _ = optim.build_optimizers(model.GPT(model.model_config({**DEFAULTS, "vocab_size": 40})), cfg, "cpu")
+    assert [type(o) for o in optimizers] == [torch.optim.AdamW, torch.optim.SGD]  # a real one passes
+
+
 def test_an_optimizer_name_no_registry_holds_is_an_error_not_a_group_never_stepped(monkeypatch):
     monkeypatch.setitem(optim.OPTIMIZERS, "misnamed", optim.Optimizer("no_such_optimizer", build_sgd, "learning_rate",
                                                                       (), ""))
@@ -673,6 +687,14 @@ class MisspeltBarePlacement(BarePlacement):
         return branch not in getattr(self, "bare_branches", ())  # its field is `bare`: getattr's default hides it
 
 
+@dataclass(frozen=True)
+class MisspeltBranchNormPlacement(model.Placement):
+    norm_branches: tuple = ()
+
+    def normalizes(self, branch):  # one of the three methods check_placement asks before it builds a model
+        return branch in self.norm_branch  # its field is norm_branches: an AttributeError, not a getattr default
+
+
 class MisspeltAttention(model.Attention):
     """The guide's Attention edit with the method's name misspelt."""
 
@@ -727,6 +749,11 @@ BROKEN = {  # broken(...) -> the line's words
                attention=BareAttention),
         ["ATTN_PLACEMENTS['broken']: building the model reads .bare_branches, which MisspeltBarePlacement does not declare",
          "fix the name"]),
+    "placement misspelling its field in normalizes": (
+        broken("mlp_placement", MisspeltBranchNormPlacement(dual=True, norm=False, norm_branches=("up",), meaning=""),
+               {"mlp_placement": "broken"}),
+        ["MLP_PLACEMENTS['broken']: building the model reads .norm_branch, which MisspeltBranchNormPlacement does not "
+         "declare", "fix the name"]),
     "placement whose Attention edit misspells its method": (
         broken("attn_placement", BARE_PLACEMENT, BARE, attention=MisspeltAttention),
         ["ATTN_PLACEMENTS['broken']: building the model reads .has_input_scales, which BarePlacement does not declare",
@@ -763,6 +790,12 @@ BROKEN = {  # broken(...) -> the line's words
         broken("lr_schedule", optim.Schedule(lambda it, c, floor: floor / step(it, c, floor), TOY_SCHEDULE.keys, ""),
                STEP, {"schedule": STEP_ROWS}),
         ["LR_SCHEDULES['step'] breaks the schedules' contract: its multiplier rises after warmup", "fix its multiplier"]),
+    "schedule answering None": (
+        broken("lr_schedule", optim.Schedule(lambda it, c, floor: None, (), ""), {"lr_schedule": "broken"}),
+        ["LR_SCHEDULES['broken'].multiplier(2, cfg, floor) gave None, not a number", "make it return a float"]),
+    "schedule answering a tensor": (
+        broken("lr_schedule", optim.Schedule(lambda it, c, floor: torch.tensor(1.0), (), ""), {"lr_schedule": "broken"}),
+        ["LR_SCHEDULES['broken'].multiplier(2, cfg, floor) gave tensor(1.), not a number", "make it return a float"]),
     "recipe key without a row": (
         broken("scale_wd", IWD_SCALED, {"scale_wd": "iwd_scaled"}),
         ["SCALE_WD['iwd_scaled'] reads the key 'scale_wd_mult', which has no row", "add its row"]),
