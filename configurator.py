@@ -414,8 +414,10 @@ def load_config(argv):
             given.add(key)
             given.where[key] = "on the command line"
         else:
-            if not os.path.isfile(arg):
-                raise UserError(f"config file {arg!r} not found")
+            if not os.path.isfile(arg):  # nanoGPT's habit, `key=value` without its dashes, is not a file either
+                why = ("is a folder: name a config file" if os.path.isdir(arg) else f"not found: a key is written --{arg}"
+                       if arg.split("=", 1)[0] in DEFAULTS and "=" in arg else "not found")
+                raise UserError(f"config file {arg!r} {why}")
             namespace = run_config_file(arg)
             for key, value in namespace.items():
                 if key.startswith("_") or callable(value) or type(value).__name__ == "module":

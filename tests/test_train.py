@@ -105,11 +105,18 @@ def test_unknown_key_in_a_config_file_names_the_file_and_the_closest_keys(tmp_pa
     (["--learning_rate=fast"], "^--learning_rate=fast: learning_rate must be a float$"),
     (["--compile=maybe"], "^--compile=maybe: compile must be True or False$"),
     (["--max_iters"], "write --key=value"),
-    (["nope.py"], "config file 'nope.py' not found"),
+    (["nope.py"], "^config file 'nope.py' not found$"),
+    (["learning_rate=1e-3"], "^config file 'learning_rate=1e-3' not found: a key is written --learning_rate=1e-3$"),
+    (["nope=1"], "^config file 'nope=1' not found$"),  # no key of that name: no hint
 ])
 def test_wrong_values_are_errors(args, message):
     with pytest.raises(UserError, match=message):
         load_config(args)
+
+
+def test_a_folder_for_a_config_file_is_said_to_be_one(tmp_path):
+    with pytest.raises(UserError, match=r"^config file '.*' is a folder: name a config file$"):
+        load_config([str(tmp_path)])
 
 
 def test_config_file_values_are_type_checked(tmp_path):
