@@ -515,11 +515,18 @@ def no_row(where, key):
 
 
 class Reading:
-    """A run config (a namespace) as a registry entry reads it: each key read goes into `read`; a key cfg
-    lacks reads as its default; one with no row raises NoRow naming `where` and the fix."""
+    """A run config (a namespace) as a registry entry reads it: each key read goes into `read`, each
+    string it is compared with into `compared`; a key cfg lacks reads as its default; one with no row
+    raises NoRow naming `where` and the fix."""
 
     def __init__(self, cfg, where):
-        self.cfg, self.where, self.read = vars(cfg), where, set()
+        self.cfg, self.where, self.read, self.compared = vars(cfg), where, set(), set()
+
+    def __eq__(self, other):  # a recipe given (cfg, role) for (role, cfg) compares the config with a role
+        self.compared.add(other if isinstance(other, str) else type(other).__name__)
+        return NotImplemented
+
+    __hash__ = object.__hash__
 
     def __getattr__(self, key):
         if key not in DEFAULTS:

@@ -58,8 +58,10 @@ class ScaleDecay:
         (norms.ScaleVector), so the tied final-norm scale counts as input-role; check: an optional
         check(cfg) raising ValueError.
     Its contract (check_contracts refuses an entry that breaks it, at start, in one line): each key
-    it reads has a row in configurator.SECTIONS and is declared in keys (weight_decay aside), and
-    under the run's config decay gives a finite number >= 0 for each role."""
+    it reads has a row in configurator.SECTIONS and is declared in keys (weight_decay aside), each
+    key it declares is read for some role, the role is compared only with "input" or "output" and
+    comes first (recipe_problem), and under the run's config decay gives a finite number >= 0 for
+    each role."""
 
     decay: Callable
     keys: tuple
@@ -359,16 +361,16 @@ ENTRY_TYPES = {"OPTIMIZERS": Optimizer, "LR_SCHEDULES": Schedule, "SCALE_WD": Sc
 
 
 def entry_reads(registry, name, entry, cfg):
-    """The config keys `entry` (registry[name]) reads under cfg: an optimizer building itself for one
-    matrix on the CPU, a schedule's multiplier at a few iterations, a recipe's decay of each role, and
-    its check. ValueError (Reading) for a key with no row; any other error of an entry's code is left
-    to the run, which calls it for real."""
+    """The configurator.Reading of `entry` (registry[name]) under cfg (the keys it read in .read):
+    an optimizer building itself for one matrix on the CPU, a schedule's multiplier at a few iterations,
+    a recipe's decay of each role (a RoleProbe), and its check. ValueError (Reading) for a key with
+    no row; any other error of an entry's code is left to the run, which calls it for real."""
     reading, start, end = Reading(cfg, f"{registry}[{name!r}]"), cfg.warmup_iters, cfg.max_iters
     matrix = {"params": [torch.nn.Parameter(torch.zeros(2, 2))], "lr": 0.0, "initial_lr": 0.0, "weight_decay": 0.0}
     calls = {"OPTIMIZERS": lambda: entry.build([matrix], reading, "cpu"),
              "LR_SCHEDULES": lambda: [entry.multiplier(it, reading, cfg.min_lr / cfg.learning_rate)
                                       for it in (start, (start + end) // 2, end)],
-             "SCALE_WD": lambda: [entry.decay(role, reading) for role in ROLES]}
+             "SCALE_WD": lambda: [entry.decay(RoleProbe(role, reading), reading) for role in ROLES]}
     for call in (calls[registry], *([lambda: entry.check(reading)] if entry.check else [])):
         try:
             call()
@@ -376,7 +378,43 @@ def entry_reads(registry, name, entry, cfg):
             raise
         except Exception:  # the entry's own error: the run meets it where it calls the entry
             pass
-    return reading.read
+    return reading
+
+
+class RoleProbe(str):
+    """A role ("input", "output") handed to a recipe's decay by entry_reads: each string it is compared
+    with goes into reading.compared_roles, so a role spelt otherwise ("inputs") is said at start."""
+
+    def __new__(cls, role, reading):
+        probe = super().__new__(cls, role)
+        probe.reading = reading
+        reading.__dict__.setdefault("compared_roles", set())
+        return probe
+
+    def __eq__(self, other):
+        self.reading.compared_roles.add(other)
+        return str.__eq__(self, other)
+
+    def __ne__(self, other):
+        self.reading.compared_roles.add(other)
+        return str.__ne__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def recipe_problem(name, entry, reading):
+    """None, or the rest of one line naming the fix, for a recipe whose decay read its role or its keys
+    otherwise than its contract says: decay(role, cfg), role "input" or "output", each declared key read."""
+    where = f"SCALE_WD[{name!r}].decay"
+    if any(isinstance(c, str) and c in ROLES for c in reading.compared):
+        return f"{where} compares its cfg with a role: its arguments are decay(role, cfg), the role first"
+    odd = sorted(c for c in reading.__dict__.get("compared_roles", ()) if isinstance(c, str) and c not in ROLES)
+    if odd:
+        return f"{where} compares the role with {odd[0]!r}, which is no role: the roles are 'input' and 'output'"
+    unread = [key for key in entry.keys if key not in reading.read]
+    if unread:
+        return f"{where} reads {unread[0]!r}, which the entry declares, for neither role: check how it reads the role"
+    return None
 
 
 def check_contracts(cfg):
@@ -398,10 +436,13 @@ def check_contracts(cfg):
             for key in declared:
                 if key not in DEFAULTS:
                     raise ValueError(no_row(where, key))
-            undeclared = sorted(entry_reads(registry, name, entry, cfg) - {*declared, *SHARED_KEYS[registry]})
+            reading = entry_reads(registry, name, entry, cfg)
+            undeclared = sorted(reading.read - {*declared, *SHARED_KEYS[registry]})
             if undeclared:
                 raise ValueError(f"{where} reads the key {undeclared[0]!r} without declaring it: add it to its keys "
                                  f"(a note then says it does nothing under another entry)")
+            if registry == "SCALE_WD" and (problem := recipe_problem(name, entry, reading)):
+                raise ValueError(problem)
 
 
 def check_run_contracts(cfg):

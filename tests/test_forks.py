@@ -807,6 +807,18 @@ BROKEN = {  # broken(...) -> the line's words
         broken("scale_wd", optim.ScaleDecay(iwd_from_a_rowless_key, ("scale_wd_mult",), ""), {"scale_wd": "iwd_scaled"},
                {"scale vectors": RECIPE_ROWS}),
         ["SCALE_WD['iwd_scaled'] reads the key 'scale_wd_mul', which has no row", "add its row"]),
+    "recipe comparing the role with a misspelt role": (
+        broken("scale_wd", optim.ScaleDecay(lambda role, c: c.weight_decay * c.scale_wd_mult if role == "inputs" else 0.0,
+                                            ("scale_wd_mult",), ""), {"scale_wd": "iwd_scaled"}, {"scale vectors": RECIPE_ROWS}),
+        ["SCALE_WD['iwd_scaled'].decay compares the role with 'inputs', which is no role", "'input' and 'output'"]),
+    "recipe taking (cfg, role)": (
+        broken("scale_wd", optim.ScaleDecay(lambda c, role: c.weight_decay if role == "input" else 0.0, (), ""),
+               {"scale_wd": "broken"}),
+        ["SCALE_WD['broken'].decay compares its cfg with a role", "decay(role, cfg), the role first"]),
+    "recipe declaring a key its decay never reads": (
+        broken("scale_wd", optim.ScaleDecay(lambda role, c: c.weight_decay if role == "input" else 0.0,
+                                            ("scale_wd_mult",), ""), {"scale_wd": "iwd_scaled"}, {"scale vectors": RECIPE_ROWS}),
+        ["SCALE_WD['iwd_scaled'].decay reads 'scale_wd_mult', which the entry declares, for neither role"]),
     "recipe with a negative decay": (
         broken("scale_wd", optim.ScaleDecay(lambda role, c: -c.weight_decay, (), ""), {"scale_wd": "broken"}),
         ["SCALE_WD['broken'].decay('input', cfg) gave -0.1, not a weight decay", "fix its decay"]),
