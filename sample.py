@@ -2,6 +2,7 @@
 
     python sample.py --out_dir=out-shakespeare-char --start="ROMEO:" --max_new_tokens=300
     python sample.py --out_dir=out-shakespeare-char --fold    # fold the scales first: same text
+    python sample.py --out_dir=out-shakespeare-char --start=FILE:prompt.txt  # the prompt from a file (nanoGPT's form)
 
 Works for char-level and GPT-2 BPE checkpoints, saved with or without
 compile/DDP (their "_orig_mod." / "module." prefixes are stripped). --fold
@@ -29,7 +30,7 @@ from plumbing.dataset import make_codec
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out_dir", default="out-shakespeare-char", help="the run's folder (its ckpt.pt or ckpt.dcp)")
-    p.add_argument("--start", default="\n", help="prompt text")
+    p.add_argument("--start", default="\n", help="prompt text, or FILE:path to read it from a file (as nanoGPT)")
     p.add_argument("--num_samples", type=int, default=1)
     p.add_argument("--max_new_tokens", type=int, default=300)
     p.add_argument("--temperature", type=float, default=0.8)
@@ -58,7 +59,7 @@ def main(argv):
     if codec is None:
         raise UserError(f"{checkpoint_in(args.out_dir)} has no vocabulary to decode (its dataset had no meta.pkl)")
     encode, decode = codec
-    ids = encode(args.start)
+    ids = encode(prompt(args.start))
     if not ids:
         raise UserError(f"--start={args.start!r} has no token of this checkpoint's vocabulary")
     torch.manual_seed(args.seed)
@@ -67,6 +68,22 @@ def main(argv):
         y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None)
         print(decode(y[0].tolist()))
         print("---")
+
+
+def prompt(start):
+    """The prompt --start gives: its text, or with nanoGPT's "FILE:path" the UTF-8 text of that file (read
+    through common.open_checked, a link to a file followed). UserError, one line, for a path that is no
+    readable UTF-8 file (a missing file, a folder, a FIFO: never waited on)."""
+    if not start.startswith("FILE:"):
+        return start
+    path = start[len("FILE:"):]
+    try:
+        with common.open_checked(path, links=True) as f:
+            return f.read().decode("utf-8")
+    except FileNotFoundError:
+        raise UserError(f"--start=FILE:{path}: no such file; give the prompt's file, or the prompt itself") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"--start=FILE:{path} is not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8") from None
 
 
 if __name__ == "__main__":

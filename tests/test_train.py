@@ -372,6 +372,27 @@ def test_sample_works_for_plain_and_compiled_checkpoints(tmp_path, capsys):
             sample.main(args + [bad])
 
 
+def test_sample_reads_its_prompt_from_a_file_as_nanogpt_does(tmp_path, capsys):
+    """--start=FILE:path samples from the file's text: the same text as that prompt given inline; a
+    missing file, a folder, a FIFO (never waited on) and bytes that are no UTF-8 are one line each."""
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2", "--eval_interval=2"))
+    args = [f"--out_dir={tmp_path / 'o'}", "--max_new_tokens=10", "--seed=1"]
+    (tmp_path / "prompt.txt").write_text("abKc")
+    capsys.readouterr()
+    sample.main(args + ["--start=abKc"])
+    inline = capsys.readouterr().out
+    sample.main(args + [f"--start=FILE:{tmp_path / 'prompt.txt'}"])
+    assert capsys.readouterr().out == inline and inline.startswith("abKc")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    for path, message in ((tmp_path / "nope.txt", "no such file"), (tmp_path, "is not a file but a folder"),
+                          (tmp_path / "fifo", "is not a file but a named pipe"), (tmp_path / "latin1.txt", "is not UTF-8")):
+        with pytest.raises(UserError, match=message) as e:
+            sample.main(args + [f"--start=FILE:{path}"])
+        assert "\n" not in str(e.value)
+
+
 def test_no_sample_without_a_vocabulary_to_decode(tmp_path, capsys):
     ds = make_dataset(tmp_path / "ds")
     os.remove(os.path.join(ds, "meta.pkl"))  # token ids of an unknown tokenizer
