@@ -169,7 +169,7 @@ def get_batch(data, split, index, micro_step, cfg, device):
     seed and every variant is evaluated on the same fixed batches.
     """
     # per batch, as nanoGPT: bounded memory; the dtype is meta.pkl's record (dataset.load_data)
-    arr = np.memmap(data.get("files", {}).get(split, data[split]), dtype=data.get("dtype", "uint16"), mode="r")
+    arr = np.memmap(data["files"][split], dtype=data["dtype"], mode="r")
     entropy = [cfg.seed, index, micro_step, 1] if split == "train" else [index, 2]
     rng = np.random.default_rng(entropy)
     ix = rng.integers(0, len(arr) - cfg.block_size, size=cfg.batch_size)

@@ -83,7 +83,8 @@ def refuse_not_own(out_dir):
     """UserError (one line, naming the file and the fix: not_own) when a name the run writes in out_dir
     (RUN_FILES) is not the run's own file: a symbolic link, a file with more than one hard link, a FIFO,
     a device; the same for every file in a ckpt.dcp folder (its form and its save's .tmp and .old).
-    out_dir itself may be a link (where the user keeps runs). Called before the run writes anything."""
+    out_dir itself is no link (configurator.folder_problem refuses one; a link above it is fine). Called
+    before the run writes anything."""
     for name in dict.fromkeys(RUN_FILES):
         path = os.path.join(out_dir, name)
         problem = not_own(path, folder=name in RUN_FOLDERS)
