@@ -139,13 +139,14 @@ def check_export(export_dir, out_dir):
     the printed command would fail on them. Each tensor's bytes are checked by safetensors' header
     (safe_open reads it and the file's length), not loaded."""
     files = sorted(f for f in os.listdir(export_dir) if f.endswith(".safetensors")) if os.path.isdir(export_dir) else []
+    for name in files:  # a FIFO would block the printed command's read; a folder or device is no weights
+        if not os.path.isfile(os.path.join(export_dir, name)):
+            raise UserError(f"{os.path.join(export_dir, name)} is not a regular file: {export_anew(out_dir)}")
     if not files or importlib.util.find_spec("safetensors") is None:  # nothing to read, or nothing to read it with
         return
     from safetensors import safe_open
     for name in files:
         path = os.path.join(export_dir, name)
-        if not os.path.isfile(path):  # a FIFO would block safe_open's read; a folder or device is no weights
-            raise UserError(f"{path} is not a regular file: {export_anew(out_dir)}")
         try:
             with safe_open(path, framework="pt") as f:
                 for key in f.keys():
