@@ -114,7 +114,7 @@ SECTIONS = {
                       'a checkpoint, else scratch: the one command for a job that may be preempted)'),
         "hf_model": added("", Path(), "a Hugging Face Llama or Qwen3 folder to start from: its config.json sets "
                                       "the model's shape, its weights the start, the scale-vector switches go on "
-                                      "top (hf/folder.py)", absent=""),
+                                      "top (plumbing/hf_folder.py)", absent=""),
         "hf_check": added(True, None, "with hf_model: compare our reading of the folder with transformers', block by "
                                       "block, at start (False: skip it for a folder already checked)", absent=True),
         "eval_interval": (100, GE0, "iterations between evals + checkpoints (0: only at the end)"),
@@ -213,6 +213,10 @@ SECTIONS = {
         "dtype": ("auto", Choices("auto", "float32", "bfloat16"),
                   '"auto" (bfloat16 on CUDA, else float32) | "float32" | "bfloat16"'),
         "compile": (False, None, "torch.compile the model"),
+        "fused": added(True, None, "the fast paths (plumbing/fused.py: scales on the weights, branches as one matmul, "
+                                   "DNP recomputed in the backward on CUDA): the same maps as the formulas, faster; "
+                                   "False runs norms.py's and model.py's formulas alone (to step through them)",
+                       absent=True),
         "seed": (1337, Range(0, 2**32 - 1, why="numpy's generators need it"), "initial weights and batches"),
         "fsdp": added(False, None, "FSDP2 under torchrun: shard each block's parameters, gradients and AdamW "
                                    "state over the processes (for a model whose state does not fit one GPU under "
@@ -495,65 +499,3 @@ def check(cfg_dict):
                         f"/ \\ # ? % :")
     if cfg_dict.get("wandb_log") and importlib.util.find_spec("wandb") is None:
         raise UserError("wandb_log=True needs the wandb package: pip install wandb (or drop --wandb_log)")
-
-
-
-
-# -----------------------------------------------------------------------------
-# What a registry entry reads, so that its contract can be checked at start (optim.check_contracts: an
-# optimizer's, schedule's or recipe's config keys; model.check_placement: a placement's attributes)
-
-
-class NoRow(ValueError):
-    """A registry entry read a config key that has no row in SECTIONS (Reading)."""
-
-
-def no_row(where, key):
-    """The line for a key `where` (a registry entry, "LR_SCHEDULES['step']") reads that has no row."""
-    return f"{where} reads the key {key!r}, which has no row in configurator.SECTIONS: add its row (default, allowed " \
-           f"values, meaning) there"
-
-
-class Reading:
-    """A run config (a namespace) as a registry entry reads it: each key read goes into `read`, each
-    string it is compared with into `compared`; a key cfg lacks reads as its default; one with no row
-    raises NoRow naming `where` and the fix."""
-
-    def __init__(self, cfg, where):
-        self.cfg, self.where, self.read, self.compared = vars(cfg), where, set(), set()
-
-    def __eq__(self, other):  # a recipe given (cfg, role) for (role, cfg) compares the config with a role
-        self.compared.add(other if isinstance(other, str) else type(other).__name__)
-        return NotImplemented
-
-    __hash__ = object.__hash__
-
-    def __getattr__(self, key):
-        if key not in DEFAULTS:
-            raise NoRow(no_row(self.where, key))
-        self.read.add(key)
-        return self.cfg.get(key, DEFAULTS[key])
-
-
-def attribute_reads(entry, base, run):
-    """(run's result, unread, undeclared) of run(copy), where copy is `entry` (a dataclass instance)
-    recording each attribute read: unread, the attributes its class adds over the class `base` (fields
-    and methods) that nothing read; undeclared, the names read that it lacks (a typo, which getattr's
-    default would hide). An AttributeError from run is swallowed when it read an undeclared name
-    (the result is None then), else raised."""
-    cls, read, undeclared = type(entry), set(), set()
-
-    def recording(self, attr):
-        known = hasattr(cls, attr) or attr in object.__getattribute__(self, "__dict__") or attr.startswith("__")
-        (read if known else undeclared).add(attr)
-        return object.__getattribute__(self, attr)
-
-    result = None
-    try:
-        result = run(type(cls.__name__, (cls,), {"__getattribute__": recording})(**vars(entry)))
-    except AttributeError:
-        if not undeclared:
-            raise
-    added = [name for name in cls.__dataclass_fields__ if name not in base.__dataclass_fields__]
-    added += [a for c in cls.__mro__[:cls.__mro__.index(base)] for a in vars(c) if a[0] != "_" and a not in added]
-    return result, [a for a in added if a not in read], sorted(undeclared)

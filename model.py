@@ -15,8 +15,6 @@ with branch-specific scales (HG) the pre-norm is bare and q, k, v (gate, up)
 each carry their own gamma on their linear map's input.
 """
 
-import functools
-import itertools
 import math
 import warnings
 import zlib
@@ -26,9 +24,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from configurator import DEFAULTS, UserError, attribute_reads, complete, not_one_of, value_problem
-from norms import (SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, autocast_dtype, branch_linears, dnp_fusable, dnp_swiglu,
-                   fold_all_, fused_body, make_scale, scale_class_problem)
+from configurator import DEFAULTS, UserError, complete, not_one_of, value_problem
+from norms import SCALE_CLASSES, RMSNorm, ScaledLinear, ScaleVector, fold_all_, make_scale
 
 SCALES = ("vector", "none")  # "none": every learnable scale removed, the normalizations kept (claim C1)
 DUAL_SITES = ("prenorm", "all")
@@ -40,7 +37,7 @@ class Placement:
     sub-layer's branches (BRANCHES: the maps that read the normalized input) and its output map (W_o;
     W_down). Its contract is its three methods: every rule about a placement (Attention, MLP, Block's
     magnitude-free pre-norm scales, config checks, notes, export, --hf_model) asks them, never the
-    fields; check_placement holds each entry to it at start. The fields answer for the entries here: dual (u
+    fields; plumbing/contracts.py holds each entry to it at start. The fields answer for the entries here: dual (u
     on the branches `outer` names, None: all; the output map's scales), norm (every branch), meaning (--help's)."""
 
     dual: bool
@@ -144,9 +141,6 @@ class GPTConfig:
               f"a group of n_head / n_kv_head query heads; pick a divisor of n_head")
         for key, allowed in CHOICES.items():
             check(getattr(self, key) in allowed, not_one_of(key, getattr(self, key), allowed))
-        for key in BRANCHES:
-            check_placement(key, getattr(self, key))
-        check(not scale_class_problem(self.reparam), scale_class_problem(self.reparam))
         if self.scale == "none":
             scaled = {key: p.scales_output_map() or any(p.carries_outer(b) for b in BRANCHES[key])
                       for key, p in (("attn_placement", self.attn), ("mlp_placement", self.mlp))}
@@ -235,47 +229,6 @@ def apply_rope(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-@torch.library.custom_op("scalevec::rope_qkv", mutates_args=())
-def rope_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-             fused: bool) -> torch.Tensor:
-    """RoPE on q (B, T, nh, hd) and k (B, T, n_kv, hd), and v, in one new buffer (B, T, nh + 2 n_kv, hd).
-
-    Why an op: SDPA's backward keeps its inputs. With the rotation as plain ops, v is a view of the
-    q|k|v matmul output, which then stays alive whole beside the roped q and k (under torch.compile
-    too): (n_head + n_kv_head) head_dim more values per token and layer (2 n_embd without GQA). This
-    op's backward needs only cos and sin (the rotation's transpose is the rotation by -angle), so SDPA
-    keeps this buffer and nothing more. cos, sin: (T, hd / 2) in q's dtype (GPT.forward casts them once
-    per step); fused: compile the body (norms.fused_body says when)."""
-    return (_compiled_rope_qkv() if fused else _rope_qkv)(q, k, v, cos, sin)
-
-
-def _rope_qkv(q, k, v, cos, sin):
-    return torch.cat([apply_rope(q, cos, sin), apply_rope(k, cos, sin), v], dim=2)
-
-
-_compiled_rope_qkv = functools.cache(lambda: torch.compile(_rope_qkv, dynamic=True))
-
-
-@rope_qkv.register_fake
-def _(q, k, v, cos, sin, fused):
-    return q.new_empty(*q.shape[:2], q.size(2) + k.size(2) + v.size(2), q.size(3))
-
-
-def _rope_qkv_save(ctx, inputs, output):
-    q, k, v, cos, sin, _ = inputs
-    ctx.heads = (q.size(2), k.size(2), v.size(2))
-    ctx.save_for_backward(cos, sin)
-
-
-def _rope_qkv_backward(ctx, grad):
-    cos, sin = ctx.saved_tensors
-    dq, dk, dv = grad.split(ctx.heads, dim=2)
-    return apply_rope(dq, cos, -sin), apply_rope(dk, cos, -sin), dv, None, None, None
-
-
-rope_qkv.register_autograd(_rope_qkv_backward, setup_context=_rope_qkv_save)
-
-
 class Attention(nn.Module):
     """Causal self-attention on the normalized input x_hat, with its scale vectors.
 
@@ -323,12 +276,16 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin):
         B, T, C = x.shape
-        q, k, v = branch_linears(x, (self.q, self.k, self.v))
+        q, k, v = self.q(x), self.k(x), self.v(x)  # each u * (W (v * x)): norms.ScaledLinear
         q = q.view(B, T, self.n_head, -1)  # (B, T, nh, hd)
         k, v = k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)  # (B, T, n_kv, hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = rope_qkv(q, k, v, cos, sin, fused_body()).split([self.n_head, self.n_kv_head, self.n_kv_head], dim=2)
+        return self.attend(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
+
+    def attend(self, q, k, v):
+        """Causal softmax attention of q (B, T, nh, hd) over k, v (B, T, n_kv, hd), then W_o: (B, T, n_embd)."""
+        B, T = q.shape[:2]
         y = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
             dropout_p=self.dropout if self.training else 0.0,
@@ -380,10 +337,7 @@ class MLP(nn.Module):
             out_scale=make_scale(cfg, d, role="input", magnitude_free=magnitude_free) if dual_down else None)
 
     def forward(self, x):
-        if dnp_fusable(self.gate, self.up):  # DNP: saves what the baseline saves (norms.dnp_swiglu says why)
-            return self.down(dnp_swiglu(x, self.gate, self.up))
-        gate, up = branch_linears(x, (self.gate, self.up))
-        return self.down(F.silu(gate) * up)
+        return self.down(F.silu(self.gate(x)) * self.up(x))  # each branch u * (W (v * x)), normalized under DNP
 
     def folds(self):
         """(scale, columns_of, rows_of) of every scale here that folds: each map's own
@@ -600,8 +554,7 @@ class GPT(nn.Module):
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
         x = self.drop(self.wte(idx))  # (B, T, C)
-        dtype = autocast_dtype(x) or x.dtype
-        cos, sin = self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype)  # cast once per step, not per layer
+        cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, hd / 2)
         moe_aux = []
         for block in self.blocks:
             x, block_aux = block(x, cos, sin)
@@ -735,66 +688,3 @@ class GPT(nn.Module):
                 logits[logits < kth] = -float("inf")
             idx = torch.cat([idx, torch.multinomial(F.softmax(logits, dim=-1), 1)], dim=1)
         return idx
-
-
-# -----------------------------------------------------------------------------
-# The placements' contract, held at start (GPTConfig checks each chosen entry with check_placement)
-
-
-def check_placement(key, name):
-    """ValueError, one line naming the entry and the fix, for a placement that breaks Placement's contract:
-    an answer that is no bool, a bad `outer`; for a subclass's entry, what subclass_problem finds."""
-    p, branches, where = CHOICES[key][name], BRANCHES[key], f"{key.split('_')[0].upper()}_PLACEMENTS[{name!r}]"
-    if not isinstance(p, Placement):
-        raise ValueError(f"{where} is a {type(p).__name__}: make it a model.Placement (or a subclass)")
-    if p.outer is not None and not set(p.outer) <= set(branches):
-        raise ValueError(f"{where}: outer={p.outer!r} is not a tuple of its branches {branches}: fix its outer")
-    for method, args in [(m, (b,)) for m in ("carries_outer", "normalizes") for b in branches] + [("scales_output_map", ())]:
-        try:
-            answer = getattr(p, method)(*args)
-        except AttributeError:  # a misspelt name in a subclass's method: subclass_problem, below, names it
-            break
-        if not isinstance(answer, bool):
-            raise ValueError(f"{where}.{method}({', '.join(map(repr, args))}) answered {answer!r}, not True or False: "
-                             f"make it return a bool (model.Placement says the contract)")
-    if type(p) is not Placement and (key, name) not in BUILDING and (problem := subclass_problem(key, name, p, (Attention, MLP))):
-        raise ValueError(where + problem)
-
-
-BUILDING = set()  # the (key, name) of the placements subclass_problem is building models of
-
-
-@functools.lru_cache(maxsize=None)  # per entry and code (the classes that build it)
-def subclass_problem(key, name, p, code):
-    """None, or the rest of one line naming the fix, for the entry p = CHOICES[key][name] of a Placement
-    subclass, built (model_structure) while each attribute read of p is recorded (attribute_reads):
-    reading one it does not declare (a typo), leaving one its class adds unread (a field, or a method
-    the Attention or MLP edit asks: missing), or building what another entry builds (a field left out)."""
-    def build(recording):
-        CHOICES[key][name] = recording
-        models = model_structure(key, name)
-        return [n for n in CHOICES[key] if n != name and model_structure(key, n) == models]
-
-    BUILDING.add((key, name))
-    try:
-        same, unread, undeclared = attribute_reads(p, Placement, build)
-    finally:
-        CHOICES[key][name] = p
-        BUILDING.discard((key, name))
-    if undeclared or unread:
-        return (f": building the model reads .{undeclared[0]}, which {type(p).__name__} does not declare: fix the name" if undeclared
-                else f": nothing building the model reads {', '.join(unread)} ({type(p).__name__}'s): the code in "
-                     f"{'Attention' if key == 'attn_placement' else 'MLP'} that asks it is missing (docs/forks.md), or drop it")
-    fields_ = ", ".join(f"{k}={v!r}" for k, v in vars(p).items() if k != "meaning")
-    return f" builds the models {same[0]!r} builds ({fields_}): give the entry the field that makes it differ, or use {same[0]!r}" \
-        if same else None
-
-
-def model_structure(key, name):
-    """What tells placement `name`'s models apart: each module's name, class and extra_repr (widths, roles,
-    out_norm) in a one-block dense model on the CPU, for every branch_scales, qk_norm, output_norms, dual_sites."""
-    with torch.device("cpu"):
-        return [(n, type(m).__name__, m.extra_repr()) for hg, qk, out, sites in itertools.product(*[(False, True)] * 3, DUAL_SITES)
-                for n, m in GPT(GPTConfig(n_layer=1, n_head=2, n_embd=8, d_ff=16, block_size=4, vocab_size=8, scale="vector",
-                                          n_experts=0, branch_scales=hg, qk_norm=qk, output_norms=out, dual_sites=sites,
-                                          **{key: name})).named_modules()]

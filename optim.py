@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from configurator import DEFAULTS, NoRow, Reading, UserError, no_row, not_one_of
+from configurator import UserError, not_one_of
 from norms import ROLES, SCALE_CLASSES, ScaledLinear, ScaleVector
 
 
@@ -57,7 +57,7 @@ class ScaleDecay:
         recipe); meaning: --help's line; untied: group each scale by its untied_role
         (norms.ScaleVector), so the tied final-norm scale counts as input-role; check: an optional
         check(cfg) raising ValueError.
-    Its contract (check_contracts refuses an entry that breaks it, at start, in one line): each key
+    Its contract (plumbing/contracts.py refuses an entry that breaks it, at start, in one line): each key
     it reads has a row in configurator.SECTIONS and is declared in keys (weight_decay aside), each
     key it declares is read for some role, the role is compared only with "input" or "output" and
     comes first (recipe_problem), and under the run's config decay gives a finite number >= 0 for
@@ -210,7 +210,7 @@ class Optimizer:
     shards: whether it can step parameters FSDP2 has sharded (an update per element, as AdamW's;
         Muon's orthogonalization needs whole matrices); False, the safe default, refuses fsdp=True
     check: an optional check(cfg) raising ValueError
-    Its contract (check_contracts refuses an entry that breaks it, at start, in one line): its name
+    Its contract (plumbing/contracts.py refuses an entry that breaks it, at start, in one line): its name
     is its key, and each key it reads has a row in configurator.SECTIONS and is declared (lr_key,
     keys; learning_rate, beta1, beta2 aside: AdamW's, which every run reads).
     """
@@ -331,7 +331,7 @@ class Schedule:
     min_lr / learning_rate; the config keys it reads besides warmup_iters and max_iters (a note
     says the others do nothing); an optional check(cfg) raising ValueError.
 
-    The contract every entry meets (check_contracts refuses one that breaks it, at start, naming the
+    The contract every entry meets (plumbing/contracts.py refuses one that breaks it, at start, naming the
     rule and the entry): each key it reads has a row in configurator.SECTIONS, and from warmup_iters
     to max_iters its multiplier lies in [floor, 1] (in [0, 1] for one that does not read min_lr) and
     never rises (no step jumps above the peak or below the floor the user set)."""
@@ -351,126 +351,6 @@ LR_SCHEDULES = {
 }
 # The config keys whose values are these registries' names (checked by check, listed by --help).
 CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "scale_wd": SCALE_WD}
-
-
-# The keys an entry reads without declaring them in its keys: they act whichever entry runs (AdamW
-# steps every group but the matrices; every schedule warms up and ends; every recipe scales weight_decay).
-SHARED_KEYS = {"OPTIMIZERS": ("learning_rate", "beta1", "beta2"), "LR_SCHEDULES": ("warmup_iters", "max_iters", "learning_rate"),
-               "SCALE_WD": ("weight_decay",)}
-ENTRY_TYPES = {"OPTIMIZERS": Optimizer, "LR_SCHEDULES": Schedule, "SCALE_WD": ScaleDecay}
-
-
-def entry_reads(registry, name, entry, cfg):
-    """The configurator.Reading of `entry` (registry[name]) under cfg (the keys it read in .read):
-    an optimizer building itself for one matrix on the CPU, a schedule's multiplier at a few iterations,
-    a recipe's decay of each role (a RoleProbe), and its check. ValueError (Reading) for a key with
-    no row; any other error of an entry's code is left to the run, which calls it for real."""
-    reading, start, end = Reading(cfg, f"{registry}[{name!r}]"), cfg.warmup_iters, cfg.max_iters
-    matrix = {"params": [torch.nn.Parameter(torch.zeros(2, 2))], "lr": 0.0, "initial_lr": 0.0, "weight_decay": 0.0}
-    calls = {"OPTIMIZERS": lambda: entry.build([matrix], reading, "cpu"),
-             "LR_SCHEDULES": lambda: [entry.multiplier(it, reading, cfg.min_lr / cfg.learning_rate)
-                                      for it in (start, (start + end) // 2, end)],
-             "SCALE_WD": lambda: [entry.decay(RoleProbe(role, reading), reading) for role in ROLES]}
-    for call in (calls[registry], *([lambda: entry.check(reading)] if entry.check else [])):
-        try:
-            call()
-        except NoRow:
-            raise
-        except Exception:  # the entry's own error: the run meets it where it calls the entry
-            pass
-    return reading
-
-
-class RoleProbe(str):
-    """A role ("input", "output") handed to a recipe's decay by entry_reads: each string it is compared
-    with goes into reading.compared_roles, so a role spelt otherwise ("inputs") is said at start."""
-
-    def __new__(cls, role, reading):
-        probe = super().__new__(cls, role)
-        probe.reading = reading
-        reading.__dict__.setdefault("compared_roles", set())
-        return probe
-
-    def __eq__(self, other):
-        self.reading.compared_roles.add(other)
-        return str.__eq__(self, other)
-
-    def __ne__(self, other):
-        self.reading.compared_roles.add(other)
-        return str.__ne__(self, other)
-
-    __hash__ = str.__hash__
-
-
-def recipe_problem(name, entry, reading):
-    """None, or the rest of one line naming the fix, for a recipe whose decay read its role or its keys
-    otherwise than its contract says: decay(role, cfg), role "input" or "output", each declared key read."""
-    where = f"SCALE_WD[{name!r}].decay"
-    if any(isinstance(c, str) and c in ROLES for c in reading.compared):
-        return f"{where} compares its cfg with a role: its arguments are decay(role, cfg), the role first"
-    odd = sorted(c for c in reading.__dict__.get("compared_roles", ()) if isinstance(c, str) and c not in ROLES)
-    if odd:
-        return f"{where} compares the role with {odd[0]!r}, which is no role: the roles are 'input' and 'output'"
-    unread = [key for key in entry.keys if key not in reading.read]
-    if unread:
-        return f"{where} reads {unread[0]!r}, which the entry declares, for neither role: check how it reads the role"
-    return None
-
-
-def check_contracts(cfg):
-    """ValueError (one line naming the rule, the entry and the fix) when a registry entry breaks its
-    contract (Optimizer, Schedule, ScaleDecay say it): an entry of the wrong type; an OPTIMIZERS entry
-    whose name is not its key (its groups would name an optimizer no key holds); a key an entry
-    declares or reads (entry_reads) with no config row, or reads without declaring it (SHARED_KEYS
-    aside: no note would say it does nothing under another entry). The run's own entries under its
-    config: check_run_contracts."""
-    for registry, entries in (("OPTIMIZERS", OPTIMIZERS), ("LR_SCHEDULES", LR_SCHEDULES), ("SCALE_WD", SCALE_WD)):
-        for name, entry in entries.items():
-            where = f"{registry}[{name!r}]"
-            if not isinstance(entry, ENTRY_TYPES[registry]):
-                raise ValueError(f"{where} is a {type(entry).__name__}: make it an optim.{ENTRY_TYPES[registry].__name__}")
-            if isinstance(entry, Optimizer) and entry.name != name:
-                raise ValueError(f"{where} is named {entry.name!r}: its groups would name an optimizer the registry does "
-                                 f"not hold; give it its key as its name (Optimizer({name!r}, ...))")
-            declared = (*entry.keys, *((entry.lr_key,) if isinstance(entry, Optimizer) else ()))
-            for key in declared:
-                if key not in DEFAULTS:
-                    raise ValueError(no_row(where, key))
-            reading = entry_reads(registry, name, entry, cfg)
-            undeclared = sorted(reading.read - {*declared, *SHARED_KEYS[registry]})
-            if undeclared:
-                raise ValueError(f"{where} reads the key {undeclared[0]!r} without declaring it: add it to its keys "
-                                 f"(a note then says it does nothing under another entry)")
-            if registry == "SCALE_WD" and (problem := recipe_problem(name, entry, reading)):
-                raise ValueError(problem)
-
-
-def check_run_contracts(cfg):
-    """ValueError (one line) when the run's own entries break their contract under its config: its
-    recipe's decay no finite number >= 0 for a role, its schedule giving no number, leaving [min_lr / learning_rate, 1]
-    or rising after warmup (sampled at up to 257 iterations from warmup_iters to max_iters, every one
-    for a shorter run)."""
-    for role in ROLES:
-        wd = SCALE_WD[cfg.scale_wd].decay(role, cfg)
-        if isinstance(wd, bool) or not isinstance(wd, (int, float)) or not 0 <= wd < math.inf:
-            raise ValueError(f"SCALE_WD[{cfg.scale_wd!r}].decay({role!r}, cfg) gave {wd!r}, not a weight decay (a finite "
-                             f"number >= 0): fix its decay (optim.ScaleDecay says the contract)")
-    schedule, floor = LR_SCHEDULES[cfg.lr_schedule], cfg.min_lr / cfg.learning_rate
-    low = floor if "min_lr" in schedule.keys else 0.0  # (a schedule that never reads min_lr has no floor)
-    start, end = cfg.warmup_iters, cfg.max_iters  # (a run inside its warmup never reads the schedule)
-    steps = range(start, end + 1) if end - start <= 256 else sorted({start + (end - start) * k // 256 for k in range(257)})
-    last = math.inf
-    for it in steps:
-        m = schedule.multiplier(it, cfg, floor)
-        if isinstance(m, bool) or not isinstance(m, (int, float)):
-            raise ValueError(f"LR_SCHEDULES[{cfg.lr_schedule!r}].multiplier({it}, cfg, floor) gave {m!r}, not a number: "
-                             f"make it return a float (optim.Schedule says the contract)")
-        if not low - 1e-9 <= m <= 1 + 1e-9 or m > last + 1e-12:
-            rule = "rises after warmup" if low - 1e-9 <= m <= 1 + 1e-9 else f"leaves [min_lr / learning_rate = " \
-                f"{low:.4g}, 1]"
-            raise ValueError(f"LR_SCHEDULES[{cfg.lr_schedule!r}] breaks the schedules' contract: its multiplier "
-                             f"{rule} (at iteration {it}: {m:.4g}); fix its multiplier (optim.Schedule says the contract)")
-        last = m
 
 
 def check_choices(cfg, keys):
@@ -496,7 +376,6 @@ def check(cfg):
     if cfg.fsdp and not OPTIMIZERS[cfg.optimizer].shards:
         raise ValueError(f"optimizer={cfg.optimizer!r} cannot step FSDP2's sharded parameters (it needs whole "
                          f"matrices): use --optimizer=adamw with --fsdp=True, or DDP (--fsdp=False)")
-    check_contracts(cfg)  # first: an entry's check may read a key that has no row
     schedule = LR_SCHEDULES[cfg.lr_schedule]
     if "min_lr" in schedule.keys and cfg.min_lr > cfg.learning_rate:
         raise ValueError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the decay would "
@@ -504,7 +383,6 @@ def check(cfg):
     for entry in (OPTIMIZERS[cfg.optimizer], schedule, SCALE_WD[cfg.scale_wd]):
         if entry.check:
             entry.check(cfg)
-    check_run_contracts(cfg)
 
 
 def inert_keys(cfg):

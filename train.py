@@ -8,30 +8,24 @@
 
 One training step, as in nanoGPT: for each micro-batch of the step, a forward
 under autocast (model.GPT: the scale vectors sit where the config's placements
-say, norms.py computes each as its formula), the cross-entropy plus the MoE
-router's losses, a backward; then one optimizer step (optim.optimizer_step:
-clip, step every role-aware group, zero) at the step's LR (optim.lr_multiplier).
+say, norms.py computes each as its formula; the fast paths of plumbing/fused.py
+compute the same maps faster, and --fused=False runs the formulas alone), the
+cross-entropy plus the MoE router's losses, a backward; then one optimizer step
+(optim.optimizer_step: clip, step every role-aware group, zero) at the step's LR.
 Batches are drawn by (seed, iteration, micro-step), so a resumed run and a run
 on any number of processes train on the same tokens. Every eval_interval the
 loop evaluates on fixed validation batches and saves ckpt.pt (under FSDP2 the
 sharded ckpt.dcp/); every log_interval it prints a progress line and appends
-the train rows to log.jsonl.
-
-The knobs (configurator.py holds every default and its meaning; set them in a
-config file or as --key=value): the scale-vector variant (scale, reparam,
-branch_scales, attn_placement, mlp_placement, qk_norm, output_norms,
-scale_wd), the size (n_layer, n_head, n_embd), the optimizer (optimizer,
-learning_rate, muon_lr, weight_decay, lr_schedule, warmup_iters) and the
-budget (max_iters, batch_size, block_size, gradient_accumulation_steps).
+the train rows to log.jsonl. The knobs: configurator.py (every default and its
+meaning), set in a config file or as --key=value.
 
 Read top to bottom: train() sets up, builds, restores, compiles and wraps, runs
 the loop and finishes, each stage under a banner; the pieces it calls follow
 it. What a run shares with the other commands is in plumbing/: how it starts
-(start.py: the out_dir's lock, a resume, a Hugging Face folder), what it says
-(ops.py), its checkpoints and log (checkpoint.py), processes and signals
-(common.py: SIGTERM or Ctrl-C stops after the step under way, saved, exit 143
-or 130, resumable bit for bit with --init_from=auto), the mechanism statistics
-(mechanism.py).
+(start.py), what it says (ops.py), its checkpoints and log (checkpoint.py),
+processes and signals (common.py: SIGTERM or Ctrl-C stops after the step under
+way, saved, resumable bit for bit with --init_from=auto), the mechanism
+statistics (mechanism.py), the fast paths (fused.py).
 """
 
 import math
@@ -50,6 +44,7 @@ common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of
 import numpy as np
 import torch
 
+from plumbing import fused
 from plumbing.checkpoint import save_run_checkpoint
 from plumbing.common import StopSignals, agree, cli, compile_errors, end_distributed, numerics_env, shard, stop_signal
 from configurator import UserError, load_config, usage
@@ -69,7 +64,7 @@ def train(cfg, given=frozenset()):
     with ExitStack() as cleanup:  # what setup takes (the out_dir's lock) is released however the run ends
         # --- set up: which start (scratch, resume, auto, a Hugging Face folder), device, processes, data (start.py)
         run, ckpt = setup(cfg, given, cleanup)
-        cfg, device, ddp = run.cfg, run.device, run.ddp
+        cfg, device = run.cfg, run.device
         # --- build: the GPT of run.model_cfg (model.py: which scale vector sits where), its optimizer groups
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
         if cfg.fsdp:
@@ -79,12 +74,8 @@ def train(cfg, given=frozenset()):
         start = begin(run, ckpt, raw_model, optimizers, lambda: get_batch(run.data, "val", 0, 0, cfg, device)[0])
         del ckpt  # its weights live in the model now
         start_iter, tokens, val_loss = start.iter, start.tokens, start.val_loss
-        # --- compile and wrap
-        model = torch.compile(raw_model) if cfg.compile else raw_model
-        fwd = model  # evals run without the DDP wrapper
-        if ddp and not cfg.fsdp:  # (FSDP2 reduce-scatters the gradients itself: common.shard)
-            model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[run.local_rank] if device.type == "cuda" else None)
+        # --- fast paths, compile and wrap: the module the loop steps, and the one evals run
+        model, fwd = compile_and_wrap(run, raw_model)
         describe(run, raw_model, groups, given)
         mechanism = start_mechanism(run, raw_model, optimizers, start)  # mechanism.Mechanism, or None: off
         signals = StopSignals(STOP_NOTE if run.master else "")
@@ -99,11 +90,7 @@ def train(cfg, given=frozenset()):
         batch, stopped = None, None  # batch: the next micro-batch, read ahead
         with signals, compile_errors(cfg.compile):
             for it in range(start_iter, cfg.max_iters + 1):
-                last = it == cfg.max_iters
-                if it == start_iter:  # a new run's iteration 0, or a log row a kill left out on resume
-                    due = (it == 0 and (cfg.eval_interval > 0 or last)) or start.eval_due
-                else:
-                    due = last or (cfg.eval_interval > 0 and it % cfg.eval_interval == 0)
+                last, due = it == cfg.max_iters, eval_due(it, start_iter, start, cfg)
                 if due:  # (None: a SIGTERM/SIGINT stopped the evaluation; it is left for the resume)
                     rows.flush()  # the rows up to `it` go before its checkpoint (a resume drops the later ones)
                     val_loss = eval_and_save(run, parts, it, tokens, save=it > start_iter)
@@ -143,15 +130,34 @@ def train(cfg, given=frozenset()):
 
 
 # -----------------------------------------------------------------------------
-# Batches, evaluate, save, report: the pieces train() calls, in its order
+# Wrap, batches, evaluate, save, report: the pieces train() calls, in its order
+
+
+def compile_and_wrap(run, raw_model):
+    """(the module the loop steps, the one evals run: never the DDP wrapper) for the built model, its fast
+    paths swapped in unless --fused=False (fused.summary says which); FSDP2 needs no wrapper (common.shard)."""
+    cfg = run.cfg
+    if cfg.fused:
+        fused.use(raw_model, run.device.type)
+    fwd = torch.compile(raw_model) if cfg.compile else raw_model
+    if run.ddp and not cfg.fsdp:
+        cuda = run.device.type == "cuda"
+        return torch.nn.parallel.DistributedDataParallel(fwd, device_ids=[run.local_rank] if cuda else None), fwd
+    return fwd, fwd
+
+
+def eval_due(it, start_iter, start, cfg):
+    """Whether iteration `it` evaluates and saves: every eval_interval, at max_iters, at a new run's 0 and
+    where a kill left an eval out (start.eval_due)."""
+    if it == start_iter:
+        return (it == 0 and (cfg.eval_interval > 0 or it == cfg.max_iters)) or start.eval_due
+    return it == cfg.max_iters or (cfg.eval_interval > 0 and it % cfg.eval_interval == 0)
 
 
 @dataclass
 class Parts:
-    """What the loop steps, evaluates and saves: the uncompiled model (its weights are the
-    checkpoint's), the module evals run (compiled when cfg.compile, never the DDP wrapper), the
-    optimizers (optim.build_optimizers), the mechanism statistics (plumbing.mechanism.Mechanism,
-    None: off) and the stop signals (common.StopSignals)."""
+    """What the loop steps, evaluates and saves: the uncompiled model (the checkpoint's weights), the module evals
+    run (compile_and_wrap), the optimizers, the mechanism statistics (None: off), the stop signals."""
 
     model: GPT
     fwd: torch.nn.Module
@@ -262,11 +268,8 @@ def write_checkpoint(run, parts, it, tokens, val_loss, eval_pending=False):
 def stop_here(run, parts, start_iter, it, tokens, stopped, eval_at_it=None):
     """Stop after `it` iterations (`stopped`: the signal's name): save them, unless the eval at `it`
     just did (eval_at_it "saved"; "cut": a signal stopped it; None: none was due), and say how to go on.
-
-    The checkpoint has "val_loss": None (no eval finished at this iteration; the log has its train
-    rows up to `it` and its evals up to the last one finished), so a resumed run continues exactly as
-    if never stopped: same batches, LRs and dropout masks, and an eval the signal cut short runs first.
-    """
+    The checkpoint has "val_loss": None, so a resumed run continues exactly as if never stopped: same
+    batches, LRs and dropout masks, and an eval the signal cut short runs first."""
     if it > start_iter and eval_at_it != "saved":
         write_checkpoint(run, parts, it, tokens, None, eval_pending=eval_at_it == "cut")
     if it == start_iter == 0:

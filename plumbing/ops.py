@@ -20,6 +20,7 @@ import torch
 
 import model
 import optim
+from plumbing import contracts, fused
 from plumbing.checkpoint import append_log, read_log
 from plumbing.common import fmt_duration, peak_flops, stop_signal
 from configurator import UserError, check, unusual
@@ -51,13 +52,13 @@ def choices():
 def check_config(cfg):
     """UserError, one line, for anything a run would refuse, before it reads data or builds
     anything: every value's range (configurator.check), the memory estimate (memory.check_memory), the optimizer's
-    and schedule's keys (optim.check) and the model's (model.model_config). sweep.py checks every
-    run of an ablation this way before starting any."""
+    and schedule's keys (optim.check), every registry entry's contract (contracts.check) and the model's
+    (model.model_config). sweep.py checks every run of an ablation this way before starting any."""
     chosen = optim.OPTIMIZERS.get(cfg["optimizer"])
     check(cfg)
     check_memory(cfg, can_shard=bool(chosen and chosen.shards))
     try:
-        optim.check(SimpleNamespace(**cfg))
+        contracts.check(SimpleNamespace(**cfg))  # optim.check among them
     except ValueError as e:
         raise UserError(str(e)) from None
     model.model_config(cfg)
@@ -108,6 +109,7 @@ def describe(run, raw_model, groups, given=frozenset()):
     cfg, log = run.cfg, run.log
     log(raw_model.param_report())
     log(format_groups(groups))
+    log(fused.summary(raw_model))
     parallel = f" ({'FSDP2' if cfg.fsdp else 'DDP'}, {torch.distributed.get_backend()})" if run.ddp else ""
     log(f"device {run.device} ({run.dtype}{', compiled' if cfg.compile else ''}), {run.world} process(es)"
         f"{parallel}, "

@@ -7,7 +7,7 @@ around building the model and its optimizers:
 
 setup decides: init_from="auto" becomes "resume" when out_dir holds a checkpoint, else "scratch";
 a resume takes the checkpoint's config (checkpoint.resume_config); --hf_model takes the folder's
-config.json as the model's shape (hf/folder.py). begin carries it out: the checkpoint's weights
+config.json as the model's shape (plumbing/hf_folder.py). begin carries it out: the checkpoint's weights
 and optimizer moments (checkpoint.restore), or the folder's weights, or the fresh initialization,
 then trims or starts the log. What a run checks and says at its start is ops.py's.
 """
@@ -32,7 +32,7 @@ from plumbing.checkpoint import (CKPT_NAMES, LOG_NAME, append_log, checkpoint_pa
 from plumbing.common import check_numerics, check_processes, file_kind, resolve_device, setup_distributed
 from configurator import UserError, complete, folder_problem
 from plumbing.dataset import check_vocabulary, dataset_dir, load_data, meta_vocab_size, recorded_vocab_size
-from hf.folder import check_data, check_folder, load_folder, merged_config
+from plumbing.hf_folder import check_data, check_folder, load_folder, merged_config
 from model import model_config
 from plumbing.ops import check_config, read_rows, start_tracker
 

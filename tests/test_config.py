@@ -57,9 +57,9 @@ def imported_modules(path):
 
 
 def project_modules():
-    """{module name: path} of every module of the project (the top level, hf/, research/, tools/)."""
+    """{module name: path} of every module of the project (the top level, plumbing/, research/, tools/)."""
     found = {}
-    for folder in ("", "hf", "plumbing", "research", "tools"):
+    for folder in ("", "plumbing", "research", "tools"):
         for name in os.listdir(os.path.join(ROOT, folder)):
             if name.endswith(".py") and name != "__init__.py":
                 found[".".join(filter(None, (folder, name[:-3])))] = os.path.join(ROOT, folder, name)
@@ -80,7 +80,7 @@ def test_commands_import_the_small_modules_never_train_py_or_each_other():
 
 # The first screen: the reading path (train, model, norms, optim) and nanoGPT's companions (sample, the
 # config). Anything else goes in a folder: plumbing/ (what every command shares, one concept a module),
-# hf/ (reading other formats), research/, tools/.
+# research/, tools/.
 TOP_LEVEL = {"train", "model", "norms", "optim", "sample", "configurator"}  # the reading path and nanoGPT's companions
 MODULE_LINES = 600  # no module of the product longer (model.py, the model itself, dense and MoE, aside)
 MODEL_LINES = 850  # a cap with room for a fork's additions (a placement, a block type), not a pin
@@ -89,8 +89,8 @@ MODEL_LINES = 850  # a cap with room for a fork's additions (a placement, a bloc
 def test_no_top_level_module_imports_a_command_folder_and_train_py_stays_readable():
     """The top level is the reading path and nanoGPT's companions, the shared modules live in plumbing/;
     neither imports anything from tools/ or research/ (the folders hold commands and the workflow,
-    which import the product, never the reverse; hf/ is a library the start reads a Hugging Face
-    folder with); train.py stays about nanoGPT's size, and no function of the product runs past ~80 lines."""
+    which import the product, never the reverse); train.py stays about nanoGPT's size, and no function
+    of the product runs past ~80 lines."""
     modules = project_modules()
     top = {name for name in modules if "." not in name}
     assert top == TOP_LEVEL, (f"the top level holds {sorted(top - TOP_LEVEL)} beyond the reading path and nanoGPT's "

@@ -117,6 +117,9 @@ def test_every_committed_heading_states_its_rows_and_no_direction_they_do_not_sh
         assert heading.endswith(f"\n\npaper: {spec['claim']}")
         claims = [c for c, _ in rows if c["expected"]]
         for c in claims:
+            if not c["seeds"]:  # a file whose table runs wait for its LR sweep: said so, no interval
+                assert f"- `{c['setting']}`: {c['variant']} - {c['reference']} - (no paired seeds recorded yet)" in heading
+                continue
             ci, word = recomputed(results, c)
             said = f"{c['variant']} - {c['reference']} {stats.fmt_ci(ci)} ({word}"
             (line,) = [x for x in heading.splitlines() if said in x and x.startswith(f"- `{c['setting']}`: ")]

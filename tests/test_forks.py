@@ -7,6 +7,7 @@ resumes bit for bit, folds, exports or says in one line why not, reads a Hugging
 exactly), gets its own run hash, gets the right inert notes, is measured by bench.py; a broken entry
 of each registry (a forgotten row, a misspelt field, a skipped edit) is refused at start in one line
 naming its fix."""
+import copy
 import itertools
 import json
 import math
@@ -367,10 +368,10 @@ def test_a_new_placement_is_covered_trains_resumes_folds_hashes_notes_benches_an
 def test_an_asymmetric_placement_is_data_the_fused_path_reads_trains_folds_benches_and_exports(
         tmp_path, capsys, asymmetric):
     """docs/forks.md's placement guide with the `outer` field: DNP with u on the up branch only. The
-    gate branch has no u and the up branch one; the fused path (one matmul, one normalization over
+    gate branch has no u and the up branch one; the fast path (one matmul, one normalization over
     both branches) computes it with ones for the missing u, equal to the formula branch by branch,
     and the suite's generic tests, training, folding, bench and export take it as they stand."""
-    from norms import branch_linears
+    from plumbing import fused
     generic_model_tests(mlp_placement="dnp_up")
     cfg = model.model_config({**load_config(flags(asymmetric))[0], "vocab_size": 40})
     mlp = model.GPT(cfg).blocks[0].mlp
@@ -378,9 +379,10 @@ def test_an_asymmetric_placement_is_data_the_fused_path_reads_trains_folds_bench
     with torch.no_grad():
         mlp.up.out_scale.set_(torch.linspace(0.5, 2.0, cfg.d_ff))
     x = torch.randn(3, 5, cfg.n_embd)
-    fused, formula = branch_linears(x, (mlp.gate, mlp.up), True), branch_linears(x, (mlp.gate, mlp.up), False)
-    for a, b in zip(fused, formula):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for device_type in ("cpu", "cuda"):
+        fast = fused.use(copy.deepcopy(mlp), device_type)
+        assert type(fast) is fused.FusedMLP
+        torch.testing.assert_close(fast(x), mlp(x), rtol=1e-5, atol=1e-6)
     out = trains_and_resumes_exactly(tmp_path, asymmetric)
     bench_measures(asymmetric, capsys, "mlp_placement")
     exports(out, writes=True)
@@ -483,8 +485,8 @@ def test_a_placement_with_a_field_of_its_own_answers_through_the_methods_everywh
     a field no shipped code reads (its `norm` is False). Every rule asks normalizes(): the modules,
     which scales are magnitude-free (against a hand rule, and against doubling each scale), folding,
     the notes and the hash, bench; export refuses it in one line naming it. Given DNP's answers
-    through the field, it is DNP's model everywhere (built with its check held off), so the start
-    refuses it in one line as 'dual_norm' under another name."""
+    through the field, it is DNP's model everywhere (the model builds; the contract is checked at start), so the start
+    refuses it in one line as 'dual_norm' under another name (plumbing/contracts.py)."""
     generic_model_tests(mlp_placement="dp_up_norm")
     for hg, out_norms, sites in itertools.product((False, True), (False, True), ("prenorm", "all")):
         variant = dict(branch_scales=hg, output_norms=out_norms, dual_sites=sites, mlp_placement="dp_up_norm")
@@ -517,13 +519,11 @@ def test_a_placement_with_a_field_of_its_own_answers_through_the_methods_everywh
 
     monkeypatch.setitem(model.MLP_PLACEMENTS, "dnp_by_field", BranchNormPlacement(
         dual=True, norm=False, norm_branches=("gate", "up"), meaning="DNP, said through the field"))
-    with monkeypatch.context() as held_off:
-        held_off.setattr(model, "BUILDING", {("mlp_placement", "dnp_by_field")})
-        idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
-        for variant in (dict(branch_scales=False), dict(branch_scales=True, output_norms=True, dual_sites="all")):
-            dnp, field = (model.GPT(test_norms.tiny(reparam="or", mlp_placement=p, **variant)) for p in ("dual_norm", "dnp_by_field"))
-            assert [(n, type(s), s.role) for n, s in field.scale_vectors()] == [(n, type(s), s.role) for n, s in dnp.scale_vectors()]
-            torch.testing.assert_close(field(idx, idx)[0], dnp(idx, idx)[0], rtol=0, atol=0)
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    for variant in (dict(branch_scales=False), dict(branch_scales=True, output_norms=True, dual_sites="all")):
+        dnp, field = (model.GPT(test_norms.tiny(reparam="or", mlp_placement=p, **variant)) for p in ("dual_norm", "dnp_by_field"))
+        assert [(n, type(s), s.role) for n, s in field.scale_vectors()] == [(n, type(s), s.role) for n, s in dnp.scale_vectors()]
+        torch.testing.assert_close(field(idx, idx)[0], dnp(idx, idx)[0], rtol=0, atol=0)
     with pytest.raises(UserError) as e:
         run(tiny_args(make_dataset(tmp_path / "ds2"), tmp_path / "dnp_by_field", "--mlp_placement=dnp_by_field"))
     words = ["MLP_PLACEMENTS['dnp_by_field'] builds the models 'dual_norm' builds", "norm_branches=('gate', 'up')",
@@ -537,9 +537,9 @@ def test_a_placement_with_a_method_of_its_own_builds_what_it_answers_trains_fold
     through a field. Under HG q has no input scale and k, v have theirs; with shared scales it is
     "in"'s model. It trains, resumes, folds, exports, hashes, benches, and a Llama folder read into it
     gives transformers' logits: q's weight takes the checkpoint's gamma in its columns. With gamma put
-    only where a scale holds it (hf/folder.put_gamma before that rule), the reading is silently
+    only where a scale holds it (plumbing/hf_folder.put_gamma before that rule), the reading is silently
     another function, which the generic reading test catches."""
-    from hf import folder as folder_io
+    from plumbing import hf_folder as folder_io
     for hg in (False, True):
         attn = model.GPT(test_norms.tiny(branch_scales=hg, attn_placement="bare_q")).blocks[0].attn
         assert [getattr(attn, b).in_scale is not None for b in "qkv"] == ([False, True, True] if hg else [False] * 3)

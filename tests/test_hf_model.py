@@ -1,5 +1,5 @@
 """--hf_model: a Hugging Face Llama or Qwen3 folder loaded into our GPT gives transformers' logits,
-with the scale-vector switches on top (hf/folder.py)."""
+with the scale-vector switches on top (plumbing/hf_folder.py)."""
 
 import json
 import shutil
@@ -14,7 +14,7 @@ from configurator import DEFAULTS, UserError
 from model import BASELINE, GPT, model_config
 from test_export import needs_transformers
 from test_train import make_dataset, read_log, run, tiny_args
-import hf.folder as folder_io
+import plumbing.hf_folder as folder_io
 
 # 4 query heads of 12 over 2 key/value heads on a width of 32 (grouped, and heads wider than 32 / 4)
 SHAPE = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

@@ -391,16 +391,17 @@ def test_scale_lr_sets_the_scale_vectors_and_magnitudes_lr_and_zero_or_absent_me
 
 
 def test_a_schedule_entry_that_breaks_the_contract_is_refused_naming_the_rule(monkeypatch):
-    """optim.Schedule's contract, checked at start for the run's own config: a fork whose multiplier
+    """optim.Schedule's contract, checked at start for the run's own config (plumbing/contracts.py): a fork whose multiplier
     rises after warmup, one that leaves [floor, 1], and one that reads a key with no config row are
     each one line naming the entry and the rule; the registry's own entries pass."""
     from types import SimpleNamespace
 
     import optim
     from configurator import DEFAULTS
+    from plumbing import contracts
     cfg = SimpleNamespace(**{**DEFAULTS, "max_iters": 100, "warmup_iters": 10, "min_lr": 3e-4, "learning_rate": 3e-3})
     for name in optim.LR_SCHEDULES:
-        optim.check(SimpleNamespace(**{**vars(cfg), "lr_schedule": name}))
+        contracts.check(SimpleNamespace(**{**vars(cfg), "lr_schedule": name}))
     forks = {"rising": (optim.Schedule(lambda it, c, floor: 0.5 + 0.5 * (it > 50), (), "steps up"), "rises after warmup"),
              "above": (optim.Schedule(lambda it, c, floor: 1.5, (), "above the peak"), "leaves [min_lr / learning_rate"),
              "below": (optim.Schedule(lambda it, c, floor: floor / 2, ("min_lr",), "below the floor"), "leaves [min_lr"),
@@ -409,6 +410,6 @@ def test_a_schedule_entry_that_breaks_the_contract_is_refused_naming_the_rule(mo
     for name, (entry, rule) in forks.items():
         monkeypatch.setitem(optim.LR_SCHEDULES, name, entry)
         with pytest.raises(ValueError, match=re.escape(rule)) as e:
-            optim.check(SimpleNamespace(**{**vars(cfg), "lr_schedule": name}))
+            contracts.check(SimpleNamespace(**{**vars(cfg), "lr_schedule": name}))
         assert f"LR_SCHEDULES[{name!r}]" in str(e.value) and "\n" not in str(e.value)
         monkeypatch.delitem(optim.LR_SCHEDULES, name)

@@ -184,7 +184,7 @@ def test_each_instrument_fails_where_its_claim_is_false(tmp_path, monkeypatch, l
     """A resume that drops AdamW's moments is not bit for bit; a folding relation that leaves out DNP's
     u_up (MLP.folds) leaves an input-role scale unfolded; a reading that puts no pre-norm gamma gives
     another function without a note."""
-    from hf import folder as folder_io
+    from plumbing import hf_folder as folder_io
     with monkeypatch.context() as m:
         m.setattr(torch.optim.AdamW, "load_state_dict", lambda self, state: None)
         with pytest.raises(AssertionError):

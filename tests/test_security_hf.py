@@ -1,5 +1,5 @@
 """No folder's code runs, no folder this project did not write is deleted, and no size or JSON file from a
-folder is believed before it is checked: --hf_model (hf/folder.py), tools.hf_check, tools.gguf_to_hf and
+folder is believed before it is checked: --hf_model (plumbing/hf_folder.py), tools.hf_check, tools.gguf_to_hf and
 tools.gguf_check each refuse such input with one line (configurator.UserError), before transformers is
 asked and before anything is built or written.
 
@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT
 from configurator import UserError
 
-import hf.folder as folder_io
+import plumbing.hf_folder as folder_io
 
 
 # -----------------------------------------------------------------------------

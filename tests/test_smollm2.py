@@ -19,7 +19,7 @@ import torch
 from configurator import DEFAULTS
 from model import BASELINE, GPT, model_config
 from test_train import read_log, run
-import hf.folder as folder_io
+import plumbing.hf_folder as folder_io
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 pytestmark = pytest.mark.slow

@@ -217,7 +217,7 @@ def test_a_meta_pkl_that_would_run_code_is_refused_and_its_code_never_runs(tmp_p
     """train.py (load_data) and --hf_model's data check read meta.pkl through the plain-data unpickler:
     the object's os.system is named in one line and the command it carried never runs. Plain data
     (numpy scalars and arrays included) of every protocol still loads."""
-    import hf.folder as folder_io
+    import plumbing.hf_folder as folder_io
     marker = tmp_path / "ran"
     for payload in (RunsACommand(marker), {"vocab_size": VOCAB, "itos": [RunsACommand(marker)]}):
         folder = write_dataset(tmp_path / f"ds{protocol}")

@@ -205,6 +205,9 @@ STAND_INS = {
         "--dtype=float32 --dataset=shakespeare --batch_size=1 --gradient_accumulation_steps=2 --block_size=64 "
         "--max_iters=2 --eval_iters=1 --sample_tokens=0 --out_dir=walk-124m",
         "8 GPUs and FineWeb: the same config on 2 CPU processes, BPE Shakespeare, 2 steps"),
+    "python train.py --fused=False": (
+        "python train.py --fused=False --max_iters=20 --eval_interval=10 --sample_tokens=0 --out_dir=walk-formulas",
+        "the formulas alone, a short run: the default run's model without its fast paths"),
     "python train.py configs/baseline_shakespeare_char.py --branch_scales=True --out_dir=out-hg": (
         "python train.py configs/baseline_shakespeare_char.py --branch_scales=True --out_dir=out-hg --max_iters=100",
         "100 of its 600 iterations: the walk trains default-sized runs elsewhere"),

@@ -89,7 +89,7 @@ def logit_difference(export_dir, path):
     (refuse_code) or its sizes are not its tensors' (tools.gguf_to_hf.check_gguf)."""
     import torch
     from transformers import AutoModelForCausalLM
-    from hf.code import refuse_code
+    from plumbing.hf_code import refuse_code
     from tools.gguf_to_hf import check_gguf
     refuse_code(os.path.dirname(path), model_folder=False)  # transformers reads the JSON files beside the .gguf
     check_gguf(path)  # its sizes are its tensors' before transformers builds a model of them
@@ -131,13 +131,13 @@ def read_export_config(export_dir):
 def check(export_dir, llama_cpp, python=sys.executable):
     """Convert and check one export; returns [(check, ok, detail)]. UserError (one line) when export_dir
     is not an export: missing, not a folder, or its config.json missing, not JSON or without the
-    fields an export writes; or when it holds code (hf.code.refuse_code), checked before the
+    fields an export writes; or when it holds code (plumbing.hf_code.refuse_code), checked before the
     converter or transformers reads it."""
     config = read_export_config(export_dir)
     arch = config["architectures"][0]
     if arch not in GGUF_ARCH:
         raise UserError(f"{export_dir} is a {arch}: llama.cpp has no architecture for it (only {', '.join(GGUF_ARCH)})")
-    from hf.code import refuse_code
+    from plumbing.hf_code import refuse_code
     refuse_code(export_dir)  # before llama.cpp's converter (it loads some tokenizers with trust_remote_code=True)
     path = os.path.abspath(export_dir.rstrip(os.sep)) + ".f32.gguf"
     convert(export_dir, llama_cpp, python, path)

@@ -58,7 +58,7 @@ def open_gguf(path):
     """(gguf.GGUFReader of path, its general.architecture); UserError (one line) when the gguf package
     cannot read the file or it names no architecture."""
     import gguf
-    from hf.code import short
+    from plumbing.hf_code import short
     try:
         reader = gguf.GGUFReader(path)
         arch = reader.fields.get("general.architecture")
@@ -88,7 +88,7 @@ def check_gguf(path):
     is not a count, is wider than the widest dimension of any tensor in the file, or (context_length)
     past MAX_CONTEXT.
     """
-    from hf.code import short
+    from plumbing.hf_code import short
     reader, arch = open_gguf(path)
     # logical shapes, as torch holds the tensors (GGUF stores them innermost dimension first)
     shapes = {t.name: tuple(int(d) for d in reversed(t.shape)) for t in reader.tensors}
@@ -157,7 +157,7 @@ def out_problem(out, gguf_path):
     folder, or holds MARKER (a folder this tool wrote, which it replaces). Anything else would be
     deleted by the replacement: a symbolic link, a folder of other files (a run's out_dir, data/),
     or a marked folder that holds the GGUF file itself, or whose marker is a link or has another hard link
-    (hf.code.replace_problem: not one this tool wrote)."""
+    (plumbing.hf_code.replace_problem: not one this tool wrote)."""
     fix = "name another --out, or remove that folder yourself"
     if os.path.islink(out):
         return f"a symbolic link, which this tool does not replace: {fix}"
@@ -166,7 +166,7 @@ def out_problem(out, gguf_path):
     names = os.listdir(out)
     if not names:
         return None
-    from hf.code import replace_problem
+    from plumbing.hf_code import replace_problem
     marker = os.path.join(out, MARKER)
     planted = replace_problem(marker)
     if planted:  # a marker this tool never writes: a link could make any folder look like its own
@@ -182,10 +182,10 @@ def out_problem(out, gguf_path):
 
 def written_code(folder):
     """The first code file (*.py, at any depth) in folder, or JSON file transformers reads an auto_map
-    from (hf.code.FOLDER_JSON) that holds one at any depth, as a line naming it; None when there is neither:
+    from (plumbing.hf_code.FOLDER_JSON) that holds one at any depth, as a line naming it; None when there is neither:
     what this tool must never pass on."""
     from plumbing.common import read_json
-    from hf.code import FOLDER_JSON, auto_maps
+    from plumbing.hf_code import FOLDER_JSON, auto_maps
     for root, _, names in os.walk(folder):
         for name in sorted(names):
             path = os.path.join(root, name)
@@ -203,7 +203,7 @@ def convert(gguf_path, out):
     out, with MARKER (atomically: a temporary folder beside out, then renamed). An empty out is
     filled; a marked one replaced (moved aside, then deleted once the new one is in place).
     UserError (one line) when a package it needs is missing, out may not be written (out_problem),
-    the GGUF's folder names code (hf.code.refuse_code), its size fields are not its tensors'
+    the GGUF's folder names code (plumbing.hf_code.refuse_code), its size fields are not its tensors'
     (check_gguf), or transformers cannot read the file. Returns out."""
     for package in ("gguf", "accelerate", "transformers"):
         if importlib.util.find_spec(package) is None:
@@ -211,7 +211,7 @@ def convert(gguf_path, out):
     problem = out_problem(out, gguf_path)
     if problem:
         raise UserError(f"--out={out}: {problem}")
-    from hf.code import refuse_code
+    from plumbing.hf_code import refuse_code
     folder, name = os.path.split(os.path.abspath(gguf_path))
     # transformers reads the JSON files beside the .gguf (tokenizer_config.json's auto_map runs its module);
     # other .py files there (a package's __init__.py) it never imports unless one names them

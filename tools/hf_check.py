@@ -13,7 +13,7 @@ than this machine's memory for training is checked here. Exit status 1 with
 one line naming the first disagreement. No code of the folder is ever run: a
 folder that could lead transformers to it (an auto_map, a model_type
 transformers lacks, a .py file) is refused, one line, before transformers is
-asked (hf.code.refuse_code), and transformers reads it with
+asked (plumbing.hf_code.refuse_code), and transformers reads it with
 trust_remote_code=False.
 """
 
@@ -41,7 +41,7 @@ def main(argv):
     args = p.parse_args(argv)
     if not 1 <= args.tokens <= 1 << 16:
         raise UserError(f"--tokens={args.tokens}: give a count from 1 to 65536")
-    import hf.folder as folder_io
+    import plumbing.hf_folder as folder_io
     cfg = folder_io.merged_config({**DEFAULTS, "hf_model": args.folder, "n_experts": 0}, set())
     cfg = SimpleNamespace(**{**cfg, "block_size": args.tokens})
     print(f"{args.folder}: {cfg.n_layer} blocks, width {cfg.n_embd}, {cfg.n_head} heads ({cfg.n_kv_head} key/value) "

@@ -26,8 +26,8 @@ id as the prefix token (prefix_token_id; for BPE data the end-of-text id,
 which preceded each document in training); the text is the split's own, so
 every character is in the vocabulary.
 
-The command is printed only for an export that hf.code's rule for every
-reader of a folder allows (hf.code.shipped_code): trust_remote_code=True
+The command is printed only for an export that plumbing.hf_code's rule for every
+reader of a folder allows (plumbing.hf_code.shipped_code): trust_remote_code=True
 only when the folder's one piece of code is this project's own
 modeling_scalevec.py, byte for byte, and its auto_map names nothing else;
 else one line says why and how to make a new export. The tasks folder is one
@@ -163,12 +163,12 @@ def export_anew(out_dir):
 
 
 def trusted(export_dir, out_dir):
-    """Whether the lm_eval command may pass trust_remote_code=True for export_dir: the rule hf.code
+    """Whether the lm_eval command may pass trust_remote_code=True for export_dir: the rule plumbing.hf_code
     holds every reader of a folder to, as shipped_code applies it to an export (True: the folder's
     only code is this project's modeling_scalevec.py, byte for byte; False: a standard model, no
     code). UserError (one line: why, and the command that makes a new export) otherwise, so no
     command is printed that would run a folder's code or read a folder through a link."""
-    from hf.code import shipped_code
+    from plumbing.hf_code import shipped_code
     if any(c in export_dir for c in ",="):  # lm-eval splits --model_args at commas, then each at '='
         raise UserError(f"--export_dir={export_dir}: lm_eval reads pretrained= from --model_args, split at ',' and "
                         f"'=', so the path can hold neither: {export_anew(out_dir)}")
@@ -184,9 +184,9 @@ def trusted(export_dir, out_dir):
 def tasks_dir_problem(tasks_dir):
     """Why this command must not write its tasks in tasks_dir, or None: it writes only in a folder of its
     own, missing, empty or holding MARKER (one it made), and only over its own files (no link, no
-    file with another hard link: hf.code.replace_problem), since it replaces them and deletes a
+    file with another hard link: plumbing.hf_code.replace_problem), since it replaces them and deletes a
     stale one."""
-    from hf.code import replace_problem
+    from plumbing.hf_code import replace_problem
     fix = "name another --tasks_dir, or remove it yourself"
     if os.path.islink(tasks_dir):
         return f"a symbolic link (to {os.readlink(tasks_dir)}): this command writes only in a folder of its own; {fix}"

@@ -16,6 +16,7 @@ import model
 from configurator import DEFAULTS
 from model import GPT, model_config
 from optim import build_optimizers, optimizer_step
+from plumbing import fused
 
 # The baseline: the Llama/Gemma scale switches (model.BASELINE), no decay on scales.
 BASELINE = {**model.BASELINE, "scale_wd": "none"}
@@ -106,6 +107,8 @@ def build(cfg, variant):
         return model, torch.compile(model) if cfg.compile else model, opts
     c, model_cfg = variant_config(cfg, variant)
     model = GPT(model_cfg, seed=c.seed).to(cfg.device)
+    if getattr(cfg, "fused", True):  # as train.py builds it (plumbing/fused.py)
+        fused.use(model, torch.device(cfg.device).type)
     opts, _ = build_optimizers(model, c, torch.device(cfg.device).type)
     step_model = torch.compile(model) if cfg.compile else model
     return model, step_model, opts
@@ -125,19 +128,22 @@ def saved_bytes_per_token(cfg, variant, tokens=None):
     """Bytes that one block of `variant` keeps for its backward per token (one layer: block 0 of cfg's
     model, on cfg.device, under bf16 autocast when cfg.dtype says so, compiled when cfg.compile).
 
-    What autograd saves is read with saved-tensor hooks, each storage once (views of it included),
-    parameters and the RoPE tables left out, at batch 1 and 2 of `tokens` (default block_size): the
-    difference over `tokens` is the activations' share, without what does not grow with the batch (the
-    weights' bf16 copies). From about n_embd tokens on, eager branches take the weight side as compiled
-    ones do (norms.branch_linears). A count, not a time: inductor's partitioner decides the same on a
-    CPU and a GPU, so a test holds it where no GPU is at hand. None for the gpt2 reference. Compiled,
-    it resets torch._dynamo first (the graphs compiled before are forgotten: count after timing).
+    The block runs the code path a CUDA run takes, whatever cfg.device is: the fast paths of "cuda"
+    (plumbing/fused.use: DNP's recompute, F.rms_norm; cfg.fused=False: the formulas alone). What
+    autograd saves is read with saved-tensor hooks, each storage once (views of it included), parameters
+    and the RoPE tables left out, at batch 1 and 2 of `tokens` (default block_size): the difference over
+    `tokens` is the activations' share, without what does not grow with the batch (the weights' bf16
+    copies). A count, not a time: inductor's partitioner decides what to save from the graph, so a test
+    holds it where no GPU is at hand. None for the gpt2 reference. Compiled, it resets torch._dynamo
+    first (the graphs compiled before are forgotten: count after timing).
     """
     if variant == REFERENCE:
         return None
     _, model_cfg = variant_config(cfg, variant)
     T = min(tokens or model_cfg.block_size, model_cfg.block_size)
     block = GPT(replace(model_cfg, n_layer=1)).blocks[0].to(cfg.device)  # initialized as in training
+    if getattr(cfg, "fused", True):
+        fused.use(block, "cuda")
     if cfg.compile:  # a fresh start: past dynamo's recompile limit (one Block.forward per variant) it runs eager
         torch._dynamo.reset()
     run = torch.compile(block, dynamic=False) if cfg.compile else block  # static shapes, as a training step's
@@ -175,3 +181,56 @@ def train_step(model, step_model, opts, x, y, ctx, grad_clip):
     optimizer_step(model, opts, grad_clip)
 
 
+
+
+def opaque_calls(cfg, variant):
+    """(opaque calls, graphs) of one forward of `variant`'s model as torch.compile's graph capture sees
+    it: calls of ops outside torch's own namespaces (a custom op the compiler cannot see into, which
+    CUDA graphs, export and DTensor must take as a black box), and the number of graphs (one: no
+    graph break). Built as train.py builds it (cfg.fused: the fast paths of "cuda")."""
+    _, model_cfg = variant_config(cfg, variant)
+    m = GPT(model_cfg)
+    if getattr(cfg, "fused", True):
+        fused.use(m, "cuda")
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    idx = torch.zeros(2, min(16, model_cfg.block_size), dtype=torch.long)
+    torch.compile(m, backend=capture, dynamic=False)(idx, idx)
+    torch._dynamo.reset()
+    ops = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+    opaque = [n for g in graphs for n in g.graph.nodes if n.op == "call_function" and isinstance(n.target, ops)
+              and n.target.namespace not in ("aten", "prims")]
+    return len(opaque), len(graphs)
+
+
+def host_seconds_per_step(cfg, variant, steps=12, rounds=5):
+    """{"fast": s, "formulas": s}: the host (thread CPU) seconds of one compiled training step of `variant`
+    with the fast paths (plumbing/fused.py) and with the formulas alone, the median over `rounds`
+    interleaved rounds of `steps` steps each. At a size where the device's work is negligible (a tiny
+    width on the CPU, one thread) this is what a GPU's host pays per step to launch it: Python, guards,
+    the compiled graph's calls. A count of host work, not a GPU time."""
+    import statistics
+    import time
+    c, model_cfg = variant_config(cfg, variant)
+    runs = {}
+    for name, on in (("fast", True), ("formulas", False)):
+        m, step_model, opts = build(SimpleNamespace(**{**vars(cfg), "fused": on}), variant)
+        runs[name] = (m, step_model, opts)
+    idx = torch.randint(0, model_cfg.vocab_size, (cfg.batch_size, model_cfg.block_size), generator=torch.Generator().manual_seed(0))
+    ctx = nullcontext()
+    for m, step_model, opts in runs.values():  # compile and warm up
+        for _ in range(3):
+            train_step(m, step_model, opts, idx, idx, ctx, cfg.grad_clip)
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, (m, step_model, opts) in runs.items():
+            t0 = time.thread_time()
+            for _ in range(steps):
+                train_step(m, step_model, opts, idx, idx, ctx, cfg.grad_clip)
+            times[name].append((time.thread_time() - t0) / steps)
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -8,7 +8,7 @@ merged_config puts the folder's config.json into the run's config as our model k
 tied head, vocabulary; Qwen3 adds QK-norm); check_data checks that the dataset was encoded with
 the folder's tokenizer; load_folder copies the weights into the GPT those keys build (load: the
 inverse of tools/export.py's map) and says what changed. No code of a folder is ever run:
-hf/code.py's refuse_code refuses a folder that could lead transformers to it (an auto_map, a
+plumbing/hf_code.py's refuse_code refuses a folder that could lead transformers to it (an auto_map, a
 model_type transformers lacks, a .py file) before transformers is asked, and every JSON file of a
 folder is read through read_json (a damaged one is one line).
 
@@ -32,7 +32,7 @@ from plumbing.checkpoint import is_sharded, load_weights
 from plumbing.common import read_json
 from configurator import UserError
 from plumbing.dataset import read_meta
-from hf.code import refuse_code, short
+from plumbing.hf_code import refuse_code, short
 from model import BASELINE, BRANCHES, CHOICES, GPT, model_config, rope_tables
 
 
