@@ -9,10 +9,18 @@ An ablation file (plain Python, configs/ablations/) sets
     settings         {name: {config overrides}}: optimizer/schedule settings, each a separate comparison
     seeds            every (variant, setting) runs with each seed
   optional:
+    control          a line saying which other comparison's choice this file checks (an LR, a
+                     budget): every row of it is a control, shown with its verdict and never in the
+                     claim family the Benjamini-Hochberg correction counts (summary.py)
+    lr_tuned_in      {variant: file name}: variants whose LR (set in their overrides) another file's
+                     tuning seeds chose for them (a replication at the tuned LRs); a row both of
+                     whose arms are named here counts as run at tuned LRs, as under tune_lr
     comparisons      [(variant, reference, "lower" | "higher" | None)]: more paired differences
                      than variant vs baseline (e.g. unified vs dnp)
     lr_multipliers   LR sweep at seeds[0]: learning_rate, min_lr and muon_lr scaled together
-    tune_lr          True: seeds[1:] run at the multiplier with the lowest final val loss at
+    tune_lr          True: each arm runs at its own tuned LR (without it every arm shares the base's
+                     LR, untuned, and a claim row is a lead at most about the variants:
+                     stats.strength). seeds[1:] run at the multiplier with the lowest final val loss at
                      seeds[0], per (setting, variant); they wait until that sweep is recorded;
                      seeds[0] chose the LR, so it stays out of the seed table (its best-of-3 is
                      biased low) and shows in the LR table only
@@ -102,7 +110,8 @@ REQUIRED = {"claim", "base", "variants", "settings", "seeds"}
 QUESTIONS = {"mechanism_question": "the mechanism question", "loss_question": "the loss question"}
 OPTIONAL = {"expected": {}, "comparisons": [], "lr_multipliers": [], "tune_lr": False, "iter_multipliers": {},
             "planned_seeds": 0, "tuning_seeds": [], "tune_setting": "", "ladders": {}, "slurm": {},
-            "setting_seeds": {}, "power": {}, "mechanism_question": {}, "loss_question": {}}
+            "setting_seeds": {}, "power": {}, "mechanism_question": {}, "loss_question": {}, "control": "",
+            "lr_tuned_in": {}}
 DIRECTIONS = ("lower", "higher")
 LR_KEYS = ("learning_rate", "min_lr", "muon_lr", "scale_lr")  # the tuned multiplier scales each (0 stays 0)
 ITER_KEYS = ("max_iters", "warmup_iters", "eval_interval")  # scaled together by a token budget
@@ -130,6 +139,8 @@ def load_ablation(path, scale_down=False):
               "tune_setting": ((str, dict), "a setting's name, or {setting: setting}"),
               "ladders": (dict, "{name: [setting, ...]}"), "slurm": (dict, "{flag: value}, e.g. {'gpus_per_node': 8}"),
               "setting_seeds": (dict, "{setting: n}"),
+              "control": (str, "a line saying which comparison's choice it checks"),
+              "lr_tuned_in": (dict, "{variant: 'c8_regime'}, the file whose tuning seeds chose its LR"),
               "power": (dict, "{'sd': 0.004, 'gap': 0.009, 'power': 0.8} (and 'pilot': 4, 'gaps', 'exploratory')"),
               "mechanism_question": (dict, "{'variant': 'unified', 'reference': 'norm_only', 'settings': ['w32', 'w64']}"),
               "loss_question": (dict, "{'variant': 'slr_x4', 'reference': 'slr_x0.25', 'settings': ['w32', 'w64']}")}
@@ -158,6 +169,9 @@ def load_ablation(path, scale_down=False):
                 and item[1] in variants and item[0] != item[1] and item[2] in (*DIRECTIONS, None)):
             raise UserError(f"{path}: comparisons entry {item!r}: write (variant, reference, 'lower' | "
                             f"'higher' | None) with two different variants of {list(variants)}")
+    if set(spec["lr_tuned_in"]) - set(variants) or not all(isinstance(f, str) for f in spec["lr_tuned_in"].values()):
+        raise UserError(f"{path}: lr_tuned_in = {spec['lr_tuned_in']!r}: write {{variant: 'the ablation file whose "
+                        f"tuning seeds chose its LR'}} for variants of {list(variants)}")
     check_tuning(spec, path)
     check_question(spec, path)
     spec["base"] = os.path.join(ROOT, spec["base"]) if not os.path.isabs(spec["base"]) else spec["base"]
@@ -432,6 +446,12 @@ def config_hash(cfg):
     kept = {k: v for k, v in cfg.items()
             if k not in TRACKING_KEYS and not (k in ABSENT and (v == ABSENT[k] or k in inert))}
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def lr_protocol(spec, variant, reference):
+    """How a row's arms got their LRs: "tuned" when each ran at its own LR tuned on seeds of its own
+    (tune_lr, or both named in lr_tuned_in), else "shared" (the base's LR, untuned for either)."""
+    return "tuned" if spec["tune_lr"] or {variant, reference} <= set(spec["lr_tuned_in"]) else "shared"
 
 
 def table_seeds(spec):

@@ -6,7 +6,7 @@ the planned seeds alone where seeds were added after a look."""
 import json
 from collections import Counter
 
-from research.ablation import load_ablation, plan, planned_table_seeds
+from research.ablation import load_ablation, lr_protocol, plan, planned_table_seeds
 from research.regime import param_count
 from research.stats import SCALED_DOWN, fmt_ci, mean_ci, verdict
 
@@ -105,7 +105,9 @@ def paired(results, setting, variant, reference):
 def comparisons(spec, results):
     """Every paired comparison of an ablation, in table order: each variant vs the baseline per
     setting, then the file's extra comparisons. List of dicts(setting, variant, reference, seeds,
-    diffs, ci (mean_ci), expected, verdict); a --scale_down spec's verdicts are stats.SCALED_DOWN."""
+    diffs, ci (mean_ci), expected, verdict, lr: "tuned" (each arm at its own tuned LR) or "shared"
+    (ablation.lr_protocol), control: the file declares itself a control); a
+    --scale_down spec's verdicts are stats.SCALED_DOWN."""
     base = list(spec["variants"])[0]
     pairs = [(s, v, base, spec["expected"].get(v)) for s in spec["settings"] for v in spec["variants"] if v != base]
     pairs += [(s, v, ref, exp) for s in spec["settings"] for v, ref, exp in spec["comparisons"]]
@@ -115,7 +117,8 @@ def comparisons(spec, results):
         seeds, diffs = paired(results, setting, v, ref)
         ci = mean_ci(diffs)
         c = dict(setting=setting, variant=v, reference=ref, seeds=seeds, diffs=diffs, ci=ci, expected=expected,
-                 verdict=verdict(ci, len(diffs), expected),
+                 verdict=verdict(ci, len(diffs), expected), lr=lr_protocol(spec, v, ref),
+                 control=bool(spec["control"]),
                  planned_diffs=[d for s, d in zip(seeds, diffs) if s in planned], planned_n=len(planned),
                  key=seeds and (config_key(results[(setting, v)]["seeds"][seeds[0]]),
                                 config_key(results[(setting, ref)]["seeds"][seeds[0]])))

@@ -213,23 +213,26 @@ def difference_verdict(ci):
 
 
 EXPLORATORY_CAP = " (an exploratory row: a lead at most)"
+UNTUNED_CAP = " (its arms shared one untuned LR: a finding about that LR, a lead at most about the variants)"
 
 
-def strength(ci, p_bh, expected=None, exploratory=False):
+def strength(ci, p_bh, expected=None, exploratory=False, untuned=False):
     """The word a sentence about a row may use, beside its verdict: "finding" when its interval
     excludes 0 and its Benjamini-Hochberg adjusted p (p_bh, over the row's family) is <= 0.05,
     "lead" when the interval excludes 0 only uncorrected, "-" otherwise (unresolved) or without a
     p_bh. With the claim's direction (expected: 'lower' or 'higher'), a finding or lead on the other
     side of 0 says so ("lead, against the claim"); a row that claims none gets the word alone.
     exploratory: the row's file declared it underpowered (its `power` entry's "exploratory"), so a
-    row that would be a finding is a lead, and says why (EXPLORATORY_CAP)."""
+    row that would be a finding is a lead, and says why (EXPLORATORY_CAP). untuned: both arms ran at
+    one shared LR that was not tuned for either (no tune_lr): a gap may be that LR suiting one
+    variant better, so the row is a lead at most about the variants, and says why (UNTUNED_CAP)."""
     if p_bh is None or not excludes_zero(ci):
         return "-"
-    capped = exploratory and p_bh <= 0.05
+    capped = (exploratory or untuned) and p_bh <= 0.05
     word = "lead" if capped or p_bh > 0.05 else "finding"
     if expected and (ci[0] < 0) != (expected == "lower"):
         word = f"{word}, against the claim"
-    return word + (EXPLORATORY_CAP if capped else "")
+    return word + ((EXPLORATORY_CAP if exploratory else UNTUNED_CAP) if capped else "")
 
 
 def fmt_ci(ci, spec="+.4f"):

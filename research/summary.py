@@ -23,10 +23,16 @@ def claim_p_values(rows, key="diffs"):
     (paired_t_p, then bh_adjust over all of them at once); control rows stay out of the family.
     rows: [(comparison, names)] as summary builds them; key: "diffs" (every seed) or
     "planned_diffs" (the seeds planned before any look)."""
-    claims = [i for i, (c, _) in enumerate(rows) if c["expected"] and len(c[key]) > 1 and complete(c)
+    claims = [i for i, (c, _) in enumerate(rows) if is_claim(c) and len(c[key]) > 1 and complete(c)
               and ("ladder" not in c or c["p"] is not None)]
     return dict(zip(claims, bh_adjust([rows[i][0]["p"] if "ladder" in rows[i][0] else paired_t_p(rows[i][0][key])
                                        for i in claims])))
+
+
+def is_claim(c):
+    """Whether a summary row is in the claim family: it has a claim's direction and no file that makes
+    it declares itself a control (its `control` line) without another file claiming it."""
+    return bool(c["expected"]) and not c.get("control")
 
 
 def complete(c):
@@ -38,17 +44,18 @@ def complete(c):
 def row_strength(c, p_planned):
     """A summary row's strength on its planned seeds (stats.strength of their interval and of
     p_planned, their Benjamini-Hochberg adjusted p): "pending (k of n planned seeds)" while a claim
-    row's planned seeds are not all recorded (complete), "-" for a control row (no claim), "scaled
-    down" for a row of a --scale_down plot (stats.SCALED_DOWN: no claim word for miniature runs); a
-    row a file declared exploratory (its "exploratory" key, set by summary_rows) a lead at most."""
+    row's planned seeds are not all recorded (complete), "-" for a control row (no claim, or a control
+    file's: is_claim), "scaled down" for a row of a --scale_down plot (stats.SCALED_DOWN: no claim word
+    for miniature runs); a row a file declared exploratory (its "exploratory" key, set by summary_rows)
+    or whose arms shared one untuned LR (its "lr", "shared") a lead at most."""
     if c["verdict"] == SCALED_DOWN:
         return SCALED_DOWN_STRENGTH
     ci = c["planned_ci"] if "ladder" in c else mean_ci(c["planned_diffs"])
-    if c["expected"] and not complete(c):
+    if is_claim(c) and not complete(c):
         return f"pending ({len(c['planned_diffs'])} of {c['planned_n']} planned seeds)"
-    if not c["expected"]:
+    if not is_claim(c):
         return "-"
-    return strength(ci, p_planned, c["expected"], c.get("exploratory", False))
+    return strength(ci, p_planned, c["expected"], c.get("exploratory", False), c.get("lr") == "shared")
 
 
 def summary_rows(collected):
@@ -60,8 +67,10 @@ def summary_rows(collected):
     is one row naming them all, showing the largest of their seed sets when these nest (rank
     breaks ties), exploratory when any of them declares it so; seed sets that do not nest stay
     separate rows, so no file's result hides another's. A file that claims nothing (no
-    `expected`, e.g. an LR sweep) adds no rows; a row without a claim in a file that has some is a
-    control. collected: as collect_all returns it."""
+    `expected`, e.g. an LR sweep) adds no rows; a row without a claim in a file that has some, and
+    every row of a file that declares itself a control (`control`), is a control (is_claim). A
+    merged row's arms ran at tuned LRs when any of its files tuned them. collected: as collect_all
+    returns it."""
     rows, where = [], {}
     for spec, results, _, _ in sorted(collected, key=lambda x: x[0]["name"]):
         if not spec["expected"] and not any(e for *_, e in spec["comparisons"]):
@@ -80,6 +89,9 @@ def summary_rows(collected):
             if spec["name"] not in row[1]:  # (a file's own settings can run alike: --scale_down's miniatures)
                 row[1].append(spec["name"])
             c["exploratory"] = row[0]["exploratory"] = c["exploratory"] or row[0]["exploratory"]  # any file's word
+            # the same runs: tuned when any file chose their LR by tuning; a control only when every file says so
+            c["lr"] = row[0]["lr"] = "tuned" if "tuned" in (c["lr"], row[0]["lr"]) else "shared"
+            c["control"] = row[0]["control"] = c["control"] and row[0]["control"]
             if rank(c) > rank(row[0]):
                 if row[0]["expected"] and not c["expected"] and c["seeds"] != row[0]["seeds"]:
                     c = {**c, "expected": row[0]["expected"],  # a control's larger seed set, the claim kept
@@ -87,6 +99,8 @@ def summary_rows(collected):
                          verdict(c["ci"], len(c["diffs"]), row[0]["expected"])}
                 row[0] = c
         for c in ladder_rows(spec, results):
+            c.setdefault("lr", "tuned" if spec["tune_lr"] else "shared")
+            c.setdefault("control", bool(spec["control"]))
             if c["diffs"]:
                 c["exploratory"] = is_exploratory(spec, c["setting"])  # setting: the ladder's name
                 where[(spec["name"], c["setting"], c["variant"], c["reference"])] = (len(rows), c)
@@ -118,8 +132,8 @@ def summary(collected):
     survive the correction. collected: as collect_all returns it."""
     rows, _ = summary_rows(collected)
     adjusted, planned = claim_p_values(rows), claim_p_values(rows, "planned_diffs")
-    out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | p (BH) | claim | verdict | "
-           "strength |", "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| ablation | setting | variant - reference | seeds | mean diff [95% CI] | p (BH) | arms' LR | claim | verdict | "
+           "strength |", "|---|---|---|---|---|---|---|---|---|---|"]
     for i, (c, names) in enumerate(rows):
         n, k = len(c["diffs"]), len(c["planned_diffs"])
         p_txt = f"{planned[i]:#.3g}" if i in planned else "-"
@@ -129,16 +143,18 @@ def summary(collected):
             "per rung " + ", ".join(str(len(x)) for x in c["per_rung"].values())
         diff = fmt_ci(c["ci"]) if "ladder" not in c else f"compute multiplier {ladder_text(c)}"
         out.append(f"| {', '.join(f'`{n}`' for n in names)} | {c['setting']} | {c['variant']} - {c['reference']} | "
-                   f"{seeds} | {diff} | {p_txt} | "
-                   f"{c['expected'] or '(control)'} | {c['verdict']} | {row_strength(c, planned.get(i))} |")
+                   f"{seeds} | {diff} | {p_txt} | {'each tuned' if c.get('lr') == 'tuned' else 'shared, untuned'} | "
+                   f"{c['expected'] if is_claim(c) else '(control)'} | {c['verdict']} | {row_strength(c, planned.get(i))} |")
     return "\n".join(out + ["", counts(rows, collected, adjusted, planned)])
 
 
 def counts(rows, collected, adjusted, planned):
     """The summary's last paragraph: what its rows are, the p (BH) column's family, and how many claim
     rows are findings and leads (a --scale_down plot's: none counted, stats.SCALED_DOWN)."""
-    claims = [(i, c) for i, (c, _) in enumerate(rows) if c["expected"] and complete(c)]
-    pending = sum(1 for c, _ in rows if c["expected"] and not complete(c))
+    claims = [(i, c) for i, (c, _) in enumerate(rows) if is_claim(c) and complete(c)]
+    pending = sum(1 for c, _ in rows if is_claim(c) and not complete(c))
+    shared = sum(c.get("lr") == "shared" for _, c in claims)
+    controls = sum(1 for c, _ in rows if c["expected"] and c.get("control"))
     words = [row_strength(c, planned.get(i)) for i, c in claims]
     excluding = sum(excludes_zero(c["ci"]) for _, c in claims)
     family = f"the {len(planned)} claim rows" + (" with 2 seeds or more" if len(planned) < len(claims) else "")
@@ -152,11 +168,15 @@ def counts(rows, collected, adjusted, planned):
             f"is lower). p (BH): the two-sided paired t test's p on the seeds planned before any look, adjusted by "
             f"Benjamini-Hochberg over {family}; a row with seeds added after a look also gives the p of all its "
             f"seeds, adjusted over the same rows with all theirs. ")
+    lrs = (f"Arms' LR: of the {len(claims)} claim rows, {len(claims) - shared} ran each arm at its own LR tuned on "
+           f"seeds of its own and {shared} ran both arms at one shared, untuned LR (a finding about that LR, a lead at "
+           f"most about the variants: stats.strength)"
+           f"{f'; {controls} rows of files declared controls are shown, outside the claim family' if controls else ''}. ")
     tail = f"Runs: {'; '.join(modes)}. Full tables: <ablation>.md beside this summary."
     if any(spec.get("scale_down") for spec, *_ in collected):
         return (head + f"Every row is {SCALED_DOWN}: miniature runs of the files' rules through the same code, "
                 f"so no row gets a verdict or a strength and none is counted. " + tail)
-    return (head + f"With no effect anywhere, about "
+    return (head + lrs + f"With no effect anywhere, about "
             f"{len(claims) / 20:.1f} of the {len(claims)} would exclude 0 by chance. On the planned seeds: "
             f"{sum(w.startswith('finding') for w in words)} findings (p (BH) <= 0.05: the correction survived), "
             f"{sum(w.startswith('lead') for w in words)} leads (the interval excludes 0 only uncorrected), "

@@ -78,9 +78,9 @@ def summary_strength(table, name, c):
     """The strength column of the summary row that names file `name` and comparison c; None if none does."""
     for line in table.splitlines():
         cells = [x.strip() for x in line.strip().strip("|").split("|")]
-        if len(cells) == 9 and f"`{name}`" in cells[0] and cells[1] == c["setting"] \
+        if len(cells) == 10 and f"`{name}`" in cells[0] and cells[1] == c["setting"] \
                 and cells[2] == f"{c['variant']} - {c['reference']}":
-            return cells[8]
+            return cells[9]
     return None
 
 

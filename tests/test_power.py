@@ -337,7 +337,8 @@ def test_an_exploratory_row_is_a_lead_at_most_in_the_summary(tmp_path):
     """Both rows far past BH: the powered row is a finding; the exploratory one a lead, saying why."""
     path = write_ablation(tmp_path, body=THREE_ARMS + (
         "seeds = [1, 2, 3, 4, 5, 6]\npower = {'sd': 0.002, 'gap': 0.009, 'power': 0.8, "
-        "'gaps': {'unified - norm_only': 0.003}, 'exploratory': ['unified - norm_only']}\n"))
+        "'gaps': {'unified - norm_only': 0.003}, 'exploratory': ['unified - norm_only']}\n"
+        "lr_tuned_in = {v: 'tuning' for v in ('baseline', 'unified', 'norm_only')}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     loss = {"baseline": 3.0, "unified": 2.95, "norm_only": 2.97}
     for r in sweep.plan(spec, "runs"):
@@ -352,6 +353,8 @@ def test_an_exploratory_row_is_a_lead_at_most_in_the_summary(tmp_path):
     assert stats.strength((-0.02, -0.03, -0.01), 0.2, "lower", exploratory=True) == "lead"
     assert stats.strength((0.02, 0.01, 0.03), 0.01, "lower", exploratory=True) == \
         "lead, against the claim" + stats.EXPLORATORY_CAP
+    assert stats.strength((-0.02, -0.03, -0.01), 0.01, "lower", untuned=True) == "lead" + stats.UNTUNED_CAP
+    assert stats.strength((-0.02, -0.03, -0.01), 0.01, "lower") == "finding"
 
 
 # -----------------------------------------------------------------------------

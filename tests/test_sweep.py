@@ -188,7 +188,7 @@ def test_summary_lists_each_comparison_once_with_its_largest_seed_set_and_every_
     # one claim row: Benjamini-Hochberg leaves it as it is
     p = 1 - 2 * math.sqrt(3) / math.sqrt(14)
     assert rows == [f"| `a_two`, `b_three` | adamw | unified - baseline | 3 | -0.0200 [{-0.02 - half:+.4f}, "
-                    f"{-0.02 + half:+.4f}] | {p:#.3g} | lower | unresolved | - |"] and f"{p:#.3g}" == "0.0742"
+                    f"{-0.02 + half:+.4f}] | {p:#.3g} | shared, untuned | lower | unresolved | - |"] and f"{p:#.3g}" == "0.0742"
     assert "1 comparisons, 1 of them with a claim" in table and "about 0.1 of the 1" in table
     assert "0 findings" in table and "0 leads" in table and "With every seed: 0 exclude 0 and 0 survive" in table
     text = readme.read_text()
@@ -341,15 +341,17 @@ def test_nested_seed_sets_of_the_same_runs_are_one_row_and_others_stay_apart(tmp
     four = stats.mean_ci([-0.01, -0.02, -0.03, -0.04])
     p = stats.bh_adjust([stats.paired_t_p([-0.01, -0.02, -0.03, -0.04]), stats.paired_t_p([-0.05, -0.06])])[0]
     word = "finding" if p <= 0.05 else "lead"  # four's interval excludes 0: a lead at least
+    word += stats.UNTUNED_CAP if p <= 0.05 else ""  # both arms at the base's LR, untuned
     assert rows[0] == (f"| `a_claim`, `b_control` | adamw | unified - baseline | 4 | {stats.fmt_ci(four)} | {p:#.3g} | "
-                       f"lower | {stats.verdict(four, 4, 'lower')} | {word} |")
+                       f"shared, untuned | lower | {stats.verdict(four, 4, 'lower')} | {word} |")
     assert rows[1].startswith("| `c_apart` | adamw | unified - baseline | 2 |") and len(rows) == 2
 
 
 def test_summary_adjusts_p_over_the_claim_rows_only_and_counts_both(tmp_path):
     path = write_ablation(tmp_path, body=(
         "variants = {'baseline': {}, 'a': {'reparam': 'or'}, 'b': {'reparam': 'er'}, 'c': {'branch_scales': True}}\n"
-        "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"))
+        "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"
+        "lr_tuned_in = {v: 'tuning' for v in ('baseline', 'a', 'b', 'c')}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03], "c": [0.01, 0.02, 0.04]}
     record_runs(spec, results, lambda run: 2.0 + diffs[run["variant"]][run["seed"] - 1])
@@ -360,13 +362,40 @@ def test_summary_adjusts_p_over_the_claim_rows_only_and_counts_both(tmp_path):
     # p_adj(a) = min(2 p_a, p_b) = 2 p_a = 0.005487, p_adj(b) = p_b
     p_a, p_b = 1 - math.sqrt(363 / 365), 1 - math.sqrt(12 / 14)
     row = {v: next(line for line in table.splitlines() if f"| {v} - baseline |" in line) for v in "abc"}
-    assert f"| {2 * p_a:#.3g} | lower | reproduced | finding |" in row["a"] and f"{2 * p_a:#.3g}" == "0.00549"
-    assert row["b"].endswith(f"| {p_b:#.3g} | lower | unresolved | - |")
-    assert row["c"].endswith("| - | (control) | - | - |")  # excludes 0, but outside the family
+    assert f"| {2 * p_a:#.3g} | each tuned | lower | reproduced | finding |" in row["a"] and f"{2 * p_a:#.3g}" == "0.00549"
+    assert row["b"].endswith(f"| {p_b:#.3g} | each tuned | lower | unresolved | - |")
+    assert row["c"].endswith("| - | each tuned | (control) | - | - |")  # excludes 0, but outside the family
     assert "3 comparisons, 2 of them with a claim" in table and "adjusted by Benjamini-Hochberg over the 2 claim rows" \
         in table
     assert "1 findings (p (BH) <= 0.05: the correction survived), 0 leads" in table
     assert "With every seed: 1 exclude 0 and 1 survive the correction" in table
+
+
+@pytest.mark.parametrize("declared", ["lr_tuned_in", "shared", "control"])
+def test_a_rows_strength_knows_how_its_arms_lrs_were_chosen_and_a_control_file_stays_outside(tmp_path, declared):
+    """The same records, a row far past the correction: a finding when each arm ran at its own tuned LR
+    (both arms named in lr_tuned_in; tune_lr's runs: ablation.lr_protocol), a lead saying why when both shared the base's LR,
+    untuned; a file declared a control shows its row outside the claim family. The counts say how many
+    rows are of each kind."""
+    extra = {"lr_tuned_in": "lr_tuned_in = {'baseline': 'x', 'a': 'x'}\n", "shared": "",
+             "control": "control = 'the LR choice of another file'\n"}[declared]
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'a': {'reparam': 'or'}}\nexpected = {'a': 'lower'}\n"
+        "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3, 4]\n" + extra))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    record_runs(spec, results, lambda run: 2.0 - 0.01 * (run["variant"] == "a") - 0.0001 * run["seed"] * (run["variant"] == "a"))
+    table = summary.summary(comparisons.collect_all([path], sweep.load_records(results))[0])
+    row = next(line for line in table.splitlines() if "| a - baseline |" in line)
+    if declared == "control":
+        assert row.endswith("| shared, untuned | (control) | reproduced | - |") and "0 claim rows" in table
+        assert "1 rows of files declared controls are shown, outside the claim family" in table
+    elif declared == "shared":
+        assert row.endswith(f"| shared, untuned | lower | reproduced | lead{stats.UNTUNED_CAP} |")
+        assert "0 ran each arm at its own LR tuned on seeds of its own and 1 ran both arms at one shared" in table
+        assert "0 findings" in table and "1 leads" in table
+    else:
+        assert row.endswith("| each tuned | lower | reproduced | finding |")
+        assert "1 ran each arm at its own LR tuned on seeds of its own and 0 ran both arms" in table and "1 findings" in table
 
 
 def test_strength_comes_from_the_planned_seeds_and_their_own_correction(tmp_path):
@@ -375,7 +404,7 @@ def test_strength_comes_from_the_planned_seeds_and_their_own_correction(tmp_path
     path = write_ablation(tmp_path, body=(
         "variants = {'baseline': {}, 'a': {'reparam': 'or'}, 'b': {'reparam': 'er'}}\n"
         "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\n"
-        "seeds = [1, 2, 3, 4, 5]\nplanned_seeds = 3\n"))
+        "seeds = [1, 2, 3, 4, 5]\nplanned_seeds = 3\n" + "lr_tuned_in = {'baseline': 'tuning', 'a': 'tuning', 'b': 'tuning'}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     diffs = {"baseline": [0] * 5, "a": [-0.01, -0.03, 0.005, -0.02, -0.02], "b": [0.010, 0.011, 0.012, 0.011, 0.010]}
     record_runs(spec, results, lambda run: 2.0 + diffs[run["variant"]][run["seed"] - 1])
@@ -851,7 +880,8 @@ def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
     family of the other rows (and so their adjusted p) is what it will be without it."""
     path = write_ablation(tmp_path, body=(
         "variants = {'baseline': {}, 'a': {'reparam': 'or'}, 'b': {'reparam': 'er'}}\n"
-        "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"))
+        "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"
+        "lr_tuned_in = {'baseline': 'tuning', 'a': 'tuning', 'b': 'tuning'}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03]}
     for run in sweep.plan(spec, "runs"):
@@ -860,8 +890,8 @@ def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
                 run, fake_rows(run["config"], 2.0 + diffs[run["variant"]][run["seed"] - 1]), spec["name"]))
     table = summary.summary(comparisons.collect_all([path], sweep.load_records(results))[0])
     row = {v: next(line for line in table.splitlines() if f"| {v} - baseline |" in line) for v in "ab"}
-    assert row["b"].endswith("| - | lower | unresolved (2 seeds) | pending (2 of 3 planned seeds) |")
-    assert f"| {stats.paired_t_p(diffs['a']):#.3g} | lower | reproduced | finding |" in row["a"]  # a family of one
+    assert row["b"].endswith("| - | each tuned | lower | unresolved (2 seeds) | pending (2 of 3 planned seeds) |")
+    assert f"| {stats.paired_t_p(diffs['a']):#.3g} | each tuned | lower | reproduced | finding |" in row["a"]  # a family of one
     assert "1 of them with a claim whose planned seeds are all recorded (1 more still running" in table
 
 

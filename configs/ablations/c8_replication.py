@@ -32,6 +32,7 @@ variants = {
     "norm_only_lrx2": {"mlp_placement": "in_norm", **_lr(2.0)},
     "unified_lrx4": {**_UNIFIED, **_lr(4.0)},
 }
+lr_tuned_in = {v: "c8_regime" for v in ("baseline", "unified", "norm_only", "no_scales")}  # the lr*_ arms: equal-LR controls
 expected = {"unified": "lower", "no_scales": "higher"}
 comparisons = [("unified", "norm_only", "lower"), ("unified", "norm_only_lrx2", "lower"),
                ("unified_lrx4", "norm_only", "lower")]

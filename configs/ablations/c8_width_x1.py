@@ -3,6 +3,7 @@
 # (unified at x0.5) did not carry over to seeds 2-4, so this file is its control: no selection,
 # every seed in the table. Width 128's runs are c8_unified's, the x1 seed-1 runs c8_width's.
 #     python -m research.sweep configs/ablations/c8_width_x1.py --parallel=2
+control = "c8_width's LR choice: the same comparison at the base LR, no LR chosen (both arms share it, untuned)"
 claim = "C8 vs width at one LR: the unified strategy's gain over the baseline at widths 64, 128, 256"
 base = "configs/ablation_base.py"
 variants = {
