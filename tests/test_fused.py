@@ -55,8 +55,11 @@ def pair(overrides, device_type, seed=0):
     return formula, fused.use(copy.deepcopy(formula), device_type)
 
 
-def logits_and_grads(m, idx, dtype=None, compiled=False):
-    run = torch.compile(m, dynamic=False) if compiled else m
+def logits_and_grads(m, idx, dtype=None, compiled=None):
+    """[logits, every parameter's gradient] of one forward and backward; compiled: torch.compile's backend
+    ("inductor", or "aot_eager": AOTAutograd's graphs and partitioner, which decide what a compiled step
+    keeps and recomputes, without generating kernels), None for eager."""
+    run = torch.compile(m, backend=compiled, dynamic=False) if compiled else m
     with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
         logits, loss, aux = run(idx, idx)
         objective = loss + m.aux_objective(aux)
@@ -76,7 +79,7 @@ def mismatches(got, ref, rtol):
 MODEL_NAMES = []
 
 
-def check_parity(overrides, device_type, rtol=1e-5, compiled=False):
+def check_parity(overrides, device_type, rtol=1e-5, compiled=None):
     formula, fast = pair(overrides, device_type)
     MODEL_NAMES[:] = list(formula.named_parameters())
     idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(1))
@@ -93,16 +96,30 @@ def test_the_fast_model_gives_the_formula_models_logits_and_every_gradient(overr
 @pytest.mark.parametrize("device_type", DEVICE_PATHS)
 @pytest.mark.parametrize("overrides", list(CASES.values()), ids=list(CASES))
 def test_the_compiled_fast_model_gives_the_formula_models_logits_and_every_gradient(overrides, device_type):
+    """Every registry case through torch.compile's AOTAutograd (its graphs, functionalization, the
+    checkpoint region and the partitioner: what a compiled step keeps and recomputes)."""
     torch._dynamo.reset()
-    assert check_parity(overrides, device_type, rtol=2e-5, compiled=True) == []
+    assert check_parity(overrides, device_type, rtol=2e-5, compiled="aot_eager") == []
+
+
+# the default run's variant, then each MLP placement: the entries whose fast paths differ most
+INDUCTOR = {"unified": dict(branch_scales=True, mlp_placement="dual_norm", reparam="or"),
+            **{f"mlp_placement={m}": dict(mlp_placement=m, branch_scales=True) for m in MLP_PLACEMENTS}}
 
 
 @pytest.mark.parametrize("device_type", DEVICE_PATHS)
-def test_the_compiled_unified_fast_model_gives_the_formulas_map(device_type):
-    """The default run's variant, compiled (its fast paths are plain torch code the compiler sees through)."""
+def test_the_unified_fast_model_through_compiles_graphs_gives_the_formulas_map(device_type):
     torch._dynamo.reset()
-    unified = dict(branch_scales=True, mlp_placement="dual_norm", reparam="or")
-    assert check_parity(unified, device_type, rtol=2e-5, compiled=True) == []
+    assert check_parity(INDUCTOR["unified"], device_type, rtol=2e-5, compiled="aot_eager") == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device_type", DEVICE_PATHS)
+@pytest.mark.parametrize("overrides", list(INDUCTOR.values()), ids=list(INDUCTOR))
+def test_the_inductor_compiled_fast_model_gives_the_formulas_map(overrides, device_type):
+    """Inductor's generated kernels too, as training compiles them (the sweeps' CPU path, a GPU's path)."""
+    torch._dynamo.reset()
+    assert check_parity(overrides, device_type, rtol=2e-5, compiled="inductor") == []
 
 
 def relative(a, b):

@@ -112,10 +112,14 @@ def parse_options(argv):
     return opts, rest, steps, warmup
 
 
-def time_steps(built, names, steps, warmup, x, y, ctx, device, grad_clip):
+def time_steps(built, names, steps, warmup, x, y, ctx, device, grad_clip, host=None):
     """{variant: [seconds of each timed step]} of train_step: warm-up (and compile) first, then one
-    step of each variant in turn (interleaved, so machine noise hits all alike)."""
-    times = {n: [] for n in names}
+    step of each variant in turn (interleaved, so machine noise hits all alike). host, a dict, gets
+    {variant: [seconds the host took to issue each step]}: from the step's start (the device idle)
+    until train_step returns, before the device is waited for; on a GPU what Python, guards and
+    launches cost a step, which the device's work hides only while it takes longer."""
+    times, host = {n: [] for n in names}, host if host is not None else {}
+    host.update({n: [] for n in names})
     for n in names:
         for _ in range(warmup):
             train_step(*built[n], x, y, ctx, grad_clip)
@@ -125,9 +129,28 @@ def time_steps(built, names, steps, warmup, x, y, ctx, device, grad_clip):
             sync(device)
             t0 = time.perf_counter()
             train_step(*built[n], x, y, ctx, grad_clip)
+            host[n].append(time.perf_counter() - t0)
             sync(device)
             times[n].append(time.perf_counter() - t0)
     return times
+
+
+def recompiles(built, names, x, y, ctx, grad_clip):
+    """{variant: graphs torch.compile made for one more step at the timed shape (0: nothing
+    recompiles across steps) and for a step at half the batch (a new shape; a run meets one at
+    its eval batch or a last partial batch)}; {} when nothing is compiled."""
+    from torch._dynamo.utils import counters
+    found = {}
+    for n in names:
+        if built[n][1] is built[n][0]:
+            continue
+        before = counters["stats"]["unique_graphs"]
+        train_step(*built[n], x, y, ctx, grad_clip)
+        same = counters["stats"]["unique_graphs"] - before
+        half = max(1, x.size(0) // 2)
+        train_step(*built[n], x[:half], y[:half], ctx, grad_clip)
+        found[n] = {"same_shape": same, "new_batch_shape": counters["stats"]["unique_graphs"] - before - same}
+    return found
 
 
 def time_mechanism(built, names, device, repeats=5):
@@ -160,16 +183,17 @@ def time_mechanism(built, names, device, repeats=5):
     return found
 
 
-def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interval=1, saved=None):
+def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interval=1, saved=None, host=None, graphs=None):
     """Print one row per variant (parameters, median ms/step, its ratio to names[0], per FLOP,
     tokens/s, MFU where the peak is known, the mechanism statistics' share of an eval interval of
-    `interval` steps (mech: seconds per eval and per step), peak memory, and the bytes per token one
-    layer keeps for backward with their ratio (saved: saved_bytes_per_token)); returns the rows as dicts."""
-    mech, saved = mech or {}, saved or {}
+    `interval` steps (mech: seconds per eval and per step), peak memory, the bytes per token one
+    layer keeps for backward with their ratio (saved: saved_bytes_per_token), and the host's ms to
+    issue a step (host: time_steps'); returns the rows as dicts (with graphs: recompiles' counts)."""
+    mech, saved, host, graphs = mech or {}, saved or {}, host or {}, graphs or {}
     ref = statistics.median(times[names[0]])
     mem_head = f"  peak {memory_kind} MiB (ratio)" if mem else ""
     print(f"{'variant':<10} {'params':>12} {'ms/step':>9} {'ratio':>7} {'per FLOP':>9} {'tok/s':>10}"
-          + ("    MFU" if peak else "") + f" {'stats %':>8}" + mem_head + "  saved B/token/layer (ratio)")
+          + ("    MFU" if peak else "") + f" {'stats %':>8}" + mem_head + "  saved B/token/layer (ratio)  host ms")
     ref_per_flop = ref / built[names[0]][0].flops_per_token()
     rows = {}
     for n in names:
@@ -186,6 +210,8 @@ def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interv
             line += f"  {mem[n]:>9.0f} ({mem[n] / mem[names[0]]:.3f})"
         saved_ratio = saved[n] / saved[names[0]] if saved.get(n) and saved.get(names[0]) else None
         line += f"  {saved[n]:>9,.0f} ({saved_ratio:.3f})" if saved_ratio else f"  {'-':>9}"
+        host_ms = 1000 * statistics.median(host[n]) if host.get(n) else None
+        line += f"  {host_ms:>7.2f}" if host_ms is not None else f"  {'-':>7}"
         print(line)
         rows[n] = dict(params=model.num_params(), ms_per_step=1000 * med, ratio=med / ref, per_flop=per_flop,
                        tokens_per_s=tokens / med,
@@ -193,7 +219,8 @@ def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interv
                        peak_mib=mem.get(n), memory_ratio=mem[n] / mem[names[0]] if mem else None,
                        mechanism_ms=1000 * mech[n][0] if n in mech else None,
                        mechanism_step_ms=1000 * mech[n][1] if n in mech else None, mechanism_share=share,
-                       saved_bytes_per_token_layer=saved.get(n), saved_ratio=saved_ratio)
+                       saved_bytes_per_token_layer=saved.get(n), saved_ratio=saved_ratio, host_ms_per_step=host_ms,
+                       recompiles=graphs.get(n))
     print(f"ratios are against {names[0]!r}; stats %: the mechanism statistics' share of the {interval} steps "
           f"between two evals")
     return rows
@@ -235,7 +262,9 @@ def main(argv):
                                  capture_output=True, text=True, check=True).stdout
             mem[n] = float(out.strip().splitlines()[-1])
     built = {n: build(cfg, n) for n in names}
-    times = time_steps(built, names, steps, warmup, x, y, ctx, device, cfg.grad_clip)
+    host = {}
+    times = time_steps(built, names, steps, warmup, x, y, ctx, device, cfg.grad_clip, host)
+    graphs = recompiles(built, names, x, y, ctx, cfg.grad_clip)
     mech = time_mechanism(built, names, device)
     saved = {n: saved_bytes_per_token(cfg, n) for n in names} if opts["saved"] == "True" else {}
     tokens = cfg.batch_size * cfg.block_size
@@ -243,7 +272,11 @@ def main(argv):
           f"{torch.get_num_threads()} threads; n_layer={cfg.n_layer} n_embd={cfg.n_embd} "
           f"batch {cfg.batch_size} x block {cfg.block_size}; median of {steps} interleaved steps")
     rows = table(built, names, times, mem, tokens, peak_flops(device) if cfg.dtype == "bfloat16" else None,
-                 "allocated" if device.type == "cuda" else "RSS", mech, cfg.eval_interval or cfg.max_iters, saved)
+                 "allocated" if device.type == "cuda" else "RSS", mech, cfg.eval_interval or cfg.max_iters, saved, host,
+                 graphs)
+    if graphs:
+        print("recompiles (graphs made): " + ", ".join(f"{n} {g['same_shape']} for one more step, {g['new_batch_shape']} "
+                                                       f"at half the batch" for n, g in graphs.items()))
     if opts["json"]:
         with open(opts["json"], "w") as f:
             json.dump(dict(device=str(device), dtype=cfg.dtype, compile=cfg.compile, torch=torch.__version__,

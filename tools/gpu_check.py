@@ -15,7 +15,8 @@ a stage the budget no longer covers is skipped and says so):
           or more (else skipped, said so): trains, saves its sharded checkpoint, and resumes from
           it for 5 more iterations
   bench (240)   bench.py at 124M, baseline vs unified, compile + bf16, 16 x 1024 tokens per
-          micro-step: step-time ratio, tokens/s, MFU, peak-memory ratio, the mechanism statistics' share
+          micro-step: step-time ratio, tokens/s, MFU, peak-memory ratio, the mechanism statistics' share,
+          the host's ms to issue a step, and the graphs compiled for one more step and at a new batch shape
   profile (100) tools.step_profile at the bench's shape: baseline, unified and nanoGPT's GPT-2, 2
           profiled steps each after 5 timed ones: kernel time by kind (GEMM, attention, inductor's
           generated kernels, other), kernels per step, the baseline's step time per FLOP over GPT-2's
@@ -354,6 +355,8 @@ def stage_bench(check, timeout):
         result["baseline_mfu"] = rows["baseline"]["mfu_percent"]
         share = rows["unified"].get("mechanism_share")
         result["mechanism_percent"] = None if share is None else 100 * share
+        result["host_ms_per_step"] = {v: rows[v].get("host_ms_per_step") for v in ("baseline", "unified")}
+        result["recompiles"] = {v: rows[v].get("recompiles") for v in ("baseline", "unified")}
     return result
 
 
