@@ -2,7 +2,7 @@
 baseline over training, the final scale statistics, the token-budget fit, the ladder's loss against
 compute, the gap against width or tokens per parameter, and the learning-rate schedules (the
 layout and saving every figure shares). Every title states what was measured, with the verdicts
-and strengths the tables give, and the file's claim only after "paper:" (research/headlines.py)."""
+and strengths the tables give, and the file's claim only after "claim:" (research/headlines.py)."""
 
 import os
 import statistics

@@ -1,25 +1,26 @@
 """What a table heading and a figure title say about an ablation: its measured rows (variant -
 reference, the mean [95% CI] of the paired differences in final val loss), each with the verdict
 its table gives (stats.verdict) and the strength the summary gives (stats.strength, BH over the
-summary's family: summary.file_strengths), and the paper's claim beside them, marked "paper:".
+summary's family: summary.file_strengths), and the file's claim beside them, marked "claim:".
 
 Why: a title that restates the claim ("weight decay helps ...") asserts it whatever the records
 show; one built from the rows says what was measured, in the words the tables use. So a heading
-states no direction of its own: the claim's words ("helps", "beats") come only after "paper:", and
+states no direction of its own: the claim's words ("helps", "beats") come only after "claim:", and
 a --scale_down plot's headings start with stats.SCALED_DOWN and give no verdict word (its miniature
 runs check the machinery, they are not evidence). Also fit_text: a title wrapped to the width it
 is drawn in, so that no figure clips it.
 """
 
 import re
+import statistics
 import textwrap
 from collections import Counter
 
 from research.comparisons import comparisons
-from research.stats import SCALED_DOWN, SCALED_DOWN_STRENGTH, fmt_ci, mean_ci, verdict
+from research.stats import SCALED_DOWN, SCALED_DOWN_STRENGTH, fmt_ci, mean_ci, seeds_for_power, verdict
 from research.summary import file_strengths
 
-PAPER = "paper: "  # what precedes the ablation file's claim in every heading: the paper's words, not a result
+CLAIM = "claim: "  # what precedes the ablation file's claim in every heading: its own words, never the paper's, not a result
 MOST_ROWS = 2  # a headline lists up to this many claim rows; past it, their verdicts counted (tally)
 VERDICT_ORDER = ("reproduced", "contradicted", "unresolved")
 
@@ -99,7 +100,7 @@ def question_phrases(question, code=False):
 
 
 def headline(spec, rows, question=(), most=MOST_ROWS):
-    """A figure's title line and the measured part of a table heading: '<mark><name>: <measured>; paper:
+    """A figure's title line and the measured part of a table heading: '<mark><name>: <measured>; claim:
     <claim>', the measured part each claim row (row_phrase, with its setting where the file has
     several) when there are at most `most`, else their tally; then the question's rows
     (question: mechanism_question.question_rows, where the file registers one). rows: measured()."""
@@ -113,7 +114,7 @@ def headline(spec, rows, question=(), most=MOST_ROWS):
         found = tally(claims)
     if question:
         found += f"; {question[0]['question'].removeprefix('the ')} (no direction claimed): " + "; ".join(question_phrases(question))
-    return f"{mark(spec)}{spec['name']}: {found}; {PAPER}{spec['claim']}"
+    return f"{mark(spec)}{spec['name']}: {found}; {CLAIM}{spec['claim']}"
 
 
 def setting_lines(rows, setting):
@@ -131,12 +132,37 @@ def table_heading(spec, rows, question=()):
     lines = [f"**{mark(spec)}`{spec['name']}`, measured** (seeds {', '.join(map(str, spec['seeds']))}; "
              f"{'each claim row' if claims else 'no claim rows on the loss; each row'}: final val loss, variant minus "
              f"reference, same seed: the mean [95% CI] over seeds, then {words}):", ""]
-    lines += [f"- `{c['setting']}`: {row_phrase(c, w)}" for c, w in shown]
+    lines += [f"- `{c['setting']}`: {row_phrase(c, w)}{seeds_to_resolve(c, w)}" for c, w in shown]
+    lines += ["", lr_line(rows)] if claims and not spec.get("scale_down") else []
     if question:
         lines += ["", f"{question[0]['question'].capitalize()} (no direction claimed; its own family, as its table "
                       f"below):", ""]
         lines += [f"- {p}" for p in question_phrases(question, code=True)]
-    return lines + ["", f"{PAPER}{spec['claim']}"]
+    return lines + ["", f"{CLAIM}{spec['claim']}"]
+
+
+def seeds_to_resolve(c, strength_word):
+    """'; about n seeds would resolve a gap this size ...' for an unresolved claim row of 2 seeds or more
+    without a strength (stats.seeds_for_power at its observed mean and SD: the paired t test at 0.05, the
+    project's 80% power), '' otherwise."""
+    if (not c["expected"] or len(c["diffs"]) < 2 or not c["verdict"].startswith("unresolved") or not c["ci"][0]
+            or strength_word not in ("-", None)):
+        return ""
+    sd = statistics.stdev(c["diffs"])
+    n = seeds_for_power(c["ci"][0], sd, 0.05, 0.8, most=1000) if sd > 0 else None
+    size = f"about {n}" if n else "more than 1,000"
+    return f"; {size} seeds would resolve a gap this size (its own SD {sd:.4f}, 80% power at p 0.05)"
+
+
+def lr_line(rows):
+    """How the claim rows' arms got their LRs, in the words of the summary's rule (stats.UNTUNED_CAP)."""
+    shared = [f"{c['variant']} - {c['reference']}" for c, _ in rows if c["expected"] and c.get("lr") == "shared"]
+    if not shared:
+        return "Arms' LR: each arm at its own LR, tuned on seeds of its own."
+    some = "every claim row" if len(shared) == sum(1 for c, _ in rows if c["expected"]) else ", ".join(dict.fromkeys(shared))
+    return (f"Arms' LR: {some} ran both arms at one shared LR, tuned for neither: a gap may come from that LR "
+            f"fitting one variant more than the other, so such a row is a finding about that LR and a lead at most "
+            f"about the variants (tune_lr in the ablation file gives each arm its own).")
 
 
 def fit_text(text, inches, fontsize):

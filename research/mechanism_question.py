@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from plumbing.mechanism import SITE_STATISTICS  # noqa: E402
-from research.ablation import QUESTIONS  # noqa: E402
+from research.ablation import QUESTIONS, lr_protocol  # noqa: E402
 from research.comparisons import planned_seeds  # noqa: E402
 from research.figures import draw_gaps, make_room, save_figure  # noqa: E402
 from research.regime import loss_unit  # noqa: E402
@@ -58,7 +58,7 @@ def question_rows(spec, results):
     them once each has a p and every planned seed (until then p_bh None, strength "pending"). No
     direction was claimed: verdict stats.difference_verdict ("differs" when the interval excludes 0,
     else "unresolved"); strength stats.strength ("finding" when also p (BH) <= 0.05, "lead" when only
-    the interval excludes 0, else "-")."""
+    the interval excludes 0, else "-"; a lead at most when the two arms shared one untuned LR)."""
     q = spec[question_key(spec)]
     v, ref, (s0, s1) = q["variant"], q["reference"], q["settings"]
     rows, per = [], {}
@@ -79,7 +79,8 @@ def question_rows(spec, results):
     family = all(r["complete"] and r["p"] is not None for r in rows)
     for r, p_bh in zip(rows, bh_adjust([r["p"] for r in rows]) if family else [None] * 3):
         r.update(p_bh=p_bh, verdict=difference_verdict(r["ci"]),
-                 strength="pending (the family's planned seeds)" if not family else strength(r["ci"], p_bh))
+                 strength="pending (the family's planned seeds)" if not family else
+                 strength(r["ci"], p_bh, untuned=lr_protocol(spec, v, ref) == "shared"))
         if spec.get("scale_down"):  # miniature runs: no word of a finding (stats.SCALED_DOWN)
             r.update(verdict=SCALED_DOWN, strength=SCALED_DOWN_STRENGTH)
     return rows

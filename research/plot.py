@@ -59,7 +59,7 @@ left out and named.
 Headings (research/headlines.py): every table heading and figure title states what was measured,
 each claim row as "variant - reference mean [95% CI] (verdict; strength)" (the tables' verdict, the
 summary's strength over the files plotted together), or their tally past two rows, and the file's
-claim after it marked "paper:"; a title states no direction its rows do not show. With
+claim after it marked "claim:"; a title states no direction its rows do not show. With
 --scale_down, every heading, summary row and figure title says "scaled down (machinery check, not
 evidence)" and no verdict or strength is given (stats.SCALED_DOWN).
 

@@ -280,8 +280,9 @@ def run_config(out_dir):
 
 
 def committed_spread(params, dataset, results=None, ablations=None):
-    """([(SD over seeds of the paired differences, seeds, ablation name, setting)] of every comparison
-    (comparisons.comparisons; 2 seeds or more) of the ablation files (default configs/ablations/*.py)
+    """([(SD over seeds of the paired differences, seeds, ablation name, setting)] of every distinct
+    comparison (comparisons.comparisons; 2 seeds or more; one that several files make of the same runs
+    counted once, with its largest seed set) of the ablation files (default configs/ablations/*.py)
     over the records in results (default the committed results/) whose reference trained on `dataset`
     with parameters within SIZE_NEAR of `params`; and the parameters of the reference nearest to
     `params` on that dataset, None where there is none)."""
@@ -295,14 +296,15 @@ def committed_spread(params, dataset, results=None, ablations=None):
     records = {h: r for h, r in load_records(results or os.path.join(ROOT, "results")).items()
                if r["config"].get("dataset") == dataset}  # (the others' models are never built)
     paths = ablations or sorted(glob.glob(os.path.join(ROOT, "configs", "ablations", "*.py")))
-    rows, sizes = [], []
+    by_runs, sizes = {}, []  # one row per comparison of the same runs (several files make some), its most seeds
     for spec, found, _, _ in collect_all(paths, records)[0]:
         for c in comparisons(spec, found):
             n = found[(c["setting"], c["reference"])]["params"]
             if len(c["diffs"]) < 2 or not n:
                 continue
             sizes.append(n)
-            if max(n, params) / min(n, params) <= SIZE_NEAR:
-                rows.append((statistics.stdev(c["diffs"]), len(c["diffs"]), spec["name"], c["setting"]))
+            row = (statistics.stdev(c["diffs"]), len(c["diffs"]), spec["name"], c["setting"])
+            if max(n, params) / min(n, params) <= SIZE_NEAR and row[1] > by_runs.get(tuple(c["key"]), (0, 0))[1]:
+                by_runs[tuple(c["key"])] = row
     nearest = min(sizes, key=lambda n: abs(math.log(n / params))) if sizes else None
-    return rows, nearest
+    return list(by_runs.values()), nearest

@@ -1,6 +1,6 @@
 """The words of the tables' headings and the figures' titles (research/headlines.py): each states what
 was measured (the rows' intervals with their verdicts and strengths, from the records) and the
-paper's claim only after "paper:", so no title states a direction its rows do not show; a
+paper's claim only after "claim:", so no title states a direction its rows do not show; a
 --scale_down plot says so in every heading and gives no verdict word; and the figures do what they
 are for: runs side by side lead with their difference, no two legend entries of the LR schedules
 share a colour and a linestyle, the fit's title gives the token multiplier the table gives, and no
@@ -9,6 +9,7 @@ text of a saved figure lies outside it."""
 import glob
 import os
 import re
+import statistics
 from collections import Counter
 from unittest import mock
 
@@ -22,16 +23,16 @@ from test_plot_mechanism import TINY, mechanism_rows, write_log
 from test_sweep import UNIFIED, record_runs, write_ablation
 
 # Words that state a direction of the variant against its reference: a title built from its rows
-# leaves them to the paper's claim (after "paper:").
+# leaves them to the paper's claim (after "claim:").
 DIRECTION = re.compile(r"\b(helps?|hurts?|beats?|wins?|better|worse|faster|slower|improves?|outperforms?)\b",
                        re.IGNORECASE)
 CLAIM_WORDS = re.compile(r"\b(reproduced|contradicted|unresolved|findings?|leads?)\b")
 
 
 def unshown_directions(title):
-    """The direction words a title states before "paper:" (the measured part). Its rows are numbers and
+    """The direction words a title states before "claim:" (the measured part). Its rows are numbers and
     verdicts, never such a word, so any found is a direction the rows do not show."""
-    return DIRECTION.findall(re.split(r"paper:", title)[0])
+    return DIRECTION.findall(re.split(r"claim:", title)[0])
 
 
 def captured(monkeypatch):
@@ -99,7 +100,7 @@ def committed():
 
 def test_every_committed_heading_states_its_rows_and_no_direction_they_do_not_show(committed):
     """Each committed file's figure title, column titles and table heading: no direction word before
-    "paper:"; the claim after it; each claim row's interval and verdict as the records give them, with
+    "claim:"; the claim after it; each claim row's interval and verdict as the records give them, with
     the summary's strength; past two claim rows, the title counts each verdict as the rows do."""
     collected, strengths, table = committed
     assert len(collected) >= 10
@@ -113,8 +114,8 @@ def test_every_committed_heading_states_its_rows_and_no_direction_they_do_not_sh
         columns = {st: "\n".join(headlines.setting_lines(rows, st)) for st in spec["settings"]}
         for title in (head, heading, *columns.values()):
             assert not unshown_directions(title), (spec["name"], title)
-        assert head.startswith(f"{spec['name']}: ") and head.endswith(f"; paper: {spec['claim']}")
-        assert heading.endswith(f"\n\npaper: {spec['claim']}")
+        assert head.startswith(f"{spec['name']}: ") and head.endswith(f"; claim: {spec['claim']}")
+        assert heading.endswith(f"\n\nclaim: {spec['claim']}")
         claims = [c for c, _ in rows if c["expected"]]
         for c in claims:
             if not c["seeds"]:  # a file whose table runs wait for its LR sweep: said so, no interval
@@ -147,7 +148,7 @@ def test_c4_iwds_title_says_its_input_role_rows_are_against_the_claim(committed)
         assert f"wd_iwd - wd_none {stats.fmt_ci(c['ci'])} (contradicted; " in headlines.setting_lines(rows, st)[0]
         assert "against the claim" in headlines.setting_lines(rows, st)[0]
     head = headlines.headline(spec, rows)
-    assert "helps" in head and head.index("helps") > head.index("paper:")
+    assert "helps" in head and head.index("helps") > head.index("claim:")
 
 
 # -----------------------------------------------------------------------------
@@ -164,7 +165,7 @@ NOISE = {1: 0.004, 2: -0.003, 3: -0.001}  # sums to 0: an effect of 0 gives a me
 def test_a_claims_title_reads_as_its_rows_do(tmp_path, monkeypatch, effect, word):
     """unified - baseline = effect + noise per seed, under the claim "the unified strategy helps": the
     table's heading and the figures' titles name the verdict the interval gives and say "helps" only
-    after "paper:" (a false claim reads "contradicted", an unclear one "unresolved")."""
+    after "claim:" (a false claim reads "contradicted", an unclear one "unresolved")."""
     path = write_ablation(tmp_path, body=CLAIMED)
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     record_runs(spec, results, lambda run: 2.0 + (effect + NOISE[run["seed"]]) * (run["variant"] == "unified"))
@@ -175,14 +176,36 @@ def test_a_claims_title_reads_as_its_rows_do(tmp_path, monkeypatch, effect, word
     assert stats.verdict(ci, 3, "lower") == word
     said = f"unified - baseline {stats.fmt_ci(ci)} ({word}"
     md = (tmp_path / "out" / "tiny.md").read_text()
-    assert said in md.split("\n\n")[1] and "paper: tiny: the unified strategy helps" in md
+    assert said in md.split("\n\n")[1] and "claim: tiny: the unified strategy helps" in md
     titles = [title_of(f) for f in figs]
     curves = titles[0]
-    assert said in curves and curves.endswith("; paper: tiny: the unified strategy helps")
+    assert said in curves and curves.endswith("; claim: tiny: the unified strategy helps")
     for title in [md.split("Each row:")[0], *titles]:
         assert not unshown_directions(title), title
     assert all(word in t for t in titles if "schedules" not in t)
-    assert "helps" not in re.split("paper:", curves)[0]
+    assert "helps" not in re.split("claim:", curves)[0]
+
+
+@pytest.mark.parametrize("effect", [0.0, 0.002])
+def test_a_forks_heading_gives_seeds_to_resolve_its_unresolved_row_and_its_lr_protocol(tmp_path, monkeypatch, effect):
+    """A fork's file at the base's LR (no tune_lr), its row unresolved: the heading labels the claim as the
+    file's ("claim:", never "paper:"), says the arms shared one untuned LR and what that means, and how many
+    seeds would resolve the observed gap (stats.seeds_for_power at its own mean and SD: fewer for a larger
+    gap over the same noise)."""
+    path = write_ablation(tmp_path, body=CLAIMED)
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    record_runs(spec, results, lambda run: 2.0 + (effect + NOISE[run["seed"]]) * (run["variant"] == "unified"))
+    captured(monkeypatch)
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
+    md = (tmp_path / "out" / "tiny.md").read_text()
+    diffs = [effect + NOISE[s] for s in (1, 2, 3)]
+    n = stats.seeds_for_power(statistics.mean(diffs), statistics.stdev(diffs), 0.05, 0.8, most=1000)
+    said = f"about {n} seeds" if n else "more than 1,000 seeds"
+    assert f"(unresolved); {said} would resolve a gap this size (its own SD {statistics.stdev(diffs):.4f}" in md
+    assert "Arms' LR: every claim row ran both arms at one shared LR, tuned for neither" in md
+    assert "paper:" not in md and "claim: tiny: the unified strategy helps" in md
+    if effect:
+        assert 2 < n < 1000
 
 
 # -----------------------------------------------------------------------------
