@@ -264,7 +264,8 @@ def parse_flags(argv):
 
 
 def print_plan(runs, states, records, parallel):
-    """--dry_run: each run's state, then the open runs' time at the pace of recorded runs of their shape."""
+    """--dry_run: each run's state, then the open runs' time at the pace of recorded runs of their shape
+    (records: --results' and the repository's committed results/, so a fresh folder has a pace too)."""
     for r, s in zip(runs, states):
         print(f"  {s:8s} {r['name']}")
     total, known, n_open = estimate_open(runs, states, records)
@@ -299,7 +300,9 @@ def main(argv):
     for line in damaged + [r["damaged"] for r in runs if r.get("damaged")]:
         print(f"skipped: {line}")
     if args.dry_run and not args.slurm:
-        print_plan(runs, states, records, args.parallel or 1)
+        committed = os.path.join(ROOT, "results")  # the repository's records pace a fresh --results folder too
+        paced = {**load_records(committed, []), **records} if os.path.isdir(committed) else records
+        print_plan(runs, states, paced, args.parallel or 1)
         return 0
     if not args.dry_run and not args.status:
         record_finished(runs, states, args.results, records)

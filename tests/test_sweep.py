@@ -913,3 +913,13 @@ def test_a_second_sweep_leaves_another_processs_runs_alone_and_exits_0(tmp_path,
     assert f"skipped {runs[0]['name']}: trained by another process" in out and "FAILED" not in out
     assert "1 left to another process" in out
     assert sorted(os.listdir(results)) == [runs[1]["name"] + ".json"]
+
+
+def test_a_dry_run_into_a_fresh_results_folder_takes_its_pace_from_the_committed_records(tmp_path, capsys):
+    """A fork's first dry run writes into a new --results folder: the committed results/ hold runs of the
+    same shape (the ablation base's), so the open runs get a time, not 'no recorded run'."""
+    path = os.path.join(ROOT, "configs", "ablations", "c5_hg.py")
+    assert sweep.main([path, f"--results={tmp_path / 'r'}", f"--out_root={tmp_path / 'o'}", "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert "of them at the pace of recorded runs of the same shape: about" in out and "no recorded run" not in out
+    assert not (tmp_path / "r").exists() and not (tmp_path / "o").exists()  # a dry run writes nothing
