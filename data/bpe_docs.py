@@ -37,7 +37,9 @@ def encoding():
         raise SystemExit("GPT-2 BPE needs the package tiktoken: pip install tiktoken") from None
     except Exception as e:  # offline: requests' ConnectionError, or an HTTP error
         raise SystemExit(f"cannot load tiktoken's {ENCODING} vocabulary ({type(e).__name__}): it is downloaded "
-                         f"on first use; offline, set TIKTOKEN_CACHE_DIR to a folder that holds it") from None
+                         f"on first use; offline, set TIKTOKEN_CACHE_DIR to a folder that holds it (fill one where the "
+                         f"network is: TIKTOKEN_CACHE_DIR=cache python -c \"import tiktoken; "
+                         f"tiktoken.get_encoding('{ENCODING}')\", then copy cache/ here)") from None
 
 
 class Codec(NamedTuple):

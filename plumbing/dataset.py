@@ -428,5 +428,7 @@ def bpe_encoding(name):
     except ImportError:
         raise UserError("GPT-2 BPE needs the package tiktoken: pip install tiktoken") from None
     except Exception as e:  # no network: requests' ConnectionError, an HTTP error, ...
-        raise UserError(f"cannot load the {name} vocabulary ({type(e).__name__}); offline, set "
-                        f"TIKTOKEN_CACHE_DIR to a folder holding tiktoken's cached vocabulary file") from None
+        raise UserError(f"cannot load the {name} vocabulary ({type(e).__name__}); offline, set TIKTOKEN_CACHE_DIR to a "
+                        f"folder holding tiktoken's cached vocabulary file (fill one where the network is: "
+                        f"TIKTOKEN_CACHE_DIR=cache python -c \"import tiktoken; tiktoken.get_encoding('{name}')\", "
+                        f"then copy cache/ here)") from None

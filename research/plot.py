@@ -128,6 +128,8 @@ def main(argv):
     p.add_argument("ablations", nargs="*", help="ablation files (configs/ablations/*.py)")
     p.add_argument("--run", action="append", default=[], help="instead: draw one run's curves from "
                    "OUT_DIR/log.jsonl; given twice or more, those runs side by side (loss and mechanism statistics)")
+    p.add_argument("--mechanism", action="store_true", help="with --run given twice or more: also the mechanism "
+                   "statistics of every site (the loss curves and their gap come first either way)")
     p.add_argument("--results", default=None, help="the run records (sweep.py writes them; default results/)")
     p.add_argument("--out", default="out-plots", help="folder for tables and figures (assets/ is the committed one)")
     p.add_argument("--readme", default="", help="also write the summary table into this file's summary block")
@@ -141,7 +143,7 @@ def main(argv):
         if args.ablations or args.results or args.readme:
             raise UserError(f"--run={args.run[0]} draws runs from their logs: give no ablation files, --results "
                             f"or --readme with it")
-        path, note = draw_runs(args.run, args.out)
+        path, note = draw_runs(args.run, args.out, args.mechanism)
         print(f"wrote {path}{note}")
         return
     if not args.ablations:

@@ -123,18 +123,19 @@ def draw_val_gaps(ax, runs):
     return "; ".join(said)
 
 
-def plot_runs(out_dirs, path):
+def plot_runs(out_dirs, path, mechanism=False):
     """Runs side by side on shared axes (x: iteration), one colour each and labelled by its folder's
     name in the figure's legend: first the difference of their val losses at each shared eval (the
     first run minus each other one: draw_val_gaps; the title gives it at the last), then the loss
-    (train per iteration, thin; val at each eval, markers), each optimizer group's update ratio, and
-    per site kind its floor, its gain (the folded step over the scale-free one) and its move_ratio
-    (run_series). A panel one run lacks (a site the other variant has) shows the others. UserError
-    (one line naming the folder) for a missing log, or one without mechanism statistics."""
+    (train per iteration, thin; val at each eval, markers); with mechanism=True also each optimizer
+    group's update ratio, and per site kind its floor, its gain (the folded step over the scale-free
+    one) and its move_ratio (run_series). A panel one run lacks (a site the other variant has) shows
+    the others. UserError (one line naming the folder) for a missing log, or, with mechanism, one
+    without mechanism statistics."""
     runs = []
     for d in out_dirs:
         _, train, evals = read_run(d)
-        if not any(r.get("mechanism") for r in evals):
+        if mechanism and not any(r.get("mechanism") for r in evals):
             raise UserError(f"--run={d}: its log.jsonl has no mechanism statistics (no eval row carries "
                             f"'mechanism'): train it with --mechanism_stats=on to compare runs side by side")
         runs.append((os.path.basename(os.path.abspath(d)), train, evals, run_series(evals)))
@@ -142,7 +143,8 @@ def plot_runs(out_dirs, path):
     kinds = dict.fromkeys(name for panel, name in keys if panel != "update")
     order = [k for k in keys if k[0] == "update"] + [(p, kind) for kind in kinds for p in ("floor", "gain", "move")
                                                      if (p, kind) in keys]
-    cols = 4
+    order = order if mechanism else []  # the loss and its gap first; the statistics on request
+    cols = 4 if mechanism else 2
     rows_n = -(-(len(order) + 2) // cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(4.5 * cols, 3.2 * rows_n), squeeze=False, sharex=True)
     gap_ax, *flat = list(axes.ravel())
@@ -167,8 +169,9 @@ def plot_runs(out_dirs, path):
     for ax in flat[len(order) + 1:]:
         ax.axis("off")
     fig.legend(*flat[0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
-    suptitle = fit_text(f"val loss {gaps}\n{' vs '.join(name for name, *_ in runs)}: the mechanism statistics at each "
-                        f"eval (mechanism.Mechanism; interval ratios over the steps since the last eval)", 4.5 * cols, 9)
+    what = ("the mechanism statistics at each eval (mechanism.Mechanism; interval ratios over the steps since the "
+            "last eval)" if mechanism else "loss curves (--mechanism draws the mechanism statistics too)")
+    suptitle = fit_text(f"val loss {gaps}\n{' vs '.join(name for name, *_ in runs)}: {what}", 4.5 * cols, 9)
     fig.suptitle(suptitle, fontsize=9)
     make_room(fig, (suptitle, 9))
     save_figure(fig, path)
@@ -211,7 +214,7 @@ def head_tail(name, limit):
     return cut_bytes(name, head) + "~" + cut_bytes(name, limit - 1 - head, end=True)
 
 
-def draw_runs(out_dirs, out):
+def draw_runs(out_dirs, out, mechanism=False):
     """plot_run's figure for one --run (out/<name>.png), plot_runs' for several (out/<a>_vs_<b>.png;
     figure_name shortens a long one and appends a hash); returns (its path, a note saying it was
     shortened, else "", and for several runs one_seed_note on its own line). UserError for an empty
@@ -229,7 +232,7 @@ def draw_runs(out_dirs, out):
     if len(out_dirs) == 1:
         plot_run(out_dirs[0], path)
     else:
-        plot_runs(out_dirs, path)
+        plot_runs(out_dirs, path, mechanism)
     note = (f" (the runs' names shortened to fit {FIGURE_NAME_BYTES} bytes, with a hash of the full names; "
             f"the figure's title names each run)" if shortened else "")
     return path, note + ("\n" + one_seed_note(out_dirs) if len(out_dirs) > 1 else "")

@@ -56,6 +56,12 @@ def test_two_runs_side_by_side_draw_the_logged_values_labelled_by_folder(tmp_pat
     figures = captured(monkeypatch)
     capsys.readouterr()
     plot.main([f"--run={tmp_path / 'norm_only'}", f"--run={tmp_path / 'unified'}", f"--out={tmp_path / 'plots'}"])
+    (first,) = figures  # without --mechanism: the val-loss gap and the loss curves, nothing else
+    assert len([ax for ax in first.axes if ax.axison]) == 2 and "--mechanism draws" in first._suptitle.get_text()
+    figures.clear()
+    capsys.readouterr()
+    plot.main([f"--run={tmp_path / 'norm_only'}", f"--run={tmp_path / 'unified'}", f"--out={tmp_path / 'plots'}",
+               "--mechanism"])
     wrote, note = capsys.readouterr().out.strip().splitlines()
     assert note.startswith("note: each --run is one training run, one seed") and "python -m research.sweep" in note
     assert f"No committed comparison on {ds} is within" in note and "(none is on that dataset)" in note  # a tmp dataset
@@ -145,7 +151,8 @@ def test_run_comparison_refuses_a_missing_log_a_log_without_statistics_and_one_n
         plot.main([f"--run={tmp_path / 'with'}", f"--run={tmp_path / 'empty'}", out])
     with pytest.raises(UserError, match=r"--run=.*without: its log.jsonl has no mechanism statistics.*"
                                         r"--mechanism_stats=on"):
-        plot.main([f"--run={tmp_path / 'with'}", f"--run={tmp_path / 'without'}", out])
+        plot.main([f"--run={tmp_path / 'with'}", f"--run={tmp_path / 'without'}", out, "--mechanism"])
+    plot.main([f"--run={tmp_path / 'with'}", f"--run={tmp_path / 'without'}", out])  # the loss needs no statistics
     (tmp_path / "elsewhere").mkdir()
     os.symlink(tmp_path / "with", tmp_path / "elsewhere" / "with")
     with pytest.raises(UserError, match=r"with given twice"):
