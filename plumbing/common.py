@@ -216,16 +216,52 @@ def check_processes(accum, batch_size, fsdp):
                         "--fsdp=False (a sharded checkpoint resumes in one process too)")
 
 
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")  # what torchrun sets, all of them
+
+
+def distributed_env_problem(env):
+    """None, or one line naming the variable and the fix, when torchrun's variables in env (a mapping) are
+    set by hand and disagree: a rank without WORLD_SIZE (Slurm templates often export RANK from
+    SLURM_PROCID: the run would train as a rank of a world of 1, print nothing and save nothing), a
+    value that is no whole number or out of range, or WORLD_SIZE without RANK, MASTER_ADDR or MASTER_PORT.
+    None when none of RANK, WORLD_SIZE, LOCAL_RANK is set (one process) or all agree (torchrun)."""
+    fix = "run under torchrun (which sets them all), or unset it for one process"
+    if not any(k in env for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        return None
+    values = {}
+    for key, low in (("WORLD_SIZE", 1), ("RANK", 0), ("LOCAL_RANK", 0), ("MASTER_PORT", 1)):
+        if key in env:
+            text = env[key].strip()
+            if not text.isdigit() or int(text) < low or (key == "MASTER_PORT" and int(text) > 65535):
+                return f"{key}={env[key]!r} is not a {'port (1-65535)' if key == 'MASTER_PORT' else 'whole number'}" \
+                       f"{f' >= {low}' if key != 'MASTER_PORT' else ''}: {fix}"
+            values[key] = int(text)
+    if "WORLD_SIZE" not in values:
+        given = next(k for k in ("RANK", "LOCAL_RANK") if k in values)
+        return (f"{given}={env[given]} is set but WORLD_SIZE is not (a Slurm template exporting it from SLURM_PROCID?): "
+                f"this process would train alone as rank {values[given]}; {fix}")
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not env.get(k, "").strip()]
+    if missing:
+        return f"WORLD_SIZE={values['WORLD_SIZE']} is set but {missing[0]} is not: {fix}"
+    if values["RANK"] >= values["WORLD_SIZE"]:
+        return f"RANK={values['RANK']} is not below WORLD_SIZE={values['WORLD_SIZE']}: {fix}"
+    return None
+
+
 def setup_distributed(device_name, timeout_s):
     """(rank, local_rank, world_size) from torchrun's environment; init the process group (collectives
     wait up to timeout_s seconds), and the gloo group agree's checks run on.
 
     NCCL on CUDA, gloo on CPU, whenever torchrun launched us (WORLD_SIZE set),
     even as one process: `--nproc_per_node=1` runs the DDP path of 8 (as in
-    nanoGPT). check_processes first.
+    nanoGPT). check_processes first. UserError (one line) for torchrun's variables set by hand and
+    disagreeing (distributed_env_problem), before anything waits on a peer.
     """
     import torch
 
+    problem = distributed_env_problem(os.environ)
+    if problem:
+        raise UserError(problem)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     if "WORLD_SIZE" in os.environ:

@@ -29,7 +29,8 @@ import torch
 
 from plumbing.checkpoint import (CKPT_NAMES, LOG_NAME, append_log, checkpoint_path, clean_stale, newest_checkpoint, read_log,
                         restore, resume_config, trim_log)
-from plumbing.common import check_numerics, check_processes, file_kind, resolve_device, setup_distributed
+from plumbing.common import (check_numerics, check_processes, distributed_env_problem, file_kind, resolve_device,
+                             setup_distributed)
 from configurator import UserError, complete, folder_problem
 from plumbing.dataset import check_vocabulary, dataset_dir, load_data, meta_vocab_size, recorded_vocab_size
 from plumbing.hf_folder import check_data, check_folder, load_folder, merged_config
@@ -209,6 +210,9 @@ def setup(cfg, given, cleanup):
     if not cfg["out_dir"].strip():
         raise UserError(f"out_dir={cfg['out_dir']!r} is empty: set --out_dir=DIR (the run's checkpoint and log go "
                         f"there)")
+    problem = distributed_env_problem(os.environ)  # before anything reads RANK
+    if problem:
+        raise UserError(problem)
     owner = int(os.environ.get("RANK", "0")) == 0  # rank 0, as setup_distributed reads it
     new_dir = owner and not os.path.isdir(cfg["out_dir"])
     if owner and not new_dir:  # it may hold a run: own it before reading the checkpoint

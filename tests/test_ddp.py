@@ -203,3 +203,44 @@ def test_a_process_ends_its_process_group_alike_on_every_rank_barrier_first_when
         else:
             assert train_mod.main(args) == code
     assert ended == [True, True, False]
+
+
+TORCHRUN_SET = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize("env, words", [
+    ({}, None),  # one process
+    (TORCHRUN_SET, None),  # what torchrun sets
+    ({"RANK": "1"}, "RANK=1 is set but WORLD_SIZE is not"),  # a Slurm template's RANK: trained alone, saved nothing
+    ({"LOCAL_RANK": "0"}, "LOCAL_RANK=0 is set but WORLD_SIZE is not"),
+    ({**TORCHRUN_SET, "WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' is not a whole number >= 1"),
+    ({**TORCHRUN_SET, "WORLD_SIZE": "0"}, "WORLD_SIZE='0' is not a whole number >= 1"),
+    ({**TORCHRUN_SET, "RANK": "-1"}, "RANK='-1' is not a whole number >= 0"),
+    ({**TORCHRUN_SET, "RANK": "2"}, "RANK=2 is not below WORLD_SIZE=2"),
+    ({k: v for k, v in TORCHRUN_SET.items() if k != "MASTER_ADDR"}, "WORLD_SIZE=2 is set but MASTER_ADDR is not"),
+    ({k: v for k, v in TORCHRUN_SET.items() if k != "RANK"}, "WORLD_SIZE=2 is set but RANK is not"),
+    ({**TORCHRUN_SET, "MASTER_PORT": "70000"}, "MASTER_PORT='70000' is not a port (1-65535)"),
+    ({**TORCHRUN_SET, "MASTER_PORT": "x"}, "MASTER_PORT='x' is not a port (1-65535)"),
+])
+def test_torchruns_variables_set_by_hand_are_one_line_naming_the_variable_and_the_fix(env, words):
+    from plumbing.common import distributed_env_problem
+    problem = distributed_env_problem(env)
+    if words is None:
+        assert problem is None
+    else:
+        assert words in problem and "run under torchrun" in problem and "\n" not in problem
+
+
+@pytest.mark.parametrize("env", [{"RANK": "1"}, {"WORLD_SIZE": "abc"}])
+def test_train_py_with_a_hand_set_rank_refuses_in_one_line_and_writes_nothing(tmp_path, env):
+    """RANK=1 without WORLD_SIZE trained as rank 1 of a world of 1, printed nothing, saved nothing and
+    exited 0; WORLD_SIZE=abc was a ValueError traceback."""
+    import subprocess
+    import sys
+    from test_train import ROOT, make_dataset, tiny_args
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"),
+                           *tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "out", "--max_iters=2")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120, env={**clean, **env})
+    assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
