@@ -443,11 +443,18 @@ def load_config(argv):
 # Checking values, and what is built from them
 
 
+MOST_BITS = 53  # an int past 2**53 is no real size, count or seed: float estimates of it lose exactness, then overflow
+
+
 def value_problem(key, value):
     """Why ALLOWED refuses value for key (a float that is nan or inf, a number out of its range,
     a string not among its choices), as one line with the fix; None when it is allowed.
     model.GPTConfig checks its fields with this too: a range is stated once, here."""
     allowed = ALLOWED[key]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**MOST_BITS:
+        return (f"{key}={value if value.bit_length() < 100 else f'a number of {len(str(value))} digits'} is past any "
+                f"real size (at most 2**{MOST_BITS}, where size estimates stay exact): set --{key} to a real value "
+                f"(default {DEFAULTS[key]!r})")
     finite = not isinstance(value, float) or math.isfinite(value)
     if allowed is None or finite and allowed.allows(value):
         return None

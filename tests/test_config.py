@@ -18,7 +18,7 @@ import configurator
 from plumbing import memory
 import optim
 from plumbing.common import DEVICE_FORMS
-from configurator import ALLOWED, DEFAULTS, SECTIONS, UserError, load_config, usage
+from configurator import ALLOWED, DEFAULTS, SECTIONS, UserError, load_config, usage, value_problem
 from conftest import ROOT
 from plumbing.memory import estimate_size
 from model import MODEL_KEYS, GPTConfig, model_config
@@ -545,3 +545,20 @@ def test_train_prints_the_notes_at_start(tmp_path, capsys):
                 f"note: --dual_sites=all has no effect: {NOT_DUAL}; it is ignored"]
     assert [ln for ln in lines if "has no effect" in ln] == expected
     assert lines.index(expected[0]) < next(i for i, ln in enumerate(lines) if ln.startswith("iter "))
+
+
+INT_KEYS = [k for k, v in DEFAULTS.items() if isinstance(v, int) and not isinstance(v, bool)]
+
+
+@pytest.mark.parametrize("key", INT_KEYS)
+def test_an_integer_past_any_real_size_is_one_line_on_the_command_line_and_in_a_file(tmp_path, key):
+    """10**400 in any integer key was an OverflowError in the size estimates or torch's empty(): now one
+    line naming the key, from --key= and from a config file alike; 2**53 itself is still read as a number."""
+    big = 10**400
+    cfg_file = tmp_path / "c.py"
+    cfg_file.write_text(f"{key} = 10**400\n")
+    for argv in ([f"--{key}={big}"], [str(cfg_file)]):
+        with pytest.raises(UserError) as e:
+            load_config(argv)
+        assert f"{key}=a number of 401 digits is past any real size" in str(e.value) and "\n" not in str(e.value)
+    assert "past any real size" not in (value_problem(key, 2**53) or "")
