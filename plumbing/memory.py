@@ -34,7 +34,8 @@ def estimate_size(cfg):
 
 def memory_limit(device):
     """(bytes, what) of the memory a run on `device` keeps its weights in: the CUDA device's when
-    torch is loaded and CUDA is in use (cheap to ask), else this machine's RAM; None when unknown."""
+    torch is loaded and CUDA is in use (cheap to ask), else this machine's RAM or, when smaller, the
+    process's own limit (process_limits: RLIMIT_AS, a cgroup's memory.max); None when unknown."""
     torch = sys.modules.get("torch")
     if torch is not None and (device.startswith("cuda") or device == "auto"):
         try:
@@ -47,9 +48,36 @@ def memory_limit(device):
         except Exception:  # a bad index or driver: resolve_device names it
             return None
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's RAM"
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's RAM"
     except (AttributeError, ValueError, OSError):
         return None
+    return min([ram, *process_limits()], key=lambda limit: limit[0])
+
+
+def process_limits(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup"):
+    """[(bytes, what)] of the limits this process's memory has below the machine's RAM: its address-space
+    limit (RLIMIT_AS, as `ulimit -v` sets it) and its cgroup v2 memory.max (a container's or a Slurm job's);
+    [] where there are none or they cannot be read. An allocator over them fails with a traceback, so
+    check_memory compares against the smallest."""
+    found = []
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            found.append((soft, f"this process's address-space limit (RLIMIT_AS, ulimit -v {soft // 1024})"))
+    except (ImportError, OSError, ValueError):
+        pass
+    try:
+        with open(proc_cgroup) as f:
+            rel = next((line.strip().split("::", 1)[1] for line in f if line.startswith("0::")), None)
+        if rel is not None:
+            with open(os.path.join(cgroup_root, rel.lstrip("/"), "memory.max")) as f:
+                text = f.read().strip()
+            if text.isdigit():
+                found.append((int(text), f"this process's cgroup memory.max ({rel or '/'})"))
+    except (OSError, ValueError):
+        pass
+    return found
 
 
 def state_bytes(params, fsdp, world):

@@ -562,3 +562,31 @@ def test_an_integer_past_any_real_size_is_one_line_on_the_command_line_and_in_a_
             load_config(argv)
         assert f"{key}=a number of 401 digits is past any real size" in str(e.value) and "\n" not in str(e.value)
     assert "past any real size" not in (value_problem(key, 2**53) or "")
+
+
+def test_the_memory_check_reads_a_cgroups_memory_max(tmp_path):
+    """A container's or a Slurm job's cgroup v2 memory.max below the machine's RAM is the limit the run is
+    held to (the allocator fails there with a traceback); 'max' (none) and an unreadable file are no limit."""
+    from plumbing.memory import process_limits
+    (tmp_path / "proc").write_text("0::/job/42\n")
+    (tmp_path / "job" / "42").mkdir(parents=True)
+    (tmp_path / "job" / "42" / "memory.max").write_text("2147483648\n")
+    limits = process_limits(str(tmp_path), str(tmp_path / "proc"))
+    assert (2147483648, "this process's cgroup memory.max (/job/42)") in limits
+    (tmp_path / "job" / "42" / "memory.max").write_text("max\n")
+    assert not [x for x in process_limits(str(tmp_path), str(tmp_path / "proc")) if "cgroup" in x[1]]
+
+
+def test_the_memory_check_refuses_a_config_over_the_processs_address_space_limit():
+    """Under `ulimit -v` (RLIMIT_AS) of 16 GB, a config needing about 20 GB (under this machine's RAM on
+    a large box, over it on a small one) is one line naming the smaller of the two limits."""
+    import subprocess
+    import sys
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (16 * 2**30, resource.RLIM_INFINITY))\n"
+            "from plumbing.memory import check_memory\nfrom configurator import DEFAULTS, UserError\n"
+            "try:\n    check_memory({**DEFAULTS, 'n_embd': 4096, 'n_layer': 6, 'vocab_size': 1000, 'device': 'cpu'})\n"
+            "except UserError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60).stdout
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    expected = "RLIMIT_AS" if ram > 16 * 2**30 else "this machine's RAM"
+    assert expected in out and out.count("\n") == 1, out
