@@ -263,6 +263,11 @@ def folder_problem(path):
     parent = os.path.abspath(path)
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
+    name_max = os.pathconf(parent, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+    long = next((n for n in os.path.abspath(path).split(os.sep) if len(os.fsencode(n)) > name_max), None)
+    if long is not None:  # the file system refuses it (ENAMETOOLONG) wherever a command would make it
+        return (f"its name {long[:40]!r}... is {len(os.fsencode(long))} bytes, over the {name_max} a name may have on "
+                f"this file system: name a folder with a shorter name")
     if not os.path.isdir(parent):
         return f"{parent} is a file, not a folder: no folder can be made inside it"
     try:

@@ -792,3 +792,12 @@ def test_the_124m_configs_missing_data_names_the_download_its_size_and_the_cpu_r
 def test_throughput_is_shown_in_a_unit_that_fits_its_size(rate, shown):
     """10-25 tokens/s (a large model on a CPU) was shown as 0.0k tok/s."""
     assert ops.fmt_rate(rate) == shown
+
+
+def test_an_out_dir_name_past_the_file_systems_limit_is_one_line_and_writes_nothing(tmp_path):
+    """A 256-byte folder name was an ENAMETOOLONG traceback; now one line naming the limit, nothing made."""
+    long = tmp_path / ("r" * 256)
+    done = cli(*tiny_args(make_dataset(tmp_path / "ds"), long, "--max_iters=2"))
+    assert done.returncode == 1 and "is 256 bytes, over the 255 a name may have" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ds"]
