@@ -39,10 +39,10 @@ def front_page(readme):
 
 
 def table_rows():
-    """[(interval text, {cells})] of every row of the generated tables (assets/*.md) that quotes an
-    interval: its strength (the last cell), its 'variant - reference' and its file names."""
+    """[(interval text, [cells])] of every row of the generated summary (assets/summary.md) that quotes
+    an interval: its strength (the last cell), its 'variant - reference' and its file names."""
     rows = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "assets", "*.md"))):
+    for path in [os.path.join(ROOT, "assets", "summary.md")]:
         for line in open(path).read().splitlines():
             if line.startswith("|") and INTERVAL.search(line):
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -161,3 +161,27 @@ def test_a_planted_change_of_each_kind_is_caught(records):
     assert bold_strength_problems(results.replace("a **lead**", "a **finding**", 1), rows)
     adamw = readme.replace("gamma times the optimizer's step per unit of gradient", "gamma over the gradients' scale")
     assert adamw != readme and gain_problems(adamw)
+
+
+def sentence_lengths(text):
+    """Words per sentence of a Markdown document's prose, paragraph by paragraph (a code block, a blank
+    line or a list item ends one): code blocks, tables, headings and indented blocks left out, inline
+    code and a link counted by their words."""
+    text = re.sub(r"```.*?```", "\n\n", text, flags=re.S)
+    lengths = []
+    for paragraph in re.split(r"\n\s*\n|\n(?=- )", text):
+        lines = [line for line in paragraph.splitlines() if line.strip() and not line.lstrip().startswith(("|", "#"))
+                 and not line.startswith("    ")]
+        prose = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", re.sub(r"`[^`]*`", "CODE", " ".join(lines)))
+        lengths += [len(s.split()) for s in re.split(r"(?<=[.!?])\s+(?=[A-Z*(`])", prose) if len(s.split()) > 2]
+    return lengths
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/forks.md"])
+def test_the_front_door_reads_in_short_sentences(name):
+    """The README's and the fork guides' sentences average at most 22 words (a planted run-on sentence moves
+    the measure)."""
+    lengths = sentence_lengths(read(name))
+    assert sum(lengths) / len(lengths) <= 22, (name, sum(lengths) / len(lengths))
+    planted = sentence_lengths(read(name) + "\n\n" + " ".join(["word"] * 400) + ".\n")
+    assert sum(planted) / len(planted) > sum(lengths) / len(lengths)

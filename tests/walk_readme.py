@@ -211,8 +211,9 @@ STAND_INS = {
     "python train.py configs/baseline_shakespeare_char.py --branch_scales=True --out_dir=out-hg": (
         "python train.py configs/baseline_shakespeare_char.py --branch_scales=True --out_dir=out-hg --max_iters=100",
         "100 of its 600 iterations: the walk trains default-sized runs elsewhere"),
-    "python -m research.plot --run=A --run=B": (
-        "python -m research.plot --run=out-shakespeare-char --run=out-hg", "A and B: the quick start's run and out-hg"),
+    "python -m research.plot --run=A --run=B --mechanism": (
+        "python -m research.plot --run=out-shakespeare-char --run=out-hg --mechanism",
+        "A and B: the quick start's run and out-hg"),
     "sample.py --fold": (SAMPLE + " --fold", "the sample command above, folded"),
     "python data/corpus/prepare.py 'books/*.txt' --out=data/mine": (
         "mkdir -p books && cp README.md books/readme.txt && cp docs/reference.md books/reference.txt && "
@@ -291,9 +292,9 @@ Promise = namedtuple("Promise", "doc pattern command check")  # check None: not 
 # The doc's text (whitespace as single spaces; a regular expression whose groups hold the promised
 # numbers) -> the command whose run keeps the promise, and the check
 PROMISES = (
-    Promise("README.md", r"the validation loss falls from ([\d.]+) to about ([\d.]+)", QUICK_START,
+    Promise("README.md", r"[Tt]he validation loss falls from ([\d.]+) to about ([\d.]+)", QUICK_START,
             functools.partial(losses, start_tol=0.02, end_tol=0.05)),
-    Promise("README.md", r"on an idle 2-core CPU it takes about ([\d.]+) minutes \((\d+) iterations", QUICK_START,
+    Promise("README.md", r"[Oo]n an idle 2-core CPU it takes about ([\d.]+) minutes \((\d+) iterations", QUICK_START,
             training_time),
     Promise("README.md", r"and it prints a sample", QUICK_START, functools.partial(prints, needles=("--- sample (",))),
     Promise("README.md", r"the whole suite takes about (\d+) minutes on an idle 2-core box", SUITE, None),

@@ -210,11 +210,11 @@ def opaque_calls(cfg, variant):
 
 def host_seconds_per_step(cfg, variant, steps=12, rounds=5):
     """{"fast": s, "formulas": s}: the host (thread CPU) seconds of one compiled training step of `variant`
-    with the fast paths (plumbing/fused.py) and with the formulas alone, the median over `rounds`
-    interleaved rounds of `steps` steps each. At a size where the device's work is negligible (a tiny
+    with the fast paths (plumbing/fused.py) and with the formulas alone, over `rounds` interleaved
+    rounds of `steps` steps each: the least disturbed round of each (the minimum: other processes only
+    ever add time). At a size where the device's work is negligible (a tiny
     width on the CPU, one thread) this is what a GPU's host pays per step to launch it: Python, guards,
     the compiled graph's calls. A count of host work, not a GPU time."""
-    import statistics
     import time
     c, model_cfg = variant_config(cfg, variant)
     runs = {}
@@ -233,4 +233,4 @@ def host_seconds_per_step(cfg, variant, steps=12, rounds=5):
             for _ in range(steps):
                 train_step(m, step_model, opts, idx, idx, ctx, cfg.grad_clip)
             times[name].append((time.thread_time() - t0) / steps)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: min(t) for name, t in times.items()}
