@@ -55,14 +55,15 @@ def use(model, device_type):
 
 def summary(model):
     """The line a run prints at start: how many modules of each class run a fast path, and which
-    attention and MLP modules stay on their formulas (a placement the fast paths do not cover)."""
+    attention and MLP modules stay on their formulas (a placement the fast paths do not cover, or a
+    fork's subclass, which keeps its own forward)."""
     fast = Counter(type(m).__bases__[0].__name__ for m in model.modules() if type(m) in FAST)
     if not fast:
         return "fast paths off (--fused=False): norms.py's and model.py's formulas run as written"
-    kept = [name for name, m in model.named_modules() if type(m) in (Attention, MLP)]
+    kept = [name for name, m in model.named_modules() if isinstance(m, (Attention, MLP)) and type(m) not in FAST]
     return (f"fast paths (plumbing/fused.py; --fused=False runs the formulas alone): "
             f"{', '.join(f'{n} {name}' for name, n in fast.items())}"
-            + (f"; on their formulas (a placement the fast paths do not cover): {', '.join(kept)}" if kept else ""))
+            + (f"; on their formulas (not covered by the fast paths): {', '.join(kept)}" if kept else ""))
 
 
 def fast_class(m, device_type):

@@ -691,7 +691,7 @@ class MisspeltBarePlacement(BarePlacement):
 class MisspeltBranchNormPlacement(model.Placement):
     norm_branches: tuple = ()
 
-    def normalizes(self, branch):  # one of the three methods check_placement asks before it builds a model
+    def normalizes(self, branch):  # one of the three methods contracts.check_placement asks before it builds a model
         return branch in self.norm_branch  # its field is norm_branches: an AttributeError, not a getattr default
 
 

@@ -176,6 +176,7 @@ def test_a_subclass_of_a_module_keeps_its_own_forward():
     m.blocks[0].attn.__class__ = MyAttention
     fused.use(m, "cuda")
     assert type(m.blocks[0].attn) is MyAttention and type(m.blocks[1].attn) is fused.FusedAttention
+    assert "on their formulas (not covered by the fast paths): blocks.0.attn" in fused.summary(m)
 
 
 @pytest.mark.parametrize("planted", ["dnp_drops_u", "attention_drops_v_scale"])
