@@ -1,6 +1,6 @@
 """Pre-train a scale-vector GPT. Single process, or several with torchrun (DDP, or FSDP2 with --fsdp=True).
 
-    python train.py                                   # unified strategy, shakespeare_char, CPU, ~4 min
+    python train.py                                   # unified strategy, shakespeare_char, CPU, ~3 min
     python train.py configs/unified_124m.py --max_iters=1000
     torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py
     torchrun --standalone --nproc_per_node=8 train.py configs/unified_124m.py --fsdp=True  # sharded (common.shard)

@@ -58,8 +58,10 @@ def question_rows(spec, results):
     them once each has a p and every planned seed (until then p_bh None, strength "pending"). No
     direction was claimed: verdict stats.difference_verdict ("differs" when the interval excludes 0,
     else "unresolved"); strength stats.strength ("finding" when also p (BH) <= 0.05, "lead" when only
-    the interval excludes 0, else "-"; a lead at most when the two arms shared one untuned LR)."""
-    q = spec[question_key(spec)]
+    the interval excludes 0, else "-"; a mechanism question's arms (two variants) at one shared
+    untuned LR make it a lead at most; a loss question's arms differ in an LR by design)."""
+    key = question_key(spec)
+    q = spec[key]
     v, ref, (s0, s1) = q["variant"], q["reference"], q["settings"]
     rows, per = [], {}
     for st in (s0, s1):
@@ -80,7 +82,7 @@ def question_rows(spec, results):
     for r, p_bh in zip(rows, bh_adjust([r["p"] for r in rows]) if family else [None] * 3):
         r.update(p_bh=p_bh, verdict=difference_verdict(r["ci"]),
                  strength="pending (the family's planned seeds)" if not family else
-                 strength(r["ci"], p_bh, untuned=lr_protocol(spec, v, ref) == "shared"))
+                 strength(r["ci"], p_bh, untuned=key == "mechanism_question" and lr_protocol(spec, v, ref) == "shared"))
         if spec.get("scale_down"):  # miniature runs: no word of a finding (stats.SCALED_DOWN)
             r.update(verdict=SCALED_DOWN, strength=SCALED_DOWN_STRENGTH)
     return rows
