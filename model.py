@@ -281,11 +281,7 @@ class Attention(nn.Module):
         k, v = k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)  # (B, T, n_kv, hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        return self.attend(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
-
-    def attend(self, q, k, v):
-        """Causal softmax attention of q (B, T, nh, hd) over k, v (B, T, n_kv, hd), then W_o: (B, T, n_embd)."""
-        B, T = q.shape[:2]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         y = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
             dropout_p=self.dropout if self.training else 0.0,

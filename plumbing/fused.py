@@ -5,28 +5,28 @@ here sits beside the formula it replaces, and tests/test_fused.py holds it equal
 (logits and every gradient, for every registry entry, eager and compiled).
 
 use(model, device_type) changes the class of each module it recognises to its subclass here (the same
-parameters, buffers and state dict; a debugger or a trace then names this file) and returns the line
-a run prints at start. What each one changes, and why:
+parameters, buffers and state dict; a debugger or a trace then names this file), and summary(model)
+gives the line a run prints at start. What each one changes, and why:
 
   FusedLinear     norms.ScaledLinear: the scales multiplied into W once a step, u[:, None] * W * v[None, :]
                   (effective_weight, O(d^2)), then one plain matmul. Autograd of the formula keeps v * x
                   (tokens x d_in) for the matmul's backward; this keeps x, which the caller keeps anyway.
-  FusedAttention  model.Attention: q and k as one matmul on their effective weights, v as its own, so
-                  SDPA keeps the roped q, k and a v with a buffer of its own: no view of one q|k|v buffer
-                  keeps that whole buffer alive beside them (2 n_embd values a token and layer).
-  FusedMLP        model.MLP: gate and up as one matmul on their effective weights. Under a normalization
-                  over d_ff (DNP, in_norm) on CUDA, the normalization, u and SwiGLU's product run under
-                  torch.utils.checkpoint: the backward recomputes them from the matmul output, which
-                  SwiGLU keeps anyway, where the formula also keeps the normalized, scaled gate and up.
-                  Off CUDA memory is not what binds, so they run as written (no recompute).
+                  Attention's q, k and v stay three matmuls, so v has a buffer of its own: SDPA keeps the
+                  roped q, k and v, and no view of a q|k|v buffer keeps that buffer alive beside them.
+  FusedMLP        model.MLP whose gate and up are both normalized over d_ff (DNP, in_norm): on CUDA the
+                  normalization, u and SwiGLU's product run under torch.utils.checkpoint, so the backward
+                  recomputes them from the two matmul outputs, which SwiGLU keeps anyway (the formula also
+                  keeps the normalized, scaled gate and up). Off CUDA memory is not what binds: no recompute,
+                  and the normalization's closed-form backward.
   FusedRMSNorm    norms.RMSNorm, off CUDA only: a closed-form backward (torch 2.13's F.rms_norm backward
                   on the CPU is autograd of a composite, about 4x F.layer_norm's fused kernel). On CUDA
                   the formula's F.rms_norm is one fused kernel already.
 
-No op registration, no hand-written backward on CUDA, nothing opaque to torch.compile: each fast path is
-plain torch code that the compiler sees through. A module of another class (a fork's subclass), or a
-placement whose branches these do not cover (gate and up normalized one without the other; a normalized
-q, k or v), stays on its formula, and the line says which.
+No op registration, no hand-written backward on CUDA, no concatenated weights, nothing opaque to
+torch.compile: each fast path is plain torch code the compiler sees through. Attention and any MLP
+without a normalization over d_ff run their formula's forward over fused linears. A module of another
+class (a fork's subclass) keeps its own forward, and an MLP whose gate and up are normalized one
+without the other runs MLP.forward; the start line names both.
 """
 
 from collections import Counter
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
-from model import MLP, Attention, apply_rope
+from model import MLP, Attention
 from norms import RMSNorm, ScaledLinear, normalize, scaled
 
 
@@ -55,12 +55,13 @@ def use(model, device_type):
 
 def summary(model):
     """The line a run prints at start: how many modules of each class run a fast path, and which
-    attention and MLP modules stay on their formulas (a placement the fast paths do not cover, or a
-    fork's subclass, which keeps its own forward)."""
+    attention and MLP modules run a forward the fast paths do not know: a fork's subclass (its own),
+    or an MLP whose gate and up are normalized one without the other (MLP.forward, over fused linears)."""
     fast = Counter(type(m).__bases__[0].__name__ for m in model.modules() if type(m) in FAST)
     if not fast:
         return "fast paths off (--fused=False): norms.py's and model.py's formulas run as written"
-    kept = [name for name, m in model.named_modules() if isinstance(m, (Attention, MLP)) and type(m) not in FAST]
+    kept = [name for name, m in model.named_modules() if isinstance(m, (Attention, MLP)) and type(m) not in FAST
+            and (type(m) not in (Attention, MLP) or isinstance(m, MLP) and m.gate.out_norm != m.up.out_norm)]
     return (f"fast paths (plumbing/fused.py; --fused=False runs the formulas alone): "
             f"{', '.join(f'{n} {name}' for name, n in fast.items())}"
             + (f"; on their formulas (not covered by the fast paths): {', '.join(kept)}" if kept else ""))
@@ -68,17 +69,14 @@ def summary(model):
 
 def fast_class(m, device_type):
     """The fast-path class for module m, or None: m's class exactly (a fork's subclass keeps its own
-    forward), with branches the fast path computes (FusedAttention: no normalized q, k, v; FusedMLP:
-    gate and up both normalized over d_ff or neither)."""
+    forward); FusedMLP only where gate and up are both normalized over d_ff."""
     kind = type(m)
     if kind is ScaledLinear:
         return FusedLinear
     if kind is RMSNorm:
         return FusedRMSNorm if device_type != "cuda" else None
-    if kind is Attention:
-        return FusedAttention if not any(lin.out_norm for lin in (m.q, m.k, m.v)) else None
     if kind is MLP:
-        return FusedMLP if m.gate.out_norm == m.up.out_norm else None
+        return FusedMLP if m.gate.out_norm and m.up.out_norm else None
     return None
 
 
@@ -92,27 +90,11 @@ def formulas(model):
 # -----------------------------------------------------------------------------
 
 
-def autocast_dtype(x):
-    """The dtype autocast gives a matmul on x; None outside autocast, on a device without it, for float64."""
-    on = x.dtype != torch.float64 and torch.amp.is_autocast_available(x.device.type)
-    return torch.get_autocast_dtype(x.device.type) if on and torch.is_autocast_enabled(x.device.type) else None
-
-
-def branch_matmul(x, linears):
-    """x (..., d_in) times the branches' effective weights (norms.ScaledLinear.effective_weight)
-    concatenated: (..., sum d_out). Each weight is cast to autocast's dtype before the concatenation
-    (a float32 concatenation would be twice the bytes, then cast)."""
-    w, dtype = [lin.effective_weight() for lin in linears], autocast_dtype(x)
-    if len(w) > 1 and dtype is not None:
-        w = [t.to(dtype) for t in w]
-    return F.linear(x, w[0] if len(w) == 1 else torch.cat(w))
-
-
 class FusedLinear(ScaledLinear):
     """norms.ScaledLinear with its scales on the weight: u * (W (v * x)) == (u[:, None] * W * v[None, :]) x."""
 
     def forward(self, x):
-        y = branch_matmul(x, (self,))
+        y = F.linear(x, self.effective_weight())
         return scaled(normalize(y, self.eps), self.out_scale) if self.out_norm else y
 
 
@@ -124,45 +106,28 @@ class FusedRMSNorm(RMSNorm):
         return _RMSNormClosedForm.apply(x.float(), w, self.eps).type_as(x)
 
 
-class FusedAttention(Attention):
-    """model.Attention with q|k as one matmul and v as its own, the scales on the weights."""
-
-    def forward(self, x, cos, sin):
-        B, T, C = x.shape
-        q, k = branch_matmul(x, (self.q, self.k)).split([self.q.weight.size(0), self.k.weight.size(0)], dim=-1)
-        v = branch_matmul(x, (self.v,)).view(B, T, self.n_kv_head, -1)  # (B, T, n_kv, hd), a buffer of its own
-        q, k = q.view(B, T, self.n_head, -1), k.view(B, T, self.n_kv_head, -1)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        return self.attend(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
-
-
 class FusedMLP(MLP):
-    """model.MLP with gate|up as one matmul, the scales on the weights; under a normalization over
-    d_ff, silu(u_g * normalize(y_g)) * (u_u * normalize(y_u)) recomputed in the backward on CUDA."""
+    """model.MLP with gate and up both normalized over d_ff (DNP, in_norm), their scales on the weights:
+    silu(u_g * normalize(y_g)) * (u_u * normalize(y_u)), recomputed in the backward on CUDA."""
 
     def forward(self, x):
         gate, up = self.gate, self.up
-        y = branch_matmul(x, (gate, up))  # (..., 2 d_ff): gate | up
-        if not gate.out_norm:
-            g, u = y.split([gate.weight.size(0), up.weight.size(0)], dim=-1)
-            return self.down(F.silu(g) * u)
-        y = y.view(*y.shape[:-1], 2, gate.weight.size(0))  # (..., 2, d_ff)
-        ones = y.new_ones(y.size(-1), dtype=torch.float32)  # a branch without u: x 1 is exact
-        u = None if gate.out_scale is None and up.out_scale is None else torch.stack(
-            [s() if s is not None else ones for s in (gate.out_scale, up.out_scale)])  # (2, d_ff)
-        norm = normalize if self.on_cuda else closed_form_normalize
+        y_gate, y_up = F.linear(x, gate.effective_weight()), F.linear(x, up.effective_weight())  # (..., d_ff)
+        scales = [None if s is None else s() for s in (gate.out_scale, up.out_scale)]
         if self.on_cuda:
-            return self.down(checkpoint(normalized_swiglu, y, u, gate.eps, norm, use_reentrant=False))
-        return self.down(normalized_swiglu(y, u, gate.eps, norm))
+            return self.down(checkpoint(normalized_swiglu, y_gate, y_up, *scales, gate.eps, normalize, use_reentrant=False))
+        return self.down(normalized_swiglu(y_gate, y_up, *scales, gate.eps, closed_form_normalize))
 
 
-def normalized_swiglu(y, u, eps, norm):
-    """silu(a_gate) * a_up, a = u * norm(y) over d_ff, as the formula computes it (the same casts):
-    y (..., 2, d_ff) the gate|up matmul output, u (2, d_ff) or None; returns (..., d_ff)."""
-    a = norm(y, eps)
-    a = a if u is None else a * u.type_as(a)
-    return F.silu(a[..., 0, :]) * a[..., 1, :]
+def normalized_swiglu(y_gate, y_up, u_gate, u_up, eps, norm):
+    """silu(u_gate * norm(y_gate)) * (u_up * norm(y_up)) over d_ff, as the formula computes it (the same
+    casts): y_gate, y_up (..., d_ff) the two matmul outputs; u_gate, u_up (d_ff,) or None."""
+    return F.silu(scaled_by(norm(y_gate, eps), u_gate)) * scaled_by(norm(y_up, eps), u_up)
+
+
+def scaled_by(a, u):
+    """a * u along the last dim, u cast to a's dtype (norms.scaled, given gamma itself); a for u None."""
+    return a if u is None else a * u.type_as(a)
 
 
 def closed_form_normalize(x, eps):
@@ -195,4 +160,4 @@ class _RMSNormClosedForm(torch.autograd.Function):
         return dx, dweight, None
 
 
-FAST = (FusedLinear, FusedRMSNorm, FusedAttention, FusedMLP)  # each a subclass of the module it replaces
+FAST = (FusedLinear, FusedRMSNorm, FusedMLP)  # each a subclass of the module it replaces

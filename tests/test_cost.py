@@ -6,6 +6,8 @@ times belong in the bench and the GPU check."""
 from types import SimpleNamespace
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 import model
 from configurator import DEFAULTS
@@ -52,21 +54,23 @@ def test_saved_bytes_per_token_grows_with_the_activations_not_the_weights():
 
 
 def one_qkv_buffer(self, x, cos, sin):
-    """FusedAttention with q|k|v as one matmul, v a view of its buffer (what the fast path avoids)."""
+    """Attention with q|k|v as one matmul, v a view of its buffer (what the fast paths avoid)."""
     B, T, C = x.shape
-    widths = [lin.weight.size(0) for lin in (self.q, self.k, self.v)]
-    q, k, v = fused.branch_matmul(x, (self.q, self.k, self.v)).split(widths, dim=-1)
+    lins = (self.q, self.k, self.v)
+    q, k, v = F.linear(x, torch.cat([lin.effective_weight() for lin in lins])).split([lin.weight.size(0) for lin in lins], -1)
     q, k, v = q.view(B, T, self.n_head, -1), k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)
-    return self.attend(model.apply_rope(q, cos, sin), model.apply_rope(k, cos, sin), v)
+    q, k = model.apply_rope(q, cos, sin), model.apply_rope(k, cos, sin)
+    y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+    return self.o(y.transpose(1, 2).reshape(B, T, -1))
 
 
-def test_v_in_a_buffer_of_its_own_frees_the_qk_matmul_output_compiled(monkeypatch):
+def test_v_in_a_buffer_of_its_own_frees_the_qkv_matmul_output_compiled(monkeypatch):
     """Compiled, a q|k|v buffer that v is a view of stays alive whole beside the roped q and k (SDPA keeps
-    v): exactly (n_head + n_kv_head) head_dim bf16 values per token more than with v as its own matmul,
-    as the fast path computes it (4 + 4 heads of 32 here: 512 bytes)."""
+    v): exactly (n_head + n_kv_head) head_dim bf16 values per token more than with q, k, v as their own
+    matmuls, as the formula and the fast paths compute them (4 + 4 heads of 32 here: 512 bytes)."""
     cfg = SimpleNamespace(**{**CFG, "compile": True})
     own = variants.saved_bytes_per_token(cfg, "baseline")
-    monkeypatch.setattr(fused.FusedAttention, "forward", one_qkv_buffer)
+    monkeypatch.setattr(model.Attention, "forward", one_qkv_buffer)
     assert variants.saved_bytes_per_token(cfg, "baseline") - own == (4 + 4) * (128 // 4) * 2
 
 
@@ -83,7 +87,7 @@ def test_no_opaque_call_and_no_graph_break_in_a_compiled_forward(variant):
 
 
 def test_the_opaque_call_count_sees_a_custom_op(monkeypatch):
-    """The instrument responds: a custom op in MLP's fast path counts once per layer."""
+    """The instrument responds: a custom op in DNP's fast path (FusedMLP) counts once per layer."""
     import torch
 
     @torch.library.custom_op("scalevec_test::silu", mutates_args=())
@@ -97,13 +101,14 @@ def test_the_opaque_call_count_sees_a_custom_op(monkeypatch):
         return real(self, silu(x))
 
     monkeypatch.setattr(fused.FusedMLP, "forward", with_op)
-    assert variants.opaque_calls(SimpleNamespace(**HOST), "baseline") == (12, 1)
+    assert variants.opaque_calls(SimpleNamespace(**HOST), "unified") == (12, 1)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["unified", "baseline"])
 def test_the_fast_paths_cost_the_host_no_more_than_the_formulas(variant):
     """Host (thread CPU) time per compiled training step of the 12-layer model, fast paths on against
-    the formulas alone, interleaved: at most 1.05x (measured on 2 cores: unified 0.88x, baseline 0.82x)."""
-    t = variants.host_seconds_per_step(SimpleNamespace(**HOST), variant)
+    the formulas alone, interleaved, each its least disturbed round: at most 1.05x (measured on an idle
+    2-core box: unified 1.03-1.04x, baseline 1.02x; the recompute of DNP's normalization is most of it)."""
+    t = variants.host_seconds_per_step(SimpleNamespace(**HOST), variant, rounds=7)
     assert t["fast"] <= 1.05 * t["formulas"], t

@@ -160,23 +160,24 @@ class UpNormPlacement(Placement):  # docs/forks.md's BranchNormPlacement: only t
 def test_a_placement_the_fast_paths_do_not_cover_runs_its_formula_and_start_says_so(monkeypatch):
     monkeypatch.setitem(MLP_PLACEMENTS, "dp_up_norm", UpNormPlacement(dual=True, norm=False, meaning="DP, up normalized"))
     formula, fast = pair(dict(mlp_placement="dp_up_norm", branch_scales=True), "cuda")
-    assert all(type(b.mlp) is model.MLP for b in fast.blocks)  # its formula, as written
-    assert all(type(b.attn) is fused.FusedAttention for b in fast.blocks)
+    assert all(type(b.mlp) is model.MLP for b in fast.blocks)  # MLP.forward, as written, over fused linears
+    assert all(type(b.mlp.up) is fused.FusedLinear for b in fast.blocks)
     line = fused.summary(fast)
     assert "on their formulas" in line and "blocks.0.mlp" in line and "blocks.1.mlp" in line and "\n" not in line
     assert check_parity(dict(mlp_placement="dp_up_norm", branch_scales=True), "cuda") == []
 
 
 def test_a_subclass_of_a_module_keeps_its_own_forward():
-    """A fork's subclass of Attention (its own forward) is not replaced: only the exact classes are."""
-    class MyAttention(model.Attention):
+    """A fork's subclass of MLP (its own forward) is not replaced: only the exact classes are, and the
+    start line names it."""
+    class MyMLP(model.MLP):
         pass
 
-    m = GPT(tiny())
-    m.blocks[0].attn.__class__ = MyAttention
+    m = GPT(tiny(mlp_placement="dual_norm"))
+    m.blocks[0].mlp.__class__ = MyMLP
     fused.use(m, "cuda")
-    assert type(m.blocks[0].attn) is MyAttention and type(m.blocks[1].attn) is fused.FusedAttention
-    assert "on their formulas (not covered by the fast paths): blocks.0.attn" in fused.summary(m)
+    assert type(m.blocks[0].mlp) is MyMLP and type(m.blocks[1].mlp) is fused.FusedMLP
+    assert "on their formulas (not covered by the fast paths): blocks.0.mlp" in fused.summary(m)
 
 
 @pytest.mark.parametrize("planted", ["dnp_drops_u", "attention_drops_v_scale"])
@@ -184,14 +185,12 @@ def test_the_parity_check_fails_on_a_fast_path_that_computes_another_map(monkeyp
     """The instrument responds: a fast path that forgets DNP's outer scales, or HG's scale on v, is
     found by the same comparison that passes above."""
     if planted == "dnp_drops_u":
-        def without_u(y, u, eps, norm):
-            a = norm(y, eps)
-            return F.silu(a[..., 0, :]) * a[..., 1, :]
+        def without_u(y_gate, y_up, u_gate, u_up, eps, norm):
+            return F.silu(norm(y_gate, eps)) * norm(y_up, eps)
         monkeypatch.setattr(fused, "normalized_swiglu", without_u)
         overrides = dict(mlp_placement="dual_norm")
-    else:  # v's own matmul on the raw weight: HG's gamma_v left out
-        real = fused.branch_matmul
-        monkeypatch.setattr(fused, "branch_matmul", lambda x, ls: F.linear(x, ls[0].weight) if len(ls) == 1 else real(x, ls))
+    else:  # a linear on its raw weight: HG's gamma_v (every input scale) left out
+        monkeypatch.setattr(fused.FusedLinear, "forward", lambda self, x: F.linear(x, self.weight))
         overrides = dict(branch_scales=True)
     assert check_parity(overrides, "cuda") != []
 
@@ -264,14 +263,14 @@ def traced_step(tmp_path, *extra):
 def test_a_step_under_fused_false_runs_the_formulas_at_every_scale_site_and_the_default_names_the_fast_paths(tmp_path):
     calls, scales, m = traced_step(tmp_path / "formulas", "--fused=False")
     assert {("norms.py", "forward"), ("model.py", "forward"), ("norms.py", "scaled"), ("norms.py", "rms_norm"),
-            ("model.py", "apply_rope"), ("model.py", "attend")} <= calls
+            ("model.py", "apply_rope")} <= calls
     assert {c for c in calls if c[0] == "fused.py"} <= {("fused.py", "summary"), ("fused.py", "<genexpr>")}  # its line only
     formulas = {("norms.py", "scaled"), ("norms.py", "forward")}  # ScaledLinear's and RMSNorm's forward
     assert {id(sv) for _, sv in m.scale_vectors()} <= {sid for sid, f, fn in scales if (f, fn) in formulas}
     assert all(type(x) in (norms.ScaledLinear, model.Attention, model.MLP, norms.RMSNorm)
                for x in m.modules() if isinstance(x, (norms.ScaledLinear, model.Attention, model.MLP, norms.RMSNorm)))
     calls, scales, m = traced_step(tmp_path / "fast")
-    assert {("fused.py", "forward"), ("fused.py", "branch_matmul")} <= calls
+    assert {("fused.py", "forward"), ("fused.py", "normalized_swiglu")} <= calls
     assert {id(sv) for _, sv in m.scale_vectors()} <= {sid for sid, _, _ in scales}
     assert not {id(sv) for _, sv in m.scale_vectors()} <= {sid for sid, f, fn in scales if (f, fn) in formulas}
 

@@ -210,7 +210,7 @@ def opaque_calls(cfg, variant):
 
 def host_seconds_per_step(cfg, variant, steps=12, rounds=5):
     """{"fast": s, "formulas": s}: the host (thread CPU) seconds of one compiled training step of `variant`
-    with the fast paths (plumbing/fused.py) and with the formulas alone, over `rounds` interleaved
+    with the fast paths a CUDA run takes (plumbing/fused.use(..., "cuda")) and with the formulas alone, over `rounds` interleaved
     rounds of `steps` steps each: the least disturbed round of each (the minimum: other processes only
     ever add time). At a size where the device's work is negligible (a tiny
     width on the CPU, one thread) this is what a GPU's host pays per step to launch it: Python, guards,
@@ -219,7 +219,9 @@ def host_seconds_per_step(cfg, variant, steps=12, rounds=5):
     c, model_cfg = variant_config(cfg, variant)
     runs = {}
     for name, on in (("fast", True), ("formulas", False)):
-        m, step_model, opts = build(SimpleNamespace(**{**vars(cfg), "fused": on}), variant)
+        m, step_model, opts = build(SimpleNamespace(**{**vars(cfg), "fused": False}), variant)
+        if on:  # the fast paths a CUDA run takes (no CPU-only closed-form norm), before the first compile
+            fused.use(m, "cuda")
         runs[name] = (m, step_model, opts)
     idx = torch.randint(0, model_cfg.vocab_size, (cfg.batch_size, model_cfg.block_size), generator=torch.Generator().manual_seed(0))
     ctx = nullcontext()
