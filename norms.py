@@ -20,8 +20,8 @@ table of parameterizations (config value `reparam` -> class).
 
 Each piece here is its formula, and `python train.py --fused=False` runs
 exactly these. The default run swaps some modules for faster versions of the
-same maps (scales multiplied into the weights, branches as one matmul, DNP's
-normalization recomputed in the backward): plumbing/fused.py, one switch,
+same maps (scales multiplied into the weights, DNP's normalization
+recomputed in the backward): plumbing/fused.py, one switch,
 each held equal to the formula here by tests/test_fused.py.
 
 Every scale vector declares what optim.py reads about it:
