@@ -103,7 +103,8 @@ def headline(spec, rows, question=(), most=MOST_ROWS):
     """A figure's title line and the measured part of a table heading: '<mark><name>: <measured>; claim:
     <claim>', the measured part each claim row (row_phrase, with its setting where the file has
     several) when there are at most `most`, else their tally; then the question's rows
-    (question: mechanism_question.question_rows, where the file registers one). rows: measured()."""
+    (question: mechanism_question.question_rows, where the file registers one), and whether claim rows ran
+    their arms at one shared untuned LR (lr_line). rows: measured()."""
     claims = [(c, w) for c, w in rows if c["expected"]]
     several = len(spec["settings"]) > 1
     if not claims:
@@ -114,6 +115,8 @@ def headline(spec, rows, question=(), most=MOST_ROWS):
         found = tally(claims)
     if question:
         found += f"; {question[0]['question'].removeprefix('the ')} (no direction claimed): " + "; ".join(question_phrases(question))
+    if any(c.get("lr") == "shared" for c, _ in claims) and not spec.get("scale_down"):
+        found += "; arms at one shared untuned LR: a lead at most about the variants"
     return f"{mark(spec)}{spec['name']}: {found}; {CLAIM}{spec['claim']}"
 
 

@@ -195,9 +195,10 @@ def test_a_forks_heading_gives_seeds_to_resolve_its_unresolved_row_and_its_lr_pr
     path = write_ablation(tmp_path, body=CLAIMED)
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
     record_runs(spec, results, lambda run: 2.0 + (effect + NOISE[run["seed"]]) * (run["variant"] == "unified"))
-    captured(monkeypatch)
+    figs = captured(monkeypatch)
     assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
     md = (tmp_path / "out" / "tiny.md").read_text()
+    assert "; arms at one shared untuned LR: a lead at most about the variants; claim:" in title_of(figs[0])
     diffs = [effect + NOISE[s] for s in (1, 2, 3)]
     n = stats.seeds_for_power(statistics.mean(diffs), statistics.stdev(diffs), 0.05, 0.8, most=1000)
     said = f"about {n} seeds" if n else "more than 1,000 seeds"
