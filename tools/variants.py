@@ -215,6 +215,16 @@ def host_seconds_per_step(cfg, variant, steps=12, rounds=5):
     ever add time). At a size where the device's work is negligible (a tiny
     width on the CPU, one thread) this is what a GPU's host pays per step to launch it: Python, guards,
     the compiled graph's calls. A count of host work, not a GPU time."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: with more, the timed thread's CPU time counts OpenMP's waits for its peers
+    try:
+        return _host_seconds(cfg, variant, steps, rounds)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _host_seconds(cfg, variant, steps, rounds):
+    """host_seconds_per_step's measurement, on the threads it set."""
     import time
     c, model_cfg = variant_config(cfg, variant)
     runs = {}
