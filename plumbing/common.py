@@ -254,14 +254,11 @@ def setup_distributed(device_name, timeout_s):
 
     NCCL on CUDA, gloo on CPU, whenever torchrun launched us (WORLD_SIZE set),
     even as one process: `--nproc_per_node=1` runs the DDP path of 8 (as in
-    nanoGPT). check_processes first. UserError (one line) for torchrun's variables set by hand and
-    disagreeing (distributed_env_problem), before anything waits on a peer.
+    nanoGPT). check_processes first, and distributed_env_problem (start.setup checks it before anything
+    reads RANK).
     """
     import torch
 
-    problem = distributed_env_problem(os.environ)
-    if problem:
-        raise UserError(problem)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     if "WORLD_SIZE" in os.environ:

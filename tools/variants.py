@@ -226,7 +226,7 @@ def host_seconds_per_step(cfg, variant, steps=12, rounds=5):
 def _host_seconds(cfg, variant, steps, rounds):
     """host_seconds_per_step's measurement, on the threads it set."""
     import time
-    c, model_cfg = variant_config(cfg, variant)
+    _, model_cfg = variant_config(cfg, variant)
     runs = {}
     for name, on in (("fast", True), ("formulas", False)):
         m, step_model, opts = build(SimpleNamespace(**{**vars(cfg), "fused": False}), variant)
