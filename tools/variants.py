@@ -208,41 +208,36 @@ def opaque_calls(cfg, variant):
     return len(opaque), len(graphs)
 
 
-def host_seconds_per_step(cfg, variant, steps=12, rounds=5):
-    """{"fast": s, "formulas": s}: the host (thread CPU) seconds of one compiled training step of `variant`
-    with the fast paths a CUDA run takes (plumbing/fused.use(..., "cuda")) and with the formulas alone, over `rounds` interleaved
-    rounds of `steps` steps each: the least disturbed round of each (the minimum: other processes only
-    ever add time). At a size where the device's work is negligible (a tiny
-    width on the CPU, one thread) this is what a GPU's host pays per step to launch it: Python, guards,
-    the compiled graph's calls. A count of host work, not a GPU time."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: with more, the timed thread's CPU time counts OpenMP's waits for its peers
-    try:
-        return _host_seconds(cfg, variant, steps, rounds)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _host_seconds(cfg, variant, steps, rounds):
-    """host_seconds_per_step's measurement, on the threads it set."""
-    import time
+def host_calls_per_step(cfg, variant):
+    """{"fast": n, "formulas": n}: the Python and C function calls the host makes in one compiled
+    training step of `variant` (train_step after warm-up), with the fast paths a CUDA run takes
+    (plumbing/fused.use(..., "cuda")) and with the formulas alone. Each call is host work a GPU run
+    pays per step whatever the device's speed: guards, the compiled graph's wrapper and its kernel
+    calls, the optimizer's loop. A count, the same on every machine and under any load; the seconds
+    belong in tools/bench.py. Raises nothing of its own; the counter is sys.setprofile, so it must
+    not run under another profiler or a debugger that installs one."""
+    import sys
     _, model_cfg = variant_config(cfg, variant)
-    runs = {}
+    idx = torch.randint(0, model_cfg.vocab_size, (cfg.batch_size, model_cfg.block_size), generator=torch.Generator().manual_seed(0))
+    counts = {}
     for name, on in (("fast", True), ("formulas", False)):
+        torch._dynamo.reset()  # each alone: another model's cached graphs would add their guard checks
         m, step_model, opts = build(SimpleNamespace(**{**vars(cfg), "fused": False}), variant)
         if on:  # the fast paths a CUDA run takes (no CPU-only closed-form norm), before the first compile
             fused.use(m, "cuda")
-        runs[name] = (m, step_model, opts)
-    idx = torch.randint(0, model_cfg.vocab_size, (cfg.batch_size, model_cfg.block_size), generator=torch.Generator().manual_seed(0))
-    ctx = nullcontext()
-    for m, step_model, opts in runs.values():  # compile and warm up
-        for _ in range(3):
-            train_step(m, step_model, opts, idx, idx, ctx, cfg.grad_clip)
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, (m, step_model, opts) in runs.items():
-            t0 = time.thread_time()
-            for _ in range(steps):
-                train_step(m, step_model, opts, idx, idx, ctx, cfg.grad_clip)
-            times[name].append((time.thread_time() - t0) / steps)
-    return {name: min(t) for name, t in times.items()}
+        for _ in range(3):  # compile, then the steps the compiled graphs settle in
+            train_step(m, step_model, opts, idx, idx, nullcontext(), cfg.grad_clip)
+        calls = [0]
+
+        def count(frame, event, arg):
+            if event in ("call", "c_call"):
+                calls[0] += 1
+
+        sys.setprofile(count)
+        try:
+            train_step(m, step_model, opts, idx, idx, nullcontext(), cfg.grad_clip)
+        finally:
+            sys.setprofile(None)
+        counts[name] = calls[0]
+    torch._dynamo.reset()
+    return counts
