@@ -21,6 +21,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from plumbing.common import cli, os_error, writing  # noqa: E402,F401 (cli: the prepare scripts' entry)
+
 ENCODING = "r50k_base"
 EOT = 50256                                   # <|endoftext|>, after every document
 META = {"vocab_size": 50257, "encoding": ENCODING, "dtype": "uint16"}  # ids <= 50256 fit in uint16
@@ -213,7 +216,6 @@ def put_in_place(tmp, path):
 def check_out(out_dir):
     """SystemExit, one line, when out_dir cannot hold the dataset (a file, an unwritable folder):
     checked before any input is read, so the hours of encoding are never lost at the end."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from configurator import folder_problem
     problem = folder_problem(out_dir)
     if problem:
@@ -244,7 +246,8 @@ class TokenFiles:
         return os.path.join(self.out_dir, name)
 
     def write(self, split, ids):
-        ids.tofile(self.files[split])
+        with writing(self.files[split].name):  # (a full disk: numpy's short write has no errno)
+            ids.tofile(self.files[split])
         self.counts[split] += len(ids)
 
     def commit(self):

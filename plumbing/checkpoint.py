@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 import torch
 
-from plumbing.common import checked_stat, open_checked
+from plumbing.common import checked_stat, open_checked, writing
 from configurator import TRACKING_KEYS, UserError, complete
 
 
@@ -251,8 +251,9 @@ def save_run_checkpoint(path, model, optimizers, state, master):
         torch.distributed.barrier()
         interval = state.get("mechanism")  # its tensors are each rank's shards (DTensors): saved as the weights are
         shards = {"mechanism": {k: interval[k] for k in SHARDED_INTERVAL}} if interval else {}
-        dcp.save({"model": get_model_state_dict(model), "optimizers": get_optimizer_state_dict(model, optimizers),
-                  **shards}, checkpoint_id=tmp)  # a collective: it returns once every rank's shards are written
+        with writing(tmp):  # (dcp wraps a full disk's OSError in its CheckpointException)
+            dcp.save({"model": get_model_state_dict(model), "optimizers": get_optimizer_state_dict(model, optimizers),
+                      **shards}, checkpoint_id=tmp)  # a collective: it returns once every rank's shards are written
         if interval:  # run.pt keeps the rest, and says where the tensors are
             state = {**state, "mechanism": {**{k: v for k, v in interval.items() if k not in SHARDED_INTERVAL},
                                             "sharded": True}}

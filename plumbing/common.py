@@ -59,34 +59,155 @@ def tell_torchrun(message):
 
 def cli(main):
     """Run a command's main(argv): a UserError becomes one 'error: ...' line on stderr (exit 1), a
-    Ctrl-C (KeyboardInterrupt) one 'interrupted' line (exit 130, as a shell reports SIGINT); a full
-    disk (or quota, or file-size limit) one line naming the file (exit 1); output piped into a
-    reader that closes early (`| head`) ends quietly."""
+    Ctrl-C (KeyboardInterrupt) one 'interrupted' line (exit 130, as a shell reports SIGINT), a SIGTERM
+    the same cleanup as an exception then one 'terminated' line (exit 143; train.py's loop takes SIGTERM
+    itself, to save first); an error where the command meets the file system (os_error_line: permission,
+    a full disk, a quota, a file-size limit, a read-only disk, a name too long, a path gone), wrapped or
+    not, one line naming the path, the cause and the fix (exit 1); output piped into a reader that closes
+    early (`| head`) ends quietly."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)  # Python's default skips every finally: a writer's cleanup
     try:
         try:
             code = main(sys.argv[1:])
         finally:  # a piped stdout is block-buffered: its last write happens here, inside the handler
             sys.stdout.flush()
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        tell_torchrun(f"error: {e}")
-        sys.exit(1)
+        _say(f"error: {e}")
+    except Terminated:
+        print("terminated (SIGTERM): stopped and cleaned up; run the same command again to start over", file=sys.stderr)
+        sys.exit(128 + signal.SIGTERM)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         sys.exit(1)
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # a full disk, a quota, a size limit
+    except BaseException as e:  # (torch's CheckpointException is a BaseException)
+        line = os_error_line(e)
+        if line is None or isinstance(e, (SystemExit, GeneratorExit)):
             raise
-        message = (f"error: {e.strerror} writing {e.filename or 'a file'}: nothing is torn (a log keeps its last "
-                   "whole row, a checkpoint or record its last whole version); free space on that disk, then run the "
-                   "same command again (a training run: add --init_from=auto to continue from its checkpoint)")
-        print(message, file=sys.stderr)
-        tell_torchrun(message)
-        sys.exit(1)
+        _say(line)
     sys.exit(code)
+
+
+def _say(message):
+    print(message, file=sys.stderr)
+    tell_torchrun(message)
+    sys.exit(1)
+
+
+class Terminated(Exception):
+    """Raised in the main thread by a SIGTERM under cli: every finally and except on the way out runs."""
+
+
+def _terminate(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one cleanup: schedulers may send several
+    raise Terminated
+
+
+# errno -> (the cause, the fix); {path} is the path the error names, {folder} the folder that holds it
+OS_CAUSES = {
+    errno.ENOSPC: ("the disk is full", "free space on it (df -h {folder})"),
+    errno.EDQUOT: ("the disk quota is used up", "free space within the quota (quota -s), or use another disk"),
+    errno.EFBIG: ("the file passed this process's file-size limit", "raise the limit (ulimit -f unlimited) or "
+                  "write elsewhere"),
+    errno.EACCES: ("permission denied: this user {access}", "give this user access (ls -ld {path}; chmod or "
+                   "chgrp), or use a path it owns"),
+    errno.EROFS: ("it is on a read-only file system", "write to a folder on a writable disk"),
+    errno.ENAMETOOLONG: ("a name in it is longer than the file system allows (255 bytes a name)",
+                         "use shorter names"),
+    errno.ENOENT: ("it does not exist (moved or removed while the command ran?)", "put it back, or use the path "
+                   "where it is"),
+}
+SHORT_WRITE = -1  # numpy's tofile when the disk takes part of a write: it raises with no errno
+OS_CAUSES[SHORT_WRITE] = ("the disk took part of the write: it is full, or a quota or a file-size limit was "
+                          "reached", "free space (df -h {folder}), raise the limit (ulimit -f unlimited) or write "
+                          "elsewhere")
+OS_CAUSES[errno.EPERM] = OS_CAUSES[errno.EACCES]
+OS_CAUSES[errno.ENOTDIR] = OS_CAUSES[errno.ENOENT]
+
+
+def os_error(e):
+    """The OSError at the root of exception e, or None: e itself, its cause or context, the first
+    failure a torch.distributed.checkpoint CheckpointException carries, or the OS error a safetensors
+    SafetensorError or numpy's short write (a full disk's tofile: no errno) describes in words."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in OS_CAUSES:
+            return e
+        if isinstance(e, OSError) and e.errno is None and re.fullmatch(r"\d+ requested and \d+ written", str(e)):
+            return OSError(SHORT_WRITE, f"a short write ({e})")
+        failures = getattr(e, "failures", None) if type(e).__name__ == "CheckpointException" else None
+        if failures:
+            first = failures[min(failures)]
+            e = first[0] if isinstance(first, tuple) else first  # a rank's failure: (exception, its stack)
+            continue
+        code = re.search(r"\(os error (\d+)\)", str(e)) if type(e).__name__ == "SafetensorError" else None
+        if code and int(code.group(1)) in OS_CAUSES:
+            return OSError(int(code.group(1)), os.strerror(int(code.group(1))))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+@contextmanager
+def writing(path):
+    """A context for a library's write of `path` (numpy's tofile, safetensors, save_pretrained,
+    torch.distributed.checkpoint): a refusal of the file system under the library's own wrapping
+    (os_error) comes out as an OSError naming path, so cli's line says where; else unchanged."""
+    try:
+        yield
+    except BaseException as e:
+        err = os_error(e)
+        if err is None or isinstance(e, OSError) and e.filename:
+            raise
+        raise OSError(err.errno, err.strerror, os.fspath(path)) from e
+
+
+def os_error_line(e):
+    """One line for exception e when an OSError of OS_CAUSES is at its root (os_error), else None:
+    'error: <strerror> at <path>: <cause>; nothing saved is lost ...; <fix>, then run the same command
+    again'. Every file a command writes is written whole or not at all (a temporary name, then a
+    rename), so the line can promise that what was saved before is intact."""
+    err = os_error(e)
+    if err is None:
+        return None
+    path = err.filename2 if err.errno == errno.EACCES and err.filename2 and not _may_write(err.filename2) else err.filename
+    path = os.fsdecode(path) if path is not None else None
+    cause, fix = OS_CAUSES[err.errno]
+    fill = {"path": shlex.quote(path or "."), "folder": shlex.quote(os.path.dirname(path or "") or "."),
+            "access": _access_words(path)}
+    where = f" at {path}" if path else ""
+    return (f"error: {err.strerror or os.strerror(err.errno)}{where}: {cause.format(**fill)}; nothing saved before "
+            f"is lost (every file is written whole or not at all); {fix.format(**fill)}, then run the same command "
+            f"again (a training run: add --init_from=auto to continue from its checkpoint)")
+
+
+def _may_write(path):
+    return os.access(os.path.dirname(os.fsdecode(path)) or ".", os.W_OK)
+
+
+def _access_words(path):
+    """What this user may not do at path, in words, from what the file system says now."""
+    user = _user()
+    if path is None:
+        return f"({user}) may not open a file it needs"
+    if os.path.lexists(path):
+        if os.path.isdir(path):
+            return f"({user}) may not list or create files in this folder"
+        if not os.access(path, os.R_OK):
+            return f"({user}) may not read this file"
+        return f"({user}) may not write this file"
+    return f"({user}) may not create files in {os.path.dirname(path) or '.'}"
+
+
+def _user():
+    try:
+        import pwd
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return f"uid {os.geteuid()}"
 
 
 # -----------------------------------------------------------------------------

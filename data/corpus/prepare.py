@@ -39,7 +39,7 @@ from contextlib import closing
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bpe_docs import GPT2, Progress, TokenFiles, check_out, encoding, hf_codec, tokenize  # noqa: E402
+from bpe_docs import GPT2, Progress, TokenFiles, check_out, cli, encoding, hf_codec, tokenize  # noqa: E402
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")  # what a folder given as INPUT contributes
 
@@ -201,4 +201,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    cli(lambda argv: main(argv) and 0)  # (main returns the counts, for tests): one line per error, SIGTERM cleans up

@@ -20,7 +20,7 @@ import sys
 from contextlib import closing
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bpe_docs import Progress, TokenFiles, check_out, encoding, tokenize  # noqa: E402
+from bpe_docs import Progress, TokenFiles, check_out, cli, encoding, os_error, tokenize  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -86,6 +86,8 @@ def main(argv=None, load_dataset=None):
         return prepare(docs, args.out, int(args.val_tokens), int(args.train_tokens), args.workers,
                        source=f"the {args.subset} subset")
     except (OSError, ConnectionError) as e:  # (requests' and huggingface_hub's errors are OSErrors too)
+        if os_error(e) is not None:  # this disk's refusal (full, permission), not the network's: cli says which
+            raise
         raise SystemExit(f"cannot stream HuggingFaceFW/fineweb-edu from the Hugging Face Hub ({type(e).__name__}: "
                          f"{str(e)[:100]}): this script needs the network (about {args.train_tokens * 2 / 1e9:.2g} "
                          f"GB of token files at --train_tokens={args.train_tokens:g}; --train_tokens=1e8 is a small "
@@ -110,4 +112,4 @@ def hub_problem():
 
 
 if __name__ == "__main__":
-    main()
+    cli(lambda argv: main(argv) and 0)  # (main returns the counts, for tests): one line per error, SIGTERM cleans up
