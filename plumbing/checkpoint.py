@@ -453,6 +453,8 @@ def read_sharded_entries(path, state, collective, then=None):
     except pickle.UnpicklingError as e:
         raise UserError(f"{path} is refused: its .metadata {e}, and a checkpoint's metadata holds data only; "
                         f"nothing of it ran. Use a checkpoint that train.py wrote") from None
+    except PermissionError:  # this user's access, not the folder's damage: cli says which
+        raise
     except Exception:
         pass  # (missing or damaged: dcp.load says which below)
     try:
@@ -464,6 +466,8 @@ def read_sharded_entries(path, state, collective, then=None):
     except (Exception, CheckpointException) as e:  # (a BaseException): a shard missing or cut, another shape
         cause = e.failures[min(e.failures)] if isinstance(e, CheckpointException) and e.failures else e
         cause = cause[0] if isinstance(cause, tuple) else cause  # a rank's failure: (exception, its stack)
+        if isinstance(cause, PermissionError):  # (a shard this user may not read: not damage)
+            raise cause from None
         if isinstance(cause, pickle.UnpicklingError) and (  # ours (.metadata) or torch's (an entry's bytes)
                 str(cause).startswith("it would build") or "Weights only load failed" in str(cause)):
             raise UserError(f"{path} is refused: a pickle in it names code ({str(cause)[:120]}), and a checkpoint holds "

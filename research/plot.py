@@ -156,7 +156,8 @@ def main(argv):
     schedules = {}
     collected, skipped = collect_all(args.ablations, records, args.scale_down)
     for path in skipped:
-        print(f"{path}: no run records in {args.results}/ (run: python -m research.sweep {path}); skipped\n")
+        where = "" if args.results in ("results", "results-scaled-down") else f" --results={args.results} and your --out_root"
+        print(f"{path}: no run records in {args.results}/ (run: python -m research.sweep {path}{where}); skipped\n")
     strengths = file_strengths(collected)  # each row's strength in the summary's family: the headings say it
     for spec, results, missing, mode in collected:
         for (setting, _), e in results.items():

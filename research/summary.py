@@ -177,7 +177,7 @@ def counts(rows, collected, adjusted, planned):
         return (head + f"Every row is {SCALED_DOWN}: miniature runs of the files' rules through the same code, "
                 f"so no row gets a verdict or a strength and none is counted. " + tail)
     return (head + lrs + f"With no effect anywhere, about "
-            f"{len(claims) / 20:.1f} of the {len(claims)} would exclude 0 by chance. On the planned seeds: "
+            f"{len(claims) / 20:.2g} of the {len(claims)} would exclude 0 by chance. On the planned seeds: "
             f"{sum(w.startswith('finding') for w in words)} findings (p (BH) <= 0.05: the correction survived), "
             f"{sum(w.startswith('lead') for w in words)} leads (the interval excludes 0 only uncorrected), "
             f"{sum(w.endswith('against the claim') for w in words)} of these against their claim, the rest "

@@ -284,6 +284,26 @@ def test_a_new_scale_class_is_covered_trains_resumes_folds_hashes_notes_benches_
     exports(out, writes=True)
 
 
+@pytest.mark.parametrize("init", ["as written", "off by one at init"])
+def test_the_guides_scale_class_passes_the_guides_test_and_a_wrong_one_fails_it(monkeypatch, init):
+    """docs/forks.md's SoftplusScale and the test it tells a fork to add, both run from the page: the
+    class passes; the same class started at gamma = softplus(1) (not 1) fails that test."""
+    class_code, test_code = guide_code("A new scale class")[:2]
+    if init != "as written":
+        class_code = class_code.replace("torch.full((dim,), math.log(math.e - 1))", "torch.ones(dim)")
+    space = {"math": math, "torch": torch, "nn": nn, "F": F, "ScaleVector": norms.ScaleVector}
+    exec(class_code, space)
+    monkeypatch.setattr(norms, "SoftplusScale", space["SoftplusScale"], raising=False)
+    tests = {"norms": norms, "torch": torch}
+    exec(test_code, tests)
+    (name,) = [k for k in tests if k.startswith("test_")]
+    if init == "as written":
+        tests[name]()
+    else:
+        with pytest.raises(AssertionError):
+            tests[name]()
+
+
 def test_the_guides_ablation_file_gives_each_variant_its_lr_from_seeds_of_its_own_before_any_verdict(
         tmp_path, scale_class):
     """docs/forks.md's ablation file, as written there: an LR sweep on tuning seeds no table uses, the

@@ -161,6 +161,12 @@ def plant(path, hazard, outside):
         os.symlink(target if hazard == "symlink" else os.path.relpath(target, os.path.dirname(path)), path)
 
 
+def command_line(argv, paths):
+    """argv with the case's paths filled in and a script named by its place in the repository (the case
+    runs in its own folder, where `train.py` alone names nothing)."""
+    return [os.path.join(ROOT, a) if i == 0 and a.endswith(".py") else fill(a, paths) for i, a in enumerate(argv)]
+
+
 def point_at_dataset(ckpt_path, ds):
     """The copied run's checkpoint names the copied dataset (a reader of it, as lm_eval_tasks, meets the
     case's hazard there), its mtime kept (an export older than its checkpoint is refused as stale)."""
@@ -204,11 +210,84 @@ def test_a_link_or_fifo_at_any_path_of_a_run_folder_never_hangs_a_command_nor_wr
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     plant(fill(slot, paths), hazard, str(outside))
     before = snapshot(outside)
-    done = run_capped([fill(a, paths) for a in argv], cwd=tmp_path)
+    done = run_capped(command_line(argv, paths), cwd=tmp_path)
     assert done is not None, f"{command} still running after {CAP_S} s with {slot} a {hazard}"
     code, out, err = done
     assert "Traceback" not in err, err[-3000:]
     assert snapshot(outside) == before, f"{command} wrote outside through {slot} ({hazard}): {out[-1000:]}{err[-1000:]}"
+
+
+# -----------------------------------------------------------------------------
+# Permission: a path this user may not read (a file) or write (a folder), the process without the
+# capabilities that let root past file modes
+
+
+def drop_file_capabilities():
+    """In the child before exec: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding set,
+    so a root process is held to file modes as any user is (a cluster's shared folders bind users)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH (linux/capability.h)
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def bound_by_modes():
+    """The preexec_fn that holds a child to file modes (None when this user already is), or pytest.skip."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        subprocess.run([sys.executable, "-c", "pass"], preexec_fn=drop_file_capabilities, check=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        pytest.skip(f"root here cannot drop the capabilities that bypass file modes ({e})")
+    return drop_file_capabilities
+
+
+def permission_cases():
+    for command, (_, slots) in COMMANDS.items():
+        for slot, kind in slots.items():
+            made_by_it = any(a in slot for a in ABSENT) or any(slot.startswith(g) for g in GONE.get(command, ()))
+            if not made_by_it:  # (a path the command makes has no mode to deny before it)
+                yield pytest.param(command, slot, kind, id=f"{command}:{slot.strip('{}')}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, slot, kind", list(permission_cases()))
+def test_a_path_this_user_may_not_read_or_write_ends_in_one_line_and_loses_nothing(
+        made, tmp_path, command, slot, kind):
+    """Each path a command reads or writes, made unreadable (a file: mode 000) or unwritable (a folder:
+    mode 555), the process bound by file modes: it ends within the cap, with no traceback; when it
+    fails, its last line is one 'error:'; the denied path holds what it held."""
+    preexec = bound_by_modes()
+    src, p = made
+    case = tmp_path / "case"
+    shutil.copytree(src, case, symlinks=True)
+    paths = {k: case / os.path.relpath(v, src) for k, v in p.items()} | {"new": case / "new"}
+    point_at_dataset(paths["run"] / "ckpt.pt", paths["ds"])
+    for gone in GONE.get(command, ()):
+        path = fill(gone, paths)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    target = fill(slot, paths)
+    before = snapshot(target) if kind == FOLDER else open(target, "rb").read()
+    os.chmod(target, 0o555 if kind == FOLDER else 0)
+    argv, _ = COMMANDS[command]
+    try:
+        with subprocess.Popen([sys.executable, *command_line(argv, paths)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=tmp_path,
+                              start_new_session=True, preexec_fn=preexec,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}) as proc:
+            try:
+                out, err = proc.communicate(timeout=CAP_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                pytest.fail(f"{command} still running after {CAP_S} s with {slot} denied")
+    finally:
+        os.chmod(target, 0o755 if kind == FOLDER else 0o644)
+    assert "Traceback" not in err, err[-3000:]
+    if proc.returncode != 0:  # (it may replace a file it writes, when it can: its own output)
+        assert err.strip().splitlines()[-1].startswith("error: "), err[-2000:]
+        assert (snapshot(target) if kind == FOLDER else open(target, "rb").read()) == before
 
 
 def test_the_table_names_every_command_that_reads_or_writes_a_run_folder():

@@ -189,7 +189,7 @@ def test_summary_lists_each_comparison_once_with_its_largest_seed_set_and_every_
     p = 1 - 2 * math.sqrt(3) / math.sqrt(14)
     assert rows == [f"| `a_two`, `b_three` | adamw | unified - baseline | 3 | -0.0200 [{-0.02 - half:+.4f}, "
                     f"{-0.02 + half:+.4f}] | {p:#.3g} | shared, untuned | lower | unresolved | - |"] and f"{p:#.3g}" == "0.0742"
-    assert "1 comparisons, 1 of them with a claim" in table and "about 0.1 of the 1" in table
+    assert "1 comparisons, 1 of them with a claim" in table and "about 0.05 of the 1" in table  # 1 row / 20
     assert "0 findings" in table and "0 leads" in table and "With every seed: 0 exclude 0 and 0 survive" in table
     text = readme.read_text()
     assert text.startswith(f"intro\n{summary.README_BEGIN}\n| ablation |") and text.endswith(f"{summary.README_END}\noutro\n")
