@@ -369,6 +369,9 @@ def distributed_env_problem(env):
     return None
 
 
+PEER_WAIT_NOTE_S = 10  # a process group's start waits this long for its peers before it says it waits
+
+
 def setup_distributed(device_name, timeout_s):
     """(rank, local_rank, world_size) from torchrun's environment; init the process group (collectives
     wait up to timeout_s seconds), and the gloo group agree's checks run on.
@@ -387,7 +390,22 @@ def setup_distributed(device_name, timeout_s):
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
         timeout = datetime.timedelta(seconds=timeout_s)
-        torch.distributed.init_process_group(backend, timeout=timeout)
+        where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        waiting = threading.Timer(PEER_WAIT_NOTE_S, lambda: print(
+            f"rank {rank}: waiting for the other processes of {world} at {where} (up to --ddp_timeout_s={timeout_s}; "
+            f"each rank must be started, with the same MASTER_ADDR and MASTER_PORT)", file=sys.stderr, flush=True))
+        waiting.daemon = True
+        waiting.start()
+        try:
+            torch.distributed.init_process_group(backend, timeout=timeout)
+        except (RuntimeError, OSError) as e:  # (torch's DistStoreError, DistNetworkError: RuntimeErrors)
+            if "timeout" not in str(e).lower() and "timed out" not in str(e).lower():
+                raise
+            raise UserError(f"rank {rank}: the other processes of {world} did not join at {where} within "
+                            f"--ddp_timeout_s={timeout_s}: start every rank (torchrun starts them all), check that "
+                            f"MASTER_ADDR and MASTER_PORT reach rank 0 from each node") from None
+        finally:
+            waiting.cancel()
         global _host_group
         _host_group = torch.distributed.new_group(backend="gloo", timeout=timeout)  # every rank, in the same order
     return rank, local_rank, world

@@ -244,3 +244,33 @@ def test_train_py_with_a_hand_set_rank_refuses_in_one_line_and_writes_nothing(tm
                           capture_output=True, text=True, cwd=ROOT, timeout=120, env={**clean, **env})
     assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_peer_that_never_comes_is_said_within_seconds_and_the_timeout_is_one_line(tmp_path, rank):
+    """WORLD_SIZE=2 with one process started: it says what it waits for after PEER_WAIT_NOTE_S (not
+    silence until the timeout), then at --ddp_timeout_s one 'error:' line naming the address, exit 1,
+    no traceback, nothing written. Rank 0 holds the store and waits for its peer; rank 1 waits for a
+    store nobody holds."""
+    import socket
+    import subprocess
+    import sys
+    from plumbing.common import PEER_WAIT_NOTE_S
+    from test_train import ROOT, make_dataset, tiny_args
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env = {**clean, "RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    timeout_s = PEER_WAIT_NOTE_S + 5
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"),
+                           *tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "out", "--max_iters=2",
+                                      "--gradient_accumulation_steps=2", f"--ddp_timeout_s={timeout_s}")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=timeout_s + 120, env=env)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert any(line.startswith(f"rank {rank}: waiting for the other processes of 2 at 127.0.0.1:{port}")
+               for line in lines), done.stderr[-3000:]
+    assert lines[-1].startswith(f"error: rank {rank}: the other processes of 2 did not join at 127.0.0.1:{port}"), lines[-1]
+    assert not (tmp_path / "out").exists()
