@@ -180,11 +180,15 @@ def get_batch(data, split, index, micro_step, cfg, device):
     rng = np.random.default_rng(entropy)
     ix = rng.integers(0, len(arr) - cfg.block_size, size=cfg.batch_size)
     window = np.stack([arr[i:i + cfg.block_size + 1] for i in ix]).astype(np.int64)  # one gather for x and y
+    n = len(arr)
     del arr
     top = int(window.max())  # checked per batch: a full scan of a 5 GB file is slow
-    if top >= cfg.vocab_size:
-        raise UserError(f"{split}.bin holds token id {top} >= vocab_size={cfg.vocab_size}: set --vocab_size "
-                        f"(or meta.pkl's vocab_size) to the tokenizer's size")
+    if top >= cfg.vocab_size:  # (the start's sample of the file held none: dataset.load_data)
+        row, col = np.unravel_index(int(window.argmax()), window.shape)
+        raise UserError(f"{split}.bin holds token id {top} >= vocab_size={cfg.vocab_size} at token {int(ix[row]) + col:,} "
+                        f"of {n:,}, where the sample read at start held none: that part of the file is damaged or "
+                        f"from another tokenizer; write the dataset again with its prepare script (raise "
+                        f"--vocab_size only if the tokenizer's ids reach {top})")
     x, y = torch.from_numpy(window[:, :-1].copy()), torch.from_numpy(window[:, 1:].copy())
     if device.type == "cuda":
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)

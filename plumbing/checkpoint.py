@@ -19,7 +19,6 @@ Resume (`--init_from=resume`) continues exactly: the model shape and every key t
 user does not set again come from the checkpoint; rows logged after it are dropped.
 """
 
-import errno
 import io
 import json
 import os
@@ -30,7 +29,7 @@ from contextlib import contextmanager
 
 import torch
 
-from plumbing.common import checked_stat, open_checked, writing
+from plumbing.common import SHORT_WRITE, checked_stat, open_checked, present, writing
 from configurator import TRACKING_KEYS, UserError, complete
 
 
@@ -274,14 +273,14 @@ def load_checkpoint(path):
     or not a regular file of its folder (a link, a FIFO, a device: common.open_checked). A sharded
     ckpt.dcp folder gives its run.pt (no tensors) with "dcp": path (restore, load_model read the
     tensors from there)."""
-    if not os.path.lexists(path):
+    if not present(path):
         raise UserError(f"no checkpoint at {path}: point --out_dir at a run that train.py wrote")
     if os.path.isdir(path) and not os.path.islink(path):
         return {**load_checkpoint(os.path.join(path, "run.pt")), "dcp": path}
     try:
         with open_checked(path, os.path.dirname(path)) as f:  # a FIFO, a device or a link: one line, never a wait
             ckpt = torch.load(f, map_location="cpu", weights_only=True)
-    except UserError:
+    except (UserError, PermissionError):  # (this user's access, not damage: cli says which)
         raise
     except Exception as e:  # torch raises several types for a damaged zip/pickle
         raise UserError(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}); "
@@ -593,8 +592,9 @@ def append_log(path, row):
     try:
         size = os.fstat(fd).st_size
         try:
-            if os.write(fd, line) != len(line):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written = os.write(fd, line)
+            if written != len(line):  # a full disk, a quota or a file-size limit: the write does not say which
+                raise OSError(SHORT_WRITE, f"a short write ({len(line)} requested and {written} written)")
         except OSError as e:
             try:
                 os.ftruncate(fd, size)

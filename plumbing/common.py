@@ -179,9 +179,11 @@ def os_error_line(e):
     fill = {"path": shlex.quote(path or "."), "folder": shlex.quote(os.path.dirname(path or "") or "."),
             "access": _access_words(path)}
     where = f" at {path}" if path else ""
-    return (f"error: {err.strerror or os.strerror(err.errno)}{where}: {cause.format(**fill)}; nothing saved before "
-            f"is lost (every file is written whole or not at all); {fix.format(**fill)}, then run the same command "
-            f"again (a training run: add --init_from=auto to continue from its checkpoint)")
+    kept = "" if err.errno in (errno.ENOENT, errno.ENOTDIR) else \
+        "; nothing saved before is lost (every file is written whole or not at all)"  # (a path gone took its files)
+    return (f"error: {err.strerror or os.strerror(err.errno)}{where}: {cause.format(**fill)}{kept}; "
+            f"{fix.format(**fill)}, then run the same command again (a training run: add --init_from=auto to "
+            f"continue from its checkpoint)")
 
 
 def _may_write(path):
@@ -199,7 +201,14 @@ def _access_words(path):
         if not os.access(path, os.R_OK):
             return f"({user}) may not read this file"
         return f"({user}) may not write this file"
-    return f"({user}) may not create files in {os.path.dirname(path) or '.'}"
+    folder = os.path.dirname(os.path.abspath(path))
+    above = [folder]
+    while os.path.dirname(above[-1]) != above[-1]:
+        above.append(os.path.dirname(above[-1]))
+    locked = next((a for a in reversed(above) if os.path.isdir(a) and not os.access(a, os.X_OK)), None)
+    if locked is not None:
+        return f"({user}) may not look inside {locked} (no search permission on the folder)"
+    return f"({user}) may not create files in {folder}"
 
 
 def _user():
@@ -544,6 +553,17 @@ def compile_errors(enabled):
 KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO; reading it would wait for a writer forever)"),
          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
          (stat.S_ISDIR, "a folder"))
+
+
+def present(path):
+    """Whether anything is at path (a dangling link too), as os.path.lexists; but where this user may not
+    look (a folder above it without search permission), the PermissionError naming path, never False:
+    a folder that is only locked is not said to be missing."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
 
 
 def file_kind(mode):

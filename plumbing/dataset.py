@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import torch
 
-from plumbing.common import checked_stat, open_checked
+from plumbing.common import checked_stat, open_checked, present
 from configurator import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository (this file is in plumbing/)
@@ -122,7 +122,7 @@ def recorded_vocab_size(dataset):
     """meta_vocab_size of the dataset's meta.pkl as it is on disk, or 0 when there is none yet (a
     prepare script not yet run): what vocab_size=0 will mean, for checks made before the data loads."""
     path = os.path.join(dataset_dir(dataset), "meta.pkl")
-    return meta_vocab_size(read_meta(path), dataset) if os.path.exists(path) else 0
+    return meta_vocab_size(read_meta(path), dataset) if present(path) and os.path.exists(path) else 0
 
 
 LOCAL_DATASETS = ("shakespeare_char", "shakespeare")  # made on this machine by their prepare script, no download
@@ -209,7 +209,7 @@ def load_data(dataset, block_size, vocab_size=0, prepare_here=True):
     paths = {split: os.path.join(folder, f"{split}.bin") for split in ("train", "val")}
     prepare = repository_prepare(folder)
     local = prepare is not None and os.path.basename(os.path.dirname(prepare)) in LOCAL_DATASETS
-    missing = not all(os.path.exists(p) for p in paths.values())
+    missing = not all(present(p) and os.path.exists(p) for p in paths.values())
     if missing and local and prepare_here:
         print(f"{paths['train']} not found: running {os.path.relpath(prepare)} to make it", flush=True)
         proc = subprocess.run([sys.executable, prepare], capture_output=True, text=True)
@@ -220,12 +220,12 @@ def load_data(dataset, block_size, vocab_size=0, prepare_here=True):
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
     for path in paths.values():
-        if not os.path.exists(path):  # (a dangling link too)
+        if not present(path) or not os.path.exists(path):  # (a dangling link too)
             hint = prepare_hint(folder)
             raise UserError(f"data file {path} not found for dataset={dataset!r}: {hint}")
         checked_stat(path, links=True)  # a FIFO, a device, a folder: said as what it is, never read
     meta_path = os.path.join(folder, "meta.pkl")
-    meta = read_meta(meta_path) if os.path.exists(meta_path) else None
+    meta = read_meta(meta_path) if present(meta_path) and os.path.exists(meta_path) else None  # (present: a locked folder is said)
     check_char_vocabulary(meta, meta_path)
     recorded = (meta or {}).get("dtype")
     if recorded is not None and recorded not in DTYPES:

@@ -290,6 +290,34 @@ def test_a_path_this_user_may_not_read_or_write_ends_in_one_line_and_loses_nothi
         assert (snapshot(target) if kind == FOLDER else open(target, "rb").read()) == before
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, words", [(0o000, "may not look inside {ds} (no search permission"),
+                                         (0o555, None)])
+def test_a_dataset_folder_this_user_may_not_open_is_said_as_locked_not_missing(made, tmp_path, mode, words):
+    """A dataset folder without search permission was 'data file ... not found' (os.path.exists answers
+    False where it may not look): now one line saying it is locked, naming it; a folder that is only
+    unwritable trains (a dataset is read)."""
+    preexec = bound_by_modes()
+    src, p = made
+    ds = tmp_path / "ds"
+    shutil.copytree(p["ds"], ds)
+    argv = [os.path.join(ROOT, "train.py"), f"--dataset={ds}", f"--out_dir={tmp_path / 'out'}", "--n_layer=1",
+            "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--max_iters=2", "--eval_interval=2",
+            "--eval_iters=1", "--sample_tokens=0", "--device=cpu", "--compile=False"]
+    os.chmod(ds, mode)
+    try:
+        done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=CAP_S, cwd=tmp_path,
+                              preexec_fn=preexec, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT})
+    finally:
+        os.chmod(ds, 0o755)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    if words is None:
+        assert done.returncode == 0, done.stderr[-2000:]
+    else:
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert words.format(ds=ds) in done.stderr and "not found" not in done.stderr, done.stderr
+
+
 def test_the_table_names_every_command_that_reads_or_writes_a_run_folder():
     """A command of the reading path (train, sample, export, the task writer, the converters, the research
     commands over runs and records) without a row is a failure: its paths get no fuzz."""

@@ -386,7 +386,9 @@ def test_append_log_cut_short_by_a_full_disk_leaves_only_whole_rows(tmp_path, mo
     with pytest.raises(OSError) as info:
         checkpoint.append_log(path, {"kind": "train", "iter": 2, "tokens": 16, "loss": 3.25})
     monkeypatch.undo()
-    assert info.value.errno == errno.ENOSPC and info.value.filename == path
+    assert info.value.errno == shared.SHORT_WRITE and info.value.filename == path  # (full, quota or size limit)
+    line = shared.os_error_line(info.value)
+    assert f"at {path}: the disk took part of the write" in line and "ulimit -f" in line and "df -h" in line
     assert open(path, "rb").read() == before
     checkpoint.append_log(path, {"kind": "train", "iter": 2, "tokens": 16, "loss": 3.25})  # space freed: the log goes on
     assert [r["iter"] for r in read_log_rows(path)] == [1, 2]
@@ -538,6 +540,25 @@ def test_permission_denied_names_what_this_user_may_not_do(tmp_path):
     assert "may not write this file" in words[unreadable] or "may not read this file" in words[unreadable]
     assert "may not list or create files in this folder" in words[folder]
     assert f"may not create files in {folder}" in words[folder / "new.bin"]
+
+
+@pytest.mark.slow
+def test_an_out_dir_removed_while_training_is_one_line_saying_so(tmp_path):
+    """A run folder deleted under a training run (a cleanup script, a user) was two chained tracebacks:
+    now one line naming the missing path, exit 1, without the promise that what was saved is intact."""
+    out = tmp_path / "out"
+    with subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"),
+                           *tiny_args(make_dataset(tmp_path / "ds"), out, "--max_iters=100000", "--eval_interval=50",
+                                      "--compile=False", "--device=cpu")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}) as proc:
+        for line in proc.stdout:
+            if line.startswith("iter 60/"):  # (past the first checkpoint)
+                break
+        shutil.rmtree(out)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err and err.count("\n") == 1, err[-3000:]
+    assert err.startswith(f"error: No such file or directory at {out}") and "nothing saved" not in err, err
 
 
 TERMINATED = """

@@ -269,6 +269,31 @@ def test_token_ids_past_vocab_size_are_one_line_where_meta_pkl_records_no_size(t
         run(tiny_args(ds, tmp_path / "o", "--vocab_size=30", "--sample_tokens=0"))
 
 
+def test_a_token_id_past_vocab_size_mid_file_names_its_place_and_blames_the_file(tmp_path):
+    """An id past vocab_size that the start's sample missed (one damaged stretch) is met by a batch: the
+    line names the token's place in the file, which holds that id, and asks for the file to be written
+    again, not for a vocab_size the rest of the file shows is right."""
+    import re
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from train import get_batch
+    path = tmp_path / "train.bin"
+    ids = np.random.default_rng(0).integers(0, 30, 4000).astype(np.uint16)
+    ids[1000:3000] = 31  # the damaged stretch
+    ids.tofile(path)
+    cfg = SimpleNamespace(seed=0, block_size=16, batch_size=8, vocab_size=30)
+    data = {"files": {"train": str(path)}, "dtype": np.uint16}
+    with pytest.raises(UserError) as info:
+        for index in range(20):  # (each batch samples 8 windows: one meets the stretch)
+            get_batch(data, "train", index, 0, cfg, torch.device("cpu"))
+    found = re.search(r"token id (\d+) >= vocab_size=30 at token ([\d,]+) of 4,000", str(info.value))
+    assert found, info.value
+    assert ids[int(found.group(2).replace(",", ""))] == int(found.group(1)) == 31
+    assert "write the dataset again" in str(info.value)
+
+
 def test_log_rows_follow_the_contract(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     run(tiny_args(ds, tmp_path / "o", "--max_iters=4", "--eval_interval=2", "--batch_size=3"))
