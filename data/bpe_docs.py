@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-from plumbing.common import cli, os_error, writing  # noqa: E402,F401 (cli: the prepare scripts' entry)
+from plumbing.common import cli, os_error, remove_leftovers, temporary_prefix, writing  # noqa: E402,F401 (cli: the prepare scripts')
 
 ENCODING = "r50k_base"
 EOT = 50256                                   # <|endoftext|>, after every document
@@ -222,8 +222,12 @@ def check_out(out_dir):
         raise SystemExit(f"--out={out_dir}: {problem}")
 
 
+TMP_NAMES = ("train.bin", "val.bin", "meta.pkl")  # what TokenFiles writes under a temporary name first
+
+
 class TokenFiles:
-    """train.bin and val.bin of one dataset folder, written as train.bin.tmp / val.bin.tmp until commit().
+    """train.bin and val.bin of one dataset folder, written as train.bin.tmp<pid>- / val.bin.tmp<pid>- until
+    commit(); a killed run's (SIGKILL runs no cleanup) are removed by the next one, GBs at FineWeb's size.
 
     with TokenFiles(out_dir) as out:
         out.write("train", ids) ...
@@ -240,7 +244,13 @@ class TokenFiles:
         os.makedirs(out_dir, exist_ok=True)
         self.out_dir, self.meta = out_dir, meta
         self.counts = {"train": 0, "val": 0}
-        self.files = {split: open(self.path(f"{split}.bin.tmp"), "wb") for split in self.counts}
+        for name in TMP_NAMES:
+            remove_leftovers(out_dir, name + ".tmp", "a half-written token file")
+        self.files = {split: open(self.tmp(f"{split}.bin"), "wb") for split in self.counts}
+
+    def tmp(self, name):
+        """The temporary that becomes `name` at commit()."""
+        return self.path(temporary_prefix(name + ".tmp"))
 
     def path(self, name):
         return os.path.join(self.out_dir, name)
@@ -251,7 +261,7 @@ class TokenFiles:
         self.counts[split] += len(ids)
 
     def commit(self):
-        with open(self.path("meta.pkl.tmp"), "wb") as f:
+        with open(self.tmp("meta.pkl"), "wb") as f:
             pickle.dump(self.meta, f)
         for f in self.files.values():
             f.flush()
@@ -261,7 +271,7 @@ class TokenFiles:
             if os.path.exists(self.path(name)):
                 os.remove(self.path(name))
         for name in ("val.bin", "train.bin", "meta.pkl"):
-            put_in_place(self.path(name + ".tmp"), self.path(name))
+            put_in_place(self.tmp(name), self.path(name))
 
     def __enter__(self):
         return self
@@ -269,6 +279,6 @@ class TokenFiles:
     def __exit__(self, *exc):
         for f in self.files.values():
             f.close()
-        for name in ("train.bin.tmp", "val.bin.tmp", "meta.pkl.tmp"):  # left only when commit() did not finish
-            if os.path.exists(self.path(name)):
-                os.remove(self.path(name))
+        for name in TMP_NAMES:  # left only when commit() did not finish
+            if os.path.exists(self.tmp(name)):
+                os.remove(self.tmp(name))

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import stat
 import sys
@@ -553,6 +554,43 @@ def compile_errors(enabled):
 KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO; reading it would wait for a writer forever)"),
          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
          (stat.S_ISDIR, "a folder"))
+
+
+def temporary_prefix(prefix):
+    """The start of a temporary's name that carries this process's id (prefix + '<pid>-'), so that a
+    later run can tell a killed run's leftover (remove_leftovers) from a running one's."""
+    return f"{prefix}{os.getpid()}-"
+
+
+def remove_leftovers(folder, prefix, what):
+    """Remove from folder the temporaries a killed run of this command left (a SIGKILL runs no cleanup):
+    entries named temporary_prefix(prefix) + anything whose process is no longer running (a running
+    one's are another run's, kept; a link is never followed). One line on stderr per entry removed,
+    naming it and `what` it held. Returns the paths removed."""
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        found = re.fullmatch(re.escape(prefix) + r"(\d+)-.*", name, re.S)
+        path = os.path.join(folder, name)
+        if found is None or _running(int(found.group(1))) or os.path.islink(path):
+            continue
+        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+        print(f"removed {path}: {what}, left by a run of this command that was killed", file=sys.stderr)
+        removed.append(path)
+    return removed
+
+
+def _running(pid):
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # (an id past any process's: none either)
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def present(path):

@@ -318,6 +318,35 @@ def test_a_dataset_folder_this_user_may_not_open_is_said_as_locked_not_missing(m
         assert words.format(ds=ds) in done.stderr and "not found" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("command, planted", [
+    ("export", ["{run}/.export-{dead}-abc"]),
+    ("gguf_to_hf", ["{made}.tmp{dead}-abc", "{made}.old{dead}-abc"]),
+])
+def test_a_writers_rerun_removes_what_its_killed_run_left(made, tmp_path, command, planted):
+    """A SIGKILL runs no cleanup: export's hidden folder (a full copy of the weights) and gguf_to_hf's
+    temporary and set-aside folders stay. Each carries its writer's process id; the next run of the
+    command removes those whose process is gone, saying so, then does its work."""
+    from test_reliability import dead_pid
+    src, p = made
+    case = tmp_path / "case"
+    shutil.copytree(src, case, symlinks=True)
+    paths = {k: case / os.path.relpath(v, src) for k, v in p.items()} | {"new": case / "new"}
+    point_at_dataset(paths["run"] / "ckpt.pt", paths["ds"])
+    shutil.rmtree(paths["run"] / "hf")  # (export writes a new one)
+    dead = dead_pid()
+    left = [fill(name, {**paths, "dead": dead}) for name in planted]
+    for path in left:
+        os.makedirs(path)
+        with open(os.path.join(path, "model.safetensors"), "wb") as f:
+            f.write(b"\0" * 4096)
+    argv, _ = COMMANDS[command]
+    done = run_capped(command_line(argv, paths), cwd=tmp_path)
+    assert done is not None and done[0] == 0, done
+    assert not any(os.path.exists(path) for path in left)
+    assert all(f"removed {path}: " in done[2] for path in left), done[2]
+
+
 def test_the_table_names_every_command_that_reads_or_writes_a_run_folder():
     """A command of the reading path (train, sample, export, the task writer, the converters, the research
     commands over runs and records) without a row is a failure: its paths get no fuzz."""

@@ -561,6 +561,49 @@ def test_an_out_dir_removed_while_training_is_one_line_saying_so(tmp_path):
     assert err.startswith(f"error: No such file or directory at {out}") and "nothing saved" not in err, err
 
 
+def dead_pid():
+    """The id of a process that has ended (a child, waited for): what a killed run's id is afterwards."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_killed_runs_temporaries_are_removed_by_the_next_run_and_a_running_ones_kept(tmp_path, capsys):
+    """remove_leftovers takes only names of its prefix whose process is gone: a running process's
+    temporary (this one's), another prefix's, a user's folder of a similar name and a link stay."""
+    dead = dead_pid()
+    leftover = tmp_path / f".export-{dead}-abc"
+    (leftover / "hf").mkdir(parents=True)
+    (leftover / "hf" / "model.safetensors").write_bytes(b"x" * 1000)
+    running = tmp_path / shared.temporary_prefix(".export-")
+    running.mkdir()
+    kept = [running, tmp_path / f".export-{dead}", tmp_path / f".exports-{dead}-x", tmp_path / f"train.bin.tmp{dead}-"]
+    for path in kept[1:]:
+        path.write_text("a user's")
+    (tmp_path / f".export-{dead}-link").symlink_to(tmp_path / "elsewhere")
+    removed = shared.remove_leftovers(str(tmp_path), ".export-", "a half-written export")
+    assert removed == [str(leftover)] and not leftover.exists()
+    assert all(p.exists() for p in kept) and (tmp_path / f".export-{dead}-link").is_symlink()
+    assert capsys.readouterr().err == f"removed {leftover}: a half-written export, left by a run of this command that was killed\n"
+
+
+def test_a_killed_prepares_token_files_are_removed_by_the_next_one(tmp_path, capsys):
+    """FineWeb's and the corpus's token files (GBs) carry their writer's id: the next TokenFiles in the
+    folder removes a killed one's and writes the dataset whole."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "data"))
+    from bpe_docs import TMP_NAMES, TokenFiles
+    dead = dead_pid()
+    for name in TMP_NAMES:
+        (tmp_path / f"{name}.tmp{dead}-").write_bytes(b"\0" * 4096)
+    with TokenFiles(str(tmp_path)) as out:
+        out.write("train", np.arange(10, dtype=np.uint16))
+        out.write("val", np.arange(5, dtype=np.uint16))
+        out.commit()
+    assert sorted(os.listdir(tmp_path)) == ["meta.pkl", "train.bin", "val.bin"]
+    assert capsys.readouterr().err.count("a half-written token file, left by a run of this command") == 3
+
+
 TERMINATED = """
 import os, sys, time
 sys.path.insert(0, {root!r})

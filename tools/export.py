@@ -61,7 +61,7 @@ import warnings
 import torch
 
 from plumbing.checkpoint import checkpoint_in, load_model
-from plumbing.common import cli
+from plumbing.common import cli, remove_leftovers, temporary_prefix
 from configurator import UserError, folder_problem
 from plumbing.dataset import bpe_encoding, checked_encoding, codec_kind, hf_tokenizer
 from model import BRANCHES, CHOICES, MODEL_KEYS
@@ -469,7 +469,8 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
     import_transformers()
     parent = os.path.dirname(os.path.abspath(export_dir))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)  # a fresh name: never someone's folder
+    remove_leftovers(parent, ".export-", "a half-written export")
+    tmp = tempfile.mkdtemp(prefix=temporary_prefix(".export-"), dir=parent)  # a fresh name: never someone's folder
     folder = os.path.join(tmp, os.path.basename(os.path.abspath(export_dir)))
     try:
         os.mkdir(folder)  # the umask's mode, not mkdtemp's private 0700

