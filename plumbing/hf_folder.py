@@ -24,6 +24,7 @@ tied final-norm gamma with scale="none" (nothing to hold it).
 
 import math
 import os
+import re
 from dataclasses import replace
 
 import torch
@@ -232,6 +233,28 @@ class FolderWeights:
 
     def names(self):
         return set(self.file_of)
+
+    def shape(self, name):
+        """The stored shape of tensor `name` (from its file's header: nothing is read), or None."""
+        return tuple(self.handles[self.file_of[name]].get_slice(name).get_shape()) if name in self.file_of else None
+
+    def check_declared(self, cfg):
+        """UserError (one line) when config.json's sizes (cfg: merged_config's keys) are not what the weights
+        hold: the blocks model.layers.0 .. n_layer - 1, and an embedding of vocab_size x n_embd. Checked
+        from the files' headers before a model of the declared size is built, so a config.json that
+        declares 10,000,000 layers (or a width past memory) costs nothing."""
+        blocks = {int(m.group(1)) for m in map(re.compile(r"model\.layers\.(\d+)\.").match, self.names()) if m}
+        if blocks != set(range(cfg.n_layer)):
+            held = f"blocks 0..{max(blocks)}" if blocks == set(range(len(blocks))) and blocks else \
+                f"{len(blocks)} blocks" if blocks else "no block"
+            raise UserError(f"hf_model={self.folder!r}: config.json declares num_hidden_layers={cfg.n_layer:,} but the "
+                            f"weights hold {held}: the folder is mixed from two models or its config.json was "
+                            f"edited; download or save it again")
+        embedding = self.shape("model.embed_tokens.weight")
+        if embedding is not None and embedding != (cfg.vocab_size, cfg.n_embd):
+            raise UserError(f"hf_model={self.folder!r}: config.json declares vocab_size={cfg.vocab_size:,} and "
+                            f"hidden_size={cfg.n_embd:,}, but model.embed_tokens.weight is {embedding}: the folder is "
+                            f"mixed from two models or its config.json was edited; download or save it again")
 
     def get(self, name, shape=None):
         """The tensor `name` as float32; UserError when the folder lacks it, its shape is not `shape`,
@@ -456,6 +479,7 @@ def check_folder(cfg, log, tokens=HF_CHECK_TOKENS):
     own reading of it, layer by layer on check_batch (baseline_logits), and say so. UserError naming
     the first layer past HF_TOLERANCE. Without transformers, a note that nothing was compared."""
     weights = FolderWeights(cfg.hf_model)
+    weights.check_declared(cfg)  # before any model of the declared size is built
     hf = transformers_reading(cfg.hf_model)
     if hf is None:
         log("note: transformers is not installed, so the folder is not checked against its reading "
@@ -481,6 +505,7 @@ def load_folder(model, folder, idx, log):
         load_weights(model, whole.state_dict(), folder)
         return
     weights = FolderWeights(folder)
+    weights.check_declared(model.config)
     notes, used = load(model, weights)
     log(f"loaded {folder} (config.json and weights)")
     if model.config.tie_embeddings != bool(read_config(folder).get("tie_word_embeddings")):

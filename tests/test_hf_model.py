@@ -2,6 +2,7 @@
 with the scale-vector switches on top (plumbing/hf_folder.py)."""
 
 import json
+import re
 import shutil
 import os
 import pickle
@@ -454,6 +455,29 @@ def test_the_start_compares_every_block_with_transformers_and_refuses_a_wrong_re
                                           r"\(.* of its largest value; tolerance 0.0001")
     run(start_args(tmp_path, folder, "--hf_check=False"))
     assert "checked" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("num_hidden_layers", 10_000_000, "declares num_hidden_layers=10,000,000 but the weights hold blocks 0..1"),
+    ("num_hidden_layers", 1, "declares num_hidden_layers=1 but the weights hold blocks 0..1"),
+    ("vocab_size", 10**9, "declares vocab_size=1,000,000,000 and hidden_size=32, but model.embed_tokens.weight is"),
+])
+def test_sizes_config_json_declares_are_checked_against_the_weights_before_anything_is_built(
+        tmp_path, monkeypatch, field, value, words):
+    """A config.json whose sizes are not its weights' (edited, or mixed from two downloads) is refused in
+    one line from the files' headers: hf_check with 10,000,000 layers built blocks until memory ran out.
+    The check reads headers only: no model is built (GPT is never called) before the refusal."""
+    from tools import hf_check
+    folder, _ = hf_folder(tmp_path / "hf", "qwen3")
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({**config, field: value}, f)
+    built = []
+    monkeypatch.setattr(folder_io, "GPT", lambda *a: built.append(a))
+    with pytest.raises(UserError, match=re.escape(words)) as e:
+        hf_check.main([folder, "--tokens=8"])
+    assert "\n" not in str(e.value) and not built
 
 
 def test_hf_check_checks_a_folder_without_training_and_bad_input_is_one_line(tmp_path, capsys):
