@@ -114,6 +114,8 @@ def whole_iteration(path):
                     return None, f"damaged: {info.relative_path} is missing or cut short"
             return it, None
         checked_stat(path)  # (torch.load maps it by name)
+        with open_checked(path) as f:
+            refuse_foreign_records(f, path)
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         return ckpt["iter"], None
     except Exception as e:  # (UserError too: run.pt missing or unreadable)
@@ -268,6 +270,28 @@ def save_run_checkpoint(path, model, optimizers, state, master):
         shutil.rmtree(other) if os.path.isdir(other) else os.remove(other)
 
 
+def refuse_foreign_records(f, path):
+    """UserError (one line) when the zip archive f (a ckpt.pt or run.pt, open for reading at its start)
+    holds a record torch.save never writes: a compressed one (torch stores every record as is), or one
+    whose stated size is past the archive's own. Read from the archive's directory alone, before any
+    record: a 2 MB file that inflates to 2 GB (a zip bomb) costs nothing. A file that is no zip passes
+    to torch.load, which names it."""
+    import zipfile
+    size = os.fstat(f.fileno()).st_size
+    try:
+        records = zipfile.ZipFile(f).infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        f.seek(0)
+        return
+    f.seek(0)
+    for info in records:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+            how = "compressed" if info.compress_type != zipfile.ZIP_STORED else "larger than the file"
+            raise UserError(f"checkpoint {path} is refused: its record {info.filename} is {how} ({info.file_size:,} "
+                            f"bytes stated, in a file of {size:,}), which torch.save never writes; nothing of it was "
+                            f"read. Use a checkpoint that train.py wrote")
+
+
 def load_checkpoint(path):
     """The checkpoint dict (tensors on the CPU); UserError if it is missing, unreadable or incomplete,
     or not a regular file of its folder (a link, a FIFO, a device: common.open_checked). A sharded
@@ -279,6 +303,7 @@ def load_checkpoint(path):
         return {**load_checkpoint(os.path.join(path, "run.pt")), "dcp": path}
     try:
         with open_checked(path, os.path.dirname(path)) as f:  # a FIFO, a device or a link: one line, never a wait
+            refuse_foreign_records(f, path)
             ckpt = torch.load(f, map_location="cpu", weights_only=True)
     except (UserError, PermissionError):  # (this user's access, not damage: cli says which)
         raise

@@ -535,3 +535,35 @@ def test_a_record_a_summary_or_a_run_log_that_is_not_its_own_file_is_one_line(tm
     with open_run_log({"out_dir": str(tmp_path)}) as f:
         f.write("a line\n")
     assert (tmp_path / "train.log").read_text() == "a line\n"
+
+
+@pytest.mark.parametrize("how", ["compressed", "stated past the file"])
+def test_a_checkpoint_record_torch_save_never_writes_is_refused_before_it_is_read(tmp_path, how):
+    """A ckpt.pt is a zip of stored records. One whose record is deflated (a 64 MiB tensor in some
+    64 KiB: a zip bomb) or states a size past the file is refused from the archive's directory, in one
+    line, before torch.load inflates anything; what torch.save writes passes the same check."""
+    import zipfile
+
+    from plumbing import checkpoint
+    made = tmp_path / "made.pt"
+    torch.save({"iter": 4, "w": torch.zeros(16)}, made)
+    with zipfile.ZipFile(made) as z:
+        assert all(i.compress_type == zipfile.ZIP_STORED for i in z.infolist())  # torch's own: stored
+        records = {i.filename: z.read(i) for i in z.infolist()}
+    path = tmp_path / "ckpt.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in records.items():
+            z.writestr(name, data)
+        if how == "compressed":
+            z.writestr("made/data/9", bytes(64 << 20), compress_type=zipfile.ZIP_DEFLATED)
+    if how == "stated past the file":  # the directory's size field of the last record, raised to 2 GiB
+        raw = bytearray(path.read_bytes())
+        at = raw.rfind(b"PK\x01\x02")
+        raw[at + 24:at + 28] = (2 << 30).to_bytes(4, "little")
+        path.write_bytes(bytes(raw))
+    with pytest.raises(UserError, match=r"is refused: its record .* (compressed|larger than the file)") as e:
+        checkpoint.load_checkpoint(str(path))
+    assert "\n" not in str(e.value)
+    with open(made, "rb") as f:
+        checkpoint.refuse_foreign_records(f, str(made))  # (raises nothing)
+        assert f.tell() == 0 and torch.load(f, weights_only=True)["iter"] == 4
