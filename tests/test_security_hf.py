@@ -409,6 +409,26 @@ def test_every_size_field_of_a_gguf_is_checked_against_its_tensors(tmp_path, ove
     refusal(lambda: gguf_to_hf.check_gguf(gguf), gguf, words)
 
 
+@pytest.mark.parametrize("offset, words", [
+    ("wraps to the header", "tensor token_embd.weight is stated at offset"),
+    ("past the file", "is not a GGUF file the gguf package reads"),  # (gguf's own reading fails here)
+])
+def test_a_gguf_tensor_whose_stated_offset_is_not_in_its_data_is_refused(tmp_path, offset, words):
+    """gguf adds a tensor's stated offset to the data's start in uint64: an offset of 2**64 - start reads
+    the file's header as that tensor's weights, converted silently. check_gguf compares the sum in
+    Python's integers, and each tensor's end with the file's size."""
+    import gguf
+    from tools import gguf_to_hf
+    path = tiny_gguf(tmp_path / "m.gguf")
+    reader = gguf.GGUFReader(path, "r+")  # (its fields are views of the file: a write edits it)
+    start, first = int(reader.data_offset), reader.tensors[0]
+    assert first.name == "token_embd.weight"
+    first.field.parts[-1][0] = (1 << 64) - start if offset == "wraps to the header" else os.path.getsize(path)
+    reader.data.flush()
+    del reader, first
+    refusal(lambda: gguf_to_hf.check_gguf(path), path, words)
+
+
 def test_a_gguf_missing_a_block_or_a_token_or_not_a_gguf_is_named(tmp_path):
     from tools import gguf_to_hf
     assert gguf_to_hf.check_gguf(tiny_gguf(tmp_path / "ok.gguf")) == "llama"  # the tiny file itself passes

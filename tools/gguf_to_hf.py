@@ -86,7 +86,8 @@ def check_gguf(path):
     from a block's ffn_down.weight, expert_count from its ffn_down_exps.weight; a head count or
     head width does not divide the rows of the block's attn_q / attn_k / attn_v.weight; any size
     is not a count, is wider than the widest dimension of any tensor in the file, or (context_length)
-    past MAX_CONTEXT.
+    past MAX_CONTEXT; a tensor's stated offset puts its bytes outside the file's data (an offset that
+    wraps 64 bits would read the header as weights).
     """
     from plumbing.hf_code import short
     reader, arch = open_gguf(path)
@@ -107,6 +108,13 @@ def check_gguf(path):
         if field(key) is None:
             raise UserError(f"{path}: no {arch}.{key} in its metadata (llama.cpp needs it too; transformers would "
                             f"build its own default size): {damaged}")
+    size = os.path.getsize(path)
+    for t in reader.tensors:  # gguf adds each stated offset to the data's start in uint64, which wraps silently
+        stated = int(t.field.parts[-1][0])
+        if int(reader.data_offset) + stated != int(t.data_offset) or int(t.data_offset) + int(t.n_bytes) > size:
+            raise UserError(f"{path}: tensor {t.name} is stated at offset {stated:,} of the data, which starts at byte "
+                            f"{int(reader.data_offset):,} of {size:,}: its bytes are not in the file (read as stated, "
+                            f"they would be other bytes of it): {damaged}")
     blocks = sorted({int(m.group(1)) for name in shapes if (m := re.match(r"(?:\w+\.)?blk\.(\d+)\.", name))})
     n = field("block_count")
     if type(n) is not int or blocks != list(range(n)):
