@@ -65,7 +65,8 @@ def cli(main):
     itself, to save first); an error where the command meets the file system (os_error_line: permission,
     a full disk, a quota, a file-size limit, a read-only disk, a name too long, a path gone), wrapped or
     not, one line naming the path, the cause and the fix (exit 1); output piped into a reader that closes
-    early (`| head`) ends quietly."""
+    early (`| head`) ends quietly. Under torchrun, a rank whose collective lost a peer (that peer stopped on
+    its own error) says so in one line, without a traceback: the peer's line is the cause."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)  # Python's default skips every finally: a writer's cleanup
     try:
@@ -85,11 +86,26 @@ def cli(main):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         sys.exit(1)
     except BaseException as e:  # (torch's CheckpointException is a BaseException)
+        if _peer_ended(e):  # its own line (torchrun's summary shows it last) says why, not this rank's traceback
+            print(f"rank {os.environ['RANK']}: stopped: another process of this run ended first (its own line, "
+                  f"rank 0's as a rule, says why)", file=sys.stderr)
+            sys.exit(1)
         line = os_error_line(e)
         if line is None or isinstance(e, (SystemExit, GeneratorExit)):
             raise
         _say(line)
     sys.exit(code)
+
+
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo's and NCCL's words
+
+
+def _peer_ended(e):
+    """Whether e ended a rank other than 0 because a collective lost a peer process (it stopped on its
+    own error): a RuntimeError of torch.distributed's backend saying the connection closed."""
+    if os.environ.get("RANK", "0") == "0" or "torch.distributed" not in sys.modules:
+        return False
+    return isinstance(e, RuntimeError) and any(words in str(e) for words in PEER_GONE)
 
 
 def _say(message):

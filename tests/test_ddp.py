@@ -274,3 +274,38 @@ def test_a_peer_that_never_comes_is_said_within_seconds_and_the_timeout_is_one_l
                for line in lines), done.stderr[-3000:]
     assert lines[-1].startswith(f"error: rank {rank}: the other processes of 2 did not join at 127.0.0.1:{port}"), lines[-1]
     assert not (tmp_path / "out").exists()
+
+
+ALONE = """
+import sys
+sys.path.insert(0, {root!r})
+import torch
+from plumbing import common
+from configurator import UserError
+
+def main(argv):
+    rank, _, world = common.setup_distributed("cpu", 60)
+    if rank == 0:
+        raise UserError("rank 0's own problem: its fix")
+    torch.distributed.all_reduce(torch.ones(1))  # rank 0 never comes: gloo says the connection closed
+    return 0
+
+common.cli(main)
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_that_loses_its_peer_says_so_in_one_line_and_rank_0s_line_is_the_cause(tmp_path):
+    """Rank 0 stops on its own error while rank 1 waits in a collective: rank 1 was a 15-line gloo
+    traceback around rank 0's one line; now one line pointing at the peer's, and torchrun's summary
+    ends with rank 0's line as the root cause."""
+    from test_train import ROOT
+    script = tmp_path / "alone.py"
+    script.write_text(ALONE.format(root=ROOT))
+    done = torchrun(2, str(script), timeout=120)
+    assert done.returncode != 0
+    assert "[rank1]: Traceback" not in done.stderr and "Connection closed by peer" not in done.stderr, done.stderr
+    assert "error: rank 0's own problem: its fix" in done.stderr
+    assert "rank 1: stopped: another process of this run ended first" in done.stderr
+    cause = done.stderr.split("Root Cause")[-1]
+    assert "rank      : 0" in cause and "error: rank 0's own problem: its fix" in cause, cause
