@@ -31,7 +31,7 @@ import torch
 
 from plumbing.checkpoint import is_sharded, load_weights
 from plumbing.common import read_json
-from configurator import UserError
+from configurator import MOST_BITS, UserError
 from plumbing.dataset import read_meta
 from plumbing.hf_code import refuse_code, short
 from model import BASELINE, BRANCHES, CHOICES, GPT, model_config, rope_tables
@@ -44,8 +44,8 @@ FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}  # safetensors' dtype names that lo
 # Every config.json field the import reads or refuses, and what it must be (a "?" kind: absent or
 # null is allowed). A field of another type is one line naming it, never a traceback or a cast.
 FIELD_KINDS = {
-    "count": (lambda v: type(v) is int and v > 0, "a positive int"),
-    "positive": (lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0, "a positive number"),
+    "count": (lambda v: type(v) is int and 0 < v <= 2**MOST_BITS, f"a positive int of a real size (at most 2**{MOST_BITS})"),
+    "positive": (lambda v: type(v) in (int, float) and 0 < v <= 2**MOST_BITS and math.isfinite(v), "a positive number"),
     "bool": (lambda v: type(v) is bool, "true or false"),
     "str": (lambda v: type(v) is str, "a string"),
     "dict": (lambda v: type(v) is dict, "an object"),
@@ -86,7 +86,7 @@ def read_config(folder):
             raise UserError(f"hf_model={folder!r}: config.json lacks {field!r}, which a Llama or Qwen3 config has: "
                             f"it is incomplete (save the model with save_pretrained)")
         if field in c and not (ok(c[field]) or optional and c[field] is None):
-            raise UserError(f"{path}: {field}={c[field]!r} is not {what}: the file is damaged or hand-edited")
+            raise UserError(f"{path}: {field}={short(c[field])} is not {what}: the file is damaged or hand-edited")
     for field in SUB_CONFIGS:
         if c.get(field) is not None:
             raise UserError(f"{path}: {field}={short(c[field])} is a nested model's config, which a Llama or Qwen3 "

@@ -480,6 +480,22 @@ def test_sizes_config_json_declares_are_checked_against_the_weights_before_anyth
     assert "\n" not in str(e.value) and not built
 
 
+@pytest.mark.parametrize("field", [f for f, kind in folder_io.CONFIG_FIELDS.items()
+                                   if kind.rstrip("?") in ("count", "positive")])
+def test_a_number_past_any_real_size_in_config_json_is_one_line(tmp_path, field):
+    """Every count and number field of config.json at 10**400 (JSON holds any integer): one line naming
+    the field, read before any size is computed from it (an OverflowError, or transformers' traceback,
+    in hf_check before)."""
+    folder, _ = hf_folder(tmp_path / "hf", "llama")
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({**config, field: 10**400}, f)
+    with pytest.raises(UserError, match=rf"config.json: {field}=1000.*\.\.\. is not a positive") as e:
+        folder_io.read_config(folder)
+    assert "\n" not in str(e.value)
+
+
 def test_hf_check_checks_a_folder_without_training_and_bad_input_is_one_line(tmp_path, capsys):
     from tools import hf_check
     folder, _ = hf_folder(tmp_path / "hf", "qwen3")
