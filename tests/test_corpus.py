@@ -342,3 +342,42 @@ def test_fineweb_without_the_network_is_one_line_and_writes_nothing(tmp_path, mo
     with pytest.raises(SystemExit, match="needs the network"):
         fineweb.main(["--val_tokens=1", "--train_tokens=1e3", "--workers=1", f"--out={out}"], load_dataset=broken)
     assert not out.exists() or sorted(os.listdir(out)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
+def test_a_prepare_stopped_mid_encoding_leaves_no_token_files_once_it_or_its_rerun_ends(tmp_path, signal_name):
+    """The prepare scripts write GBs of token files under temporary names. A SIGTERM (a cluster's time
+    limit) runs their cleanup: one 'terminated' line, exit 143, the folder as it was. A SIGKILL runs
+    none: the next run removes the killed one's files, says so, and writes the dataset whole."""
+    import random
+    import signal
+    import subprocess
+    import time
+    gpt2_bpe()
+    rng = random.Random(0)
+    words = ["alpha", "beta", "gamma", "delta", "scale", "vector", "norm", "model"]
+    docs = tmp_path / "docs.jsonl"
+    with open(docs, "w") as f:
+        for _ in range(20000):
+            f.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(300))}) + "\n")
+    out = tmp_path / "out"
+    argv = [sys.executable, os.path.join(ROOT, "data", "corpus", "prepare.py"), str(docs), f"--out={out}", "--workers=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        deadline = time.monotonic() + 120
+        while not (out.is_dir() and any(".tmp" in n for n in os.listdir(out))):
+            assert proc.poll() is None and time.monotonic() < deadline, "it ended before writing token files"
+            time.sleep(0.05)
+        proc.send_signal(getattr(signal, signal_name))
+        _, err = proc.communicate(timeout=120)
+    if signal_name == "SIGTERM":
+        assert proc.returncode == 143 and err.startswith("terminated (SIGTERM)") and err.count("\n") == 1, err
+        assert os.listdir(out) == []
+        return
+    left = sorted(n for n in os.listdir(out) if ".tmp" in n)
+    assert proc.returncode == -9 and left
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(out)) == ["meta.pkl", "train.bin", "val.bin"]
+    assert all(f"removed {out / n}: a half-written token file" in done.stderr for n in left), done.stderr

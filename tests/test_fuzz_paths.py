@@ -243,9 +243,14 @@ def bound_by_modes():
     return drop_file_capabilities
 
 
+# the Python files a command reads (an ablation file): their links and FIFOs are configurator's affair
+# (tests/test_config.py); their modes are checked here with the rest
+PERMISSION_ONLY = {"plot": {"{ablation}": FILE}, "sweep": {"{ablation}": FILE}, "ladder": {"{ladder}": FILE}}
+
+
 def permission_cases():
     for command, (_, slots) in COMMANDS.items():
-        for slot, kind in slots.items():
+        for slot, kind in {**slots, **PERMISSION_ONLY.get(command, {})}.items():
             made_by_it = any(a in slot for a in ABSENT) or any(slot.startswith(g) for g in GONE.get(command, ()))
             if not made_by_it:  # (a path the command makes has no mode to deny before it)
                 yield pytest.param(command, slot, kind, id=f"{command}:{slot.strip('{}')}")
