@@ -46,6 +46,7 @@ import torch
 
 from plumbing import fused
 from plumbing.checkpoint import save_run_checkpoint
+from plumbing.dataset import id_past_vocab
 from plumbing.common import StopSignals, agree, cli, compile_errors, end_distributed, numerics_env, shard, stop_signal
 from configurator import UserError, load_config, usage
 from plumbing.mechanism import start_mechanism
@@ -182,13 +183,8 @@ def get_batch(data, split, index, micro_step, cfg, device):
     window = np.stack([arr[i:i + cfg.block_size + 1] for i in ix]).astype(np.int64)  # one gather for x and y
     n = len(arr)
     del arr
-    top = int(window.max())  # checked per batch: a full scan of a 5 GB file is slow
-    if top >= cfg.vocab_size:  # (the start's sample of the file held none: dataset.load_data)
-        row, col = np.unravel_index(int(window.argmax()), window.shape)
-        raise UserError(f"{split}.bin holds token id {top} >= vocab_size={cfg.vocab_size} at token {int(ix[row]) + col:,} "
-                        f"of {n:,}, where the sample read at start held none: that part of the file is damaged or "
-                        f"from another tokenizer; write the dataset again with its prepare script (raise "
-                        f"--vocab_size only if the tokenizer's ids reach {top})")
+    if int(window.max()) >= cfg.vocab_size:  # checked per batch: a full scan of a 5 GB file is slow
+        raise id_past_vocab(f"{split}.bin", window, ix, n, cfg.vocab_size)
     x, y = torch.from_numpy(window[:, :-1].copy()), torch.from_numpy(window[:, 1:].copy())
     if device.type == "cuda":
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)

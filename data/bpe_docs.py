@@ -22,7 +22,8 @@ from typing import NamedTuple
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-from plumbing.common import cli, os_error, remove_leftovers, temporary_prefix, writing  # noqa: E402,F401 (cli: the prepare scripts')
+from plumbing.common import cli  # noqa: E402,F401 (the prepare scripts' entry)
+from plumbing.disk import os_error, remove_leftovers, temporary_prefix, writing  # noqa: E402,F401
 
 ENCODING = "r50k_base"
 EOT = 50256                                   # <|endoftext|>, after every document

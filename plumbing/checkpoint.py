@@ -1,4 +1,5 @@
-"""Checkpoints and the run log: atomic save, checked load, resume, and a model back for sampling/export.
+"""Checkpoints: atomic save, checked load, resume, and a model back for sampling/export (log.jsonl is
+written and read by ops.py: append_log, read_log, trim_log).
 
 A run's out_dir holds
     ckpt.pt    {"model": state dict (uncompiled, unwrapped), "optimizers": [state dicts],
@@ -20,7 +21,6 @@ user does not set again come from the checkpoint; rows logged after it are dropp
 """
 
 import io
-import json
 import os
 import pickle
 import shutil
@@ -29,7 +29,8 @@ from contextlib import contextmanager
 
 import torch
 
-from plumbing.common import SHORT_WRITE, checked_stat, open_checked, present, writing
+from plumbing.common import checked_stat, open_checked
+from plumbing.disk import present, writing
 from configurator import TRACKING_KEYS, UserError, complete
 
 
@@ -339,9 +340,6 @@ CKPT_FIELDS = {
 }
 
 
-LOG_NAME = "log.jsonl"
-
-
 # -----------------------------------------------------------------------------
 # Resume
 
@@ -567,64 +565,3 @@ def load_weights(model, state, source):
         set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
     else:
         model.load_state_dict(weights)
-
-
-# -----------------------------------------------------------------------------
-# The log
-
-
-def read_log(path):
-    """The rows of a log.jsonl, each a dict with a str "kind" and int "iter" and "tokens"; a last
-    line torn by a crash mid-write is skipped. The one reader of logs (train.py's resume, the
-    sweep, plot.py --run). Raises UserError naming the file and line of any other line that is
-    not such a row (bad JSON, null, bytes that are not UTF-8), so one damaged file is one line, not a
-    traceback; a torn last line may hold any bytes (a write cut mid-character)."""
-    with open_checked(path) as f:  # a FIFO, a device or a link: one line (common.checked_stat), never a wait
-        lines = f.read().splitlines()
-    rows = []
-    for n, raw in enumerate(lines, 1):
-        line = raw.decode("utf-8", errors="replace")
-        try:
-            row = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            if n == len(lines) and raw.startswith(b"{"):  # a row torn by a crash mid-write: never whole
-                continue
-            row = None
-        if not (isinstance(row, dict) and isinstance(row.get("kind"), str) and type(row.get("iter")) is int
-                and type(row.get("tokens")) is int):
-            raise UserError(f"{path}, line {n}: {line[:60]!r} is not a log row (a JSON object with kind, iter and "
-                            f"tokens): the log is damaged; delete the line (the run's checkpoint is unaffected) or "
-                            f"the run's folder and run it again")
-        rows.append(row)
-    return rows
-
-
-def trim_log(path, last_iter):
-    """Drop log rows past last_iter (rows of a run that went on after its checkpoint)."""
-    if not os.path.exists(path):
-        return
-    rows = [r for r in read_log(path) if r["iter"] <= last_iter]
-    with atomic_write(path) as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-
-
-def append_log(path, row):
-    """Append one row (a JSON-able dict) to log.jsonl in one write. If the write fails or is short
-    (a full disk), the file is cut back to its last whole row and an OSError naming path is raised:
-    the log never holds a torn row."""
-    line = (json.dumps(row) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        try:
-            written = os.write(fd, line)
-            if written != len(line):  # a full disk, a quota or a file-size limit: the write does not say which
-                raise OSError(SHORT_WRITE, f"a short write ({len(line)} requested and {written} written)")
-        except OSError as e:
-            try:
-                os.ftruncate(fd, size)
-            except OSError:
-                pass  # not a regular file (a device): there is nothing to cut back
-            raise OSError(e.errno, e.strerror, path) from None
-    finally:
-        os.close(fd)

@@ -21,7 +21,8 @@ import sys
 import numpy as np
 import torch
 
-from plumbing.common import checked_stat, open_checked, present
+from plumbing.common import checked_stat, open_checked
+from plumbing.disk import present
 from configurator import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository (this file is in plumbing/)
@@ -323,6 +324,18 @@ def check_token_file(path, dtype, recorded, vocab, block_size, meta_path):
         raise UserError(f"{path} holds token id {top} >= vocab_size={vocab} (read as {dtype}): set --vocab_size "
                         f"(or meta.pkl's vocab_size) to the tokenizer's size, or record in meta.pkl's 'dtype' "
                         f"the dtype the file was written with")
+
+
+def id_past_vocab(name, window, starts, n, vocab_size):
+    """The UserError for a batch (window: (batch, tokens) ids read from `starts`) holding an id >= vocab_size
+    in a file of n tokens whose sample at start (load_data) held none: it names the first such token's
+    place, since that part of the file, not vocab_size, is what is wrong."""
+    row, col = np.unravel_index(int(window.argmax()), window.shape)
+    top = int(window[row, col])
+    return UserError(f"{name} holds token id {top} >= vocab_size={vocab_size} at token {int(starts[row]) + int(col):,} "
+                     f"of {n:,}, where the sample read at start held none: that part of the file is damaged or from "
+                     f"another tokenizer; write the dataset again with its prepare script (raise --vocab_size only "
+                     f"if the tokenizer's ids reach {top})")
 
 
 GPT2_VOCAB = 50257  # r50k_base's ids, <|endoftext|> = 50256 the last

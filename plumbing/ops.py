@@ -1,8 +1,9 @@
 """What a run checks and says, apart from the training itself: the config check against the
 registries (check_config, inert_keys, the notes at start), what it prints at its start (describe:
 the groups, the size, the FLOPs and time it needs), its log rows (the train rows read from the
-device in batches: TrainRows) and W&B tracker, its progress lines and warnings as it goes, the
-diverged message and its end-of-run sample.
+device in batches: TrainRows), log.jsonl itself (appended in whole rows, read back, trimmed on
+resume) and W&B tracker, its progress lines and warnings as it goes, the diverged message and its
+end-of-run sample.
 
 The choices of a switch live with the code that implements them (model.CHOICES: scale classes,
 placements; optim.CHOICES: optimizers, schedules, decay recipes), and so do the rules that say
@@ -11,6 +12,7 @@ them together for train.py, research/sweep.py and `--help`. How a run starts is 
 process utilities every command shares are common.py's.
 """
 
+import json
 import math
 import os
 import time
@@ -21,13 +23,16 @@ import torch
 import model
 import optim
 from plumbing import contracts, fused
-from plumbing.checkpoint import append_log, read_log
-from plumbing.common import fmt_duration, peak_flops, stop_signal
+from plumbing.checkpoint import atomic_write
+from plumbing.common import fmt_duration, open_checked, peak_flops, stop_signal
+from plumbing.disk import SHORT_WRITE
 from configurator import UserError, check, unusual
 from plumbing.dataset import make_codec
 from plumbing.mechanism import renamed_mechanism
 from plumbing.memory import check_memory
 from optim import format_groups, lr_multiplier
+
+LOG_NAME = "log.jsonl"
 
 PROGRESS_EVERY_S = 15  # a progress line at least this often, whatever log_interval says
 CPU_FLOPS = 2e11  # FLOP/s a free, fast CPU reaches on these models (the default run: ~1.4e11 on 2 cores)
@@ -439,7 +444,7 @@ def row_problem(row):
 
 
 def read_rows(path):
-    """checkpoint.read_log's rows of a log.jsonl, each checked by row_problem: the one reader of logs in
+    """read_log's rows of a log.jsonl, each checked by row_problem: the one reader of logs in
     research code (the sweep's state and records, plot.py --run), and what a resume checks the rows
     it keeps with (start.begin), so a row research code would refuse is refused then. Raises UserError (one line naming
     the file, the line, the key and the fix) for the first row that lacks what is read from it."""
@@ -452,3 +457,64 @@ def read_rows(path):
         if isinstance(row.get("mechanism"), dict):  # a log written before a statistic's rename
             row["mechanism"] = renamed_mechanism(row["mechanism"])
     return rows
+
+
+# -----------------------------------------------------------------------------
+# The log: log.jsonl, whole rows only
+
+
+def read_log(path):
+    """The rows of a log.jsonl, each a dict with a str "kind" and int "iter" and "tokens"; a last
+    line torn by a crash mid-write is skipped. The one reader of logs (train.py's resume, the
+    sweep, plot.py --run). Raises UserError naming the file and line of any other line that is
+    not such a row (bad JSON, null, bytes that are not UTF-8), so one damaged file is one line, not a
+    traceback; a torn last line may hold any bytes (a write cut mid-character)."""
+    with open_checked(path) as f:  # a FIFO, a device or a link: one line (common.checked_stat), never a wait
+        lines = f.read().splitlines()
+    rows = []
+    for n, raw in enumerate(lines, 1):
+        line = raw.decode("utf-8", errors="replace")
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            if n == len(lines) and raw.startswith(b"{"):  # a row torn by a crash mid-write: never whole
+                continue
+            row = None
+        if not (isinstance(row, dict) and isinstance(row.get("kind"), str) and type(row.get("iter")) is int
+                and type(row.get("tokens")) is int):
+            raise UserError(f"{path}, line {n}: {line[:60]!r} is not a log row (a JSON object with kind, iter and "
+                            f"tokens): the log is damaged; delete the line (the run's checkpoint is unaffected) or "
+                            f"the run's folder and run it again")
+        rows.append(row)
+    return rows
+
+
+def trim_log(path, last_iter):
+    """Drop log rows past last_iter (rows of a run that went on after its checkpoint)."""
+    if not os.path.exists(path):
+        return
+    rows = [r for r in read_log(path) if r["iter"] <= last_iter]
+    with atomic_write(path) as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def append_log(path, row):
+    """Append one row (a JSON-able dict) to log.jsonl in one write. If the write fails or is short
+    (a full disk), the file is cut back to its last whole row and an OSError naming path is raised:
+    the log never holds a torn row."""
+    line = (json.dumps(row) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, line)
+            if written != len(line):  # a full disk, a quota or a file-size limit: the write does not say which
+                raise OSError(SHORT_WRITE, f"a short write ({len(line)} requested and {written} written)")
+        except OSError as e:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass  # not a regular file (a device): there is nothing to cut back
+            raise OSError(e.errno, e.strerror, path) from None
+    finally:
+        os.close(fd)

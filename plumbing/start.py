@@ -27,15 +27,14 @@ from typing import Any, Callable
 
 import torch
 
-from plumbing.checkpoint import (CKPT_NAMES, LOG_NAME, append_log, checkpoint_path, clean_stale, newest_checkpoint, read_log,
-                        restore, resume_config, trim_log)
+from plumbing.checkpoint import CKPT_NAMES, checkpoint_path, clean_stale, newest_checkpoint, restore, resume_config
 from plumbing.common import (check_numerics, check_processes, distributed_env_problem, file_kind, resolve_device,
                              setup_distributed)
 from configurator import UserError, complete, folder_problem
 from plumbing.dataset import check_vocabulary, dataset_dir, load_data, meta_vocab_size, recorded_vocab_size
 from plumbing.hf_folder import check_data, check_folder, load_folder, merged_config
 from model import model_config
-from plumbing.ops import check_config, read_rows, start_tracker
+from plumbing.ops import LOG_NAME, append_log, check_config, read_log, read_rows, start_tracker, trim_log
 
 
 # -----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from research import ablation
 from research import plot
 from research import records
-from plumbing.checkpoint import append_log, read_log, trim_log
+from plumbing.ops import append_log, read_log, trim_log
 from conftest import ROOT
 from configurator import DEFAULTS, UserError
 from test_sweep import fake_rows, write_ablation
@@ -207,7 +207,7 @@ def test_every_committed_record_passes_the_check():
 def test_a_damaged_log_line_is_one_error_naming_the_file_and_line(tmp_path, line):
     """Mid-file (a torn last line alone is a crash's and is skipped): bad JSON, null, a list, a row
     without iter and tokens; and a binary file."""
-    from plumbing.checkpoint import read_log
+    from plumbing.ops import read_log
 
     path = tmp_path / "log.jsonl"
     good = json.dumps({"kind": "train", "iter": 1, "tokens": 8})

@@ -17,10 +17,11 @@ import pytest
 import torch
 
 from plumbing import common as shared  # (tests name their argument lists `common`)
+from plumbing import disk
 import configurator
 from plumbing import ops
 import train as train_mod
-from plumbing.checkpoint import read_log as read_log_rows  # skips a last line torn mid-write
+from plumbing.ops import read_log as read_log_rows  # skips a last line torn mid-write
 from plumbing.common import resolve_device
 from conftest import ROOT, snapshot
 from configurator import UserError
@@ -373,24 +374,24 @@ def test_resuming_with_another_max_iters_says_which_schedule_each_part_ran_on(tm
 
 def test_append_log_cut_short_by_a_full_disk_leaves_only_whole_rows(tmp_path, monkeypatch):
     """A short write (the disk filled mid-row) is cut back: the file is its earlier rows, byte for byte."""
-    from plumbing import checkpoint
+    from plumbing import ops as log_io
     path = str(tmp_path / "log.jsonl")
-    checkpoint.append_log(path, {"kind": "train", "iter": 1, "tokens": 8, "loss": 3.5})
+    log_io.append_log(path, {"kind": "train", "iter": 1, "tokens": 8, "loss": 3.5})
     before = open(path, "rb").read()
     real_write = os.write
 
     def half_write(fd, data):
         return real_write(fd, data[: len(data) // 2])
 
-    monkeypatch.setattr(checkpoint.os, "write", half_write)
+    monkeypatch.setattr(log_io.os, "write", half_write)
     with pytest.raises(OSError) as info:
-        checkpoint.append_log(path, {"kind": "train", "iter": 2, "tokens": 16, "loss": 3.25})
+        log_io.append_log(path, {"kind": "train", "iter": 2, "tokens": 16, "loss": 3.25})
     monkeypatch.undo()
-    assert info.value.errno == shared.SHORT_WRITE and info.value.filename == path  # (full, quota or size limit)
-    line = shared.os_error_line(info.value)
+    assert info.value.errno == disk.SHORT_WRITE and info.value.filename == path  # (full, quota or size limit)
+    line = disk.os_error_line(info.value)
     assert f"at {path}: the disk took part of the write" in line and "ulimit -f" in line and "df -h" in line
     assert open(path, "rb").read() == before
-    checkpoint.append_log(path, {"kind": "train", "iter": 2, "tokens": 16, "loss": 3.25})  # space freed: the log goes on
+    log_io.append_log(path, {"kind": "train", "iter": 2, "tokens": 16, "loss": 3.25})  # space freed: the log goes on
     assert [r["iter"] for r in read_log_rows(path)] == [1, 2]
 
 
@@ -492,7 +493,7 @@ def test_a_refused_write_inside_any_library_is_one_line(tmp_path, writer):
     assert "limit" in done.stderr or "disk is full" in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("code", sorted(c for c in shared.OS_CAUSES if c > 0))  # (numpy's short write: above)
+@pytest.mark.parametrize("code", sorted(c for c in disk.OS_CAUSES if c > 0))  # (numpy's short write: above)
 @pytest.mark.parametrize("wrap", ["bare", "cause", "context"])
 def test_cli_says_each_file_system_refusal_in_one_line_with_its_cause(tmp_path, capsys, code, wrap):
     """Every errno of OS_CAUSES, raised bare or under another exception (a library's RuntimeError from
@@ -513,7 +514,7 @@ def test_cli_says_each_file_system_refusal_in_one_line_with_its_cause(tmp_path, 
     with pytest.raises(SystemExit) as info:
         shared.cli(main)
     err = capsys.readouterr().err
-    cause = shared.OS_CAUSES[code][0].split("{")[0].strip()
+    cause = disk.OS_CAUSES[code][0].split("{")[0].strip()
     assert info.value.code == 1 and err.count("\n") == 1, err
     assert err.startswith(f"error: {os.strerror(code)} at {path}: {cause}"), err
 
@@ -535,7 +536,7 @@ def test_permission_denied_names_what_this_user_may_not_do(tmp_path):
     unreadable, folder = tmp_path / "ckpt.pt", tmp_path / "locked"
     unreadable.write_bytes(b"x")
     folder.mkdir()
-    words = {p: shared.os_error_line(PermissionError(errno.EACCES, "Permission denied", str(p)))
+    words = {p: disk.os_error_line(PermissionError(errno.EACCES, "Permission denied", str(p)))
              for p in (unreadable, folder, folder / "new.bin")}
     assert "may not write this file" in words[unreadable] or "may not read this file" in words[unreadable]
     assert "may not list or create files in this folder" in words[folder]
@@ -575,13 +576,13 @@ def test_a_killed_runs_temporaries_are_removed_by_the_next_run_and_a_running_one
     leftover = tmp_path / f".export-{dead}-abc"
     (leftover / "hf").mkdir(parents=True)
     (leftover / "hf" / "model.safetensors").write_bytes(b"x" * 1000)
-    running = tmp_path / shared.temporary_prefix(".export-")
+    running = tmp_path / disk.temporary_prefix(".export-")
     running.mkdir()
     kept = [running, tmp_path / f".export-{dead}", tmp_path / f".exports-{dead}-x", tmp_path / f"train.bin.tmp{dead}-"]
     for path in kept[1:]:
         path.write_text("a user's")
     (tmp_path / f".export-{dead}-link").symlink_to(tmp_path / "elsewhere")
-    removed = shared.remove_leftovers(str(tmp_path), ".export-", "a half-written export")
+    removed = disk.remove_leftovers(str(tmp_path), ".export-", "a half-written export")
     assert removed == [str(leftover)] and not leftover.exists()
     assert all(p.exists() for p in kept) and (tmp_path / f".export-{dead}-link").is_symlink()
     assert capsys.readouterr().err == f"removed {leftover}: a half-written export, left by a run of this command that was killed\n"

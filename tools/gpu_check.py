@@ -321,7 +321,7 @@ def stage_ddp(check, timeout):
 
 
 def stage_fsdp(check, timeout):
-    from plumbing.checkpoint import read_log
+    from plumbing.ops import read_log
 
     if check.device == "cuda" and check.gpus < 2:
         return {"rc": 0, "seconds": 0, "not_run": f"FSDP2 needs 2 or more GPUs; this machine has {check.gpus}"}
@@ -393,7 +393,7 @@ def stage_protocol(check, timeout):
 
 
 def stage_train(check, timeout):
-    from plumbing.checkpoint import read_log
+    from plumbing.ops import read_log
     from configurator import load_config
 
     cmd = check.commands["train"]
@@ -427,7 +427,7 @@ def stage_train(check, timeout):
 
 
 def stage_resume(check, timeout):
-    from plumbing.checkpoint import read_log
+    from plumbing.ops import read_log
 
     total, n = check.size["train_iters"] + check.size["resume_iters"], check.size["resume_iters"]
     result, _ = run_command("resume", check.commands["resume"], timeout, check.out)
