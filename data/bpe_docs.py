@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from plumbing.common import cli  # noqa: E402,F401 (the prepare scripts' entry)
-from plumbing.disk import os_error, remove_leftovers, temporary_prefix, writing  # noqa: E402,F401
+from plumbing.disk import SHORT_WRITE, os_error, remove_leftovers, temporary_prefix, writing  # noqa: E402,F401
 
 ENCODING = "r50k_base"
 EOT = 50256                                   # <|endoftext|>, after every document
@@ -264,10 +264,14 @@ class TokenFiles:
     def commit(self):
         with open(self.tmp("meta.pkl"), "wb") as f:
             pickle.dump(self.meta, f)
-        for f in self.files.values():
-            f.flush()
-            os.fsync(f.fileno())
+        for split, f in self.files.items():
+            with writing(f.name):
+                f.flush()
+                os.fsync(f.fileno())
+            written, meant = os.fstat(f.fileno()).st_size, self.counts[split] * np.dtype(self.meta.get("dtype", "uint16")).itemsize
             f.close()
+            if written != meant:  # a write the disk cut short that nothing reported (a file-size limit, past a buffer)
+                raise OSError(SHORT_WRITE, f"a short write ({meant} bytes meant, {written} on disk)", f.name)
         for name in ("train.bin", "meta.pkl"):  # from here the folder holds no dataset the trainer takes
             if os.path.exists(self.path(name)):
                 os.remove(self.path(name))

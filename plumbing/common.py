@@ -82,6 +82,10 @@ def cli(main):
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
+    except SystemExit as e:  # a script's SystemExit("words") (the prepare scripts'): the same one line
+        if isinstance(e.code, str):
+            _say(e.code if e.code.startswith("error: ") else f"error: {e.code}")
+        raise
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         sys.exit(1)
@@ -114,8 +118,10 @@ def _say(message):
     sys.exit(1)
 
 
-class Terminated(Exception):
-    """Raised in the main thread by a SIGTERM under cli: every finally and except on the way out runs."""
+class Terminated(BaseException):
+    """Raised in the main thread by a SIGTERM under cli: every finally on the way out runs. A
+    BaseException, as KeyboardInterrupt: a library's `except Exception` must not swallow it (a half-done
+    import would be left behind)."""
 
 
 def _terminate(signum, frame):

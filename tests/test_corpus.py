@@ -381,3 +381,39 @@ def test_a_prepare_stopped_mid_encoding_leaves_no_token_files_once_it_or_its_rer
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(out)) == ["meta.pkl", "train.bin", "val.bin"]
     assert all(f"removed {out / n}: a half-written token file" in done.stderr for n in left), done.stderr
+
+
+@pytest.mark.slow
+def test_a_dataset_the_disk_cut_short_is_refused_and_the_old_one_kept(tmp_path):
+    """Under a file-size limit numpy's buffered writes of train.bin stopped at the limit without an
+    error, and the prepare script replaced a whole dataset by a truncated one (exit 0). Now each token
+    file's size is checked against the ids written before it goes in place: one line, exit 1, the old
+    dataset byte for byte."""
+    import random
+    import resource
+    import signal
+    import subprocess
+    gpt2_bpe()
+    rng = random.Random(0)
+    words = ["alpha", "beta", "gamma", "delta", "scale", "vector", "norm", "model"]
+
+    def corpus(path, n):
+        with open(path, "w") as f:
+            for _ in range(n):
+                f.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(300))}) + "\n")
+        return str(path)
+
+    out = tmp_path / "out"
+    argv = [sys.executable, os.path.join(ROOT, "data", "corpus", "prepare.py"), "--workers=1", f"--out={out}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([*argv, corpus(tmp_path / "small.jsonl", 200)], check=True, capture_output=True, env=env, timeout=300)
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+
+    def small_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), or comes up short
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+
+    done = subprocess.run([*argv, corpus(tmp_path / "big.jsonl", 5000)], capture_output=True, text=True, env=env,
+                          timeout=300, preexec_fn=small_disk)
+    assert done.returncode == 1 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before

@@ -344,19 +344,27 @@ def test_no_check_says_so_in_the_model_card(tmp_path):
     assert "logits not checked against the source model (--no_check)" in card and "nan" not in card
 
 
-def test_sigterm_during_an_export_leaves_nothing(tmp_path, monkeypatch):
-    """A scheduler's SIGTERM mid-export exits 143 through the cleanup: no hidden partial folder."""
+def test_sigterm_during_an_export_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """A scheduler's SIGTERM mid-export, under cli as the command runs: exit 143 through the cleanup,
+    one 'terminated' line, no hidden partial folder."""
+    from plumbing import common
     needs_transformers()
     data = make_dataset(tmp_path / "ds")
     out = tmp_path / "out"
     run(tiny_args(data, str(out), "--max_iters=1", "--eval_interval=0"))
     before = sorted(os.listdir(out))
+    capsys.readouterr()
     monkeypatch.setattr(export, "max_logit_diff", lambda *a: os.kill(os.getpid(), signal.SIGTERM) or 0.0)
-    handler = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as info:
-        export.main([f"--out_dir={out}"])
-    assert info.value.code == 143 and sorted(os.listdir(out)) == before
-    assert signal.getsignal(signal.SIGTERM) is handler  # main() puts the previous handler back
+    monkeypatch.setattr(sys, "argv", ["export.py", f"--out_dir={out}"])
+    handler = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # (as a fresh process has it)
+    try:
+        with pytest.raises(SystemExit) as info:
+            common.cli(export.main)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    err = capsys.readouterr().err
+    assert info.value.code == 143 and err.startswith("terminated (SIGTERM)") and err.count("\n") == 1, err
+    assert sorted(os.listdir(out)) == before
 
 
 def test_an_export_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path):

@@ -54,7 +54,6 @@ import functools
 import json
 import math
 import shutil
-import signal
 import tempfile
 import warnings
 
@@ -534,13 +533,8 @@ def main(argv):
     export_dir = args.export_dir or os.path.join(args.out_dir, "hf")
     ckpt_path = checkpoint_in(args.out_dir)
     model, ckpt = load_model(ckpt_path)
-    # SIGTERM (a scheduler, kill) exits through export()'s cleanup as Ctrl-C does: no half-written folder
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        diff = export(model, export_dir, ckpt.get("meta"), check=not args.no_check, tol=args.tol,
-                      source=ckpt_path, ckpt=ckpt)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    # (a SIGTERM under cli unwinds through export()'s cleanup as Ctrl-C does: no half-written folder)
+    diff = export(model, export_dir, ckpt.get("meta"), check=not args.no_check, tol=args.tol, source=ckpt_path, ckpt=ckpt)
     checked = "not checked" if args.no_check else f"largest logit difference {diff:.2e} <= {args.tol:g}"
     code = f", with {MODELING_FILE}: load with trust_remote_code=True" if needs_code(model.config) else ""
     print(f"wrote {export_dir} ({architecture(model.config)}{code}; {checked})")
