@@ -10,6 +10,11 @@ import glob
 import importlib.util
 import os
 import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from plumbing.common import cli  # noqa: E402,F401 (the prepare scripts' entry)
+from plumbing.disk import remove_leftovers, temporary_prefix, writing  # noqa: E402
 
 # One play per genre, about 10% of the text: whole plays, never a slice of one.
 VAL_PLAYS = ("julius-caesar", "twelfth-night", "the-tempest", "richard-ii")
@@ -39,11 +44,19 @@ def markdown_to_text(md):
 
 
 def write_atomic(path, write):
-    """write(f) into path + '.<pid>.tmp', then rename it to path (atomic on POSIX)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        write(f)
-    os.replace(tmp, path)
+    """write(f) into a temporary beside path that carries this process's id, then rename it to path
+    (atomic on POSIX). The temporary goes on any error or SIGTERM; a killed run's is removed by the
+    next (disk.remove_leftovers)."""
+    folder, name = os.path.split(path)
+    remove_leftovers(folder, name + ".tmp", "a half-written file")
+    tmp = os.path.join(folder, temporary_prefix(name + ".tmp"))
+    try:
+        with open(tmp, "wb") as f, writing(path):  # (numpy's short write on a full disk names no file)
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
 
 
 def load_plays():

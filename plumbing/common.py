@@ -498,10 +498,9 @@ def checked_stat(path, folder=None, links=False):
         if not stat.S_ISREG(st.st_mode):
             raise UserError(f"{path} is not a file but a link to {os.path.realpath(path)}, {file_kind(st.st_mode)}: "
                             f"put the file itself there")
-    elif not stat.S_ISREG(st.st_mode):
-        rm = "rm -r" if stat.S_ISDIR(st.st_mode) else "rm"
-        raise UserError(f"{path} is not a file but {file_kind(st.st_mode)}: remove it ({rm} {shlex.quote(path)}) "
-                        f"and put the file itself there")
+    elif not stat.S_ISREG(st.st_mode):  # (never advice to delete: it may be /tmp or /dev/null, given by mistake)
+        raise UserError(f"{path} is not a file but {file_kind(st.st_mode)}: name a regular file (where a run's own "
+                        f"file belongs, move what is there aside: mv {shlex.quote(path)} {shlex.quote(path + '.aside')})")
     return st
 
 

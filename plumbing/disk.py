@@ -23,8 +23,8 @@ OS_CAUSES = {
     errno.EACCES: ("permission denied: this user {access}", "give this user access (ls -ld {path}; chmod or "
                    "chgrp), or use a path it owns"),
     errno.EROFS: ("it is on a read-only file system", "write to a folder on a writable disk"),
-    errno.ENAMETOOLONG: ("a name in it is longer than the file system allows (255 bytes a name)",
-                         "use shorter names"),
+    errno.ENAMETOOLONG: ("the path, or a name in it, is longer than the file system allows (as a rule 4096 "
+                         "bytes a path, 255 a name)", "use a shorter path"),
     errno.ENOENT: ("it does not exist (moved or removed while the command ran?)", "put it back, or use the path "
                    "where it is"),
 }
@@ -84,8 +84,8 @@ def os_error_line(e):
     path = err.filename2 if err.errno == errno.EACCES and err.filename2 and not _may_write(err.filename2) else err.filename
     path = os.fsdecode(path) if path is not None else None
     cause, fix = OS_CAUSES[err.errno]
-    fill = {"path": shlex.quote(path or "."), "folder": shlex.quote(os.path.dirname(path or "") or "."),
-            "access": _access_words(path)}
+    fill = {"path": shlex.quote(path or "."), "access": _access_words(path),
+            "folder": shlex.quote(os.path.dirname(path) or ".") if path else "of the folder it writes"}
     where = f" at {path}" if path else ""
     kept = "" if err.errno in (errno.ENOENT, errno.ENOTDIR) else \
         "; nothing saved before is lost (every file is written whole or not at all)"  # (a path gone took its files)
@@ -148,7 +148,12 @@ def remove_leftovers(folder, prefix, what):
         path = os.path.join(folder, name)
         if found is None or _running(int(found.group(1))) or os.path.islink(path):
             continue
-        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+        try:
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        except OSError as e:  # (another user's, in a shared folder): said, and left
+            print(f"could not remove {path} ({e.strerror}): {what}, left by a run of this command that was killed; "
+                  f"remove it by hand", file=sys.stderr)
+            continue
         print(f"removed {path}: {what}, left by a run of this command that was killed", file=sys.stderr)
         removed.append(path)
     return removed

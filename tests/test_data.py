@@ -58,3 +58,27 @@ def test_bpe_prepare_round_trips_a_few_paragraphs(tmp_path):
     ids = np.fromfile(tmp_path / "train.bin", dtype=np.uint16)
     assert len(ids) == n_train and enc.decode(ids.tolist()) == train
     assert enc.decode(np.fromfile(tmp_path / "val.bin", dtype=np.uint16).tolist()) == val
+
+
+def test_write_atomic_leaves_no_temporary_and_removes_a_killed_runs(tmp_path, capsys):
+    """The Shakespeare scripts' writes: a write that fails mid-way leaves the old file and no temporary;
+    a temporary of a killed run (its process gone) is removed by the next write, which says so."""
+    import subprocess
+
+    import pytest
+    path = tmp_path / "train.bin"
+    path.write_bytes(b"old")
+
+    def fails(f):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        shakespeare_text.write_atomic(str(path), fails)
+    assert os.listdir(tmp_path) == ["train.bin"] and path.read_bytes() == b"old"
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    (tmp_path / f"train.bin.tmp{child.pid}-").write_bytes(b"x" * 100)
+    shakespeare_text.write_atomic(str(path), lambda f: f.write(b"new"))
+    assert os.listdir(tmp_path) == ["train.bin"] and path.read_bytes() == b"new"
+    assert "a half-written file, left by a run of this command that was killed" in capsys.readouterr().err

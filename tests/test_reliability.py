@@ -943,3 +943,19 @@ def test_a_sigterm_ends_a_test_run_that_is_inside_train(tmp_path):
     assert mark.read_text() == "SIGTERM" and not os.path.exists(str(mark) + ".next"), output[-2000:]
     assert "stopped by SIGTERM during" in output
     assert torch.load(out / "ckpt.pt", weights_only=True)["iter"] >= 3  # the run saved where it stopped
+
+
+def test_a_leftover_that_cannot_be_removed_is_said_so_not_reported_removed(tmp_path, capsys, monkeypatch):
+    """Another user's killed export in a shared folder: the removal fails, and the line says it could not
+    remove it (it said 'removed' while the folder stayed)."""
+    dead = dead_pid()
+    leftover = tmp_path / f".export-{dead}-abc"
+    (leftover / "hf").mkdir(parents=True)
+
+    def refused(path, *a, **k):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(disk.shutil, "rmtree", refused)
+    assert disk.remove_leftovers(str(tmp_path), ".export-", "a half-written export") == []
+    err = capsys.readouterr().err
+    assert leftover.exists() and err.startswith(f"could not remove {leftover} (Permission denied)"), err

@@ -16,7 +16,7 @@ import numpy as np
 import tiktoken
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from shakespeare_text import load_plays, write_atomic  # noqa: E402
+from shakespeare_text import cli, load_plays, write_atomic  # noqa: E402
 
 ENCODING = "r50k_base"
 
@@ -46,8 +46,13 @@ def prepare(train_text, val_text, out_dir):
     return meta, counts["train"], counts["val"]
 
 
-if __name__ == "__main__":
+def main(argv):
     encoding()  # fail fast, before reading the plays
     train_text, val_text = load_plays()
     meta, n_train, n_val = prepare(train_text, val_text, os.path.dirname(os.path.abspath(__file__)))
     print(f"{ENCODING}: train {n_train:,} tokens, val {n_val:,} tokens")
+    return 0
+
+
+if __name__ == "__main__":
+    cli(main)  # one line per error (a full disk, permission), SIGTERM cleans up

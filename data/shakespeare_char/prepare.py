@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from shakespeare_text import load_plays, write_atomic  # noqa: E402
+from shakespeare_text import cli, load_plays, write_atomic  # noqa: E402
 
 
 def prepare(train_text, val_text, out_dir):
@@ -31,7 +31,12 @@ def prepare(train_text, val_text, out_dir):
     return meta
 
 
-if __name__ == "__main__":
+def main(argv):
     train_text, val_text = load_plays()
     meta = prepare(train_text, val_text, os.path.dirname(os.path.abspath(__file__)))
     print(f"vocab {meta['vocab_size']} chars; train {len(train_text):,} chars, val {len(val_text):,} chars")
+    return 0
+
+
+if __name__ == "__main__":
+    cli(main)  # one line per error (a full disk, permission), SIGTERM cleans up
