@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import stat
 import sys
 import threading
@@ -283,8 +284,13 @@ def distributed_env_problem(env):
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not env.get(k, "").strip()]
     if missing:
         return f"WORLD_SIZE={values['WORLD_SIZE']} is set but {missing[0]} is not: {fix}"
-    if values["RANK"] >= values["WORLD_SIZE"]:
-        return f"RANK={values['RANK']} is not below WORLD_SIZE={values['WORLD_SIZE']}: {fix}"
+    for key in ("RANK", "LOCAL_RANK"):
+        if values.get(key, 0) >= values["WORLD_SIZE"]:
+            return f"{key}={values[key]} is not below WORLD_SIZE={values['WORLD_SIZE']}: {fix}"
+    try:  # (torch would retry an address that never resolves until the timeout, printing warnings)
+        socket.getaddrinfo(env["MASTER_ADDR"].strip(), None)
+    except (OSError, UnicodeError) as e:
+        return f"MASTER_ADDR={env['MASTER_ADDR']!r} does not resolve ({getattr(e, 'strerror', None) or e}): {fix}"
     return None
 
 
@@ -318,6 +324,9 @@ def setup_distributed(device_name, timeout_s):
         try:
             torch.distributed.init_process_group(backend, timeout=timeout)
         except (RuntimeError, OSError) as e:  # (torch's DistStoreError, DistNetworkError: RuntimeErrors)
+            if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
+                raise UserError(f"rank {rank}: MASTER_PORT={os.environ.get('MASTER_PORT')} is in use on {where} (another "
+                                f"run, or a stale one): pick a free port, or stop what holds it") from None
             if "timeout" not in str(e).lower() and "timed out" not in str(e).lower():
                 raise
             raise UserError(f"rank {rank}: the other processes of {world} did not join at {where} within "

@@ -221,6 +221,8 @@ TORCHRUN_SET = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR"
     ({k: v for k, v in TORCHRUN_SET.items() if k != "RANK"}, "WORLD_SIZE=2 is set but RANK is not"),
     ({**TORCHRUN_SET, "MASTER_PORT": "70000"}, "MASTER_PORT='70000' is not a port (1-65535)"),
     ({**TORCHRUN_SET, "MASTER_PORT": "x"}, "MASTER_PORT='x' is not a port (1-65535)"),
+    ({**TORCHRUN_SET, "LOCAL_RANK": "3"}, "LOCAL_RANK=3 is not below WORLD_SIZE=2"),
+    ({**TORCHRUN_SET, "MASTER_ADDR": "no.such.host.invalid"}, "MASTER_ADDR='no.such.host.invalid' does not resolve"),
 ])
 def test_torchruns_variables_set_by_hand_are_one_line_naming_the_variable_and_the_fix(env, words):
     from plumbing.common import distributed_env_problem
@@ -246,6 +248,21 @@ def test_train_py_with_a_hand_set_rank_refuses_in_one_line_and_writes_nothing(tm
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
 
 
+def free_port():
+    """A port no process holds, below Linux's ephemeral range (32768-60999): a port bound to 0 comes from
+    that range, where another test's outgoing connections may take it before rank 0 binds it."""
+    import random
+    import socket
+    for port in random.Random().sample(range(20000, 32000), 50):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return str(port)
+    raise RuntimeError("no free port in 20000-32000")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("rank", ["0", "1"])
 def test_a_peer_that_never_comes_is_said_within_seconds_and_the_timeout_is_one_line(tmp_path, rank):
@@ -253,14 +270,11 @@ def test_a_peer_that_never_comes_is_said_within_seconds_and_the_timeout_is_one_l
     silence until the timeout), then at --ddp_timeout_s one 'error:' line naming the address, exit 1,
     no traceback, nothing written. Rank 0 holds the store and waits for its peer; rank 1 waits for a
     store nobody holds."""
-    import socket
     import subprocess
     import sys
     from plumbing.common import PEER_WAIT_NOTE_S
     from test_train import ROOT, make_dataset, tiny_args
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    port = free_port()
     clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env = {**clean, "RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
     timeout_s = PEER_WAIT_NOTE_S + 5
@@ -309,3 +323,25 @@ def test_a_rank_that_loses_its_peer_says_so_in_one_line_and_rank_0s_line_is_the_
     assert "rank 1: stopped: another process of this run ended first" in done.stderr
     cause = done.stderr.split("Root Cause")[-1]
     assert "rank      : 0" in cause and "error: rank 0's own problem: its fix" in cause, cause
+
+
+@pytest.mark.slow
+def test_a_master_port_in_use_is_one_line(tmp_path):
+    """MASTER_PORT held by another process (a stale run): torch's 33-line DistNetworkError traceback
+    (EADDRINUSE) before; now one line naming the port."""
+    import socket
+    import subprocess
+    import sys
+    from test_train import ROOT, make_dataset, tiny_args
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+        env = {**clean, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+        done = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"),
+                               *tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "out", "--max_iters=2",
+                                          "--ddp_timeout_s=30")],
+                              capture_output=True, text=True, cwd=ROOT, timeout=150, env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: rank 0: MASTER_PORT={port} is in use"), done.stderr
