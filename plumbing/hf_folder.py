@@ -33,6 +33,7 @@ from plumbing.checkpoint import is_sharded, load_weights
 from plumbing.common import read_json
 from configurator import MOST_BITS, UserError
 from plumbing.dataset import read_meta
+from plumbing.disk import present
 from plumbing.hf_code import refuse_code, short
 from model import BASELINE, BRANCHES, CHOICES, GPT, model_config, rope_tables
 
@@ -75,7 +76,7 @@ def read_config(folder):
     if not os.path.isdir(folder):
         raise UserError(f"hf_model={folder!r}: no such folder (point --hf_model at a Hugging Face model folder, as "
                         f"save_pretrained writes it)")
-    if not os.path.isfile(path):
+    if not (present(path) and os.path.isfile(path)):  # (present: a folder this user may not look inside is said so)
         raise UserError(f"hf_model={folder!r}: no config.json there (point --hf_model at a Hugging Face model "
                         f"folder, as save_pretrained writes it)")
     refuse_code(folder)
@@ -225,6 +226,7 @@ class FolderWeights:
         path = os.path.join(self.folder, file)
         if not os.path.isfile(path):
             raise UserError(f"hf_model={self.folder!r}: its index lists {file}, which is not there")
+        open(path, "rb").close()  # this user's access first: safetensors words a refusal as a missing file
         try:
             return safe_open(path, framework="pt")
         except Exception as e:  # safetensors' SafetensorError and OSError: truncated, junk, empty

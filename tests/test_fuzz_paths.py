@@ -248,6 +248,27 @@ def bound_by_modes():
 PERMISSION_ONLY = {"plot": {"{ablation}": FILE}, "sweep": {"{ablation}": FILE}, "ladder": {"{ladder}": FILE}}
 
 
+_AS_MADE = {}
+
+
+def runs_as_made(made, command, tmp_path):
+    """Whether `command` succeeds on an untouched copy of the fixture (cached per test process): where it
+    does, a failure under a denied path must say permission, not another cause ("damaged", "missing")."""
+    if command not in _AS_MADE:
+        src, p = made
+        case = tmp_path / "as_made"
+        shutil.copytree(src, case, symlinks=True)
+        paths = {k: case / os.path.relpath(v, src) for k, v in p.items()} | {"new": case / "new"}
+        point_at_dataset(paths["run"] / "ckpt.pt", paths["ds"])
+        for gone in GONE.get(command, ()):
+            path = fill(gone, paths)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        done = run_capped(command_line(COMMANDS[command][0], paths), cwd=tmp_path)
+        _AS_MADE[command] = done is not None and done[0] == 0
+        shutil.rmtree(case)
+    return _AS_MADE[command]
+
+
 def permission_cases():
     for command, (_, slots) in COMMANDS.items():
         for slot, kind in {**slots, **PERMISSION_ONLY.get(command, {})}.items():
@@ -291,7 +312,10 @@ def test_a_path_this_user_may_not_read_or_write_ends_in_one_line_and_loses_nothi
         os.chmod(target, 0o755 if kind == FOLDER else 0o644)
     assert "Traceback" not in err, err[-3000:]
     if proc.returncode != 0:  # (it may replace a file it writes, when it can: its own output)
-        assert err.strip().splitlines()[-1].startswith("error: "), err[-2000:]
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("error: "), err[-2000:]
+        if runs_as_made(made, command, tmp_path):  # it fails here only for the denied path: the line names that
+            assert "ermission denied" in last, err[-2000:]
         assert (snapshot(target) if kind == FOLDER else open(target, "rb").read()) == before
 
 

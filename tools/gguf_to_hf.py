@@ -60,6 +60,7 @@ def open_gguf(path):
     cannot read the file or it names no architecture."""
     import gguf
     from plumbing.hf_code import short
+    open(path, "rb").close()  # this user's access first (cli's line), not "damaged"
     try:
         reader = gguf.GGUFReader(path)
         arch = reader.fields.get("general.architecture")
