@@ -23,6 +23,7 @@ user does not set again come from the checkpoint; rows logged after it are dropp
 import io
 import os
 import pickle
+import shlex
 import shutil
 import warnings
 from contextlib import contextmanager
@@ -43,17 +44,22 @@ def atomic_write(path, mode="w", encoding=None):
     and an OSError is raised again with path as its filename (also one a library wrapped in a
     RuntimeError, as torch.save does)."""
     tmp = path + ".tmp"
+    if os.path.isdir(tmp) and not os.path.islink(tmp):  # not ours to remove: said, nothing written
+        raise UserError(f"{tmp} is a folder, where {os.path.basename(path)}'s temporary is written: move it aside "
+                        f"(mv {shlex.quote(tmp)} {shlex.quote(tmp + '.aside')}), then run again")
+    made = False
     try:
-        if os.path.lexists(tmp) and not os.path.isdir(tmp) or os.path.islink(tmp):
+        if os.path.lexists(tmp):
             os.remove(tmp)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        made = True
         with open(fd, mode, encoding=encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
-        if os.path.exists(tmp) and not os.path.islink(tmp):
+        if made and os.path.lexists(tmp):
             os.remove(tmp)
         if isinstance(e, RuntimeError) and isinstance(e.__context__, OSError):  # torch.save wraps the file's error
             e = e.__context__

@@ -25,6 +25,7 @@ tied final-norm gamma with scale="none" (nothing to hold it).
 import math
 import os
 import re
+from types import SimpleNamespace
 from dataclasses import replace
 
 import torch
@@ -155,7 +156,9 @@ def merged_config(cfg, given):
                 if key == "tie_embeddings" and not value else ""
             raise UserError(f"--{key}={cfg[key]} but {cfg['hf_model']}/config.json gives {value}{why}: drop --{key} "
                             f"(the loaded model's shape is its own)")
-    return {**cfg, **keys}
+    merged = {**cfg, **keys}
+    FolderWeights(cfg["hf_model"]).check_declared(SimpleNamespace(**merged))  # before any size is estimated
+    return merged
 
 
 def check_data(folder, dataset_folder):
@@ -242,7 +245,8 @@ class FolderWeights:
 
     def check_declared(self, cfg):
         """UserError (one line) when config.json's sizes (cfg: merged_config's keys) are not what the weights
-        hold: the blocks model.layers.0 .. n_layer - 1, and an embedding of vocab_size x n_embd. Checked
+        hold: the blocks model.layers.0 .. n_layer - 1; the embedding, block 0's q and k projections and
+        its gate, each of the shape the sizes make. Checked
         from the files' headers before a model of the declared size is built, so a config.json that
         declares 10,000,000 layers (or a width past memory) costs nothing."""
         blocks = {int(m.group(1)) for m in map(re.compile(r"model\.layers\.(\d+)\.").match, self.names()) if m}
@@ -252,11 +256,19 @@ class FolderWeights:
             raise UserError(f"hf_model={self.folder!r}: config.json declares num_hidden_layers={cfg.n_layer:,} but the "
                             f"weights hold {held}: the folder is mixed from two models or its config.json was "
                             f"edited; download or save it again")
-        embedding = self.shape("model.embed_tokens.weight")
-        if embedding is not None and embedding != (cfg.vocab_size, cfg.n_embd):
-            raise UserError(f"hf_model={self.folder!r}: config.json declares vocab_size={cfg.vocab_size:,} and "
-                            f"hidden_size={cfg.n_embd:,}, but model.embed_tokens.weight is {embedding}: the folder is "
-                            f"mixed from two models or its config.json was edited; download or save it again")
+        head_dim = cfg.head_dim or cfg.n_embd // cfg.n_head
+        for name, declared, shape in (
+                ("model.embed_tokens.weight", "vocab_size and hidden_size", (cfg.vocab_size, cfg.n_embd)),
+                ("model.layers.0.self_attn.q_proj.weight", "num_attention_heads x head_dim and hidden_size",
+                 (cfg.n_head * head_dim, cfg.n_embd)),
+                ("model.layers.0.self_attn.k_proj.weight", "num_key_value_heads x head_dim and hidden_size",
+                 ((cfg.n_kv_head or cfg.n_head) * head_dim, cfg.n_embd)),
+                ("model.layers.0.mlp.gate_proj.weight", "intermediate_size and hidden_size", (cfg.d_ff, cfg.n_embd))):
+            held = self.shape(name)
+            if held is not None and held != shape:
+                raise UserError(f"hf_model={self.folder!r}: config.json declares {declared} of {shape}, but {name} "
+                                f"is {held}: the folder is mixed from two models or its config.json was edited; "
+                                f"download or save it again")
 
     def get(self, name, shape=None):
         """The tensor `name` as float32; UserError when the folder lacks it, its shape is not `shape`,

@@ -460,7 +460,11 @@ def test_the_start_compares_every_block_with_transformers_and_refuses_a_wrong_re
 @pytest.mark.parametrize("field, value, words", [
     ("num_hidden_layers", 10_000_000, "declares num_hidden_layers=10,000,000 but the weights hold blocks 0..1"),
     ("num_hidden_layers", 1, "declares num_hidden_layers=1 but the weights hold blocks 0..1"),
-    ("vocab_size", 10**9, "declares vocab_size=1,000,000,000 and hidden_size=32, but model.embed_tokens.weight is"),
+    ("vocab_size", 10**9, "declares vocab_size and hidden_size of (1000000000, 32), but model.embed_tokens.weight is"),
+    ("num_attention_heads", 8, "declares num_attention_heads x head_dim and hidden_size of (96, 32), but "
+                               "model.layers.0.self_attn.q_proj.weight is (48, 32)"),
+    ("head_dim", 10**6, "declares num_attention_heads x head_dim and hidden_size of (4000000, 32)"),
+    ("intermediate_size", 10**6, "declares intermediate_size and hidden_size of (1000000, 32)"),
 ])
 def test_sizes_config_json_declares_are_checked_against_the_weights_before_anything_is_built(
         tmp_path, monkeypatch, field, value, words):

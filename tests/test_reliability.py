@@ -959,3 +959,16 @@ def test_a_leftover_that_cannot_be_removed_is_said_so_not_reported_removed(tmp_p
     assert disk.remove_leftovers(str(tmp_path), ".export-", "a half-written export") == []
     err = capsys.readouterr().err
     assert leftover.exists() and err.startswith(f"could not remove {leftover} (Permission denied)"), err
+
+
+def test_a_folder_at_a_files_temporary_name_is_one_line_and_kept(tmp_path):
+    """atomic_write's cleanup removed 'its' temporary: a folder there (someone's) was IsADirectoryError's
+    traceback. Now one line before anything is written; the folder and the file stay as they were."""
+    from plumbing.checkpoint import atomic_write
+    (tmp_path / "run.png").write_text("old")
+    (tmp_path / "run.png.tmp").mkdir()
+    (tmp_path / "run.png.tmp" / "theirs").write_text("keep")
+    with pytest.raises(UserError, match=r"run\.png\.tmp is a folder, where run\.png's temporary is written"):
+        with atomic_write(str(tmp_path / "run.png")) as f:
+            f.write("new")
+    assert (tmp_path / "run.png").read_text() == "old" and (tmp_path / "run.png.tmp" / "theirs").read_text() == "keep"

@@ -61,7 +61,7 @@ import torch
 
 from plumbing.checkpoint import checkpoint_in, load_model
 from plumbing.common import cli
-from plumbing.disk import remove_leftovers, temporary_prefix
+from plumbing.disk import SHORT_WRITE, remove_leftovers, temporary_prefix
 from configurator import UserError, folder_problem
 from plumbing.dataset import bpe_encoding, checked_encoding, codec_kind, hf_tokenizer
 from model import BRANCHES, CHOICES, MODEL_KEYS
@@ -480,6 +480,8 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
         what = os.path.basename(e.filename or "") or "the export"
         fix = ("free space (or name another disk with --export_dir), then run the same command again"
                if e.errno in (errno.ENOSPC, errno.EDQUOT) else
+               "raise the file-size limit (ulimit -f unlimited) or name another disk with --export_dir"
+               if e.errno in (errno.EFBIG, SHORT_WRITE) else
                f"see what is at {export_dir} now (it must not exist), or pass another --export_dir")
         raise UserError(f"{e.strerror} writing {what}: nothing written to {export_dir}; {fix}") from None
     finally:
