@@ -215,7 +215,7 @@ def load_data(dataset, block_size, vocab_size=0, prepare_here=True):
         print(f"{paths['train']} not found: running {os.path.relpath(prepare)} to make it", flush=True)
         proc = subprocess.run([sys.executable, prepare], capture_output=True, text=True)
         if proc.returncode:
-            why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+            why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1].removeprefix("error: ")
             raise UserError(f"{os.path.relpath(prepare)} failed: {why}")
         print(proc.stdout, end="", flush=True)
     if torch.distributed.is_initialized():

@@ -160,6 +160,8 @@ def test_the_repositorys_own_prepare_script_makes_its_dataset(tmp_path, monkeypa
     (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)
     shutil.copy(os.path.join(ROOT, "data", "shakespeare_text.py"), tmp_path / "data")
     shutil.copy(os.path.join(ROOT, "data", "shakespeare_char", "prepare.py"), tmp_path / "data" / "shakespeare_char")
+    for part in ("plumbing", "configurator.py"):  # what the scripts import from the repository (cli, disk)
+        (tmp_path / part).symlink_to(os.path.join(ROOT, part))
     monkeypatch.setattr(dataset, "ROOT", str(tmp_path))
     cfg, _ = load_config(["--dataset=shakespeare_char"])
     loaded = dataset.load_data(**data_keys(SimpleNamespace(**cfg)))

@@ -527,6 +527,8 @@ def test_offline_bpe_and_missing_packages_name_what_to_set_or_install(tmp_path, 
     (data / "shakespeare").mkdir(parents=True)
     shutil.copy(os.path.join(ROOT, "data", "shakespeare_text.py"), data)
     shutil.copy(os.path.join(ROOT, "data", "shakespeare", "prepare.py"), data / "shakespeare")
+    for part in ("plumbing", "configurator.py"):  # what the scripts import from the repository (cli, disk)
+        (tmp_path / part).symlink_to(os.path.join(ROOT, part))
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):  # no network: a dead proxy
@@ -549,7 +551,7 @@ def test_offline_bpe_and_missing_packages_name_what_to_set_or_install(tmp_path, 
     except ImportError:
         proc = subprocess.run([sys.executable, str(data / "fineweb" / "prepare.py")], capture_output=True, text=True)
         assert proc.returncode == 1 and proc.stderr.strip() == \
-            "data/fineweb/prepare.py needs the package 'datasets': pip install datasets"
+            "error: data/fineweb/prepare.py needs the package 'datasets': pip install datasets"
 
 
 def test_a_compile_failure_is_one_line_and_moe_with_compile_is_warned(tmp_path, monkeypatch, capsys):
