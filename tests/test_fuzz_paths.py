@@ -178,11 +178,11 @@ def point_at_dataset(ckpt_path, ds):
     os.utime(ckpt_path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def run_capped(args, cwd):
+def run_capped(args, cwd, preexec_fn=None):
     """(return code, stdout, stderr) of `python args`, or None when it is still running after CAP_S (it
-    and every process it started are then killed)."""
+    and every process it started are then killed); preexec_fn runs in the child before exec."""
     with subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
+                          stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True, preexec_fn=preexec_fn,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}) as proc:
         try:
             out, err = proc.communicate(timeout=CAP_S)
@@ -278,20 +278,13 @@ def test_a_path_this_user_may_not_read_or_write_ends_in_one_line_and_loses_nothi
     os.chmod(target, 0o555 if kind == FOLDER else 0)
     argv, _ = COMMANDS[command]
     try:
-        with subprocess.Popen([sys.executable, *command_line(argv, paths)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=tmp_path,
-                              start_new_session=True, preexec_fn=preexec,
-                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}) as proc:
-            try:
-                out, err = proc.communicate(timeout=CAP_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-                pytest.fail(f"{command} still running after {CAP_S} s with {slot} denied")
+        done = run_capped(command_line(argv, paths), cwd=tmp_path, preexec_fn=preexec)
     finally:
         os.chmod(target, 0o755 if kind == FOLDER else 0o644)
+    assert done is not None, f"{command} still running after {CAP_S} s with {slot} denied"
+    code, _, err = done
     assert "Traceback" not in err, err[-3000:]
-    if proc.returncode != 0:  # (it may replace a file it writes, when it can: its own output)
+    if code != 0:  # (it may replace a file it writes, when it can: its own output)
         last = err.strip().splitlines()[-1]
         assert last.startswith("error: "), err[-2000:]
         assert (snapshot(target) if kind == FOLDER else open(target, "rb").read()) == before
