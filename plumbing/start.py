@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from plumbing.checkpoint import CKPT_NAMES, checkpoint_path, clean_stale, newest_checkpoint, restore, resume_config
-from plumbing.common import (check_numerics, check_processes, distributed_env_problem, file_kind, resolve_device,
+from plumbing.common import (check_numerics, check_processes, distributed_env_problem, file_kind, resolve_device, say,
                              setup_distributed)
 from configurator import UserError, complete, folder_problem
 from plumbing.dataset import check_vocabulary, dataset_dir, load_data, meta_vocab_size, recorded_vocab_size
@@ -258,7 +258,7 @@ def setup(cfg, given, cleanup):
         tokens_per_iter=cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps,
         n_moe=sum(model_cfg.is_moe(layer) for layer in range(model_cfg.n_layer)),
         ckpt_path=checkpoint_path(cfg.out_dir, cfg.fsdp), log_path=os.path.join(cfg.out_dir, LOG_NAME),
-        log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None),
+        log=say if master else (lambda *a: None),
         tracker=start_tracker(cfg, master, finished, cleanup)), ckpt
 
 
