@@ -52,7 +52,7 @@ import json
 
 import numpy as np
 
-from plumbing.checkpoint import atomic_write, checkpoint_in, load_checkpoint
+from plumbing.checkpoint import atomic_write, check_buildable, checkpoint_in, load_checkpoint
 from plumbing.common import cli
 from configurator import UserError, folder_problem
 from plumbing.dataset import codec_kind, dataset_dir, hf_tokenizer, make_codec
@@ -227,6 +227,7 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
     if problem:
         raise UserError(f"--tasks_dir={tasks_dir}: {problem}")
     ckpt = load_checkpoint(checkpoint_in(out_dir))
+    check_buildable(ckpt, checkpoint_in(out_dir))  # its block_size and vocabulary shape the tasks
     export_flags = shlex.quote("--out_dir=" + out_dir) + (f" {shlex.quote('--export_dir=' + export_dir)}" if export_dir else "")
     export_dir = export_dir or os.path.join(out_dir, "hf")
     exported = os.path.lexists(export_dir)
