@@ -522,6 +522,72 @@ def write_folder(folder, model, meta, ckpt, check, tol, source):
     return diff
 
 
+def verify(export_dir, model, ckpt, fix):
+    """Check the folder export_dir against the checkpoint it came from (model: load_model's, ckpt: its dict),
+    as tools.hf_check checks a folder, plus what only the checkpoint knows; returns None, or one note when
+    the folder is an export of an earlier iteration of the same run (the run went on since).
+
+    Raises UserError, one line naming the file and ending in `fix` (the command that makes a new export),
+    when: the weights are not readable whole (hf_folder.FolderWeights, hf_check's reader: a file cut short
+    or empty, an index naming a file outside the folder, a quantized dtype); config.json's sizes are not
+    its weights' (for a Llama or Qwen3 folder hf_folder.merged_config, hf_check's own check); a field of
+    config.json is not the one export() writes for this checkpoint (hf_config: its blocks, width, heads,
+    vocabulary, architecture); the tokenizer's files are not the ones export() writes for the checkpoint's
+    meta.pkl (a foreign tokenizer.json); the weights' metadata names another run's config; or, for an
+    export of the checkpoint's own iteration, a tensor differs from hf_state_dict(model) (weights changed
+    in the folder after the export)."""
+    from configurator import DEFAULTS
+    from plumbing.common import read_json
+    from plumbing.hf_folder import ARCHITECTURES, FolderWeights, merged_config
+
+    def refuse(words):
+        raise UserError(f"{words}: {fix}")
+    try:
+        weights = FolderWeights(export_dir)
+        config = read_json(os.path.join(export_dir, "config.json"))
+        if (config.get("architectures") or [None])[0] in ARCHITECTURES:  # what tools.hf_check reads
+            merged_config({**DEFAULTS, "hf_model": export_dir, "n_experts": 0}, set())
+    except UserError as e:
+        refuse(str(e))
+    cfg, arch = model.config, architecture(model.config)
+    with tempfile.TemporaryDirectory() as tmp:
+        bos, eos, _, _ = write_tokenizer(tmp, ckpt.get("meta"), cfg)
+        for name in ("tokenizer.json", "tokenizer_config.json", "char_vocab.json"):
+            ours, theirs = os.path.join(tmp, name), os.path.join(export_dir, name)
+            if os.path.lexists(ours) != os.path.lexists(theirs) or \
+                    os.path.lexists(ours) and read_json(ours) != read_json(theirs):
+                refuse(f"{theirs} is not the tokenizer the checkpoint's data was encoded with "
+                       f"({'missing' if os.path.lexists(ours) and not os.path.lexists(theirs) else 'another one'})")
+    for key, value in hf_config(cfg, arch, eos, bos).items():
+        if config.get(key) != value:
+            refuse(f"{os.path.join(export_dir, 'config.json')} declares {key}={config.get(key)!r} where the "
+                   f"checkpoint's model has {value!r} (the file was edited, or the folder mixed from two exports)")
+    metadata = weights.handles[sorted(weights.handles)[0]].metadata() or {}
+    try:
+        theirs = json.loads(metadata["scalevec_config"])
+    except (KeyError, ValueError):
+        theirs = None
+    # the run's identity: its model and its data (out_dir, max_iters and the like change on a copy or a resume)
+    same = [k for k in (*sorted(MODEL_KEYS), "dataset") if type(theirs) is dict and theirs.get(k) == ckpt["config"].get(k)]
+    if len(same) < len(MODEL_KEYS) + 1:
+        refuse(f"{export_dir}'s weights are not an export of this run (their metadata holds "
+               f"{'no run config' if type(theirs) is not dict else 'a run config of another model or data'})")
+    exported = json.loads(metadata.get("scalevec_training", "{}")).get("iter")
+    if exported != ckpt["iter"]:
+        return (f"{export_dir} holds iteration {exported} of this run and the checkpoint is at {ckpt['iter']} "
+                f"(the run went on since): to evaluate the checkpoint as it is now, {fix}")
+    ours = hf_state_dict(model)
+    if set(ours) != weights.names():
+        name = sorted(set(ours) ^ weights.names())[0]
+        refuse(f"{export_dir}'s weights {'lack' if name in ours else 'add'} {name}, which the export of the "
+               f"checkpoint {'holds' if name in ours else 'does not hold'}")
+    for name, tensor in ours.items():
+        if not torch.equal(weights.get(name), tensor):
+            refuse(f"{export_dir}'s {name} differs from the checkpoint's export at the same iteration "
+                   f"({ckpt['iter']}): the weights were changed in the folder after the export")
+    return None
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out_dir", default="out-shakespeare-char", help="the run's folder (its ckpt.pt or ckpt.dcp)")

@@ -30,7 +30,11 @@ The command is printed only for an export that plumbing.hf_code's rule for every
 reader of a folder allows (plumbing.hf_code.shipped_code): trust_remote_code=True
 only when the folder's one piece of code is this project's own
 modeling_scalevec.py, byte for byte, and its auto_map names nothing else;
-else one line says why and how to make a new export. The tasks folder is one
+else one line says why and how to make a new export. And only for an export that
+is the checkpoint's (tools.export.verify, with tools.hf_check's reading of the
+folder): config.json's sizes its weights', its tokenizer and every tensor the
+checkpoint's own; an export of an earlier iteration of the run is said in a note.
+The tasks folder is one
 this command made (its .lm_eval_tasks marker) or a new or empty one, never a
 link, and no file it replaces is a link or has another hard link.
 """
@@ -47,7 +51,6 @@ from plumbing import common  # noqa: E402 (from the repository root, the path ab
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import argparse
-import importlib.util
 import json
 
 import numpy as np
@@ -135,26 +138,18 @@ def next_line_items(docs, n_items, context_lines, seed, fits=lambda text: True):
 
 
 def check_export(export_dir, out_dir):
-    """UserError (one line) when the export's weights exist but cannot be read whole (a copy cut short):
-    the printed command would fail on them. Each tensor's bytes are checked by safetensors' header
-    (safe_open reads it and the file's length), not loaded."""
+    """UserError (one line) unless the export is the checkpoint's, checked as tools.hf_check checks a folder
+    (tools.export.verify: its weights readable whole, config.json's sizes its weights', the tokenizer and
+    every tensor the checkpoint's own); returns verify's note for an export of an earlier iteration, or
+    None. The checkpoint's model is built for it (load_model, checked before it is built)."""
     files = sorted(f for f in os.listdir(export_dir) if f.endswith(".safetensors")) if os.path.isdir(export_dir) else []
     for name in files:  # a FIFO would block the printed command's read; a folder or device is no weights
         if not os.path.isfile(os.path.join(export_dir, name)):
             raise UserError(f"{os.path.join(export_dir, name)} is not a regular file: {export_anew(out_dir)}")
-    if not files or importlib.util.find_spec("safetensors") is None:  # nothing to read, or nothing to read it with
-        return
-    from safetensors import safe_open
-    for name in files:
-        path = os.path.join(export_dir, name)
-        if os.path.isfile(path):  # this user's access first: safetensors words a refusal as a missing file
-            open(path, "rb").close()
-        try:
-            with safe_open(path, framework="pt") as f:
-                for key in f.keys():
-                    f.get_slice(key)
-        except Exception as e:  # safetensors' SafetensorError: truncated, junk, empty
-            raise UserError(f"{path} is damaged ({type(e).__name__}: {str(e)[:80]}): {export_anew(out_dir)}") from None
+    from plumbing.checkpoint import load_model
+    from tools.export import verify
+    model, ckpt = load_model(checkpoint_in(out_dir))
+    return verify(export_dir, model, ckpt, export_anew(out_dir))
 
 
 def export_anew(out_dir):
@@ -232,8 +227,7 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
     export_dir = export_dir or os.path.join(out_dir, "hf")
     exported = os.path.lexists(export_dir)
     trust = exported and trusted(export_dir, out_dir)
-    if exported:
-        check_export(export_dir, out_dir)
+    note = check_export(export_dir, out_dir) if exported else None
     docs, prefix, encode = held_out_docs(ckpt, max_docs, doc_chars)
     block = ckpt["config"]["block_size"]
     items = next_line_items(docs, n_items, context_lines, seed, fits=lambda text: len(encode(text)) < block)
@@ -268,9 +262,8 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
         print(f"note: no export in {export_dir} yet: python -m tools.export {export_flags} writes it; then run this "
               f"command again for the lm_eval command (printed once the export is checked)")
         return None
-    if os.path.getmtime(os.path.join(export_dir, "config.json")) < os.path.getmtime(checkpoint_in(out_dir)):
-        print(f"note: {export_dir} is older than {checkpoint_in(out_dir)} (the run went on "
-              f"since): to evaluate the checkpoint as it is now, {export_anew(out_dir)}")
+    if note:
+        print(f"note: {note}")
     args = f"pretrained={export_dir},dtype=float32"
     if trust:  # the folder's only code is this project's own modeling file (trusted)
         args += ",trust_remote_code=True"
