@@ -1,0 +1,80 @@
+"""Files read from a download (a .parquet shard, a safetensors index, a tokenizer) are one line when cut,
+empty or naming a path outside their folder; and lines that named the wrong cause now name the true one."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from test_corpus import bad, corpus  # noqa: F401 (corpus: the prepare script, loaded once)
+
+
+@pytest.fixture
+def shard(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow
+    path = tmp_path / "shard.parquet"
+    pq.write_table(pyarrow.table({"text": [f"document {i} " * 20 for i in range(200)]}), path)
+    return path
+
+
+@pytest.mark.parametrize("cut", ["half", "empty", "footer"])
+def test_a_cut_or_empty_parquet_shard_is_one_line(tmp_path, shard, cut):
+    """A download of a shard stopped short was a 27-line pyarrow traceback."""
+    data = shard.read_bytes()
+    shard.write_bytes({"half": data[:len(data) // 2], "empty": b"", "footer": data[:-6]}[cut])
+    bad([shard, f"--out={tmp_path / 'o'}"], r"shard\.parquet: not a whole \.parquet file .* a download cut short or "
+                                            r"damaged; download it again")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_whole_parquet_shard_still_reads(tmp_path, shard):
+    corpus.main([str(shard), f"--out={tmp_path / 'o'}", "--val_docs=5"])
+    assert (tmp_path / "o" / "meta.pkl").is_file()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a folder of mode 000")
+def test_an_input_folder_this_user_may_not_list_says_so(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("text\n")
+    os.chmod(tmp_path / "in", 0)
+    try:
+        bad([tmp_path / "in", f"--out={tmp_path / 'o'}"], r"may not list the folder \(permission denied\)")
+    finally:
+        os.chmod(tmp_path / "in", 0o755)
+
+
+def llama_folder(folder):
+    """A 1-block Llama folder, saved by transformers (save_pretrained), with its index."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder, max_shard_size="20KB")
+    assert (folder / "model.safetensors.index.json").is_file()
+    return folder
+
+
+@pytest.mark.parametrize("command", ["hf_check", "train"])
+def test_an_index_naming_a_shard_outside_its_folder_is_refused_before_it_is_read(tmp_path, command):
+    """weight_map: {name: "../base/model-00001-of-00002.safetensors"}: a downloaded folder led the program to
+    read files outside it."""
+    base = llama_folder(tmp_path / "base")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    for name in ("config.json", "generation_config.json"):
+        (hf / name).write_bytes((base / name).read_bytes())
+    index = json.loads((base / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {k: f"../base/{v}" for k, v in index["weight_map"].items()}
+    (hf / "model.safetensors.index.json").write_text(json.dumps(index))
+    argv = ["-m", "tools.hf_check", str(hf)] if command == "hf_check" else \
+        ["train.py", f"--hf_model={hf}", f"--out_dir={tmp_path / 'o'}", "--max_iters=1", "--dataset=shakespeare_char"]
+    done = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1].startswith("error: ") and "lies outside" in done.stderr, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1
