@@ -28,6 +28,20 @@ from plumbing.disk import os_error_line
 # The command line: OpenMP's threads, one line per error
 
 
+def _terminated_while_starting(signum, frame):
+    os.write(2, f"terminated ({signal.Signals(signum).name}) while starting: nothing was done; run the same command "
+                f"again\n".encode())
+    os._exit(128 + signum)
+
+
+# Every command imports this module first, before torch (seconds): a SIGTERM or SIGHUP meanwhile ends it
+# with one line instead of none (Python's default); cli then installs the handler that cleans up.
+if threading.current_thread() is threading.main_thread():
+    for _sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(_sig) is signal.SIG_DFL:
+            signal.signal(_sig, _terminated_while_starting)
+
+
 # OpenMP (torch's CPU threads) spins an idle thread before it sleeps. Alone that is fastest (sleeping
 # costs the default run's model ~20% on 2 cores), but beside another busy process on the same cores a
 # spinning thread holds the core the thread it waits for needs: steps 4-25x slower, where sleeping
@@ -75,7 +89,7 @@ def cli(main):
     attach_closed_streams()
     if threading.current_thread() is threading.main_thread():
         for sig in TERMINATING:  # Python's default skips every finally: a writer's cleanup
-            if signal.getsignal(sig) is signal.SIG_DFL:
+            if signal.getsignal(sig) in (signal.SIG_DFL, _terminated_while_starting):
                 signal.signal(sig, _terminate)
     try:
         try:
@@ -361,7 +375,7 @@ def setup_distributed(device_name, timeout_s):
         waiting.daemon = True
         waiting.start()
         try:
-            torch.distributed.init_process_group(backend, timeout=timeout)
+            rendezvous(backend, timeout)
         except (RuntimeError, OSError) as e:  # (torch's DistStoreError, DistNetworkError: RuntimeErrors)
             if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
                 raise UserError(f"rank {rank}: MASTER_PORT={os.environ.get('MASTER_PORT')} is in use on {where} (another "
@@ -376,6 +390,29 @@ def setup_distributed(device_name, timeout_s):
         global _host_group
         _host_group = torch.distributed.new_group(backend="gloo", timeout=timeout)  # every rank, in the same order
     return rank, local_rank, world
+
+
+def rendezvous(backend, timeout):
+    """torch.distributed.init_process_group(backend, timeout=timeout), waited for from the main thread a
+    fraction of a second at a time: the call itself waits for the peers in C++, where Python runs no signal
+    handler, so a SIGTERM (a scheduler's, with ~30 s of grace) was acted on only when the timeout ran out.
+    The call runs in a daemon thread; a signal raises here (cli: one line) and the thread is left to the
+    process's end. Its own error is raised here as it came."""
+    import torch
+
+    outcome = {}
+
+    def start():
+        try:
+            torch.distributed.init_process_group(backend, timeout=timeout)
+        except BaseException as e:  # handed to the main thread
+            outcome["error"] = e
+    waiting = threading.Thread(target=start, name="rendezvous", daemon=True)
+    waiting.start()
+    while waiting.is_alive():
+        waiting.join(0.2)  # between waits the main thread runs its signal handlers
+    if "error" in outcome:
+        raise outcome["error"]
 
 
 def end_distributed(clean):

@@ -145,3 +145,49 @@ def test_a_second_ctrl_c_inside_the_stops_save_waits_for_the_checkpoint_then_qui
     finally:
         signal.signal(signal.SIGINT, previous)
     assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 5
+
+
+def test_sigterm_while_rank_0_waits_for_its_peer_is_acted_on_at_once(tiny_run):
+    """The rendezvous waited in one C++ call, where no signal handler runs: a SIGTERM was acted on only when
+    --ddp_timeout_s (600 s by default) ran out. A scheduler's grace before SIGKILL is typically 30 s."""
+    import socket
+    import time
+    ds, tmp = tiny_run
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "train.py", *map(str, tiny_args(ds, tmp / "ddp", "--device=cpu", "--gradient_accumulation_steps=2"))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:  # listening on MASTER_PORT: in the rendezvous
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        time.sleep(1)
+        sent = time.monotonic()
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=60)
+        waited = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 143 and waited < 10, (waited, stderr[-2000:])
+    assert stderr.strip().splitlines()[-1].startswith("terminated (SIGTERM)") and "Traceback" not in stderr, stderr
+
+
+def test_sigterm_during_a_commands_imports_is_one_line(tmp_path):
+    """Before cli installs its handler, torch's import takes seconds: Python's default ended the process
+    with no line."""
+    script = tmp_path / "cmd.py"
+    script.write_text(f"import sys; sys.path.insert(0, {ROOT!r})\nfrom plumbing import common\n"
+                      f"print('imported', flush=True)\nimport time; time.sleep(60)\n")
+    with subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        assert proc.stdout.readline() == "imported\n"
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err == "terminated (SIGTERM) while starting: nothing was done; run the same " \
+        "command again\n", err
