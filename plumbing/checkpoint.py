@@ -307,6 +307,10 @@ def load_checkpoint(path):
     if not present(path):
         raise UserError(f"no checkpoint at {path}: point --out_dir at a run that train.py wrote")
     if os.path.isdir(path) and not os.path.islink(path):
+        if os.path.basename(os.path.normpath(path)) != CKPT_NAMES[1]:  # a folder where ckpt.pt belongs: not sharded
+            q = shlex.quote(path)
+            raise UserError(f"{path} is a folder, not the checkpoint file train.py writes there: move it aside "
+                            f"(mv {q} {shlex.quote(path + '.aside')}) or point --out_dir at the run")
         return {**load_checkpoint(os.path.join(path, "run.pt")), "dcp": path}
     try:
         with open_checked(path, os.path.dirname(path)) as f:  # a FIFO, a device or a link: one line, never a wait

@@ -643,8 +643,9 @@ def checked_stat(path, folder=None, links=False):
             raise UserError(f"{path} is not a file but a link to {os.path.realpath(path)}, {file_kind(st.st_mode)}: "
                             f"put the file itself there")
     elif not stat.S_ISREG(st.st_mode):  # (never advice to delete: it may be /tmp or /dev/null, given by mistake)
-        raise UserError(f"{path} is not a file but {file_kind(st.st_mode)}: name a regular file (where a run's own "
-                        f"file belongs, move what is there aside: mv {shlex.quote(path)} {shlex.quote(path + '.aside')})")
+        aside = f" (where the folder's own file belongs, move what is there aside: mv {shlex.quote(path)} " \
+            f"{shlex.quote(path + '.aside')})" if folder is not None else ""  # never a device or a folder the user named
+        raise UserError(f"{path} is not a file but {file_kind(st.st_mode)}: name a regular file{aside}")
     return st
 
 

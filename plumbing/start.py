@@ -70,7 +70,7 @@ def not_own(path, folder=False):
         return None
     if not stat.S_ISREG(st.st_mode):
         return (f"{path} is not a file but {file_kind(st.st_mode)}: a run writes only its own files in out_dir; "
-                f"remove it (rm{' -r' * stat.S_ISDIR(st.st_mode)} {q}) or choose another --out_dir")
+                f"move it aside (mv {q} {shlex.quote(path + '.aside')}) or choose another --out_dir")
     if st.st_nlink > 1:
         own = shlex.quote(path + ".own")
         return (f"{path} has {st.st_nlink} hard links (the same file under another name, which the run would "

@@ -78,3 +78,48 @@ def test_an_index_naming_a_shard_outside_its_folder_is_refused_before_it_is_read
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.splitlines()[-1].startswith("error: ") and "lies outside" in done.stderr, done.stderr[-2000:]
     assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("prompt", ["/dev/zero", "FOLDER"])
+def test_a_prompt_file_that_is_a_device_or_a_folder_is_never_advised_moved(tmp_path, prompt):
+    """`--start=FILE:/dev/zero` advised `mv /dev/zero /dev/zero.aside`: advice to move a device, or a
+    folder the user named by mistake, is never given; the line says what it is and to name a file."""
+    from configurator import UserError
+    import sample
+    path = str(tmp_path) if prompt == "FOLDER" else prompt
+    with pytest.raises(UserError) as e:
+        sample.prompt(f"FILE:{path}")
+    assert "name a regular file" in str(e.value) and "mv " not in str(e.value), str(e.value)
+
+
+def test_a_folder_named_ckpt_pt_is_moved_aside_never_removed_nor_read_as_sharded(tmp_path):
+    """sample.py read a folder named ckpt.pt as a sharded checkpoint; train.py answered it with `rm -r`."""
+    from test_train import make_dataset, tiny_args
+    (tmp_path / "o" / "ckpt.pt").mkdir(parents=True)
+    (tmp_path / "o" / "ckpt.pt" / "run.pt").write_bytes(b"")
+    done = subprocess.run([sys.executable, "sample.py", f"--out_dir={tmp_path / 'o'}", "--device=cpu"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "ckpt.pt is a folder, not the checkpoint file train.py writes there: move it aside (mv " in done.stderr
+    ds = make_dataset(tmp_path / "ds")
+    done = subprocess.run([sys.executable, "train.py", *map(str, tiny_args(ds, tmp_path / "o", "--max_iters=1"))],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "rm " not in done.stderr and "move it aside (mv " in done.stderr, done.stderr
+    assert (tmp_path / "o" / "ckpt.pt" / "run.pt").exists()
+
+
+def test_a_checkpoints_edited_character_table_is_one_line_not_garbage(tmp_path):
+    """meta.pkl is checked for stoi[itos[i]] == i; the checkpoint's copy, which sample.py decodes with, was not:
+    two characters swapped in itos printed another text silently."""
+    import torch
+    from test_train import make_dataset, run, tiny_args
+    ds = make_dataset(tmp_path / "ds", vocab=10)
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=1"))
+    ckpt = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)
+    ckpt["meta"]["itos"][0], ckpt["meta"]["itos"][1] = "b", "a"
+    torch.save(ckpt, tmp_path / "o" / "ckpt.pt")
+    done = subprocess.run([sys.executable, "sample.py", f"--out_dir={tmp_path / 'o'}", "--start=ab", "--device=cpu",
+                           "--max_new_tokens=3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "the character table the model was trained with: its itos (10 entries) and stoi (10) are not one " \
+        "vocabulary (stoi[itos[i]] must be i)" in done.stderr

@@ -158,7 +158,8 @@ def test_sigterm_while_rank_0_waits_for_its_peer_is_acted_on_at_once(tiny_run):
         port = s.getsockname()[1]
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "train.py", *map(str, tiny_args(ds, tmp / "ddp", "--device=cpu", "--gradient_accumulation_steps=2"))],
+    args = tiny_args(ds, tmp / "ddp", "--device=cpu", "--gradient_accumulation_steps=2")
+    proc = subprocess.Popen([sys.executable, "train.py", *map(str, args)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + 120
