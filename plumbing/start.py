@@ -120,6 +120,13 @@ def lock_out_dir(out_dir):
     try:
         os.makedirs(out_dir, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # an existing file is opened, not changed
+    except PermissionError as e:
+        if os.path.lexists(path) and os.access(out_dir, os.W_OK | os.X_OK):  # the folder is writable; its lock is not
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            raise UserError(f"{path}, the run's lock file, is not writable by this user (mode {mode:03o}): give it "
+                            f"back its mode (chmod u+rw {shlex.quote(path)}) or choose another --out_dir") from None
+        raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
+                        f"choose a writable --out_dir") from None
     except OSError as e:
         raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
                         f"choose a writable --out_dir") from None

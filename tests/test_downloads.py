@@ -123,3 +123,25 @@ def test_a_checkpoints_edited_character_table_is_one_line_not_garbage(tmp_path):
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "the character table the model was trained with: its itos (10 entries) and stoi (10) are not one " \
         "vocabulary (stoi[itos[i]] must be i)" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["fifo", "/dev/zero"])
+def test_a_config_file_that_is_a_fifo_or_a_device_is_named_as_such_not_not_found(tmp_path, name):
+    from configurator import UserError, load_config
+    path = str(tmp_path / "c.py") if name == "fifo" else name
+    if name == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(UserError, match="is not a file but a FIFO, a device or a socket") as e:
+        load_config([path])
+    assert "not found" not in str(e.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes a file of mode 000")
+def test_a_lock_file_of_mode_000_is_named_not_the_out_dir(tmp_path):
+    from configurator import UserError
+    from plumbing.start import lock_out_dir
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / ".lock").write_text("")
+    os.chmod(tmp_path / "o" / ".lock", 0)
+    with pytest.raises(UserError, match=r"\.lock, the run's lock file, is not writable by this user \(mode 000\)"):
+        lock_out_dir(str(tmp_path / "o"))
