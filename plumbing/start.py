@@ -329,6 +329,11 @@ def begin(run, ckpt, model, optimizers, val_batch):
         start_iter, val_loss = restore(ckpt, model, optimizers, run.cfg)
         evaluated = val_loss is not None or ckpt.get("eval_pending", False)  # (an eval a signal cut short)
         val_loss = float("nan") if val_loss is None else val_loss
+        if run.master and not os.path.lexists(run.log_path):
+            q = shlex.quote(run.log_path)
+            raise UserError(f"{run.log_path} is missing (the checkpoint at iteration {start_iter} is there): put the "
+                            f"run's log back, or resume with an empty one (touch {q}), which keeps the rows from here "
+                            f"on (the run's curves then start at {start_iter}, and a sweep will not record it)")
         if run.master:
             trim_log(run.log_path, start_iter)
             read_rows(run.log_path)  # a row research code would refuse is refused now, not after the run ends

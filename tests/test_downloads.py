@@ -145,3 +145,17 @@ def test_a_lock_file_of_mode_000_is_named_not_the_out_dir(tmp_path):
     os.chmod(tmp_path / "o" / ".lock", 0)
     with pytest.raises(UserError, match=r"\.lock, the run's lock file, is not writable by this user \(mode 000\)"):
         lock_out_dir(str(tmp_path / "o"))
+
+
+def test_a_missing_log_says_that_an_empty_one_resumes(tmp_path):
+    """It read 'moved or removed while the command ran' (a cause that was not the one), with no way on."""
+    from configurator import UserError
+    from test_train import make_dataset, run, tiny_args
+    ds = make_dataset(tmp_path / "ds")
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=2"))
+    os.remove(tmp_path / "o" / "log.jsonl")
+    with pytest.raises(UserError, match=r"log.jsonl is missing \(the checkpoint at iteration 2 is there\): put the "
+                                         r"run's log back, or resume with an empty one \(touch "):
+        run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=4"])
+    (tmp_path / "o" / "log.jsonl").write_text("")
+    assert run(["--init_from=resume", f"--out_dir={tmp_path / 'o'}", "--max_iters=4"])["stopped"] is None
