@@ -545,7 +545,15 @@ def saved_shapes(ckpt):
     """{weight name: shape} of a checkpoint's weights, without its compile/DDP prefixes: ckpt.pt's tensors,
     or a ckpt.dcp folder's metadata (nothing of its shards is read)."""
     if "dcp" in ckpt:
-        entries = sharded_reader(ckpt["dcp"]).read_metadata().state_dict_metadata
+        try:
+            entries = sharded_reader(ckpt["dcp"]).read_metadata().state_dict_metadata
+        except pickle.UnpicklingError as e:
+            raise UserError(f"{ckpt['dcp']} is refused: its .metadata {e}, and a checkpoint's metadata holds data "
+                            f"only; nothing of it ran. Use a checkpoint that train.py wrote") from None
+        except (UserError, PermissionError):
+            raise
+        except Exception:  # missing or damaged: load_sharded says which
+            return None
         return {k[len("model."):]: tuple(getattr(v, "size", ())) for k, v in entries.items() if k.startswith("model.")}
     return {k: tuple(v.shape) for k, v in unprefixed(ckpt["model"]).items()}
 
@@ -568,12 +576,12 @@ def check_buildable(ckpt, source, device="cpu"):
         check_values(cfg)
     except UserError as e:
         raise UserError(f"{source}'s config: {e}; {fix}") from None
-    shapes = saved_shapes(ckpt)
-    blocks = {int(k.split(".")[1]) for k in shapes if k.startswith("blocks.") and k.split(".")[1].isdigit()}
-    if blocks != set(range(cfg["n_layer"])):
+    shapes = saved_shapes(ckpt)  # None: a ckpt.dcp whose metadata cannot be read (load_sharded names the damage)
+    blocks = {int(k.split(".")[1]) for k in shapes or () if k.startswith("blocks.") and k.split(".")[1].isdigit()}
+    if shapes is not None and blocks != set(range(cfg["n_layer"])):
         held = f"blocks 0..{max(blocks)}" if blocks and blocks == set(range(len(blocks))) else f"{len(blocks)} blocks"
         raise UserError(f"{source}'s config says n_layer={cfg['n_layer']:,} but its weights hold {held}: {fix}")
-    embedding = shapes.get("wte.weight")
+    embedding = (shapes or {}).get("wte.weight")
     if embedding is not None and (len(embedding) != 2 or embedding[1] != cfg["n_embd"]):
         raise UserError(f"{source}'s config says n_embd={cfg['n_embd']:,} but its token embedding wte.weight is "
                         f"{embedding}: {fix}")
@@ -584,6 +592,8 @@ def check_buildable(ckpt, source, device="cpu"):
         raise UserError(f"{source}'s model has about {params / 1e9:.3g} billion parameters, {4 * params / GB:.3g} GB "
                         f"in float32, more than the {limit[0] / GB:.3g} GB of {limit[1]}: use a machine (or "
                         f"--device) with more memory")
+    if shapes is None:
+        return
     with torch.device("meta"):
         expected = {k: tuple(v.shape) for k, v in GPT(model_cfg).state_dict().items()}
     problems = shape_problems(expected, shapes)

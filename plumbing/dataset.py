@@ -174,8 +174,9 @@ def check_char_vocabulary(meta, meta_path, fix="write meta.pkl again with the pr
         return
     itos, stoi = meta.get("itos"), meta.get("stoi")
     if itos is not None and stoi is not None and (
-            not isinstance(stoi, dict) or not isinstance(itos, (list, tuple, str))
-            or len(itos) != len(stoi) or any(stoi.get(c) != i for i, c in enumerate(itos))):
+            not isinstance(stoi, dict) or not isinstance(itos, (list, tuple, str, dict))  # (nanoGPT's: a dict)
+            or len(itos) != len(stoi)
+            or any(stoi.get(c) != i for i, c in (itos.items() if isinstance(itos, dict) else enumerate(itos)))):
         raise UserError(f"{meta_path}: its itos ({len(itos)} entries) and stoi ({len(stoi)}) are not one "
                         f"vocabulary (stoi[itos[i]] must be i): {fix}")
     n = len(itos if itos is not None else stoi)
