@@ -573,7 +573,7 @@ def verify(export_dir, model, ckpt, fix):
         refuse(f"{export_dir}'s weights are not an export of this run (their metadata holds "
                f"{'no run config' if type(theirs) is not dict else 'a run config of another model or data'})")
     exported = json.loads(metadata.get("scalevec_training", "{}")).get("iter")
-    if exported != ckpt["iter"]:
+    if exported is not None and exported != ckpt["iter"]:  # (None: an export that recorded no iteration)
         return (f"{export_dir} holds iteration {exported} of this run and the checkpoint is at {ckpt['iter']} "
                 f"(the run went on since): to evaluate the checkpoint as it is now, {fix}")
     ours = hf_state_dict(model)
@@ -584,7 +584,9 @@ def verify(export_dir, model, ckpt, fix):
     for name, tensor in ours.items():
         if not torch.equal(weights.get(name), tensor):
             refuse(f"{export_dir}'s {name} differs from the checkpoint's export at the same iteration "
-                   f"({ckpt['iter']}): the weights were changed in the folder after the export")
+                   f"({ckpt['iter']}): the weights were changed in the folder after the export" if exported is not None
+                   else f"{export_dir}'s {name} differs from the checkpoint's export (the folder records no iteration: "
+                        f"an export of another iteration, or weights changed after it)")
     return None
 
 
