@@ -10,7 +10,7 @@ import torch
 
 from conftest import ROOT
 from configurator import UserError
-from plumbing import checkpoint
+from plumbing import checkpoint, memory
 from test_train import make_dataset, run, tiny_args
 
 
@@ -54,8 +54,7 @@ def test_a_config_past_its_weights_is_one_line_before_anything_is_built(saved, t
 def test_a_model_past_the_machines_memory_is_refused_before_it_is_built(saved, monkeypatch):
     """The comparison train.py's start makes (memory.memory_limit), at 4 bytes a float32 parameter."""
     ckpt = checkpoint.load_checkpoint(str(saved))
-    checkpoint.check_buildable(ckpt, "ckpt.pt")  # fits
-    import plumbing.memory
-    monkeypatch.setattr(plumbing.memory, "memory_limit", lambda device: (1000, "a test's 1 kB"))
+    memory.check_buildable(ckpt["config"], checkpoint.saved_shapes(ckpt), "ckpt.pt")  # fits
+    monkeypatch.setattr(memory, "memory_limit", lambda device: (1000, "a test's 1 kB"))
     with pytest.raises(UserError, match=r"ckpt.pt's model has about .* more than the 1e-06 GB of a test's 1 kB"):
-        checkpoint.check_buildable(ckpt, "ckpt.pt")
+        memory.check_buildable(ckpt["config"], checkpoint.saved_shapes(ckpt), "ckpt.pt")
