@@ -4,7 +4,7 @@ for the cost per FLOP (GPT2Reference), and what one block of a variant keeps for
 (saved_bytes_per_token). A library: tools/bench.py times them, tools/step_profile.py profiles them.
 """
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -124,12 +124,77 @@ def variant_config(cfg, variant):
     return c, model_cfg
 
 
+@contextmanager
+def cuda_rms_norm_saved_set():
+    """Within: F.rms_norm keeps for its backward what CUDA's fused kernel keeps (its float32 input, rstd and
+    the weight), computed as plumbing/fused.py's closed form, which keeps a tensor of the input's size, rstd
+    and the weight: the same bytes. On a CPU F.rms_norm's autograd is a composite that keeps one more float32
+    tensor of the input's size; an eager count on a CPU would then not be the GPU's."""
+    real = F.rms_norm
+
+    def rms_norm(x, normalized_shape, weight=None, eps=None):
+        return fused._RMSNormClosedForm.apply(x, weight, eps)
+
+    F.rms_norm = rms_norm
+    try:
+        yield
+    finally:
+        F.rms_norm = real
+
+
+def saved_bytes(cfg, variant, tokens=None):
+    """{"per_layer", "outside", "model"}: bytes per token the model of `variant` keeps for its backward, per
+    block (saved_bytes_per_token; for the gpt2 reference the 2-layer model's count less the 1-layer one's),
+    outside the blocks (the 1-layer model's count less one block's: the embedding, the final norm, the head
+    and the loss) and for the whole model at cfg.n_layer (outside + n_layer x per layer). Counted as
+    saved_bytes_per_token counts a block: the code path a CUDA run takes, batch 2 less batch 1 of `tokens`
+    (default block_size), parameters and buffers left out, eager with CUDA's saved set for F.rms_norm
+    (cuda_rms_norm_saved_set). Compiled, it resets torch._dynamo."""
+    model_cfg = model_config(cfg) if variant == REFERENCE else variant_config(cfg, variant)[1]
+    T = min(tokens or model_cfg.block_size, model_cfg.block_size)
+    ctx = torch.autocast(torch.device(cfg.device).type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
+
+    def whole(n_layer):
+        c = replace(model_cfg, n_layer=n_layer)
+        m = (GPT2Reference(c) if variant == REFERENCE else GPT(c)).to(cfg.device)
+        if getattr(cfg, "fused", True) and variant != REFERENCE:
+            fused.use(m, "cuda")
+        if cfg.compile:
+            torch._dynamo.reset()
+        run = torch.compile(m, dynamic=False) if cfg.compile else m
+        skip = {t.untyped_storage().data_ptr() for t in (*m.parameters(), *m.buffers())}
+
+        def saved(batch):
+            idx = torch.randint(0, c.vocab_size, (batch, T), generator=torch.Generator().manual_seed(batch)).to(cfg.device)
+            with ctx:
+                run(idx, idx)  # compiles first: the count is of the call that follows
+            found = {}
+
+            def pack(t):
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in skip:
+                    found[storage.data_ptr()] = storage.nbytes()
+                return t
+
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), ctx:
+                run(idx, idx)
+            return sum(found.values())
+
+        with nullcontext() if cfg.compile else cuda_rms_norm_saved_set():
+            return (saved(2) - saved(1)) / T
+
+    one = whole(1)
+    per_layer = whole(2) - one if variant == REFERENCE else saved_bytes_per_token(cfg, variant, T)
+    return {"per_layer": per_layer, "outside": one - per_layer, "model": one - per_layer + cfg.n_layer * per_layer}
+
+
 def saved_bytes_per_token(cfg, variant, tokens=None):
     """Bytes that one block of `variant` keeps for its backward per token (one layer: block 0 of cfg's
     model, on cfg.device, under bf16 autocast when cfg.dtype says so, compiled when cfg.compile).
 
     The block runs the code path a CUDA run takes, whatever cfg.device is: the fast paths of "cuda"
-    (plumbing/fused.use: DNP's recompute, F.rms_norm; cfg.fused=False: the formulas alone). What
+    (plumbing/fused.use: SwiGLU's recompute, F.rms_norm with the saved set of CUDA's kernel,
+    cuda_rms_norm_saved_set; cfg.fused=False: the formulas alone). What
     autograd saves is read with saved-tensor hooks, each storage once (views of it included), parameters
     and the RoPE tables left out, at batch 1 and 2 of `tokens` (default block_size): the difference over
     `tokens` is the activations' share, without what does not grow with the batch (the weights' bf16
@@ -167,7 +232,8 @@ def saved_bytes_per_token(cfg, variant, tokens=None):
             run(x, cos, sin)
         return sum(found.values())
 
-    return (saved(2) - saved(1)) / T
+    with nullcontext() if cfg.compile else cuda_rms_norm_saved_set():  # compiled, inductor decomposes it
+        return (saved(2) - saved(1)) / T
 
 
 def train_step(model, step_model, opts, x, y, ctx, grad_clip):
