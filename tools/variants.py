@@ -98,8 +98,21 @@ class GPT2Reference(nn.Module):
         return 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
 
 
+FORMULAS = ":formulas"  # a variant's name with this suffix: the same variant under --fused=False (the formulas leg)
+
+
+def leg(cfg, variant):
+    """(cfg, the variant's name) for a name of variants() or REFERENCE, or such a name with FORMULAS
+    appended: then cfg with fused=False, the formulas alone (bench.py's like-for-like legs)."""
+    if variant.endswith(FORMULAS):
+        return SimpleNamespace(**{**vars(cfg), "fused": False}), variant[:-len(FORMULAS)]
+    return cfg, variant
+
+
 def build(cfg, variant):
-    """(model, the model to step (compiled if cfg.compile), optimizers) for one variant of cfg."""
+    """(model, the model to step (compiled if cfg.compile), optimizers) for one variant of cfg (its
+    formulas alone for a name ending in FORMULAS)."""
+    cfg, variant = leg(cfg, variant)
     if variant == REFERENCE:
         model = GPT2Reference(model_config(cfg)).to(cfg.device)
         opts = [torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
@@ -124,16 +137,35 @@ def variant_config(cfg, variant):
     return c, model_cfg
 
 
+class _CudaSavedSetRMSNorm(torch.autograd.Function):
+    """F.rms_norm keeping what CUDA's fused kernel keeps for its backward: its input, rstd and the weight
+    (not its output: a weightless norm's output is another tensor, which the next matmul keeps too)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rstd = torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, rstd, weight)
+        return x * rstd if weight is None else x * rstd * weight
+
+    @staticmethod
+    def backward(ctx, g):  # plumbing/fused.py's closed form, x_hat recomputed from the input
+        x, rstd, weight = ctx.saved_tensors
+        x_hat = x * rstd
+        gw = g if weight is None else g * weight
+        dx = (gw - x_hat * (gw * x_hat).mean(-1, keepdim=True)) * rstd
+        dweight = None if weight is None else (g * x_hat).sum(dim=tuple(range(g.dim() - 1)))
+        return dx, dweight, None
+
+
 @contextmanager
 def cuda_rms_norm_saved_set():
     """Within: F.rms_norm keeps for its backward what CUDA's fused kernel keeps (its float32 input, rstd and
-    the weight), computed as plumbing/fused.py's closed form, which keeps a tensor of the input's size, rstd
-    and the weight: the same bytes. On a CPU F.rms_norm's autograd is a composite that keeps one more float32
-    tensor of the input's size; an eager count on a CPU would then not be the GPU's."""
+    the weight; _CudaSavedSetRMSNorm). On a CPU F.rms_norm's autograd is a composite that keeps one more
+    float32 tensor of the input's size: an eager count on a CPU would then not be the GPU's."""
     real = F.rms_norm
 
     def rms_norm(x, normalized_shape, weight=None, eps=None):
-        return fused._RMSNormClosedForm.apply(x, weight, eps)
+        return _CudaSavedSetRMSNorm.apply(x, weight, eps)
 
     F.rms_norm = rms_norm
     try:
@@ -150,6 +182,7 @@ def saved_bytes(cfg, variant, tokens=None):
     saved_bytes_per_token counts a block: the code path a CUDA run takes, batch 2 less batch 1 of `tokens`
     (default block_size), parameters and buffers left out, eager with CUDA's saved set for F.rms_norm
     (cuda_rms_norm_saved_set). Compiled, it resets torch._dynamo."""
+    cfg, variant = leg(cfg, variant)
     model_cfg = model_config(cfg) if variant == REFERENCE else variant_config(cfg, variant)[1]
     T = min(tokens or model_cfg.block_size, model_cfg.block_size)
     ctx = torch.autocast(torch.device(cfg.device).type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
@@ -202,6 +235,7 @@ def saved_bytes_per_token(cfg, variant, tokens=None):
     holds it where no GPU is at hand. None for the gpt2 reference. Compiled, it resets torch._dynamo
     first (the graphs compiled before are forgotten: count after timing).
     """
+    cfg, variant = leg(cfg, variant)
     if variant == REFERENCE:
         return None
     _, model_cfg = variant_config(cfg, variant)
