@@ -68,8 +68,11 @@ def summary(model):
     """The line a run prints at start: how many modules of each class run a fast path, and which
     attention and MLP modules run a forward the fast paths do not know: a fork's subclass (its own),
     or an MLP whose gate and up are normalized one without the other (MLP.forward, over fused linears)."""
-    fast = Counter(type(m).__bases__[0].__name__ for m in model.modules() if type(m) in FAST)
-    if not fast:
+    fast = Counter(type(m).__bases__[0].__name__ for m in model.modules() if type(m) in FAST
+                   and (type(m) is not FusedGPT or chunked_head(m.config.vocab_size, m.config.n_embd)))
+    if "GPT" in fast:
+        fast["GPT"] = "chunked head of"
+    if not any(type(m) in FAST for m in model.modules()):
         return "fast paths off (--fused=False): norms.py's and model.py's formulas run as written"
     kept = [name for name, m in model.named_modules() if isinstance(m, (Attention, MLP)) and type(m) not in FAST
             and (type(m) not in (Attention, MLP) or isinstance(m, MLP) and m.gate.out_norm != m.up.out_norm)]

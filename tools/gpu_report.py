@@ -110,7 +110,7 @@ def report(summary, judged, entropy, out):
         print(f"at the 0.12B protocol's shape (16 x 2048): {fmt(pr['tokens_per_s_per_gpu'], ',.0f')} tokens/s per GPU, "
               f"MFU {fmt(pr['mfu_percent'], '.1f')}% conventional, {fmt(pr['mfu_percent_causal'], '.1f')}% causal "
               f"(research.ladder --gpu_check turns it into GPU-hours)")
-        print(f"unified / baseline, like for like at 124M: step time {fmt(u['ours']['step_time_ratio'], '.3f')}x, peak "
+        print(f"unified / baseline, like for like at the bench's shape: step time {fmt(u['ours']['step_time_ratio'], '.3f')}x, peak "
               f"memory {fmt(u['ours']['memory_ratio'], '.3f')}x with the fast paths on both; "
               f"{fmt(u['formulas']['step_time_ratio'], '.3f')}x, {fmt(u['formulas']['memory_ratio'], '.3f')}x with the "
               f"formulas alone on both (the paper's Table 3 at 1B: {PAPER_TABLE3_1B['step_time_ratio']}x, "

@@ -308,15 +308,19 @@ def opaque_calls(cfg, variant):
     return len(opaque), len(graphs)
 
 
-def host_calls_per_step(cfg, variant):
+def host_calls_per_step(cfg, variant, by_function=False):
     """{"fast": n, "formulas": n}: the Python and C function calls the host makes in one compiled
     training step of `variant` (train_step after warm-up), with the fast paths a CUDA run takes
     (plumbing/fused.use(..., "cuda")) and with the formulas alone. Each call is host work a GPU run
     pays per step whatever the device's speed: guards, the compiled graph's wrapper and its kernel
     calls, the optimizer's loop. A count, the same on every machine and under any load; the seconds
-    belong in tools/bench.py. Raises nothing of its own; the counter is sys.setprofile, so it must
-    not run under another profiler or a debugger that installs one."""
+    belong in tools/bench.py. by_function: each leg a collections.Counter of "file:function" (C calls
+    as "<C>:name") instead of its total, the profile of where the calls go. Raises nothing of its own;
+    the counter is sys.setprofile, so it must not run under another profiler or a debugger that
+    installs one."""
+    import os
     import sys
+    from collections import Counter
     _, model_cfg = variant_config(cfg, variant)
     idx = torch.randint(0, model_cfg.vocab_size, (cfg.batch_size, model_cfg.block_size), generator=torch.Generator().manual_seed(0))
     counts = {}
@@ -327,17 +331,19 @@ def host_calls_per_step(cfg, variant):
             fused.use(m, "cuda")
         for _ in range(3):  # compile, then the steps the compiled graphs settle in
             train_step(m, step_model, opts, idx, idx, nullcontext(), cfg.grad_clip)
-        calls = [0]
+        calls = Counter()
 
         def count(frame, event, arg):
-            if event in ("call", "c_call"):
-                calls[0] += 1
+            if event == "call":
+                calls[f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}"] += 1
+            elif event == "c_call":
+                calls[f"<C>:{getattr(arg, '__qualname__', getattr(arg, '__name__', '?'))}"] += 1
 
         sys.setprofile(count)
         try:
             train_step(m, step_model, opts, idx, idx, nullcontext(), cfg.grad_clip)
         finally:
             sys.setprofile(None)
-        counts[name] = calls[0]
+        counts[name] = calls if by_function else calls.total()
     torch._dynamo.reset()
     return counts
