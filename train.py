@@ -46,6 +46,7 @@ import torch
 
 from plumbing import fused
 from plumbing.checkpoint import save_run_checkpoint
+from plumbing.contracts import check_model
 from plumbing.dataset import id_past_vocab
 from plumbing.common import StopSignals, agree, cli, compile_errors, end_distributed, numerics_env, shard, stop_signal
 from configurator import UserError, load_config, usage
@@ -68,6 +69,7 @@ def train(cfg, given=frozenset()):
         cfg, device = run.cfg, run.device
         # --- build: the GPT of run.model_cfg (model.py: which scale vector sits where), its optimizer groups
         raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
+        check_model(raw_model, cfg)  # every parameter reached, every magnitude seen, each in a group (contracts.py)
         if cfg.fsdp:
             shard(raw_model)  # FSDP2 (common.shard): before the optimizers see the parameters
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)

@@ -17,6 +17,7 @@ The reading files (norms.py, model.py, optim.py) state each contract beside thei
 that hold an entry to it live here, so the reading path holds formulas only.
 """
 
+import copy
 import functools
 import itertools
 import math
@@ -25,7 +26,7 @@ import torch
 
 import model
 import optim
-from configurator import DEFAULTS
+from configurator import DEFAULTS, UserError
 from model import BRANCHES, CHOICES, DUAL_SITES, GPT, GPTConfig, Placement
 from norms import ROLES, SCALE_CLASSES, ScaleVector
 from optim import LR_SCHEDULES, OPTIMIZERS, SCALE_WD, Optimizer, ScaleDecay, Schedule
@@ -324,3 +325,157 @@ def check_run_contracts(cfg):
         last = m
 
 
+
+
+# -----------------------------------------------------------------------------
+# The built model: what its config says is what it runs (train.py calls check_model on the model it built)
+
+
+PROBE_TOKENS = (2, 8)  # the probe step's batch and length (at most block_size)
+HIDDEN = 1e-4  # a magnitude is hidden when doubling it moves the output by less than this, relative (rounding: ~1e-6)
+
+
+def check_model(model, cfg):
+    """UserError, one line naming the module or parameter, the class that built it (builder) and the fix, when
+    the model train.py built is not the one its config describes, before it trains or writes anything:
+
+      scale="none" and a norms.ScaleVector anywhere in it, whoever built it;
+      a parameter the training objective never reaches (reach: no gradient, or one exactly zero, after one forward
+          and backward of PROBE_TOKENS on a copy);
+      a scale whose magnitude a normalization hides (hidden_magnitude: a ScaleVector with a magnitude_name whose
+          doubling leaves the output unchanged; that parameter's gradient is only eps's);
+      a parameter in no optimizer group (optim.param_groups' rule; cfg: the run config).
+
+    The probes run on a deep copy with its own generators, inside torch.random.fork_rng: the model, the run's
+    random state and so its losses are unchanged. Cost: one forward and backward of 16 tokens, one forward per
+    magnitude scale (its routed member's alone inside an MoE), on a second copy of the weights and their gradients,
+    freed before the run goes on. Returns {"forwards": n, "backwards": 1} (what it ran)."""
+    none_scale = cfg.scale == "none" and next((n for n, m in model.named_modules() if isinstance(m, ScaleVector)), None)
+    if none_scale:
+        raise UserError(f"{none_scale} ({type(model.get_submodule(none_scale)).__name__}): built by "
+                        f"{builder(model, none_scale)} under scale='none', which means no scale vector anywhere: build it "
+                        f"through norms.make_scale (None under scale='none'), or drop it")
+    probe = copy.deepcopy(model)
+    device = next(probe.parameters()).device
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            counts = probe_model(probe, model.config, device)
+    finally:
+        del probe
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    try:
+        optim.param_groups(model, cfg)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    return counts
+
+
+def probe_model(probe, config, device):
+    """check_model's probes on `probe` (a copy it may change): every matrix redrawn at std 1/sqrt(fan-in) (so
+    activations are O(1), attention is not uniform and eps is negligible) and every all-zero parameter at
+    std 1 (a zero-initialized projection would hide what follows it), from generators of its own; then reach, then
+    hidden_magnitude. The members a module routes (its `routed` names: model.MoE's experts, chosen by the router's
+    weights, not by the batch) are each run on that module's input, so each is checked by its own forward."""
+    gens = {}
+    with torch.no_grad():
+        for p in probe.parameters():
+            gen = gens.setdefault(p.device, torch.Generator(device=p.device).manual_seed(0))
+            if p.dim() >= 2 or not p.any():
+                p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * (p.size(-1) ** -0.5 if p.dim() >= 2 else 1))
+    gen = gens.setdefault(device, torch.Generator(device=device).manual_seed(0))
+    B, T = PROBE_TOKENS[0], min(PROBE_TOKENS[1], config.block_size)
+    idx, targets = (torch.randint(0, config.vocab_size, (B, T), generator=gen, device=device) for _ in range(2))
+    inputs = {}  # routing module -> its input, as its forward got it
+    def keep(module, args):  # (returns None: the forward's input is left as it is)
+        inputs.setdefault(module, tuple(a.detach() for a in args))
+
+    hooks = [m.register_forward_pre_hook(keep) for m in probe.modules() if getattr(m, "routed", ())]
+    try:
+        probe.train()
+        torch.manual_seed(0)  # dropout's masks (fork_rng gives the run's state back)
+        _, loss, aux = probe(idx, targets)
+        objective = loss + probe.aux_objective(aux)
+    finally:
+        for h in hooks:
+            h.remove()
+    members = {id(member): (member, args) for m, args in inputs.items() for name in m.routed for member in getattr(m, name)}
+    for member, args in members.values():
+        objective = objective + member(*args).float().pow(2).mean()
+    objective.backward()
+    unreached = [n for n, p in probe.named_parameters() if p.grad is None or not p.grad.any()]
+    if unreached:
+        raise UserError(unreached_line(probe, unreached))
+    forwards = hidden_magnitude(probe, idx, targets, members)
+    return {"forwards": 1 + len(members) + forwards, "backwards": 1, "tokens": B * T}
+
+
+@torch.no_grad()
+def hidden_magnitude(probe, idx, targets, members):
+    """UserError for the first scale (a ScaleVector with a magnitude_name) whose doubled gamma leaves the output the
+    same to within HIDDEN: a normalization follows it with nothing between but maps linear in it, so its magnitude
+    parameter gets a gradient only through eps (the site needed make_scale's magnitude_free=True, a PlainScale).
+    The output is the logits, or a routed member's own (members: {id: (member, its input)}) for a scale inside one;
+    the copy's normalizations are made exact (eps 0 where a module holds one) and dropout is off. Returns the
+    number of forwards it ran."""
+    probe.eval()
+    for m in probe.modules():
+        if isinstance(getattr(m, "eps", None), float):
+            m.eps = 0.0
+    inside = {id(sub): key for key, (member, _) in members.items() for sub in member.modules()}
+
+    def output(key):
+        if key is None:
+            return probe(idx, targets)[0].float()
+        member, args = members[key]
+        return member(*args).float()
+
+    before, forwards = {}, 0
+    for name, sv in probe.named_modules():
+        if not (isinstance(sv, ScaleVector) and sv.has_magnitude()):
+            continue
+        key = inside.get(id(sv))
+        if key not in before:
+            before[key], forwards = output(key), forwards + 1
+        sv.forward = functools.partial(lambda gamma: 2 * gamma(), sv.forward)
+        try:
+            after = output(key)
+        finally:
+            del sv.forward
+        forwards += 1
+        if (after - before[key]).abs().max() <= HIDDEN * before[key].abs().max():
+            raise UserError(f"{name}.{sv.magnitude_name}: the magnitude of a {type(sv).__name__} that {builder(probe, name)} "
+                            f"builds where a normalization follows it (doubling gamma leaves the output unchanged), so it "
+                            f"gets a gradient only through eps: build that scale with make_scale(..., magnitude_free=True) "
+                            f"(norms.make_scale), which puts a PlainScale there")
+    return forwards
+
+
+def builder(model, name):
+    """The class that built the module or parameter `name` of model: its nearest enclosing module defined outside
+    norms.py and torch (norms' pieces, a ScaledLinear, an RMSNorm, a scale, are built by the module that holds them)."""
+    parts = name.split(".")
+    for end in range(len(parts) - 1, -1, -1):
+        module = model.get_submodule(".".join(parts[:end]))
+        kind = type(module).__module__
+        if kind != "norms" and not kind.startswith("torch."):
+            return type(module).__name__
+    return type(model).__name__
+
+
+def unreached_line(model, names):
+    """The one line for the parameters `names` of model that no gradient reached: the first, named as the largest
+    enclosing module whose parameters all went unreached (a module built and never called), the class that built
+    it, and how many more there are."""
+    unreached, parts = set(names), names[0].split(".")
+    where, label = names[0], names[0]
+    for end in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:end])
+        module = model.get_submodule(prefix)
+        if not all(f"{prefix}.{n}" in unreached for n, _ in module.named_parameters()):
+            break
+        where, label = prefix, f"{prefix} ({type(module).__name__})"
+    more = sum(1 for n in names if n != where and not n.startswith(where + "."))
+    return (f"{label}: built by {builder(model, where)}, never reached by forward (no gradient in one training step "
+            f"on a copy of the model{f'; {more} more parameters neither' if more else ''}): use it in the forward, "
+            f"or do not build it")
