@@ -18,6 +18,7 @@ that hold an entry to it live here, so the reading path holds formulas only.
 """
 
 import copy
+import difflib
 import functools
 import itertools
 import math
@@ -97,8 +98,10 @@ def check_placement(key, name):
     p, branches, where = CHOICES[key][name], BRANCHES[key], f"{key.split('_')[0].upper()}_PLACEMENTS[{name!r}]"
     if not isinstance(p, Placement):
         raise ValueError(f"{where} is a {type(p).__name__}: make it a model.Placement (or a subclass)")
-    if p.outer is not None and not set(p.outer) <= set(branches):
+    if p.outer is not None and not isinstance(p.outer, tuple):
         raise ValueError(f"{where}: outer={p.outer!r} is not a tuple of its branches {branches}: fix its outer")
+    if problem := names_problem(p, branches):
+        raise ValueError(where + problem)
     for method, args in [(m, (b,)) for m in ("carries_outer", "normalizes") for b in branches] + [("scales_output_map", ())]:
         try:
             answer = getattr(p, method)(*args)
@@ -109,6 +112,20 @@ def check_placement(key, name):
                              f"make it return a bool (model.Placement says the contract)")
     if type(p) is not Placement and (problem := subclass_problem(key, name, p, (model.Attention, model.MLP))):
         raise ValueError(where + problem)
+
+
+def names_problem(p, branches):
+    """None, or the rest of one line naming the fix, for a field of placement p (outer, or a subclass's) that names
+    something the model does not have: each string in a tuple field must be one of its branches, a role or a
+    dual_sites value (a misspelt branch would leave the placement silently unapplied); did-you-mean by difflib."""
+    names = (*branches, *ROLES, *DUAL_SITES)
+    for field, value in vars(p).items():
+        for given in value if isinstance(value, tuple) else ():
+            if isinstance(given, str) and given not in names:
+                close = difflib.get_close_matches(given, names, n=1)
+                return (f": {field}={value!r} names {given!r}, which is none of its branches {branches} (nor a role or "
+                        f"a dual_sites value): " + (f"did you mean {close[0]!r}?" if close else "fix the name"))
+    return None
 
 
 @functools.lru_cache(maxsize=None)  # per entry and code (the classes that build it)
@@ -156,8 +173,9 @@ class NoRow(ValueError):
 
 def no_row(where, key):
     """The line for a key `where` (a registry entry, "LR_SCHEDULES['step']") reads that has no row."""
+    close = difflib.get_close_matches(key, DEFAULTS, n=1, cutoff=0.85)
     return f"{where} reads the key {key!r}, which has no row in configurator.SECTIONS: add its row (default, allowed " \
-           f"values, meaning) there"
+           f"values, meaning) there" + (f" (or did you mean {close[0]!r}?)" if close else "")
 
 
 class Reading:
@@ -210,6 +228,16 @@ def attribute_reads(entry, base, run):
 SHARED_KEYS = {"OPTIMIZERS": ("learning_rate", "beta1", "beta2"), "LR_SCHEDULES": ("warmup_iters", "max_iters", "learning_rate"),
                "SCALE_WD": ("weight_decay",)}
 ENTRY_TYPES = {"OPTIMIZERS": Optimizer, "LR_SCHEDULES": Schedule, "SCALE_WD": ScaleDecay}
+
+
+def core_keys(registry):
+    """The keys the run reads whichever entry of `registry` runs: the model's (model.MODEL_KEYS), every SHARED_KEYS
+    and the keys of the other registries' entries. An entry that reads one declares it in its reads, never its
+    keys (keys get a note saying they do nothing under another entry)."""
+    others = [e for r, entries in (("OPTIMIZERS", OPTIMIZERS), ("LR_SCHEDULES", LR_SCHEDULES), ("SCALE_WD", SCALE_WD))
+              if r != registry for e in entries.values()]
+    return {*model.MODEL_KEYS, *(k for keys in SHARED_KEYS.values() for k in keys),
+            *(k for e in others for k in (*e.keys, *((e.lr_key,) if isinstance(e, Optimizer) else ())))}
 
 
 def entry_reads(registry, name, entry, cfg):
@@ -284,15 +312,25 @@ def check_contracts(cfg):
             if isinstance(entry, Optimizer) and entry.name != name:
                 raise ValueError(f"{where} is named {entry.name!r}: its groups would name an optimizer the registry does "
                                  f"not hold; give it its key as its name (Optimizer({name!r}, ...))")
-            declared = (*entry.keys, *((entry.lr_key,) if isinstance(entry, Optimizer) else ()))
+            declared = (*entry.keys, *entry.reads, *((entry.lr_key,) if isinstance(entry, Optimizer) else ()))
             for key in declared:
                 if key not in DEFAULTS:
                     raise ValueError(no_row(where, key))
+            core = core_keys(registry)
+            shared = [key for key in entry.keys if key in core]
+            if shared:
+                raise ValueError(f"{where} declares {shared[0]!r} in its keys, which says only it reads the key: the run "
+                                 f"reads it anyway, so every other entry would print a false note that it has no effect; "
+                                 f"move it to its reads ({ENTRY_TYPES[registry].__name__}(..., reads=({shared[0]!r},)))")
             reading = entry_reads(registry, name, entry, cfg)
             undeclared = sorted(reading.read - {*declared, *SHARED_KEYS[registry]})
             if undeclared:
-                raise ValueError(f"{where} reads the key {undeclared[0]!r} without declaring it: add it to its keys "
-                                 f"(a note then says it does nothing under another entry)")
+                key = undeclared[0]
+                raise ValueError(f"{where} reads the key {key!r} without declaring it: " + (
+                    f"the run reads it anyway, so add it to its reads ({ENTRY_TYPES[registry].__name__}(..., "
+                    f"reads=({key!r},))), not to its keys (a note would say it has no effect under every other entry)"
+                    if key in core else "add it to its keys (a note then says it does nothing under another entry), "
+                    "or, if the run reads it anyway (a model key), to its reads"))
             if registry == "SCALE_WD" and (problem := recipe_problem(name, entry, reading)):
                 raise ValueError(problem)
 
