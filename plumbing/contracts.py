@@ -410,16 +410,17 @@ def check_model(model, cfg):
 
 
 def probe_model(probe, config, device):
-    """check_model's probes on `probe` (a copy it may change): every matrix redrawn at std 1/sqrt(fan-in) (so
-    activations are O(1), attention is not uniform and eps is negligible) and every all-zero parameter at
-    std 1 (a zero-initialized projection would hide what follows it), from generators of its own; then reach, then
+    """check_model's probes on `probe` (a copy it may change): every parameter outside a scale vector redrawn, a
+    matrix at std 1/sqrt(fan-in), any other at std 1 (so activations are O(1), attention is not uniform, eps is
+    negligible and no small gain damps a branch), and a scale's all-zero parameter at std 1 (a zero-initialized
+    projection would hide what follows it), from generators of its own; then reach, then
     hidden_magnitude. The members a module routes (its `routed` names: model.MoE's experts, chosen by the router's
     weights, not by the batch) are each run on that module's input, so each is checked by its own forward."""
-    gens = {}
+    gens, scales = {}, {id(p) for m in probe.modules() if isinstance(m, ScaleVector) for p in m.parameters()}
     with torch.no_grad():
         for p in probe.parameters():
             gen = gens.setdefault(p.device, torch.Generator(device=p.device).manual_seed(0))
-            if p.dim() >= 2 or not p.any():
+            if id(p) not in scales or not p.any():
                 p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * (p.size(-1) ** -0.5 if p.dim() >= 2 else 1))
     gen = gens.setdefault(device, torch.Generator(device=device).manual_seed(0))
     B, T = PROBE_TOKENS[0], min(PROBE_TOKENS[1], config.block_size)
