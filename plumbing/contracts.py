@@ -38,7 +38,8 @@ def check(cfg):
     config cfg (a namespace with every key) chooses from breaks its contract: every optimizer, schedule
     and recipe (check_contracts), the run's own under its config (check_run_contracts), its placements
     (check_placement) and its scale class (scale_class_problem), with optim.check's value checks in
-    their order. A placement or class name no registry holds is left to model.GPTConfig's line."""
+    their order; then the model is built on the meta device, so a value its code refuses (a role that is
+    none) is a line too. A placement or class name no registry holds is left to model.GPTConfig's line."""
     optim.check_choices(cfg, optim.CHOICES)
     check_contracts(cfg)  # first: an entry's own check (optim.check runs it) may read a key that has no row
     optim.check(cfg)
@@ -48,6 +49,11 @@ def check(cfg):
             check_placement(key, getattr(cfg, key))
     if cfg.reparam in SCALE_CLASSES and (problem := scale_class_problem(cfg.reparam)):
         raise ValueError(problem)
+    try:  # the model's code at the run's shape, on the meta device (no memory): a fork's bad value (a role) is a line
+        with torch.device("meta"):
+            GPT(model.model_config(cfg))
+    except ValueError as e:
+        raise ValueError(f"building the model: {e}") from None
 
 
 # -----------------------------------------------------------------------------
@@ -156,11 +162,14 @@ def subclass_problem(key, name, p, code):
 def model_structure(key, name):
     """What tells placement `name`'s models apart: each module's name, class and extra_repr (widths, roles,
     out_norm) in a one-block dense model on the CPU, for every branch_scales, qk_norm, output_norms, dual_sites."""
-    with torch.device("cpu"):
-        return [(n, type(m).__name__, m.extra_repr()) for hg, qk, out, sites in itertools.product(*[(False, True)] * 3, DUAL_SITES)
-                for n, m in GPT(GPTConfig(n_layer=1, n_head=2, n_embd=8, d_ff=16, block_size=4, vocab_size=8, scale="vector",
-                                          n_experts=0, branch_scales=hg, qk_norm=qk, output_norms=out, dual_sites=sites,
-                                          **{key: name})).named_modules()]
+    try:
+        with torch.device("cpu"):
+            return [(n, type(m).__name__, m.extra_repr()) for hg, qk, out, sites in itertools.product(*[(False, True)] * 3, DUAL_SITES)
+                    for n, m in GPT(GPTConfig(n_layer=1, n_head=2, n_embd=8, d_ff=16, block_size=4, vocab_size=8, scale="vector",
+                                              n_experts=0, branch_scales=hg, qk_norm=qk, output_norms=out, dual_sites=sites,
+                                              **{key: name})).named_modules()]
+    except ValueError as e:  # a value the model's code refuses (a role that is none): said as check's is
+        raise ValueError(f"building the model: {e}") from None
 
 
 # -----------------------------------------------------------------------------

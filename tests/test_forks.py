@@ -963,6 +963,12 @@ class SpareGainAttention(GainAttention):
     used = False
 
 
+class MisroledAttention(PostNormAttention):
+    """Half done: the post-norm's scale given a role that is none ("outputs")."""
+
+    scale = staticmethod(lambda cfg, dim, *, role: norms.make_scale(cfg, dim, role="outputs"))
+
+
 def post_norm(monkeypatch, attention=PostNormAttention, entry=Q_POST):
     """docs/forks.md's 'A placement that builds a module', applied: Placement's question, the entry, Attention."""
     monkeypatch.setattr(model, "Attention", attention)
@@ -992,6 +998,8 @@ HALF_DONE = {  # (Attention class, MLP class, entry, switches) -> the line's wor
         (PostNormAttention, None, PostNormPlacement(dual=False, norm=False, post_norm=("q", "k", "v"), meaning=""),
          {"reparam": "or", "branch_scales": False, "mlp_placement": "in"}),
         ["blocks.0.attn_norm.scale.magnitude: the magnitude of a ORScale that Block builds", "magnitude_free=True"]),
+    "a role misspelt": ((MisroledAttention, None, Q_POST, {}),
+                        ["building the model: role must be one of ('input', 'output'), got 'outputs'"]),
     "an unused module": ((PostNormAttention, SpareMLP, Q_POST, {}),
                          ["blocks.0.mlp.spare (ScaledLinear): built by SpareMLP, never reached by forward"]),
     "an unused parameter": ((SpareGainAttention, None, None, {}),
