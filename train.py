@@ -65,8 +65,7 @@ def train(cfg, given=frozenset()):
         run, ckpt = setup(cfg, given, cleanup)
         cfg, device = run.cfg, run.device
         # --- build: the GPT of run.model_cfg (model.py: which scale vector sits where), its optimizer groups
-        raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
-        contracts.check_model(raw_model, cfg)  # every parameter reached, every magnitude seen, each in a group
+        raw_model = contracts.check_model(GPT(run.model_cfg, seed=cfg.seed).to(device), cfg)  # all of it used and seen
         if cfg.fsdp:
             shard(raw_model)  # FSDP2 (common.shard): before the optimizers see the parameters
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)

@@ -396,7 +396,7 @@ def check_model(model, cfg):
     The probes run on a deep copy with its own generators, inside torch.random.fork_rng: the model, the run's
     random state and so its losses are unchanged. Cost: one forward and backward of 16 tokens, one forward per
     magnitude scale (its routed member's alone inside an MoE), on a second copy of the weights and their gradients,
-    freed before the run goes on. Returns {"forwards": n, "backwards": 1} (what it ran)."""
+    freed before the run goes on (probe_model counts them). Returns the model, as it was."""
     none_scale = cfg.scale == "none" and next((n for n, m in model.named_modules() if isinstance(m, ScaleVector)), None)
     if none_scale:
         raise UserError(f"{none_scale} ({type(model.get_submodule(none_scale)).__name__}): built by "
@@ -406,7 +406,7 @@ def check_model(model, cfg):
     device = next(probe.parameters()).device
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            counts = probe_model(probe, model.config, device)
+            probe_model(probe, model.config, device)
     finally:
         del probe
         if device.type == "cuda":
@@ -415,7 +415,7 @@ def check_model(model, cfg):
         optim.param_groups(model, cfg)
     except ValueError as e:
         raise UserError(str(e)) from None
-    return counts
+    return model
 
 
 def probe_model(probe, config, device):
@@ -424,7 +424,8 @@ def probe_model(probe, config, device):
     negligible and no small gain damps a branch), and a scale's all-zero parameter at std 1 (a zero-initialized
     projection would hide what follows it), from generators of its own; then reach, then
     hidden_magnitude. The members a module routes (its `routed` names: model.MoE's experts, chosen by the router's
-    weights, not by the batch) are each run on that module's input, so each is checked by its own forward."""
+    weights, not by the batch) are each run on that module's input, so each is checked by its own forward. Returns
+    {"forwards": n, "backwards": 1, "tokens": the probe's}: what it ran."""
     gens, scales = {}, {id(p) for m in probe.modules() if isinstance(m, ScaleVector) for p in m.parameters()}
     with torch.no_grad():
         for p in probe.parameters():
