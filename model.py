@@ -379,6 +379,10 @@ class MoE(nn.Module):
     (ST-MoE, Zoph et al. 2022), both float32.
     """
 
+    # Routed by the router's weights, not by the batch: a batch may send an expert no token, so the start's
+    # check (plumbing/contracts.py) runs each one on this module's input, by its own forward.
+    routed = ("experts",)
+
     def __init__(self, cfg):
         super().__init__()
         d, self.n_experts, self.top_k = cfg.n_embd, cfg.n_experts, cfg.top_k
