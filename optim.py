@@ -23,6 +23,7 @@ classes or names; a module that owns parameters and fits no group is an error.
 """
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -56,9 +57,10 @@ class ScaleDecay:
     keys: the config keys it reads besides weight_decay (a note says they do nothing under another
         recipe); meaning: --help's line; untied: group each scale by its untied_role
         (norms.ScaleVector), so the tied final-norm scale counts as input-role; check: an optional
-        check(cfg) raising ValueError.
+        check(cfg) raising ValueError; reads: keys it reads that the run reads anyway (a model key, as
+        n_embd): declared, never noted, as an optimizer's and a schedule's are.
     Its contract (plumbing/contracts.py refuses an entry that breaks it, at start, in one line): each key
-    it reads has a row in configurator.SECTIONS and is declared in keys (weight_decay aside), each
+    it reads has a row in configurator.SECTIONS and is declared in keys or reads (weight_decay aside), each
     key it declares is read for some role, the role is compared only with "input" or "output" and
     comes first (recipe_problem), and under the run's config decay gives a finite number >= 0 for
     each role."""
@@ -68,6 +70,7 @@ class ScaleDecay:
     meaning: str
     untied: bool = False
     check: Callable = None
+    reads: tuple = ()
 
 
 SCALE_WD = {
@@ -210,6 +213,7 @@ class Optimizer:
     shards: whether it can step parameters FSDP2 has sharded (an update per element, as AdamW's;
         Muon's orthogonalization needs whole matrices); False, the safe default, refuses fsdp=True
     check: an optional check(cfg) raising ValueError
+    reads: keys it reads that the run reads anyway (a model key): declared, never noted
     Its contract (plumbing/contracts.py refuses an entry that breaks it, at start, in one line): its name
     is its key, and each key it reads has a row in configurator.SECTIONS and is declared (lr_key,
     keys; learning_rate, beta1, beta2 aside: AdamW's, which every run reads).
@@ -222,6 +226,7 @@ class Optimizer:
     meaning: str
     shards: bool = False
     check: Callable = None
+    reads: tuple = ()
 
 
 OPTIMIZERS = {o.name: o for o in (
@@ -329,7 +334,8 @@ def check_wsd(cfg):
 class Schedule:
     """An lr_schedule choice: its multiplier after warmup, multiplier(it, cfg, floor) with floor =
     min_lr / learning_rate; the config keys it reads besides warmup_iters and max_iters (a note
-    says the others do nothing); an optional check(cfg) raising ValueError.
+    says the others do nothing); an optional check(cfg) raising ValueError; reads: keys it reads that the run
+    reads anyway (a model key): declared, never noted.
 
     The contract every entry meets (plumbing/contracts.py refuses one that breaks it, at start, naming the
     rule and the entry): each key it reads has a row in configurator.SECTIONS, and from warmup_iters
@@ -340,6 +346,7 @@ class Schedule:
     keys: tuple
     meaning: str
     check: Callable = None
+    reads: tuple = ()
 
 
 LR_SCHEDULES = {
@@ -439,6 +446,11 @@ def set_lr(optimizers, multiplier):
             group["lr"] = group["initial_lr"] * multiplier
 
 
+# model -> its parameters, listed once: model.parameters() walks every module, host work a GPU waits for each
+# step; the list keeps the walk's order, so the clipped norm sums in the same order (the same losses, bit for bit)
+CLIP_LISTS = weakref.WeakKeyDictionary()
+
+
 def optimizer_step(model, optimizers, grad_clip, mechanism=None):
     """One optimizer step on the gradients accumulated in model: clip their global norm to grad_clip
     (0: off), let the mechanism statistics read them (mechanism.Mechanism.record_step: the step a
@@ -446,7 +458,9 @@ def optimizer_step(model, optimizers, grad_clip, mechanism=None):
     build_optimizers) and drop the gradients. train.py's loop and tools/bench.py's step both call it,
     so the bench times the step the loop takes."""
     if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        if model not in CLIP_LISTS:
+            CLIP_LISTS[model] = list(model.parameters())
+        torch.nn.utils.clip_grad_norm_(CLIP_LISTS[model], grad_clip)
     if mechanism is not None:
         mechanism.record_step()
     for opt in optimizers:
