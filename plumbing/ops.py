@@ -300,15 +300,18 @@ class Progress:
         done = row["iter"]
         self.iters += len(rows)
         now = time.perf_counter()
-        if not (done % cfg.log_interval == 0 or done == cfg.max_iters or now - self.t_line >= PROGRESS_EVERY_S):
+        on_interval = done % cfg.log_interval == 0 or done == cfg.max_iters
+        if not (on_interval or now - self.t_line >= PROGRESS_EVERY_S):
             return
+        # a line between two log_interval ones says why it is there, so an odd iteration is not read as a bug
+        overdue = "" if on_interval else f" ({now - self.t_line:.0f} s since the last line; log_interval={cfg.log_interval})"
         dt = now - self.t_window
         tok_s = self.iters * self.run.tokens_per_iter / dt
         ms = 1000 * dt / self.iters
         eta = (cfg.max_iters - done) * dt / self.iters  # training steps only, evals add to it
         mfu = f" | MFU {100 * self.flops_per_token * tok_s / (self.peak * self.run.world):.1f}%" if self.peak else ""
         moe = f" | lb {row['lb_loss']:.3f} | max load (last batch) {max_load:.2f}" if "lb_loss" in row else ""
-        self.run.log(f"iter {done}/{cfg.max_iters} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | "
+        self.run.log(f"iter {done}/{cfg.max_iters}{overdue} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | "
                      f"{fmt_rate(tok_s)} tok/s | {ms:.0f} ms/iter{mfu}{moe} | ETA {fmt_duration(eta)}")
         if self.run.device.type == "cpu" and eta > 3600 and not self.warned_slow:
             self.warned_slow = True  # the config is judged at start (describe); here only the machine

@@ -814,6 +814,8 @@ def test_the_124m_configs_missing_data_names_the_download_its_size_and_the_cpu_r
     for words in ("pip install datasets && python data/fineweb/prepare.py", "5.5 GB", "--train_tokens=1e8",
                   "needs the network", "configs/unified_bpe_cpu.py"):
         assert words in line, words
+    smoke = next(ln for ln in open(os.path.join(ROOT, "docs", "reference.md")) if "--out_dir=out-smoke-124m" in ln)
+    assert smoke.strip().strip("`") in line  # docs/reference.md's two CPU steps of the 124M model, word for word
 
 
 @pytest.mark.parametrize("rate, shown", [(12.34, "12.3"), (999.4, "999"), (1000.0, "1k"), (12_345.0, "12.3k"),
