@@ -47,7 +47,7 @@ import torch
 from plumbing import fused
 from plumbing.checkpoint import save_run_checkpoint
 from plumbing.dataset import id_past_vocab
-from plumbing.common import StopSignals, agree, cli, compile_errors, end_distributed, numerics_env, shard, stop_signal
+from plumbing.common import StopSignals, cli, compile_errors, end_distributed, numerics_env, shard, stop_signal
 from configurator import UserError, load_config, usage
 from plumbing.mechanism import start_mechanism
 from model import GPT
@@ -99,7 +99,7 @@ def train(cfg, given=frozenset()):
                 if last and val_loss is not None:
                     break
                 # once per iteration, on the host, every rank alike: a SIGTERM/SIGINT, a progress line overdue
-                stopped, overdue = agree(run, signals, progress.overdue())
+                stopped, overdue = progress.poll(signals)
                 if stopped:  # (saves iteration it, the last whole one)
                     rows.flush()
                     stop_here(run, parts, start_iter, it, tokens, stopped,

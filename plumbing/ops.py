@@ -24,7 +24,7 @@ import model
 import optim
 from plumbing import contracts, fused
 from plumbing.checkpoint import atomic_write
-from plumbing.common import fmt_duration, open_checked, peak_flops, stop_signal
+from plumbing.common import agree, fmt_duration, open_checked, peak_flops, stop_signal
 from plumbing.disk import SHORT_WRITE
 from configurator import UserError, check, unusual
 from plumbing.dataset import make_codec
@@ -289,9 +289,14 @@ class Progress:
     def restart_window(self):
         self.t_window, self.iters = time.perf_counter(), 0
 
-    def overdue(self):
-        """Whether PROGRESS_EVERY_S have passed since the last line."""
-        return time.perf_counter() - self.t_line >= PROGRESS_EVERY_S
+    def poll(self, signals):
+        """(the signal ("SIGTERM", "SIGINT") that asks the run to stop, or None; whether a progress line is
+        overdue: PROGRESS_EVERY_S have passed since the last), as every rank agrees (common.agree, a host
+        all-reduce, under DDP or FSDP2); one process reads its own. train.py asks once per iteration."""
+        overdue = time.perf_counter() - self.t_line >= PROGRESS_EVERY_S
+        if self.run.world > 1:
+            return agree(self.run, signals, overdue)
+        return signals.received, overdue
 
     def step(self, rows, max_load=None):
         """Count the iterations of `rows` (train rows just written, in order) and print the line of the

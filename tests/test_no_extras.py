@@ -6,9 +6,10 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 
 import pytest
+
+tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml with Python 3.11's tomllib")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

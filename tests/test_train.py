@@ -40,7 +40,7 @@ def make_dataset(folder, n_train=4000, n_val=1000, vocab=40, seed=0):
 
 def tiny_args(dataset, out_dir, *extra):
     base = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4",
-            "--eval_iters=2", "--log_interval=1", "--sample_tokens=0", "--warmup_iters=2",
+            "--eval_iters=2", "--log_interval=1", "--sample_tokens=0", "--warmup_iters=2", "--mechanism_stats=on",
             f"--dataset={dataset}", f"--out_dir={out_dir}"]
     overridden = {a.split("=", 1)[0] for a in extra}  # a key given twice on the command line is an error
     return [a for a in base if a.split("=", 1)[0] not in overridden] + list(extra)
