@@ -51,7 +51,8 @@ from plumbing.common import StopSignals, cli, compile_errors, end_distributed, n
 from configurator import UserError, load_config, usage
 from plumbing.mechanism import start_mechanism
 from model import GPT
-from plumbing.ops import STOP_NOTE, Progress, TrainRows, choices, describe, diverged, end_of_run_sample, write_log
+from plumbing.ops import (STOP_NOTE, Progress, TrainRows, choices, describe, diverged, end_of_run_sample, scale_stats,
+                          write_log)
 from optim import build_optimizers, lr_multiplier, optimizer_step, set_lr
 from plumbing.start import begin, setup
 
@@ -235,7 +236,7 @@ def eval_and_save(run, parts, it, tokens, save=True):
         return None
     if not math.isfinite(val):
         raise FloatingPointError(diverged(run, "val", val, it, first_step=it == 0))
-    row = {"kind": "eval", "iter": it, "tokens": tokens, "val_loss": val, "scales": raw_model.scale_stats()}
+    row = {"kind": "eval", "iter": it, "tokens": tokens, "val_loss": val, "scales": scale_stats(raw_model)}
     if load is not None:  # per MoE layer: share of routed tokens per expert, and max / mean share
         row["expert_load"] = load
         row["max_load"] = [max(layer) * run.cfg.n_experts for layer in load]
