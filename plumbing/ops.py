@@ -482,6 +482,9 @@ def row_problem(row):
             return f"{where} has no {key!r}"
         if not (is_number(row[key]) and math.isfinite(row[key])):
             return f"{where} has {key!r} = {row[key]!r:.40}, not a finite number"
+    lrs = row.get("lrs", {})  # (a train row's per-group LRs, where groups follow schedules of their own)
+    if not (isinstance(lrs, dict) and all(is_number(v) and math.isfinite(v) for v in lrs.values())):
+        return f"{where} has 'lrs' = {lrs!r:.40}, not a dict of finite LRs"
     if kind != "eval":
         return None
     scales = row.get("scales", {})

@@ -858,3 +858,50 @@ def test_a_broken_entry_of_each_registry_is_refused_at_start_in_one_line_naming_
         run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", *flags(switches)))
     assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
     assert not (tmp_path / "o").exists()  # refused before the run made its folder
+
+
+# -----------------------------------------------------------------------------
+# A per-group schedule (docs/forks.md: "A per-group LR or schedule"): the scale groups on a constant LR
+
+
+SCALE_GROUPS = ("scale_input", "scale_output", "magnitude_input", "magnitude_output")
+
+
+def scale_schedule_fork(monkeypatch):
+    """docs/forks.md's fork: a config row naming the scale groups' schedule, and optim.GROUP_SCHEDULES."""
+    add_row(monkeypatch, "schedule", "scale_lr_schedule",
+            ("", None, "the scale groups' LR schedule (optim.LR_SCHEDULES; '': lr_schedule's)", ""))
+    for group in SCALE_GROUPS:
+        monkeypatch.setitem(optim.GROUP_SCHEDULES, group, "scale_lr_schedule")
+
+
+def test_a_per_group_schedule_steps_logs_and_draws_each_groups_lr(tmp_path, monkeypatch):
+    from research.run_figures import lr_series
+    scale_schedule_fork(monkeypatch)
+    ds = make_dataset(tmp_path / "ds")
+    common = ("--max_iters=8", "--warmup_iters=2", "--lr_schedule=cosine", "--learning_rate=1e-3", "--min_lr=1e-4")
+    run(tiny_args(ds, tmp_path / "fork", *common, "--scale_lr_schedule=constant"))
+    rows = [r for r in read_log(tmp_path / "fork") if r["kind"] == "train"]
+    ns = SimpleNamespace(max_iters=8, warmup_iters=2, lr_schedule="cosine", learning_rate=1e-3, min_lr=1e-4)
+    for r in rows:  # row i holds iteration i - 1's LR
+        assert r["lrs"]["matrix"] == pytest.approx(1e-3 * optim.lr_multiplier(r["iter"] - 1, ns))
+        assert r["lrs"]["scale_input"] == pytest.approx(1e-3 * min(1.0, r["iter"] / 2))  # warmup, then constant
+        assert r["lr"] == r["lrs"]["matrix"]
+    assert rows[-1]["lrs"]["matrix"] < rows[-1]["lrs"]["scale_input"]
+    assert set(lr_series(rows)) >= {"matrix", "scale_input"}
+    # the fork's key unset: one schedule, so the rows (and the figure) keep the one "lr"
+    run(tiny_args(ds, tmp_path / "plain", *common))
+    plain = [r for r in read_log(tmp_path / "plain") if r["kind"] == "train"]
+    assert all("lrs" not in r for r in plain) and list(lr_series(plain)) == ["lr"]
+
+
+def test_a_key_a_groups_schedule_reads_is_never_called_inert(monkeypatch):
+    """lr_schedule=constant reads no min_lr, but a group on cosine does: min_lr is not 'no effect' then."""
+    scale_schedule_fork(monkeypatch)
+    cfg, _ = load_config(["--lr_schedule=constant", "--scale_lr_schedule=cosine"])
+    assert "min_lr" not in dict(inert_keys(cfg))
+    cfg, _ = load_config(["--lr_schedule=constant"])
+    assert "min_lr" in dict(inert_keys(cfg))  # (no group reads it: the note is right)
+    from plumbing.ops import check_config
+    with pytest.raises(UserError, match="scale_lr_schedule='cosin' is not one of"):
+        check_config(load_config(["--scale_lr_schedule=cosin"])[0])
