@@ -220,10 +220,12 @@ class ScaleSites:
     """The scale-vector sites of one block (the paragraph above): {site: (role, magnitude_free)} in
     `sites`, site one of "attn_norm", "mlp_norm" (the shared pre-norm gammas), "<map>.in" / "<map>.out"
     (v and u around W of map q, k, v, o, gate, up, down) and "router.in"; a site not there has no scale.
-    moe: the block's MLP is a mixture (its experts' output sizes count). Print one to see a config's."""
+    moe: the block's MLP is a mixture (its experts' output sizes count). Under scale="none" every site's scale
+    is None. Print one to see a config's sites."""
 
     def __init__(self, cfg, moe=False):
         self.cfg, self.moe, self.sites = cfg, moe, {}
+        # the maps whose output size a later normalization hides (only linear maps between)
         hidden = {"q": cfg.qk_norm, "k": cfg.qk_norm, "v": cfg.output_norms, "o": cfg.output_norms,
                   "gate": False, "up": cfg.output_norms and not moe, "down": cfg.output_norms and not moe}
         for key, pre_norm, out_map in (("attn_placement", "attn_norm", "o"), ("mlp_placement", "mlp_norm", "down")):
@@ -237,8 +239,8 @@ class ScaleSites:
             if placement.scales_output_map() and cfg.dual_sites == "all":
                 self.sites[f"{out_map}.in"] = self.sites[f"{out_map}.out"] = ("input", hidden[out_map])
             if not cfg.branch_scales:
-                free = all(placement.normalizes(b) or hidden[b] for b in branches) and not (moe and out_map == "down")
-                self.sites[pre_norm] = ("input", free)
+                free = all(placement.normalizes(b) or hidden[b] for b in branches)
+                self.sites[pre_norm] = ("input", free and not (moe and key == "mlp_placement"))  # a router reads it
         if cfg.branch_scales and moe:
             self.sites["router.in"] = ("input", False)
 

@@ -112,8 +112,8 @@ BARE_PLACEMENT = BarePlacement(dual=False, norm=False, bare=("q",), meaning="HG 
 
 
 class BareAttention(model.Attention):
-    """model.Attention with the guide's edit (its branch()'s in_scale ends `if hg and
-    cfg.attn.has_input_scale(name) else None`), written as a subclass: the same modules."""
+    """model.Attention as the guide's edit builds it (ScaleSites' HG line asks `placement.has_input_scale(b)`),
+    written as a subclass: the same modules."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
