@@ -111,22 +111,26 @@ class BarePlacement(model.Placement):
 BARE_PLACEMENT = BarePlacement(dual=False, norm=False, bare=("q",), meaning="HG without gamma on q")
 
 
-class BareAttention(model.Attention):
-    """model.Attention as the guide's edit builds it (ScaleSites' HG line asks `placement.has_input_scale(b)`),
-    written as a subclass: the same modules."""
+class BareSites(model.ScaleSites):
+    """model.ScaleSites with the guide's edit (its HG line asks `placement.has_input_scale(b)`), written as a
+    subclass: the same sites."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        for name in model.BRANCHES["attn_placement"]:
-            if cfg.branch_scales and not cfg.attn.has_input_scale(name):
-                getattr(self, name).in_scale = None
+    method = "has_input_scale"
+
+    def __init__(self, cfg, moe=False):
+        super().__init__(cfg, moe)
+        for key, branches in model.BRANCHES.items():
+            placement = model.CHOICES[key][getattr(cfg, key)]
+            for b in branches:
+                if cfg.branch_scales and not getattr(placement, self.method)(b):
+                    del self.sites[f"{b}.in"]
 
 
-def edit_attention(monkeypatch, attention=BareAttention):
-    """The guide's two edits of model.py for a new method: Placement's has_input_scale, Attention's question."""
+def edit_sites(monkeypatch, attention=BareSites):
+    """The guide's two edits of model.py for a new method: Placement's has_input_scale, ScaleSites' question."""
     monkeypatch.setattr(model.Placement, "has_input_scale", has_input_scale, raising=False)
     if attention is not None:
-        monkeypatch.setattr(model, "Attention", attention)
+        monkeypatch.setattr(model, "ScaleSites", attention)
 
 
 def guide_code(section):
@@ -217,7 +221,7 @@ def branch_norm(monkeypatch):
 
 @pytest.fixture
 def bare(monkeypatch):
-    edit_attention(monkeypatch)
+    edit_sites(monkeypatch)
     monkeypatch.setitem(model.ATTN_PLACEMENTS, "bare_q", BARE_PLACEMENT)
     return {"attn_placement": "bare_q"}
 
@@ -715,14 +719,10 @@ class MisspeltBranchNormPlacement(model.Placement):
         return branch in self.norm_branch  # its field is norm_branches: an AttributeError, not a getattr default
 
 
-class MisspeltAttention(model.Attention):
-    """The guide's Attention edit with the method's name misspelt."""
+class MisspeltSites(BareSites):
+    """The guide's ScaleSites edit with the method's name misspelt."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        for name in model.BRANCHES["attn_placement"]:
-            if cfg.branch_scales and not cfg.attn.has_input_scales(name):
-                getattr(self, name).in_scale = None
+    method = "has_input_scales"
 
 
 def iwd_from_a_rowless_key(role, cfg):
@@ -731,7 +731,7 @@ def iwd_from_a_rowless_key(role, cfg):
 
 def broken(kind, entry, switches, rows=None, attention=False):
     """One case: the entry at kind's registry under switches[kind], `rows` ({section: {key: row}}) added, and with
-    attention (None or an Attention class) the guide's edits of model.py for a new method (edit_attention)."""
+    attention (None or an Attention class) the guide's edits of model.py for a new method (edit_sites)."""
     return kind, entry, switches, rows or {}, attention
 
 
@@ -762,11 +762,11 @@ BROKEN = {  # broken(...) -> the line's words
                {"mlp_placement": "broken"}),
         ["MLP_PLACEMENTS['broken']: outer='up' is not a tuple of its branches", "fix its outer"]),
     "placement with its field left out": (
-        broken("attn_placement", BarePlacement(dual=False, norm=False, meaning=""), BARE, attention=BareAttention),
+        broken("attn_placement", BarePlacement(dual=False, norm=False, meaning=""), BARE, attention=BareSites),
         ["ATTN_PLACEMENTS['broken'] builds the models 'in' builds", "bare=()", "give the entry the field that makes it differ"]),
     "placement misspelling its field": (
         broken("attn_placement", MisspeltBarePlacement(dual=False, norm=False, bare=("q",), meaning=""), BARE,
-               attention=BareAttention),
+               attention=BareSites),
         ["ATTN_PLACEMENTS['broken']: building the model reads .bare_branches, which MisspeltBarePlacement does not declare",
          "fix the name"]),
     "placement misspelling its field in normalizes": (
@@ -774,14 +774,14 @@ BROKEN = {  # broken(...) -> the line's words
                {"mlp_placement": "broken"}),
         ["MLP_PLACEMENTS['broken']: building the model reads .norm_branch, which MisspeltBranchNormPlacement does not "
          "declare", "fix the name"]),
-    "placement whose Attention edit misspells its method": (
-        broken("attn_placement", BARE_PLACEMENT, BARE, attention=MisspeltAttention),
+    "placement whose ScaleSites edit misspells its method": (
+        broken("attn_placement", BARE_PLACEMENT, BARE, attention=MisspeltSites),
         ["ATTN_PLACEMENTS['broken']: building the model reads .has_input_scales, which BarePlacement does not declare",
          "fix the name"]),
-    "placement whose Attention edit is forgotten": (
+    "placement whose ScaleSites edit is forgotten": (
         broken("attn_placement", BARE_PLACEMENT, BARE, attention=None),
         ["ATTN_PLACEMENTS['broken']: nothing building the model reads bare, has_input_scale (BarePlacement's)",
-         "the code in Attention that asks it is missing"]),
+         "the code in model.ScaleSites that asks it is missing"]),
     "optimizer not named its key": (
         broken("optimizer", optim.Optimizer("no_such_optimizer", build_sgd, "learning_rate", (), ""),
                {"optimizer": "broken"}),
@@ -853,7 +853,7 @@ def test_a_broken_entry_of_each_registry_is_refused_at_start_in_one_line_naming_
         for row_key, row in section_rows.items():
             add_row(monkeypatch, section, row_key, row)
     if attention is not False:
-        edit_attention(monkeypatch, attention)
+        edit_sites(monkeypatch, attention)
     with pytest.raises(UserError) as e:  # train.py's start (the command prints it as one 'error: ...' line)
         run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", *flags(switches)))
     assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
