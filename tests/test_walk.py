@@ -77,8 +77,9 @@ def test_the_walk_links_from_the_readmes_reading_order():
     assert "(docs/walk.md)" in readme.split("## Reading order", 1)[1].split("\n## ", 1)[0]
 
 
-@pytest.mark.parametrize("command, expected", BLOCK.findall(open(WALK).read()),
-                         ids=lambda v: v.split(";")[0][:40] if v.startswith("python") else "")
+@pytest.mark.parametrize("command, expected", [  # (a training run's commands: the slow lane's)
+    pytest.param(c, e, marks=[pytest.mark.slow] if "train.py" in c else [], id=c.split(";")[0][:40])
+    for c, e in BLOCK.findall(open(WALK).read())])
 def test_each_command_of_the_walk_prints_what_it_says(tmp_path, command, expected):
     command = command.replace("--out_dir=out-walk", f"--out_dir={tmp_path / 'out-walk'}")
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
