@@ -895,6 +895,19 @@ def test_a_per_group_schedule_steps_logs_and_draws_each_groups_lr(tmp_path, monk
     assert all("lrs" not in r for r in plain) and list(lr_series(plain)) == ["lr"]
 
 
+def test_the_lr_figure_draws_a_line_per_groups_schedule(tmp_path, monkeypatch):
+    from research import figures
+    scale_schedule_fork(monkeypatch)
+    drawn = {}
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: drawn.update(
+        {line.get_label(): line.get_ydata() for ax in fig.axes for line in ax.get_lines()}))
+    base = {**load_config(["--max_iters=20", "--warmup_iters=2"])[0], "lr_schedule": "cosine"}
+    figures.plot_lr({"a": {**base, "scale_lr_schedule": "constant"}, "b": base}, str(tmp_path / "lr.png"))
+    assert set(drawn) == {"a", "a: scale_input, scale_output, magnitude_input, magnitude_output (constant)", "b"}
+    constant = drawn["a: scale_input, scale_output, magnitude_input, magnitude_output (constant)"]
+    assert constant[-1] == pytest.approx(base["learning_rate"]) and drawn["a"][-1] < constant[-1]
+
+
 def test_a_key_a_groups_schedule_reads_is_never_called_inert(monkeypatch):
     """lr_schedule=constant reads no min_lr, but a group on cosine does: min_lr is not 'no effect' then."""
     scale_schedule_fork(monkeypatch)
