@@ -55,3 +55,18 @@ def test_the_count_sees_the_mechanism_statistics_when_a_run_turns_them_on(tmp_pa
     seen = traced_step(tmp_path / "b", monkeypatch, "--mechanism_stats=on")
     assert ("plumbing/mechanism.py", "Mechanism.record_step") in seen
     assert len({path for path, _ in seen}) > MAX_FILES
+
+
+def test_the_ablations_record_the_mechanism_statistics_and_a_run_says_whether_it_does(tmp_path, capsys):
+    """Off by default (a plain step does none of their work), on in every ablation (their records and mechanism
+    figures read them: configs/ablation_base.py), and the start of a run says which."""
+    assert load_config([])[0]["mechanism_stats"] == "off"
+    assert load_config([os.path.join(ROOT, "configs", "ablation_base.py")])[0]["mechanism_stats"] == "on"
+    from research.ablation import load_ablation
+    for name in sorted(os.listdir(os.path.join(ROOT, "configs", "ablations"))):
+        if name.endswith(".py") and name != "ladder.py":
+            spec = load_ablation(os.path.join(ROOT, "configs", "ablations", name))
+            assert spec["base"].endswith("ablation_base.py") or "124m" in spec["base"], name
+    train_mod.train(*load_config(["--max_iters=0", "--eval_iters=1", "--sample_tokens=0", f"--out_dir={tmp_path}"]))
+    assert "mechanism statistics (claim C3): off (mechanism_stats='off'; --mechanism_stats=on logs them)" in \
+        capsys.readouterr().out
