@@ -448,19 +448,17 @@ def lr_multiplier(it, cfg, schedule=None):
 
 def set_lr(optimizers, it, cfg):
     """Set every group's lr to its initial_lr times lr_multiplier at iteration `it`: the run's lr_schedule,
-    or the group's own ("lr_schedule" in the group: GROUP_SCHEDULES)."""
+    or the group's own ("lr_schedule" in the group: GROUP_SCHEDULES). Returns the train row's LR: {"lr": the
+    first group's}, and where a group follows a schedule of its own, "lrs": {group name: lr} of every group
+    (so the log and research.plot's LR panel show each)."""
+    lrs, own = {}, False
     for opt in optimizers:
         for group in opt.param_groups:
             group["lr"] = group["initial_lr"] * lr_multiplier(it, cfg, group.get("lr_schedule"))
-
-
-def logged_lr(optimizers):
-    """A train row's LR: {"lr": the first group's}, and where groups follow different schedules (GROUP_SCHEDULES),
-    "lrs": {group name: lr} of every group, so the log and research.plot's LR panel show each."""
-    groups = [g for opt in optimizers for g in opt.param_groups]
-    if len({g.get("lr_schedule") for g in groups}) == 1:
-        return {"lr": groups[0]["lr"]}
-    return {"lr": groups[0]["lr"], "lrs": {g["name"]: g["lr"] for g in groups}}
+            lrs[group["name"]] = group["lr"]
+            own = own or group.get("lr_schedule", cfg.lr_schedule) != cfg.lr_schedule
+    first = optimizers[0].param_groups[0]["lr"]
+    return {"lr": first, "lrs": lrs} if own else {"lr": first}
 
 
 def optimizer_step(model, optimizers, grad_clip, mechanism=None):

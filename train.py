@@ -53,7 +53,7 @@ from plumbing.mechanism import start_mechanism
 from model import GPT
 from plumbing.ops import (STOP_NOTE, Progress, TrainRows, choices, describe, diverged, end_of_run_sample, scale_stats,
                           write_log)
-from optim import build_optimizers, logged_lr, optimizer_step, set_lr
+from optim import build_optimizers, optimizer_step, set_lr
 from plumbing.start import begin, setup
 
 
@@ -106,7 +106,7 @@ def train(cfg, given=frozenset()):
                     stop_here(run, parts, start_iter, it, tokens, stopped,
                               eval_at_it=None if not due else "cut" if val_loss is None else "saved")
                     break
-                set_lr(optimizers, it, cfg)  # each group's initial_lr times its schedule's multiplier
+                lr = set_lr(optimizers, it, cfg)  # each group's initial_lr times its schedule's multiplier
                 if cfg.dropout > 0:  # the same masks on resume; dropout is all a step draws at random (seeding costs host time)
                     torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)
                 losses = []  # cross-entropy, lb_loss, z_loss of each of my micro-steps, on the device
@@ -123,7 +123,7 @@ def train(cfg, given=frozenset()):
                     losses += [t.detach().float() for t in (loss, aux.get("lb_loss", zero), aux.get("z_loss", zero))]
                 optimizer_step(raw_model, optimizers, cfg.grad_clip, mechanism)  # clip, step, zero: optim.optimizer_step
                 tokens += run.tokens_per_iter
-                rows.add({"kind": "train", "iter": it + 1, "tokens": tokens, **logged_lr(optimizers)}, losses, aux)
+                rows.add({"kind": "train", "iter": it + 1, "tokens": tokens, **lr}, losses, aux)
                 if (it + 1) % cfg.log_interval == 0 or overdue:
                     rows.flush()
             # --- finish: the sample and the final line (a stopped run said how to continue)

@@ -131,7 +131,7 @@ def draw_val_gaps(ax, runs):
 
 def lr_series(train):
     """{group: ([iteration], [lr])} of a run's train rows: every group's LR where the rows carry "lrs" (groups on
-    schedules of their own, optim.logged_lr), else {"lr": the first group's}."""
+    schedules of their own, optim.set_lr), else {"lr": the first group's}."""
     if not any("lrs" in r for r in train):
         return {"lr": ([r["iter"] for r in train], [r["lr"] for r in train])}
     out = {}
