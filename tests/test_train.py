@@ -600,7 +600,8 @@ def test_progress_lines_come_by_time_with_an_eta_and_a_slow_cpu_run_is_warned(tm
     run(tiny_args(ds, tmp_path / "o", "--max_iters=3", "--log_interval=100", "--lr_schedule=constant"))
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if ln.startswith("iter ")]
-    assert [ln.split(" |")[0] for ln in lines] == ["iter 1/3", "iter 2/3", "iter 3/3"]
+    assert [ln.split(" |")[0].split(" (")[0] for ln in lines] == ["iter 1/3", "iter 2/3", "iter 3/3"]
+    assert ["s since the last line; log_interval=100)" in ln for ln in lines] == [True, True, False]  # 3: the end
     assert all(" | ETA " in ln for ln in lines)
     # a tiny config on a slow machine: the machine is blamed, not the config
     assert out.count("warning: at the measured") == 1 and "sized for a GPU" not in out and "busy or slow" in out
