@@ -264,13 +264,10 @@ class ScaleSites:
 
 
 class Attention(nn.Module):
-    """Causal self-attention on the normalized input x_hat, its maps scaled as ScaleSites says.
-
-    Order inside: W_q -> u_q (DP) -> QK-norm -> RoPE. QK-norm: q = g_q * normalize(q) per head, g_q of
-    shape (head_dim,) shared across heads (output role). Grouped-query attention (Ainslie et al. 2023):
-    W_k and W_v project to n_kv_head heads, each shared by n_head / n_kv_head query heads, so u_k, u_v
-    have n_kv_head * head_dim entries, u_q n_head * head_dim. Shapes: (B, T, n_embd) -> (B, T, n_embd).
-    """
+    """Causal self-attention on the normalized input x_hat, its maps scaled as ScaleSites says. Order inside:
+    W_q -> u_q (DP) -> QK-norm (q = g_q * normalize(q) per head, g_q (head_dim,), output role) -> RoPE.
+    Grouped-query attention (Ainslie et al. 2023): W_k, W_v project to n_kv_head heads, each shared by
+    n_head / n_kv_head query heads. Shapes: (B, T, n_embd) -> (B, T, n_embd)."""
 
     def __init__(self, cfg, sites=None):
         super().__init__()
@@ -321,8 +318,7 @@ class MLP(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))  # each branch u * (W (v * x)), normalized under DNP
 
     def folds(self):
-        """(scale, columns_of, rows_of) of every scale here that folds: each map's own
-        (ScaledLinear.folds), and under DNP the up branch's outer scale into down's columns."""
+        """(scale, columns_of, rows_of) of every scale here that folds: each map's, then DNP's u_up into W_down."""
         for lin in (self.gate, self.up, self.down):
             yield from lin.folds()
         if self.up.out_norm and self.up.out_scale is not None:
@@ -352,6 +348,10 @@ class MoE(nn.Module):
     uniform routing; Switch, Fedus et al. 2021) and aux["z_loss"] = mean(logsumexp(logits)^2) (ST-MoE,
     Zoph et al. 2022), both float32.
     """
+
+    # Routed by the router's weights, not by the batch: a batch may send an expert no token, so the start's
+    # check (plumbing/contracts.py) runs each one on this module's input, by its own forward.
+    routed = ("experts",)
 
     def __init__(self, cfg, sites=None):
         super().__init__()
@@ -431,9 +431,8 @@ class Block(nn.Module):
         return x + self.drop(self.mlp_out_norm(y)), aux
 
     def folds(self):
-        """The block's folding relation, (scale, columns_of, rows_of) triples in folding order:
-        each pre-norm scale into the columns of every map that reads its x_hat (q, k, v; gate and
-        up of the MLP, or of every expert and the router), then attention's and the MLP's own."""
+        """(scale, columns_of, rows_of) in folding order: each pre-norm scale into the columns of every map
+        reading its x_hat (q, k, v; gate, up of the MLP or of every expert, and the router), then the rest."""
         a, m = self.attn, self.mlp
         if self.attn_norm.scale is not None:
             yield self.attn_norm.scale, [a.q.weight, a.k.weight, a.v.weight], []
