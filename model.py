@@ -217,11 +217,10 @@ def apply_rope(x, cos, sin):
 
 
 class ScaleSites:
-    """The scale-vector sites of one block (the paragraph above): {site: (role, magnitude_free)} in
-    `sites`, site one of "attn_norm", "mlp_norm" (the shared pre-norm gammas), "<map>.in" / "<map>.out"
-    (v and u around W of map q, k, v, o, gate, up, down) and "router.in"; a site not there has no scale.
-    moe: the block's MLP is a mixture (its experts' output sizes count). Under scale="none" every site's scale
-    is None. Print one to see a config's sites."""
+    """The scale-vector sites of one block (the paragraph above): `sites` {site: (role, magnitude_free)}, site
+    "attn_norm", "mlp_norm" (the pre-norm gammas), "<map>.in" / "<map>.out" (v, u around W of q, k, v, o,
+    gate, up, down) or "router.in"; no entry, no scale (scale="none": none at all). moe: the MLP is a mixture
+    (its experts' output sizes count). Print one to see a config's sites."""
 
     def __init__(self, cfg, moe=False):
         self.cfg, self.moe, self.sites = cfg, moe, {}
@@ -245,8 +244,7 @@ class ScaleSites:
             self.sites["router.in"] = ("input", False)
 
     def __repr__(self):
-        return "\n".join(f"{site:10} {role}-role{', magnitude-free' if free else ''}"
-                         for site, (role, free) in self.sites.items())
+        return "\n".join(f"{k:10} {role}-role{', magnitude-free' if free else ''}" for k, (role, free) in self.sites.items())
 
     def scale(self, site, width):
         """The ScaleVector of width `width` at `site` (norms.make_scale), or None where there is none."""
@@ -492,10 +490,11 @@ class GPT(nn.Module):
         """Logits, and the mean cross-entropy when targets are given.
 
         Args: idx (B, T) int64 token ids, T <= block_size; targets (B, T) or None (-1 = ignore).
-        Returns: (logits, loss, aux): logits (B, T, vocab_size) with targets, else (B, 1, vocab_size);
-            loss the mean cross-entropy (nats/token) or None (about ln(vocab_size) at init: the padded
-            entries are cut off); aux {} for a dense model, else "expert_load" (n_moe_layers, n_experts)
-            and, in training, "lb_loss" and "z_loss" averaged over the MoE layers (aux_objective).
+        Returns: (logits, loss, aux): logits (B, T, vocab_size) with targets (None from plumbing/fused.py's
+            head while gradients are taken), else (B, 1, vocab_size); loss the mean cross-entropy (nats/token)
+            or None (about ln(vocab_size) at init: the padded entries are cut off); aux {} for a dense model,
+            else "expert_load" (n_moe_layers, n_experts) and, in training, "lb_loss" and "z_loss" averaged
+            over the MoE layers (aux_objective).
         Raises ValueError when T > block_size.
         """
         B, T = idx.shape
@@ -513,12 +512,16 @@ class GPT(nn.Module):
             if key in aux:
                 aux[key] = aux[key].mean()
         x = self.norm_f(x)
-        V = self.config.vocab_size
         if targets is None:
-            return self.lm_head(x[:, [-1], :])[..., :V], None, aux
-        logits = self.lm_head(x)[..., :V]  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1)
-        return logits, loss, aux
+            return self.lm_head(x[:, [-1], :])[..., :self.config.vocab_size], None, aux
+        return *self.logits_and_loss(x, targets), aux
+
+    def logits_and_loss(self, x, targets):
+        """(logits (B, T, vocab_size), the mean cross-entropy over targets (B, T), -1 = ignore) of the
+        final norm's output x (B, T, n_embd). plumbing/fused.py computes the loss without the logits."""
+        V = self.config.vocab_size
+        logits = self.lm_head(x)[..., :V]  # the padded entries cut off
+        return logits, F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1)
 
     def aux_objective(self, aux):
         """What training adds to the cross-entropy: aux_loss_coef * lb_loss + z_loss_coef * z_loss (0 if dense)."""

@@ -473,8 +473,8 @@ def optimizer_step(model, optimizers, grad_clip, mechanism=None):
     scale-free model would take; None: off), step every optimizer (each its own groups:
     build_optimizers) and drop the gradients. train.py's loop and tools/bench.py's step both call it,
     so the bench times the step the loop takes."""
-    if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if grad_clip > 0:  # over the optimizers' lists (every parameter once: param_groups' check), not a walk of the modules
+        torch.nn.utils.clip_grad_norm_([p for opt in optimizers for g in opt.param_groups for p in g["params"]], grad_clip)
     if mechanism is not None:
         mechanism.record_step()
     for opt in optimizers:

@@ -413,3 +413,24 @@ def test_a_schedule_entry_that_breaks_the_contract_is_refused_naming_the_rule(mo
             contracts.check(SimpleNamespace(**{**vars(cfg), "lr_schedule": name}))
         assert f"LR_SCHEDULES[{name!r}]" in str(e.value) and "\n" not in str(e.value)
         monkeypatch.delitem(optim.LR_SCHEDULES, name)
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_the_step_clips_the_global_norm_over_every_parameter_without_walking_the_modules(optimizer, monkeypatch):
+    """optimizer_step clips over the optimizers' own lists (every parameter once, tied ones too): the same
+    global norm as torch's clip over model.parameters(), computed here from the gradients by hand, and no
+    walk over the modules each step (model.parameters() is host work per module on every iteration)."""
+    torch.manual_seed(0)
+    m = tiny(**ALL_ON)
+    opts, _ = build_optimizers(m, opt_cfg(optimizer=optimizer, learning_rate=0.0, muon_lr=0.0, weight_decay=0.0), "cpu")
+    idx = torch.randint(0, 50, (2, 16))
+    m(idx, idx)[1].backward()
+    grads = {name: p.grad.clone() for name, p in m.named_parameters()}
+    norm = torch.sqrt(sum(g.double().pow(2).sum() for g in grads.values()))
+    clipped = {}
+    monkeypatch.setattr(type(m), "parameters", lambda *a, **k: pytest.fail("optimizer_step walked the modules"))
+    monkeypatch.setattr(torch.optim.Optimizer, "zero_grad", lambda self, set_to_none=True: clipped.update(
+        {id(p): p.grad.clone() for g in self.param_groups for p in g["params"]}))
+    optim.optimizer_step(m, opts, grad_clip=1e-3)
+    for name, p in m.named_parameters():
+        torch.testing.assert_close(clipped[id(p)], grads[name] * (1e-3 / norm).float(), rtol=1e-4, atol=1e-12)
