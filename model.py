@@ -507,7 +507,7 @@ class GPT(nn.Module):
             x, block_aux = block(x, cos, sin)
             if block_aux is not None:
                 moe_aux.append(block_aux)
-        aux = {key: torch.stack([a[key] for a in moe_aux]) for key in (moe_aux[0] if moe_aux else ())}
+        aux = {key: torch.stack([a[key] for a in moe_aux]) for key in moe_aux[0]} if moe_aux else {}
         for key in ("lb_loss", "z_loss"):
             if key in aux:
                 aux[key] = aux[key].mean()

@@ -7,6 +7,7 @@ import sys
 from collections import Counter
 
 import train as train_mod
+from plumbing import ops
 from configurator import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,6 +32,7 @@ def traced_step(tmp_path, monkeypatch, *extra):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(train_mod, "set_lr", set_lr)
+    monkeypatch.setattr(ops, "PROGRESS_EVERY_S", float("inf"))  # a plain step: no line overdue on a slow machine
     cfg, given = load_config(["--max_iters=3", "--eval_iters=1", "--sample_tokens=0", f"--out_dir={tmp_path}", *extra])
     try:
         train_mod.train(cfg, given)
