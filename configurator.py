@@ -121,12 +121,14 @@ SECTIONS = {
         "eval_iters": (20, GE1, "validation batches per eval (a fixed set)"),
         "log_interval": (50, GE1, "iterations between progress lines and log writes (the loop reads the device "
                                   "once per interval)"),
-        "mechanism_stats": added("auto", Choices("auto", "on", "off"),
+        "mechanism_stats": added("off", Choices("auto", "on", "off"),
                                  'the scale vectors\' mechanism in every eval row (mechanism.Mechanism: preconditioner '
                                  'floor, the folded step against the scale-free one and its two parts, update ratios '
                                  f'per optimizer group, gamma\'s state) | "auto": on up to {MECHANISM_AUTO_MAX / 1e6:g}M '
                                  f'parameters (a copy of ~31% of the float32 training state at 124M: memory, not '
-                                 f'time); never changes training, so no run hash holds it',
+                                 f'time) | "off" by default: a step then runs no bookkeeping of them; '
+                                 f'configs/ablation_base.py turns them on for every ablation; never changes training, '
+                                 f'so no run hash holds it',
                                  absent="off"),
         "sample_tokens": (300, GE0, "tokens sampled and printed at the end (0: none)"),
         "wandb_log": (False, None,

@@ -1,18 +1,13 @@
 """A Pre-Norm, Llama-style GPT whose scale vectors follow the paper's variants.
 
-Read top to bottom: GPTConfig (every switch), RoPE, Attention, MLP, the
-top-k mixture-of-experts block (Router, MoE), Block, GPT (forward,
-fold_scales, parameter report, FLOPs, generate). The scale
-vectors themselves live in norms.py; this file only decides which of them
-sit at each site (README: The variants):
+Read top to bottom: GPTConfig (every switch), RoPE, ScaleSites (which scale sits where, decided once),
+Attention, MLP, the top-k mixture of experts (Router, MoE), Block, GPT. The scale vectors themselves
+live in norms.py (README: The variants):
 
-    x = x + out_norm(Attention(attn_norm(x)))      attn_norm: pre-attention RMSNorm
-    x = x + out_norm(MLP(mlp_norm(x)))             out_norm: Gemma-style, optional
-                                                   (MoE in place of MLP in MoE blocks)
+    x = x + out_norm(Attention(attn_norm(x)))      attn_norm: pre-attention RMSNorm, its gamma shared
+    x = x + out_norm(MLP(mlp_norm(x)))             out_norm: Gemma-style, optional (MoE for MLP in MoE blocks)
 
-With shared scales (the Llama/Gemma baseline) each pre-norm has one gamma;
-with branch-specific scales (HG) the pre-norm is bare and q, k, v (gate, up)
-each carry their own gamma on their linear map's input.
+HG takes each pre-norm's gamma off and gives q, k, v (gate, up) their own on their linear map's input.
 """
 
 import math
@@ -34,11 +29,10 @@ DUAL_SITES = ("prenorm", "all")
 @dataclass(frozen=True)
 class Placement:
     """Where a placement (attn_placement, mlp_placement) puts scale vectors and normalizations around a
-    sub-layer's branches (BRANCHES: the maps that read the normalized input) and its output map (W_o;
-    W_down). Its contract is its three methods: every rule about a placement (Attention, MLP, Block's
-    magnitude-free pre-norm scales, config checks, notes, export, --hf_model) asks them, never the
-    fields; plumbing/contracts.py holds each entry to it at start. The fields answer for the entries here: dual (u
-    on the branches `outer` names, None: all; the output map's scales), norm (every branch), meaning (--help's)."""
+    sub-layer's branches (BRANCHES) and its output map (W_o; W_down). Its contract is its three methods:
+    every rule about a placement (ScaleSites, config checks, export, --hf_model) asks them, never the
+    fields; plumbing/contracts.py holds each entry to it at start. Fields: dual (u on the branches
+    `outer` names, None: all; the output map's scales), norm (every branch), meaning (--help's)."""
 
     dual: bool
     norm: bool
@@ -46,13 +40,11 @@ class Placement:
     outer: tuple = None
 
     def carries_outer(self, branch):
-        """Whether `branch` ("q", ..., "up") gets a scale u on its output (DP; DNP's outer scales): input-role,
-        except a gate's u after the gate's normalization (SiLU follows it: output-role)."""
+        """Whether `branch` ("q", ..., "up") gets a scale u on its output (DP; DNP's outer scales)."""
         return self.dual and (self.outer is None or branch in self.outer)
 
     def normalizes(self, branch):
-        """Whether `branch`'s output is normalized (over d_ff in the MLP: DNP, in_norm), before its u. No fold
-        removes it: export ships its modeling file for both MLP branches, else refuses."""
+        """Whether `branch`'s output is normalized before its u (over d_ff in the MLP: DNP, in_norm)."""
         return self.norm
 
     def scales_output_map(self):
@@ -158,30 +150,8 @@ class GPTConfig:
         if self.expert_d_ff == 0:
             self.expert_d_ff = self.d_ff
 
-    @property
-    def attn(self):
-        """The Placement of attn_placement."""
-        return ATTN_PLACEMENTS[self.attn_placement]
-
-    @property
-    def mlp(self):
-        """The Placement of mlp_placement."""
-        return MLP_PLACEMENTS[self.mlp_placement]
-
-    def inert_keys(self):
-        """[(key, why)]: the model keys whose value changes nothing about this model (MoE keys in a
-        dense model, dual_sites without a dual placement)."""
-        inert = []
-        if self.n_experts == 0:
-            inert += [(k, "n_experts is 0 (a dense model: no expert, no router)") for k in MOE_KEYS]
-        elif self.moe_every > self.n_layer:
-            why = f"moe_every={self.moe_every} is above n_layer={self.n_layer}, so no block is a mixture of experts"
-            inert += [(k, why) for k in ("n_experts", *MOE_KEYS) if k != "moe_every"]
-        if not (self.attn.scales_output_map() or self.mlp.scales_output_map()):
-            inert.append(("dual_sites", f"attn_placement is {self.attn_placement!r} and mlp_placement "
-                                        f"{self.mlp_placement!r} (it says where the dual placements put scales, "
-                                        f"and neither is one)"))
-        return inert
+    attn = property(lambda self: ATTN_PLACEMENTS[self.attn_placement], doc="The Placement of attn_placement.")
+    mlp = property(lambda self: MLP_PLACEMENTS[self.mlp_placement], doc="The Placement of mlp_placement.")
 
     def is_moe(self, layer):
         """Whether block `layer` (0-based) is a mixture-of-experts block."""
@@ -229,47 +199,83 @@ def apply_rope(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+# -----------------------------------------------------------------------------
+# Which scale vectors a block has, and what each one is: decided here once, so that Attention, MLP and
+# Block below read as nanoGPT's plus `sites.linear(...)` / `sites.scale(...)` at each site.
+#   Where: the placements (ATTN_PLACEMENTS, MLP_PLACEMENTS) say which maps carry a scale u on their output
+#     (DP), which normalize it (DNP) and whether W_o, W_down get scales on both sides; HG (branch_scales)
+#     takes the pre-norm's shared gamma off and gives each branch (q, k, v; gate, up; the router) its own.
+#   Role: a scale is input-role when a linear map reads its output next (it folds into that map: claim
+#     C2, and IWD decays it), output-role when a normalization or a nonlinearity comes first: u after DNP's
+#     normalization (but up's u, which folds into W_down through the product with silu(gate)).
+#   Magnitude hidden ("magnitude-free", norms.make_scale): when a normalization downstream divides a
+#     scale's overall size out and only linear maps lie between: q, k under QK-norm; v, o and a dense
+#     MLP's up and down under output norms; a branch's input scale under its own normalization (DNP); a
+#     shared pre-norm gamma when every branch reading it hides it (never beside a router: an expert's
+#     output size sets its share). OR/ER's magnitude would get no gradient there, so it is a plain scale.
+#   Tied: the final norm's gamma is output-role while the head is the embedding (GPT.__init__).
+
+
+class ScaleSites:
+    """The scale-vector sites of one block (the paragraph above): `sites` {site: (role, magnitude_free)}, site
+    "attn_norm", "mlp_norm" (the pre-norm gammas), "<map>.in" / "<map>.out" (v, u around W of q, k, v, o,
+    gate, up, down) or "router.in"; no entry, no scale (scale="none": none at all). moe: the MLP is a mixture
+    (its experts' output sizes count). Print one to see a config's sites."""
+
+    def __init__(self, cfg, moe=False):
+        self.cfg, self.moe, self.sites = cfg, moe, {}
+        # the maps whose output size a later normalization hides (only linear maps between)
+        hidden = {"q": cfg.qk_norm, "k": cfg.qk_norm, "v": cfg.output_norms, "o": cfg.output_norms,
+                  "gate": False, "up": cfg.output_norms and not moe, "down": cfg.output_norms and not moe}
+        for key, pre_norm, out_map in (("attn_placement", "attn_norm", "o"), ("mlp_placement", "mlp_norm", "down")):
+            placement, branches = CHOICES[key][getattr(cfg, key)], BRANCHES[key]
+            for b in branches:
+                norm = placement.normalizes(b)
+                if cfg.branch_scales:  # HG
+                    self.sites[f"{b}.in"] = ("input", norm or hidden[b])
+                if placement.carries_outer(b):  # DP, DNP
+                    self.sites[f"{b}.out"] = ("output" if norm and b != "up" else "input", hidden[b])
+            if placement.scales_output_map() and cfg.dual_sites == "all":
+                self.sites[f"{out_map}.in"] = self.sites[f"{out_map}.out"] = ("input", hidden[out_map])
+            if not cfg.branch_scales:
+                free = all(placement.normalizes(b) or hidden[b] for b in branches)
+                self.sites[pre_norm] = ("input", free and not (moe and key == "mlp_placement"))  # a router reads it
+        if cfg.branch_scales and moe:
+            self.sites["router.in"] = ("input", False)
+
+    def __repr__(self):
+        return "\n".join(f"{k:10} {role}-role{', magnitude-free' if free else ''}" for k, (role, free) in self.sites.items())
+
+    def scale(self, site, width):
+        """The ScaleVector of width `width` at `site` (norms.make_scale), or None where there is none."""
+        if site not in self.sites:
+            return None
+        role, free = self.sites[site]
+        return make_scale(self.cfg, width, role=role, magnitude_free=free)
+
+    def linear(self, name, d_in, d_out):
+        """Map `name`'s ScaledLinear: u * (W (v * x)), normalized before u where its placement says (DNP)."""
+        placement = self.cfg.attn if name in BRANCHES["attn_placement"] + ("o",) else self.cfg.mlp
+        norm = name not in ("o", "down") and placement.normalizes(name)
+        return ScaledLinear(d_in, d_out, self.scale(f"{name}.in", d_in), self.scale(f"{name}.out", d_out),
+                            out_norm=norm, eps=self.cfg.norm_eps)
+
+
 class Attention(nn.Module):
-    """Causal self-attention on the normalized input x_hat, with its scale vectors.
+    """Causal self-attention on the normalized input x_hat, its maps scaled as ScaleSites says. Order inside:
+    W_q -> u_q (DP) -> QK-norm (q = g_q * normalize(q) per head, g_q (head_dim,), output role) -> RoPE.
+    Grouped-query attention (Ainslie et al. 2023): W_k, W_v project to n_kv_head heads, each shared by
+    n_head / n_kv_head query heads. Shapes: (B, T, n_embd) -> (B, T, n_embd)."""
 
-    Order inside: W_q -> u_q (DP) -> QK-norm -> RoPE.
-    HG puts gamma_q, gamma_k, gamma_v on the inputs of W_q, W_k, W_v; DP adds
-    u on their outputs (the Pre-Norm maps, which read the normalized input),
-    and with dual_sites="all" also v, u on both sides of W_o. QK-norm: q = g_q *
-    normalize(q) per head, g_q of shape (head_dim,) shared across heads
-    (output role). Grouped-query attention (Ainslie et al. 2023): W_k and W_v
-    project to n_kv_head heads, each shared by n_head / n_kv_head query heads,
-    so u_k, u_v have n_kv_head * head_dim entries, u_q n_head * head_dim.
-    Shapes: (B, T, n_embd) -> (B, T, n_embd).
-
-    Magnitude-free scales (see norms.make_scale): under QK-norm those on the q
-    and k paths; under output norms those on the v path and on o, since the
-    branch output is linear in them up to the normalization.
-    """
-
-    def __init__(self, cfg):
+    def __init__(self, cfg, sites=None):
         super().__init__()
-        d, self.n_head, self.n_kv_head = cfg.n_embd, cfg.n_head, cfg.n_kv_head
-        hd, eps = cfg.head_dim, cfg.norm_eps
-        q_width, kv_width = cfg.n_head * hd, cfg.n_kv_head * hd
-        hg, dp_o = cfg.branch_scales, cfg.attn.scales_output_map() and cfg.dual_sites == "all"  # scales around W_o
-
-        def branch(name, width, magnitude_free):
-            norm = cfg.attn.normalizes(name)
-            return ScaledLinear(
-                d, width,
-                in_scale=make_scale(cfg, d, role="input", magnitude_free=norm or magnitude_free) if hg else None,
-                # after a normalization a scale cannot fold back into W's rows: output-role then
-                out_scale=make_scale(cfg, width, role="output" if norm else "input",
-                                     magnitude_free=magnitude_free) if cfg.attn.carries_outer(name) else None,
-                out_norm=norm, eps=eps)
-
-        self.q, self.k = branch("q", q_width, cfg.qk_norm), branch("k", kv_width, cfg.qk_norm)
-        self.v = branch("v", kv_width, cfg.output_norms)
-        self.o = ScaledLinear(
-            q_width, d,
-            in_scale=make_scale(cfg, q_width, role="input", magnitude_free=cfg.output_norms) if dp_o else None,
-            out_scale=make_scale(cfg, d, role="input", magnitude_free=cfg.output_norms) if dp_o else None)
+        sites = sites or ScaleSites(cfg)
+        d, hd, eps = cfg.n_embd, cfg.head_dim, cfg.norm_eps
+        self.n_head, self.n_kv_head = cfg.n_head, cfg.n_kv_head
+        self.q = sites.linear("q", d, cfg.n_head * hd)
+        self.k = sites.linear("k", d, cfg.n_kv_head * hd)
+        self.v = sites.linear("v", d, cfg.n_kv_head * hd)
+        self.o = sites.linear("o", cfg.n_head * hd, d)
         self.q_norm = RMSNorm(hd, eps, make_scale(cfg, hd, role="output")) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, eps, make_scale(cfg, hd, role="output")) if cfg.qk_norm else None
         self.dropout = cfg.dropout
@@ -288,56 +294,29 @@ class Attention(nn.Module):
             enable_gqa=self.n_kv_head != self.n_head)  # (B, nh, T, hd); key/value head j serves group j
         return self.o(y.transpose(1, 2).reshape(B, T, -1))
 
-    def folds(self):
-        """(scale, columns_of, rows_of) of every scale here that folds (ScaledLinear.folds)."""
+    def folds(self):  # (scale, columns_of, rows_of) of every scale here that folds (ScaledLinear.folds)
         for lin in (self.q, self.k, self.v, self.o):
             yield from lin.folds()
 
 
-
 class MLP(nn.Module):
-    """SwiGLU MLP on the normalized input: down(silu(gate(x_hat)) * up(x_hat)).
+    """SwiGLU MLP on the normalized input: down(silu(gate(x_hat)) * up(x_hat)), its maps scaled as
+    ScaleSites says: under DNP each branch is u * normalize(W (v * x_hat)) over d_ff (paper: gamma_a *
+    Norm(W (gamma_b * x))). Shapes: (B, T, n_embd) -> (B, T, n_embd); d_ff hidden. Built alone
+    (sites=None), its scales are an expert's: the output's size counts."""
 
-    The placement (MLP_PLACEMENTS, asked through Placement's methods) puts u on a branch's output
-    and may normalize it over d_ff: DNP's u * normalize(W (v * x_hat)) (paper: gamma_a * Norm(W
-    (gamma_b * x))), whose u_up is input-role (it folds into down's columns through the product)
-    and u_gate output-role (SiLU follows it); with dual_sites="all", v and u on both sides of down.
-    Shapes: (B, T, n_embd) -> (B, T, n_embd); d_ff hidden.
-
-    Magnitude-free scales (see norms.make_scale): the input scales of a branch the placement
-    normalizes; with magnitude_free=True (the MLP's output magnitude is invisible: output norms on
-    a dense block) also those on the up branch and on down, which the output is linear in. In an
-    MoE block one expert's scales set its share of the sum, so they matter.
-    """
-
-    def __init__(self, cfg, d_ff, magnitude_free=False):
+    def __init__(self, cfg, d_ff, sites=None):
         super().__init__()
-        d, eps = cfg.n_embd, cfg.norm_eps
-        hg, dual_down = cfg.branch_scales, cfg.mlp.scales_output_map() and cfg.dual_sites == "all"
-
-        def branch(name, magnitude_free):
-            out_norm = cfg.mlp.normalizes(name)  # over d_ff; then the gate's u is output-role (SiLU follows it)
-            return ScaledLinear(
-                d, d_ff,
-                in_scale=make_scale(cfg, d, role="input", magnitude_free=out_norm or magnitude_free) if hg else None,
-                out_scale=make_scale(cfg, d_ff, role="output" if out_norm and name == "gate" else "input",
-                                     magnitude_free=magnitude_free) if cfg.mlp.carries_outer(name) else None,
-                out_norm=out_norm, eps=eps)
-
-        # SiLU follows the gate branch, so its magnitude shows even when the MLP's does not
-        self.gate = branch("gate", magnitude_free=False)
-        self.up = branch("up", magnitude_free)
-        self.down = ScaledLinear(
-            d_ff, d,
-            in_scale=make_scale(cfg, d_ff, role="input", magnitude_free=magnitude_free) if dual_down else None,
-            out_scale=make_scale(cfg, d, role="input", magnitude_free=magnitude_free) if dual_down else None)
+        sites = sites or ScaleSites(cfg, moe=True)
+        self.gate = sites.linear("gate", cfg.n_embd, d_ff)
+        self.up = sites.linear("up", cfg.n_embd, d_ff)
+        self.down = sites.linear("down", d_ff, cfg.n_embd)
 
     def forward(self, x):
         return self.down(F.silu(self.gate(x)) * self.up(x))  # each branch u * (W (v * x)), normalized under DNP
 
     def folds(self):
-        """(scale, columns_of, rows_of) of every scale here that folds: each map's own
-        (ScaledLinear.folds), and under DNP the up branch's outer scale into down's columns."""
+        """(scale, columns_of, rows_of) of every scale here that folds: each map's, then DNP's u_up into W_down."""
         for lin in (self.gate, self.up, self.down):
             yield from lin.folds()
         if self.up.out_norm and self.up.out_scale is not None:
@@ -345,15 +324,9 @@ class MLP(nn.Module):
             yield self.up.out_scale, [self.down.weight], []
 
 
-
 class Router(ScaledLinear):
-    """The MoE router: logits = W_r (gamma_router * x_hat), d -> n_experts.
-
-    `optim_group` (declared by ScaledLinear, overridden here) puts its weight
-    in optim.py's "router" group (AdamW, never Muon; its own scales keep their
-    role groups). Under HG it carries its own input scale gamma_router (input
-    role); otherwise it shares the pre-MLP norm's scale with the experts.
-    """
+    """The MoE router: logits = W_r (gamma_router * x_hat), d -> n_experts; gamma_router under HG, else it
+    shares the pre-MLP norm's. `optim_group`: optim.py's "router" group (AdamW, never Muon)."""
 
     optim_group = "router"
 
@@ -361,35 +334,30 @@ class Router(ScaledLinear):
 class MoE(nn.Module):
     """Top-k token-choice mixture of SwiGLU experts on the normalized input; dropless.
 
-    p = softmax(router(x_hat)) in float32 over all n_experts; each token goes
-    to its top_k experts with weights p (renormalized to sum to 1 over the k
-    chosen when top_k > 1; at top_k = 1 the raw p is kept, as in Switch, so
-    the router gets a gradient from the language-model loss);
-        y = sum over chosen e of w_e * expert_e(x_hat)  [+ shared_expert(x_hat)]
-    Each expert is an MLP (so HG, DP, DNP and OR apply to it as to the dense
-    MLP) of width expert_d_ff, and is called every step, even on zero tokens,
-    so DDP sees every parameter used.
+    p = softmax(router(x_hat)) in float32; each token goes to its top_k experts with weights p
+    (renormalized over the k chosen when top_k > 1; at top_k = 1 the raw p, as in Switch, so the router
+    gets the loss's gradient):  y = sum over chosen e of w_e * expert_e(x_hat)  [+ shared_expert(x_hat)].
+    Each expert is an MLP of width expert_d_ff (HG, DP, DNP, OR apply as to the dense one), called every
+    step, even on zero tokens, so DDP sees every parameter used.
 
-    Returns (y, aux): y (B, T, n_embd); aux["expert_load"] (n_experts,), the
-    share of routed (token, slot) pairs per expert (sums to 1); in training
-    also aux["lb_loss"] = n_experts / top_k * sum_i f_i P_i (f_i = share of
-    tokens routed to i, counted without gradient, sum_i f_i = top_k; P_i =
-    mean router probability of i; 1.0 for uniform routing at any k; Switch
-    Transformer, Fedus et al. 2021) and aux["z_loss"] = mean(logsumexp(logits)^2)
-    (ST-MoE, Zoph et al. 2022), both float32.
+    Returns (y, aux): y (B, T, n_embd); aux["expert_load"] (n_experts,), the share of routed (token,
+    slot) pairs per expert; in training also aux["lb_loss"] = n_experts / top_k * sum_i f_i P_i (f_i:
+    share of tokens routed to i, no gradient, sum_i f_i = top_k; P_i: mean router probability; 1.0 for
+    uniform routing; Switch, Fedus et al. 2021) and aux["z_loss"] = mean(logsumexp(logits)^2) (ST-MoE,
+    Zoph et al. 2022), both float32.
     """
 
     # Routed by the router's weights, not by the batch: a batch may send an expert no token, so the start's
     # check (plumbing/contracts.py) runs each one on this module's input, by its own forward.
     routed = ("experts",)
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, sites=None):
         super().__init__()
+        sites = sites or ScaleSites(cfg, moe=True)
         d, self.n_experts, self.top_k = cfg.n_embd, cfg.n_experts, cfg.top_k
-        self.router = Router(d, cfg.n_experts,
-                             in_scale=make_scale(cfg, d, role="input") if cfg.branch_scales else None)
-        self.experts = nn.ModuleList(MLP(cfg, cfg.expert_d_ff) for _ in range(cfg.n_experts))
-        self.shared_expert = MLP(cfg, cfg.expert_d_ff) if cfg.shared_expert else None
+        self.router = Router(d, cfg.n_experts, in_scale=sites.scale("router.in", d))
+        self.experts = nn.ModuleList(MLP(cfg, cfg.expert_d_ff, sites) for _ in range(cfg.n_experts))
+        self.shared_expert = MLP(cfg, cfg.expert_d_ff, sites) if cfg.shared_expert else None
 
     def forward(self, x):
         B, T, C = x.shape
@@ -421,12 +389,10 @@ class MoE(nn.Module):
             aux["z_loss"] = torch.logsumexp(logits, dim=-1).pow(2).mean()
         return y.view(B, T, C), aux
 
-    def folds(self):
-        """(scale, columns_of, rows_of): the router's own scale (HG), then every expert's."""
+    def folds(self):  # (scale, columns_of, rows_of): the router's own scale (HG), then every expert's
         yield from self.router.folds()
         for expert in self.mlps():
             yield from expert.folds()
-
 
     def mlps(self):
         """The routed experts and the shared one."""
@@ -438,30 +404,19 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
-    """One pre-norm transformer block, dense or MoE.
-
-    forward: x (B, T, n_embd), RoPE tables -> (x, aux) where aux is the MoE
-    block's dict (see MoE) or None for a dense block.
-    """
+    """One pre-norm transformer block, dense or MoE. forward: x (B, T, n_embd), RoPE tables -> (x, aux),
+    aux the MoE block's dict (MoE) or None for a dense block."""
 
     def __init__(self, cfg, layer):
         super().__init__()
-        d, eps, hg = cfg.n_embd, cfg.norm_eps, cfg.branch_scales
+        d, eps = cfg.n_embd, cfg.norm_eps
         self.moe = cfg.is_moe(layer)
-        # A shared pre-norm scale is magnitude-free when every branch reading it is (as Attention and MLP say): one its
-        # placement normalizes, else q, k under QK-norm, v (a dense MLP's up) under output norms; never with a router.
-        hidden = {"q": cfg.qk_norm, "k": cfg.qk_norm, "v": cfg.output_norms, "gate": False, "up": cfg.output_norms}
-        attn_magnitude_free = all(cfg.attn.normalizes(b) or hidden[b] for b in BRANCHES["attn_placement"])
-        mlp_magnitude_free = not self.moe and all(cfg.mlp.normalizes(b) or hidden[b] for b in BRANCHES["mlp_placement"])
-        # With HG the pre-norms are bare: the branches carry the scales.
-        self.attn_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, role="input",
-                                                                    magnitude_free=attn_magnitude_free))
-        self.attn = Attention(cfg)
-        self.mlp_norm = RMSNorm(d, eps, None if hg else make_scale(cfg, d, role="input",
-                                                                   magnitude_free=mlp_magnitude_free))
-        # under output norms a dense MLP's output magnitude is invisible; an MoE expert's sets its share
-        self.mlp = MoE(cfg) if self.moe else MLP(cfg, cfg.d_ff, magnitude_free=cfg.output_norms)
-        if cfg.output_norms:
+        sites = ScaleSites(cfg, self.moe)  # which scale sits where, its role, whether its size is hidden
+        self.attn_norm = RMSNorm(d, eps, sites.scale("attn_norm", d))  # no scale under HG: the branches carry it
+        self.attn = Attention(cfg, sites)
+        self.mlp_norm = RMSNorm(d, eps, sites.scale("mlp_norm", d))
+        self.mlp = MoE(cfg, sites) if self.moe else MLP(cfg, cfg.d_ff, sites)
+        if cfg.output_norms:  # Gemma's sandwich norms (output role: the residual stream reads them)
             self.attn_out_norm = RMSNorm(d, eps, make_scale(cfg, d, role="output"))
             self.mlp_out_norm = RMSNorm(d, eps, make_scale(cfg, d, role="output"))
         else:
@@ -474,9 +429,8 @@ class Block(nn.Module):
         return x + self.drop(self.mlp_out_norm(y)), aux
 
     def folds(self):
-        """The block's folding relation, (scale, columns_of, rows_of) triples in folding order:
-        each pre-norm scale into the columns of every map that reads its x_hat (q, k, v; gate and
-        up of the MLP, or of every expert and the router), then attention's and the MLP's own."""
+        """(scale, columns_of, rows_of) in folding order: each pre-norm scale into the columns of every map
+        reading its x_hat (q, k, v; gate, up of the MLP or of every expert, and the router), then the rest."""
         a, m = self.attn, self.mlp
         if self.attn_norm.scale is not None:
             yield self.attn_norm.scale, [a.q.weight, a.k.weight, a.v.weight], []
@@ -488,15 +442,12 @@ class Block(nn.Module):
         yield from m.folds()
 
 
-
 class GPT(nn.Module):
     """The language model: token embedding -> n_layer Blocks -> final RMSNorm -> LM head.
 
-    Args: config (GPTConfig); seed for the initial weights. Init: normal(0,
-    0.02), residual output projections (W_o, W_down) scaled by
-    1/sqrt(2 n_layer), every scale vector 1. Each weight is drawn
-    from a generator seeded by (seed, parameter name), so variants that differ
-    only in their scale vectors start from identical weights (paired ablations).
+    Args: config (GPTConfig); seed. Init: normal(0, 0.02), W_o and W_down by 1/sqrt(2 n_layer), every
+    scale vector 1; each weight from a generator seeded by (seed, its name), so variants that differ only
+    in their scale vectors start from identical weights (paired ablations).
     """
 
     def __init__(self, config, seed=0):
@@ -507,9 +458,8 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.norm_f = RMSNorm(d, cfg.norm_eps, make_scale(cfg, d, role="input"))
         if self.norm_f.scale is not None and cfg.tie_embeddings:
-            # Tied, the head is the embedding: folding gamma into it would rescale the input
-            # embeddings too, so while tied gamma is a scale the model cannot get another way
-            # (output-role). fold_scales() unties the head, and then it folds.
+            # Tied, the head is the embedding: gamma cannot fold into it without rescaling the input
+            # embeddings too, so it is output-role until fold_scales() unties the head.
             self.norm_f.scale.tie_("output")
         self.lm_head = nn.Linear(d, V, bias=False)
         if cfg.tie_embeddings:
@@ -539,15 +489,12 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None):
         """Logits, and the mean cross-entropy when targets are given.
 
-        Args: idx (B, T) int64 token ids, T <= block_size; targets (B, T) or None
-            (-1 = ignore).
-        Returns: (logits, loss, aux): logits (B, T, vocab_size) with targets (None from
-            plumbing/fused.py's head while gradients are taken), else (B, 1, vocab_size) for the last position; loss a scalar
-            cross-entropy (nats/token) or None; aux empty for a dense model,
-            else "expert_load" (n_moe_layers, n_experts) and, in training,
-            "lb_loss" and "z_loss" averaged over the MoE layers (see MoE;
-            `aux_objective` weights them). The padded vocab entries are cut
-            off, so loss at init is about ln(vocab_size).
+        Args: idx (B, T) int64 token ids, T <= block_size; targets (B, T) or None (-1 = ignore).
+        Returns: (logits, loss, aux): logits (B, T, vocab_size) with targets (None from plumbing/fused.py's
+            head while gradients are taken), else (B, 1, vocab_size); loss the mean cross-entropy (nats/token)
+            or None (about ln(vocab_size) at init: the padded entries are cut off); aux {} for a dense model,
+            else "expert_load" (n_moe_layers, n_experts) and, in training, "lb_loss" and "z_loss" averaged
+            over the MoE layers (aux_objective).
         Raises ValueError when T > block_size.
         """
         B, T = idx.shape
@@ -560,7 +507,7 @@ class GPT(nn.Module):
             x, block_aux = block(x, cos, sin)
             if block_aux is not None:
                 moe_aux.append(block_aux)
-        aux = {key: torch.stack([a[key] for a in moe_aux]) for key in (moe_aux[0] if moe_aux else ())}
+        aux = {key: torch.stack([a[key] for a in moe_aux]) for key in moe_aux[0]} if moe_aux else {}
         for key in ("lb_loss", "z_loss"):
             if key in aux:
                 aux[key] = aux[key].mean()
@@ -589,27 +536,11 @@ class GPT(nn.Module):
         return [(n, m) for n, m in self.named_modules() if isinstance(m, ScaleVector)]
 
     @torch.no_grad()
-    def scale_stats(self):
-        """{site: {mean, std, min, max}} of every effective gamma, as floats (for the log's eval rows)."""
-        stats = {}
-        for name, sv in self.scale_vectors():
-            g = sv().float()
-            if hasattr(g, "full_tensor"):  # sharded by FSDP2: gathered (a collective: every rank calls this)
-                g = g.full_tensor()
-            stats[name] = {"mean": g.mean().item(), "std": g.std().item() if g.numel() > 1 else 0.0,
-                           "min": g.min().item(), "max": g.max().item()}
-        return stats
-
-    @torch.no_grad()
     def fold_scales(self):
-        """Fold every input-role scale into its adjacent linear map, in place (claim C2).
-
-        After this, input-role scales are 1 and the logits are unchanged up to
-        float rounding; output-role scales and all normalizations stay. A tied
-        LM head is untied first (with a warning): the final-norm scale cannot
-        fold into a matrix that is also the embedding, so while tied it is
-        output-role; once untied it is input-role and folds. Paper Theorem 2.2.
-        """
+        """Fold every input-role scale into its adjacent linear map, in place (claim C2; paper Theorem 2.2):
+        input-role scales become 1, the logits are unchanged up to float rounding, output-role scales and
+        every normalization stay. A tied LM head is untied first (with a warning), so the final-norm scale
+        becomes input-role and folds."""
         if self.lm_head.weight is self.wte.weight and self.norm_f.scale is not None:
             warnings.warn("fold_scales(): untying the LM head from the embedding so the final-norm "
                           "scale can fold into it", stacklevel=3)
@@ -619,11 +550,9 @@ class GPT(nn.Module):
         fold_all_(self.folds())
 
     def folds(self):
-        """The model's folding relation: (scale, columns_of, rows_of) for every input-role scale
-        and the matrices it multiplies into (norms.fold_scale_), in folding order; Block.folds for
-        each block, then the final-norm scale into the LM head's columns when the head is untied
-        (tied, that scale is output-role and has no fold). fold_scales() consumes it, and so do the
-        mechanism statistics (mechanism.Mechanism), which read W~ = the matrices with gamma multiplied in."""
+        """The folding relation: (scale, columns_of, rows_of) for every input-role scale and the matrices it
+        multiplies into (norms.fold_scale_), in folding order: each block's, then the final norm's into an
+        untied head. fold_scales() consumes it, and so do the mechanism statistics (mechanism.Mechanism)."""
         for block in self.blocks:
             yield from block.folds()
         if self.norm_f.scale is not None and self.lm_head.weight is not self.wte.weight:
@@ -635,26 +564,6 @@ class GPT(nn.Module):
 
     def num_scale_params(self):
         return sum(p.numel() for _, m in self.scale_vectors() for p in m.parameters())
-
-    def param_report(self):
-        """A few lines: total parameters, scale-vector parameters by role and their
-        share, and the extra parameters over the same-size baseline."""
-        total, n_scale = self.num_params(), self.num_scale_params()
-        by_role = {"input": 0, "output": 0}
-        for _, m in self.scale_vectors():
-            by_role[m.role] += sum(p.numel() for p in m.parameters())
-        with torch.device("meta"):
-            base_total = GPT(baseline_of(self.config)).num_params()
-        extra = total - base_total
-        active = self.num_active_params()
-        moe = f" ({active:,} active per token)" if self.config.n_experts else ""
-        return "\n".join([
-            f"parameters: {total:,} ({total / 1e6:.2f}M){moe}, embedding {self.wte.weight.numel():,}"
-            f"{' (tied with the LM head)' if self.lm_head.weight is self.wte.weight else ''}",
-            f"scale vectors: {n_scale:,} = {n_scale / total:.3e} of the model "
-            f"(input role {by_role['input']:,}, output role {by_role['output']:,})",
-            f"extra over the baseline of this size ({base_total:,}): {extra:+,} = {extra / total:.3e} of the model",
-        ])
 
     def num_active_params(self):
         """Parameters one token uses: all but the embedding lookup (a tied head
@@ -668,22 +577,16 @@ class GPT(nn.Module):
         return n
 
     def flops_per_token(self, causal=False):
-        """Training FLOPs per token: 6 N_active + 12 n_layer (n_head head_dim) block_size.
-
-        PaLM/nanoGPT convention (n_head head_dim = n_embd there), no causal halving (README: Model):
-        the count MFU uses, comparable to published MFUs. causal=True halves the T x T attention
-        term, the work a causal mask leaves (6-12% less at these shapes).
-        """
+        """Training FLOPs per token: 6 N_active + 12 n_layer (n_head head_dim) block_size, the PaLM/nanoGPT
+        count MFU uses (README: Model); causal=True halves the T x T term, the work a causal mask leaves."""
         cfg = self.config
         attention = 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.block_size
         return 6 * self.num_active_params() + (attention // 2 if causal else attention)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
-        """Sample max_new_tokens tokens after idx (B, T); returns (B, T + max_new_tokens).
-
-        No KV cache: each step reruns the last block_size tokens (nanoGPT-style).
-        """
+        """Sample max_new_tokens tokens after idx (B, T); returns (B, T + max_new_tokens). No KV cache: each
+        step reruns the last block_size tokens (nanoGPT-style)."""
         for _ in range(max_new_tokens):
             logits, _, _ = self(idx[:, -self.config.block_size:])
             logits = logits[:, -1, :].float() / max(temperature, 1e-6)

@@ -150,8 +150,9 @@ def param_groups(model, cfg):
         "magnitude_output": (scale_wd["output"], mag_lr, "adamw"),
         "router": (wd, cfg.learning_rate, "adamw"),
     }
+    own = {name: vars(cfg).get(key) for name, key in GROUP_SCHEDULES.items() if vars(cfg).get(key)}
     return [dict(name=name, params=buckets[name], weight_decay=spec[name][0], lr=spec[name][1],
-                 initial_lr=spec[name][1], optimizer=spec[name][2])
+                 initial_lr=spec[name][1], optimizer=spec[name][2], **({"lr_schedule": own[name]} if name in own else {}))
             for name in buckets if buckets[name]]
 
 
@@ -358,6 +359,15 @@ LR_SCHEDULES = {
 }
 # The config keys whose values are these registries' names (checked by check, listed by --help).
 CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "scale_wd": SCALE_WD}
+# A group that follows a schedule of its own: {group name: the config key naming its LR_SCHEDULES entry ("":
+# lr_schedule's)}. Empty here; a fork fills it (docs/forks.md: a per-group schedule), and every rule about
+# schedules reads it: set_lr, check, inert_keys, the log's per-group LRs.
+GROUP_SCHEDULES = {}
+
+
+def schedules(cfg):
+    """The LR_SCHEDULES names the run's groups follow: lr_schedule's, then each GROUP_SCHEDULES key's that is set."""
+    return list(dict.fromkeys([cfg.lr_schedule] + [v for k in GROUP_SCHEDULES.values() if (v := vars(cfg).get(k))]))
 
 
 def check_choices(cfg, keys):
@@ -380,14 +390,17 @@ def check(cfg):
     accepted; train.py says so.
     """
     check_choices(cfg, CHOICES)
+    for key in dict.fromkeys(GROUP_SCHEDULES.values()):
+        if vars(cfg).get(key) and vars(cfg)[key] not in LR_SCHEDULES:
+            raise ValueError(not_one_of(key, vars(cfg)[key], LR_SCHEDULES) + " (or '': lr_schedule's)")
     if cfg.fsdp and not OPTIMIZERS[cfg.optimizer].shards:
         raise ValueError(f"optimizer={cfg.optimizer!r} cannot step FSDP2's sharded parameters (it needs whole "
                          f"matrices): use --optimizer=adamw with --fsdp=True, or DDP (--fsdp=False)")
-    schedule = LR_SCHEDULES[cfg.lr_schedule]
-    if "min_lr" in schedule.keys and cfg.min_lr > cfg.learning_rate:
+    used = [LR_SCHEDULES[name] for name in schedules(cfg)]
+    if any("min_lr" in schedule.keys for schedule in used) and cfg.min_lr > cfg.learning_rate:
         raise ValueError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the decay would "
                          f"raise the LR; set --min_lr <= learning_rate (it is the floor the LR decays to)")
-    for entry in (OPTIMIZERS[cfg.optimizer], schedule, SCALE_WD[cfg.scale_wd]):
+    for entry in (OPTIMIZERS[cfg.optimizer], *used, SCALE_WD[cfg.scale_wd]):
         if entry.check:
             entry.check(cfg)
 
@@ -401,8 +414,9 @@ def inert_keys(cfg):
     inert = []
     for switch, registry in (("optimizer", OPTIMIZERS), ("lr_schedule", LR_SCHEDULES), ("scale_wd", SCALE_WD)):
         chosen = vars(cfg)[switch]
+        read = {k for name in (schedules(cfg) if switch == "lr_schedule" else [chosen]) for k in registry[name].keys}
         for key in dict.fromkeys(k for entry in registry.values() for k in entry.keys):
-            if key not in registry[chosen].keys:
+            if key not in read:  # (a group's own schedule reads its keys too: GROUP_SCHEDULES)
                 readers = [repr(n) for n, e in registry.items() if key in e.keys]
                 readers = ", ".join(readers[:-1]) + " or " + readers[-1] if len(readers) > 1 else readers[0]
                 inert.append((key, f"{switch} is {chosen!r} (only {switch} {readers} reads it)"))
@@ -422,8 +436,8 @@ def inert_keys(cfg):
     return inert
 
 
-def lr_multiplier(it, cfg):
-    """LR multiplier in (0, 1] at iteration it (0-based) for cfg.lr_schedule.
+def lr_multiplier(it, cfg, schedule=None):
+    """LR multiplier in (0, 1] at iteration it (0-based) for cfg.lr_schedule (or `schedule`, a group's own).
 
     Linear warmup over warmup_iters ((it + 1) / warmup_iters, so lr(0) > 0),
     then LR_SCHEDULES[lr_schedule].multiplier: "cosine" to min_lr, "wsd" (stable
@@ -436,14 +450,22 @@ def lr_multiplier(it, cfg):
     """
     if it < cfg.warmup_iters:
         return (it + 1) / cfg.warmup_iters
-    return LR_SCHEDULES[cfg.lr_schedule].multiplier(it, cfg, cfg.min_lr / cfg.learning_rate)
+    return LR_SCHEDULES[schedule or cfg.lr_schedule].multiplier(it, cfg, cfg.min_lr / cfg.learning_rate)
 
 
-def set_lr(optimizers, multiplier):
-    """Set every group's lr to its initial_lr times multiplier."""
+def set_lr(optimizers, it, cfg):
+    """Set every group's lr to its initial_lr times lr_multiplier at iteration `it`: the run's lr_schedule,
+    or the group's own ("lr_schedule" in the group: GROUP_SCHEDULES). Returns the train row's LR: {"lr": the
+    first group's}, and where a group follows a schedule of its own, "lrs": {group name: lr} of every group
+    (so the log and research.plot's LR panel show each)."""
+    lrs, own = {}, False
     for opt in optimizers:
         for group in opt.param_groups:
-            group["lr"] = group["initial_lr"] * multiplier
+            group["lr"] = group["initial_lr"] * lr_multiplier(it, cfg, group.get("lr_schedule"))
+            lrs[group["name"]] = group["lr"]
+            own = own or group.get("lr_schedule", cfg.lr_schedule) != cfg.lr_schedule
+    first = optimizers[0].param_groups[0]["lr"]
+    return {"lr": first, "lrs": lrs} if own else {"lr": first}
 
 
 # model -> its parameters, listed once: model.parameters() walks every module, host work a GPU waits for each

@@ -45,12 +45,13 @@ import torch
 from plumbing import contracts, fused
 from plumbing.checkpoint import save_run_checkpoint
 from plumbing.dataset import id_past_vocab
-from plumbing.common import StopSignals, agree, cli, compile_errors, end_distributed, numerics_env, shard, stop_signal
+from plumbing.common import StopSignals, cli, compile_errors, end_distributed, numerics_env, shard, stop_signal
 from configurator import UserError, load_config, usage
 from plumbing.mechanism import start_mechanism
 from model import GPT
-from plumbing.ops import STOP_NOTE, Progress, TrainRows, choices, describe, diverged, end_of_run_sample, write_log
-from optim import build_optimizers, lr_multiplier, optimizer_step, set_lr
+from plumbing.ops import (STOP_NOTE, Progress, TrainRows, choices, describe, diverged, end_of_run_sample, scale_stats,
+                          write_log)
+from optim import build_optimizers, optimizer_step, set_lr
 from plumbing.start import begin, setup
 
 
@@ -97,13 +98,13 @@ def train(cfg, given=frozenset()):
                 if last and val_loss is not None:
                     break
                 # once per iteration, on the host, every rank alike: a SIGTERM/SIGINT, a progress line overdue
-                stopped, overdue = agree(run, signals, progress.overdue())
+                stopped, overdue = progress.poll(signals)
                 if stopped:  # (saves iteration it, the last whole one)
                     rows.flush()
                     stop_here(run, parts, start_iter, it, tokens, stopped,
                               eval_at_it=None if not due else "cut" if val_loss is None else "saved")
                     break
-                set_lr(optimizers, lr_multiplier(it, cfg))
+                lr = set_lr(optimizers, it, cfg)  # each group's initial_lr times its schedule's multiplier
                 if cfg.dropout > 0:  # the same masks on resume; dropout is all a step draws at random (seeding costs host time)
                     torch.manual_seed((cfg.seed * 1_000_003 + it) * 1009 + run.rank)
                 losses = []  # cross-entropy, lb_loss, z_loss of each of my micro-steps, on the device
@@ -120,8 +121,7 @@ def train(cfg, given=frozenset()):
                     losses += [t.detach().float() for t in (loss, aux.get("lb_loss", zero), aux.get("z_loss", zero))]
                 optimizer_step(raw_model, optimizers, cfg.grad_clip, mechanism)  # clip, step, zero: optim.optimizer_step
                 tokens += run.tokens_per_iter
-                rows.add({"kind": "train", "iter": it + 1, "tokens": tokens, "lr": optimizers[0].param_groups[0]["lr"]},
-                         losses, aux)
+                rows.add({"kind": "train", "iter": it + 1, "tokens": tokens, **lr}, losses, aux)
                 if (it + 1) % cfg.log_interval == 0 or overdue:
                     rows.flush()
             # --- finish: the sample and the final line (a stopped run said how to continue)
@@ -233,7 +233,7 @@ def eval_and_save(run, parts, it, tokens, save=True):
         return None
     if not math.isfinite(val):
         raise FloatingPointError(diverged(run, "val", val, it, first_step=it == 0))
-    row = {"kind": "eval", "iter": it, "tokens": tokens, "val_loss": val, "scales": raw_model.scale_stats()}
+    row = {"kind": "eval", "iter": it, "tokens": tokens, "val_loss": val, "scales": scale_stats(raw_model)}
     if load is not None:  # per MoE layer: share of routed tokens per expert, and max / mean share
         row["expert_load"] = load
         row["max_load"] = [max(layer) * run.cfg.n_experts for layer in load]

@@ -12,6 +12,9 @@ sample_tokens = 0
 eval_interval = 100
 eval_iters = 40  # 164k validation characters, the same batches for every run
 log_interval = 100
+# The mechanism statistics (claim C3) in every eval row, so that every ablation's records carry them and
+# research/plot.py can draw its mechanism figure (off by default: a plain run's step does none of that work).
+mechanism_stats = "on"
 
 max_iters = 500
 warmup_iters = 50

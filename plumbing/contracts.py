@@ -116,7 +116,7 @@ def check_placement(key, name):
         if not isinstance(answer, bool):
             raise ValueError(f"{where}.{method}({', '.join(map(repr, args))}) answered {answer!r}, not True or False: "
                              f"make it return a bool (model.Placement says the contract)")
-    if type(p) is not Placement and (problem := subclass_problem(key, name, p, (model.Attention, model.MLP))):
+    if type(p) is not Placement and (problem := subclass_problem(key, name, p, (model.ScaleSites, model.Attention, model.MLP))):
         raise ValueError(where + problem)
 
 
@@ -137,10 +137,10 @@ def names_problem(p, branches):
 @functools.lru_cache(maxsize=None)  # per entry and code (the classes that build it)
 def subclass_problem(key, name, p, code):
     """None, or the rest of one line naming the fix, for the entry p = CHOICES[key][name] of a Placement
-    subclass (cached per entry and code: model's Attention and MLP classes, looked up at each call), built
+    subclass (cached per entry and code: model's ScaleSites, Attention and MLP, looked up at each call), built
     (model_structure) while each attribute read of p is recorded (attribute_reads): reading one it does
-    not declare (a typo), leaving one its class adds unread (a field, or a method the Attention or MLP
-    edit asks: missing), or building what another entry builds (a field left out)."""
+    not declare (a typo), leaving one its class adds unread (a field, or a method the ScaleSites edit
+    asks: missing), or building what another entry builds (a field left out)."""
     def build(recording):
         CHOICES[key][name] = recording
         models = model_structure(key, name)
@@ -153,7 +153,7 @@ def subclass_problem(key, name, p, code):
     if undeclared or unread:
         return (f": building the model reads .{undeclared[0]}, which {type(p).__name__} does not declare: fix the name" if undeclared
                 else f": nothing building the model reads {', '.join(unread)} ({type(p).__name__}'s): the code in "
-                     f"{'Attention' if key == 'attn_placement' else 'MLP'} that asks it is missing (docs/forks.md), or drop it")
+                     f"model.ScaleSites that asks it is missing (docs/forks.md), or drop it")
     fields_ = ", ".join(f"{k}={v!r}" for k, v in vars(p).items() if k != "meaning")
     return f" builds the models {same[0]!r} builds ({fields_}): give the entry the field that makes it differ, or use {same[0]!r}" \
         if same else None

@@ -12,6 +12,7 @@ drawn in train.get_batch.
 """
 
 import ast
+import itertools
 import os
 import pickle
 import shlex
@@ -159,9 +160,13 @@ def prepare_hint(folder):
         words = cmd.split(None, 2)
         said.append(f"{words[2] if len(words) > 2 else 'by default'}: {comment}")
     hint = " && ".join(needs + [command]) + (f" ({'; '.join(said)})" if said else "")
-    if "network" in doc:  # a download: say so, and the way that needs none
+    if "network" in doc:  # a download: say so, and the way that needs none (the script's own, if it names one)
         hint += (". It downloads (needs the network); without it, or on a CPU, train on your own text: "
                  "data/corpus/prepare.py, then configs/unified_bpe_cpu.py")
+        for i, ln in enumerate(lines):  # "Without the network: <a command>", continued up to a blank or "(" line
+            if ln.startswith("Without the network:"):
+                more = list(itertools.takewhile(lambda m: m and not m.startswith("("), lines[i + 1:]))
+                hint += f"; or try its model without the network: {' '.join([ln.split(':', 1)[1].strip(), *more])}"
     return hint
 
 

@@ -28,7 +28,10 @@ def start_mechanism(run, raw_model, optimizers, start):
     each rank's shards of it), so a resumed run logs what the uninterrupted one did; else it starts
     at start.iter (a new run, or a checkpoint from before the interval was kept: its first eval row's
     "since" then says where the interval was cut)."""
-    if mechanism_on(run.cfg.mechanism_stats, raw_model.num_params()) and (run.master or run.cfg.fsdp):
+    on = mechanism_on(run.cfg.mechanism_stats, raw_model.num_params())
+    run.log(f"mechanism statistics (claim C3): {'in every eval row' if on else 'off'} "
+            f"(mechanism_stats={run.cfg.mechanism_stats!r}" + ("" if on else "; --mechanism_stats=on logs them") + ")")
+    if on and (run.master or run.cfg.fsdp):
         return Mechanism(raw_model, optimizers, start.iter, start.mechanism)
     return None
 

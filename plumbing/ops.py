@@ -7,7 +7,7 @@ end-of-run sample.
 
 The choices of a switch live with the code that implements them (model.CHOICES: scale classes,
 placements; optim.CHOICES: optimizers, schedules, decay recipes), and so do the rules that say
-when a key does nothing (GPTConfig.inert_keys, optim.inert_keys); check_config and inert_keys put
+when a key does nothing (model_inert_keys, optim.inert_keys); check_config and inert_keys put
 them together for train.py, research/sweep.py and `--help`. How a run starts is start.py's; the
 process utilities every command shares are common.py's.
 """
@@ -24,7 +24,7 @@ import model
 import optim
 from plumbing import contracts, fused
 from plumbing.checkpoint import atomic_write
-from plumbing.common import fmt_duration, open_checked, peak_flops, stop_signal
+from plumbing.common import agree, fmt_duration, open_checked, peak_flops, stop_signal
 from plumbing.disk import SHORT_WRITE
 from configurator import UserError, check, unusual
 from plumbing.dataset import make_codec
@@ -69,15 +69,65 @@ def check_config(cfg):
     model.model_config(cfg)
 
 
+def model_inert_keys(mcfg):
+    """[(key, why)]: the model keys whose value changes nothing about the model of GPTConfig `mcfg` (MoE
+    keys in a dense model, dual_sites without a dual placement)."""
+    inert = []
+    if mcfg.n_experts == 0:
+        inert += [(k, "n_experts is 0 (a dense model: no expert, no router)") for k in model.MOE_KEYS]
+    elif mcfg.moe_every > mcfg.n_layer:
+        why = f"moe_every={mcfg.moe_every} is above n_layer={mcfg.n_layer}, so no block is a mixture of experts"
+        inert += [(k, why) for k in ("n_experts", *model.MOE_KEYS) if k != "moe_every"]
+    if not (mcfg.attn.scales_output_map() or mcfg.mlp.scales_output_map()):
+        inert.append(("dual_sites", f"attn_placement is {mcfg.attn_placement!r} and mlp_placement "
+                                    f"{mcfg.mlp_placement!r} (it says where the dual placements put scales, "
+                                    f"and neither is one)"))
+    return inert
+
+
+@torch.no_grad()
+def scale_stats(gpt):
+    """{site: {mean, std, min, max}} of every effective gamma of model `gpt`, as floats (the eval rows' "scales")."""
+    stats = {}
+    for name, sv in gpt.scale_vectors():
+        g = sv().float()
+        if hasattr(g, "full_tensor"):  # sharded by FSDP2: gathered (a collective: every rank calls this)
+            g = g.full_tensor()
+        stats[name] = {"mean": g.mean().item(), "std": g.std().item() if g.numel() > 1 else 0.0,
+                       "min": g.min().item(), "max": g.max().item()}
+    return stats
+
+
+def param_report(gpt):
+    """A few lines: total parameters, scale-vector parameters by role and their share, and the extra
+    parameters over the same-size baseline (model.baseline_of)."""
+    total, n_scale = gpt.num_params(), gpt.num_scale_params()
+    by_role = {"input": 0, "output": 0}
+    for _, m in gpt.scale_vectors():
+        by_role[m.role] += sum(p.numel() for p in m.parameters())
+    with torch.device("meta"):
+        base_total = model.GPT(model.baseline_of(gpt.config)).num_params()
+    extra = total - base_total
+    active = gpt.num_active_params()
+    moe = f" ({active:,} active per token)" if gpt.config.n_experts else ""
+    return "\n".join([
+        f"parameters: {total:,} ({total / 1e6:.2f}M){moe}, embedding {gpt.wte.weight.numel():,}"
+        f"{' (tied with the LM head)' if gpt.lm_head.weight is gpt.wte.weight else ''}",
+        f"scale vectors: {n_scale:,} = {n_scale / total:.3e} of the model "
+        f"(input role {by_role['input']:,}, output role {by_role['output']:,})",
+        f"extra over the baseline of this size ({base_total:,}): {extra:+,} = {extra / total:.3e} of the model",
+    ])
+
+
 def inert_keys(cfg):
     """[(key, why)]: the keys whose value changes nothing about the run under the rest of cfg (a
     dict with every key; a valid config), each once with the first reason found: the optimizer's
-    (optim.inert_keys), the model's (GPTConfig.inert_keys) and W&B's names without W&B.
+    (optim.inert_keys), the model's (model_inert_keys) and W&B's names without W&B.
 
     Only where certain: every value of the key trains the same run. train.py notes those the
     user gave explicitly (inert_notes); ablation.config_hash leaves a key added later out of a
     run's hash where it does nothing."""
-    found = optim.inert_keys(SimpleNamespace(**cfg)) + model.model_config(cfg).inert_keys()
+    found = optim.inert_keys(SimpleNamespace(**cfg)) + model_inert_keys(model.model_config(cfg))
     if not cfg.get("hf_model"):
         found.append(("hf_check", "hf_model is '' (no folder to check)"))
     if not cfg.get("wandb_log"):
@@ -112,7 +162,7 @@ def describe(run, raw_model, groups, given=frozenset()):
     """Print the parameter report, the optimizer groups, the device and the batch; warn on odd setups,
     and note each key the user gave (`given`) that changes nothing here (inert_keys)."""
     cfg, log = run.cfg, run.log
-    log(raw_model.param_report())
+    log(param_report(raw_model))
     log(format_groups(groups))
     log(fused.summary(raw_model))
     parallel = f" ({'FSDP2' if cfg.fsdp else 'DDP'}, {torch.distributed.get_backend()})" if run.ddp else ""
@@ -289,9 +339,14 @@ class Progress:
     def restart_window(self):
         self.t_window, self.iters = time.perf_counter(), 0
 
-    def overdue(self):
-        """Whether PROGRESS_EVERY_S have passed since the last line."""
-        return time.perf_counter() - self.t_line >= PROGRESS_EVERY_S
+    def poll(self, signals):
+        """(the signal ("SIGTERM", "SIGINT") that asks the run to stop, or None; whether a progress line is
+        overdue: PROGRESS_EVERY_S have passed since the last), as every rank agrees (common.agree, a host
+        all-reduce, under DDP or FSDP2); one process reads its own. train.py asks once per iteration."""
+        overdue = time.perf_counter() - self.t_line >= PROGRESS_EVERY_S
+        if self.run.world > 1:
+            return agree(self.run, signals, overdue)
+        return signals.received, overdue
 
     def step(self, rows, max_load=None):
         """Count the iterations of `rows` (train rows just written, in order) and print the line of the
@@ -300,15 +355,18 @@ class Progress:
         done = row["iter"]
         self.iters += len(rows)
         now = time.perf_counter()
-        if not (done % cfg.log_interval == 0 or done == cfg.max_iters or now - self.t_line >= PROGRESS_EVERY_S):
+        on_interval = done % cfg.log_interval == 0 or done == cfg.max_iters
+        if not (on_interval or now - self.t_line >= PROGRESS_EVERY_S):
             return
+        # a line between two log_interval ones says why it is there, so an odd iteration is not read as a bug
+        overdue = "" if on_interval else f" ({now - self.t_line:.0f} s since the last line; log_interval={cfg.log_interval})"
         dt = now - self.t_window
         tok_s = self.iters * self.run.tokens_per_iter / dt
         ms = 1000 * dt / self.iters
         eta = (cfg.max_iters - done) * dt / self.iters  # training steps only, evals add to it
         mfu = f" | MFU {100 * self.flops_per_token * tok_s / (self.peak * self.run.world):.1f}%" if self.peak else ""
         moe = f" | lb {row['lb_loss']:.3f} | max load (last batch) {max_load:.2f}" if "lb_loss" in row else ""
-        self.run.log(f"iter {done}/{cfg.max_iters} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | "
+        self.run.log(f"iter {done}/{cfg.max_iters}{overdue} | loss {row['loss']:.4f} | lr {row['lr']:.2e} | "
                      f"{fmt_rate(tok_s)} tok/s | {ms:.0f} ms/iter{mfu}{moe} | ETA {fmt_duration(eta)}")
         if self.run.device.type == "cpu" and eta > 3600 and not self.warned_slow:
             self.warned_slow = True  # the config is judged at start (describe); here only the machine
@@ -424,6 +482,9 @@ def row_problem(row):
             return f"{where} has no {key!r}"
         if not (is_number(row[key]) and math.isfinite(row[key])):
             return f"{where} has {key!r} = {row[key]!r:.40}, not a finite number"
+    lrs = row.get("lrs", {})  # (a train row's per-group LRs, where groups follow schedules of their own)
+    if not (isinstance(lrs, dict) and all(is_number(v) and math.isfinite(v) for v in lrs.values())):
+        return f"{where} has 'lrs' = {lrs!r:.40}, not a dict of finite LRs"
     if kind != "eval":
         return None
     scales = row.get("scales", {})

@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from optim import lr_multiplier  # noqa: E402
+from optim import GROUP_SCHEDULES, lr_multiplier, schedules  # noqa: E402
 from research.comparisons import final_val  # noqa: E402
 from research.headlines import fit_text, headline, mark, measured, said, setting_lines  # noqa: E402
 from research.multipliers import ladder_rows, ladder_text, multiplier_title, multipliers  # noqa: E402
@@ -278,7 +278,8 @@ def line_style(i):
 
 def plot_lr(configs, path, scale_down=False):
     """The AdamW LR vs iteration of each {setting: config}, from optim.lr_multiplier, one colour and
-    linestyle each (line_style); a --scale_down plot's title says so (stats.SCALED_DOWN)."""
+    linestyle each (line_style), and a dotted line per schedule of its own some groups follow (a fork's:
+    optim.GROUP_SCHEDULES); a --scale_down plot's title says so (stats.SCALED_DOWN)."""
     fig, ax = plt.subplots(figsize=(8.5, 3.5 + 0.12 * max(0, len(configs) - 16)))
     for i, (setting, cfg) in enumerate(configs.items()):
         ns = SimpleNamespace(**cfg)
@@ -286,6 +287,10 @@ def plot_lr(configs, path, scale_down=False):
         color, style = line_style(i)
         ax.plot(iters, [cfg["learning_rate"] * lr_multiplier(it, ns) for it in iters], label=setting, color=color,
                 linestyle=style)
+        for name in schedules(ns)[1:]:  # groups on a schedule of their own (optim.GROUP_SCHEDULES): a line each
+            groups = ", ".join(g for g, key in GROUP_SCHEDULES.items() if cfg.get(key) == name)
+            ax.plot(iters, [cfg["learning_rate"] * lr_multiplier(it, ns, name) for it in iters], color=color,
+                    linestyle=":", label=f"{setting}: {groups} ({name})")
     ax.set_xlabel("iteration")
     ax.set_ylabel("AdamW learning rate")
     ax.set_title(fit_text(f"{SCALED_DOWN + ': ' if scale_down else ''}learning-rate schedules\n"

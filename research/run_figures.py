@@ -55,9 +55,15 @@ def plot_run(out_dir, path):
     ax.set_xlabel("iteration")
     ax.set_ylabel("loss (nats per token; per character for a character-level run)")
     ax.legend(fontsize=8)
-    axes[1].plot([r["iter"] for r in train], [r["lr"] for r in train], color="C2")
+    series = lr_series(train)
+    for i, (group, (its, lrs)) in enumerate(series.items()):
+        axes[1].plot(its, lrs, color=f"C{(i + 2) % 10}", label=group)
     axes[1].set_xlabel("iteration")
-    axes[1].set_ylabel("learning rate (first group)")
+    if len(series) > 1:  # groups on schedules of their own (optim.GROUP_SCHEDULES): one line each
+        axes[1].set_ylabel("learning rate per optimizer group")
+        axes[1].legend(fontsize=7)
+    else:
+        axes[1].set_ylabel("learning rate (first group)")
     if sites:
         ax = axes[2]
         kinds = {}  # the same site in every layer is one line (the mean over layers) and a band (their range)
@@ -121,6 +127,20 @@ def draw_val_gaps(ax, runs):
     ax.set_ylabel("val loss difference (nats per token or character)", fontsize=8)
     ax.legend(fontsize=7)
     return "; ".join(said)
+
+
+def lr_series(train):
+    """{group: ([iteration], [lr])} of a run's train rows: every group's LR where the rows carry "lrs" (groups on
+    schedules of their own, optim.set_lr), else {"lr": the first group's}."""
+    if not any("lrs" in r for r in train):
+        return {"lr": ([r["iter"] for r in train], [r["lr"] for r in train])}
+    out = {}
+    for r in train:
+        for group, lr in r.get("lrs", {}).items():
+            out.setdefault(group, ([], []))
+            out[group][0].append(r["iter"])
+            out[group][1].append(lr)
+    return out
 
 
 def plot_runs(out_dirs, path, mechanism=False):

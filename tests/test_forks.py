@@ -111,22 +111,26 @@ class BarePlacement(model.Placement):
 BARE_PLACEMENT = BarePlacement(dual=False, norm=False, bare=("q",), meaning="HG without gamma on q")
 
 
-class BareAttention(model.Attention):
-    """model.Attention with the guide's edit (its branch()'s in_scale ends `if hg and
-    cfg.attn.has_input_scale(name) else None`), written as a subclass: the same modules."""
+class BareSites(model.ScaleSites):
+    """model.ScaleSites with the guide's edit (its HG line asks `placement.has_input_scale(b)`), written as a
+    subclass: the same sites."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        for name in model.BRANCHES["attn_placement"]:
-            if cfg.branch_scales and not cfg.attn.has_input_scale(name):
-                getattr(self, name).in_scale = None
+    method = "has_input_scale"
+
+    def __init__(self, cfg, moe=False):
+        super().__init__(cfg, moe)
+        for key, branches in model.BRANCHES.items():
+            placement = model.CHOICES[key][getattr(cfg, key)]
+            for b in branches:
+                if cfg.branch_scales and not getattr(placement, self.method)(b):
+                    del self.sites[f"{b}.in"]
 
 
-def edit_attention(monkeypatch, attention=BareAttention):
-    """The guide's two edits of model.py for a new method: Placement's has_input_scale, Attention's question."""
+def edit_sites(monkeypatch, attention=BareSites):
+    """The guide's two edits of model.py for a new method: Placement's has_input_scale, ScaleSites' question."""
     monkeypatch.setattr(model.Placement, "has_input_scale", has_input_scale, raising=False)
     if attention is not None:
-        monkeypatch.setattr(model, "Attention", attention)
+        monkeypatch.setattr(model, "ScaleSites", attention)
 
 
 def guide_code(section):
@@ -217,7 +221,7 @@ def branch_norm(monkeypatch):
 
 @pytest.fixture
 def bare(monkeypatch):
-    edit_attention(monkeypatch)
+    edit_sites(monkeypatch)
     monkeypatch.setitem(model.ATTN_PLACEMENTS, "bare_q", BARE_PLACEMENT)
     return {"attn_placement": "bare_q"}
 
@@ -715,14 +719,10 @@ class MisspeltBranchNormPlacement(model.Placement):
         return branch in self.norm_branch  # its field is norm_branches: an AttributeError, not a getattr default
 
 
-class MisspeltAttention(model.Attention):
-    """The guide's Attention edit with the method's name misspelt."""
+class MisspeltSites(BareSites):
+    """The guide's ScaleSites edit with the method's name misspelt."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        for name in model.BRANCHES["attn_placement"]:
-            if cfg.branch_scales and not cfg.attn.has_input_scales(name):
-                getattr(self, name).in_scale = None
+    method = "has_input_scales"
 
 
 def iwd_from_a_rowless_key(role, cfg):
@@ -731,7 +731,7 @@ def iwd_from_a_rowless_key(role, cfg):
 
 def broken(kind, entry, switches, rows=None, attention=False):
     """One case: the entry at kind's registry under switches[kind], `rows` ({section: {key: row}}) added, and with
-    attention (None or an Attention class) the guide's edits of model.py for a new method (edit_attention)."""
+    attention (None or an Attention class) the guide's edits of model.py for a new method (edit_sites)."""
     return kind, entry, switches, rows or {}, attention
 
 
@@ -762,11 +762,11 @@ BROKEN = {  # broken(...) -> the line's words
                {"mlp_placement": "broken"}),
         ["MLP_PLACEMENTS['broken']: outer='up' is not a tuple of its branches", "fix its outer"]),
     "placement with its field left out": (
-        broken("attn_placement", BarePlacement(dual=False, norm=False, meaning=""), BARE, attention=BareAttention),
+        broken("attn_placement", BarePlacement(dual=False, norm=False, meaning=""), BARE, attention=BareSites),
         ["ATTN_PLACEMENTS['broken'] builds the models 'in' builds", "bare=()", "give the entry the field that makes it differ"]),
     "placement misspelling its field": (
         broken("attn_placement", MisspeltBarePlacement(dual=False, norm=False, bare=("q",), meaning=""), BARE,
-               attention=BareAttention),
+               attention=BareSites),
         ["ATTN_PLACEMENTS['broken']: building the model reads .bare_branches, which MisspeltBarePlacement does not declare",
          "fix the name"]),
     "placement misspelling its field in normalizes": (
@@ -774,14 +774,14 @@ BROKEN = {  # broken(...) -> the line's words
                {"mlp_placement": "broken"}),
         ["MLP_PLACEMENTS['broken']: building the model reads .norm_branch, which MisspeltBranchNormPlacement does not "
          "declare", "fix the name"]),
-    "placement whose Attention edit misspells its method": (
-        broken("attn_placement", BARE_PLACEMENT, BARE, attention=MisspeltAttention),
+    "placement whose ScaleSites edit misspells its method": (
+        broken("attn_placement", BARE_PLACEMENT, BARE, attention=MisspeltSites),
         ["ATTN_PLACEMENTS['broken']: building the model reads .has_input_scales, which BarePlacement does not declare",
          "fix the name"]),
-    "placement whose Attention edit is forgotten": (
+    "placement whose ScaleSites edit is forgotten": (
         broken("attn_placement", BARE_PLACEMENT, BARE, attention=None),
         ["ATTN_PLACEMENTS['broken']: nothing building the model reads bare, has_input_scale (BarePlacement's)",
-         "the code in Attention that asks it is missing"]),
+         "the code in model.ScaleSites that asks it is missing"]),
     "optimizer not named its key": (
         broken("optimizer", optim.Optimizer("no_such_optimizer", build_sgd, "learning_rate", (), ""),
                {"optimizer": "broken"}),
@@ -853,11 +853,71 @@ def test_a_broken_entry_of_each_registry_is_refused_at_start_in_one_line_naming_
         for row_key, row in section_rows.items():
             add_row(monkeypatch, section, row_key, row)
     if attention is not False:
-        edit_attention(monkeypatch, attention)
+        edit_sites(monkeypatch, attention)
     with pytest.raises(UserError) as e:  # train.py's start (the command prints it as one 'error: ...' line)
         run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", *flags(switches)))
     assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
     assert not (tmp_path / "o").exists()  # refused before the run made its folder
+
+
+# -----------------------------------------------------------------------------
+# A per-group schedule (docs/forks.md: "A per-group LR or schedule"): the scale groups on a constant LR
+
+
+SCALE_GROUPS = ("scale_input", "scale_output", "magnitude_input", "magnitude_output")
+
+
+def scale_schedule_fork(monkeypatch):
+    """docs/forks.md's fork: a config row naming the scale groups' schedule, and optim.GROUP_SCHEDULES."""
+    add_row(monkeypatch, "schedule", "scale_lr_schedule",
+            ("", None, "the scale groups' LR schedule (optim.LR_SCHEDULES; '': lr_schedule's)", ""))
+    for group in SCALE_GROUPS:
+        monkeypatch.setitem(optim.GROUP_SCHEDULES, group, "scale_lr_schedule")
+
+
+def test_a_per_group_schedule_steps_logs_and_draws_each_groups_lr(tmp_path, monkeypatch):
+    from research.run_figures import lr_series
+    scale_schedule_fork(monkeypatch)
+    ds = make_dataset(tmp_path / "ds")
+    common = ("--max_iters=8", "--warmup_iters=2", "--lr_schedule=cosine", "--learning_rate=1e-3", "--min_lr=1e-4")
+    run(tiny_args(ds, tmp_path / "fork", *common, "--scale_lr_schedule=constant"))
+    rows = [r for r in read_log(tmp_path / "fork") if r["kind"] == "train"]
+    ns = SimpleNamespace(max_iters=8, warmup_iters=2, lr_schedule="cosine", learning_rate=1e-3, min_lr=1e-4)
+    for r in rows:  # row i holds iteration i - 1's LR
+        assert r["lrs"]["matrix"] == pytest.approx(1e-3 * optim.lr_multiplier(r["iter"] - 1, ns))
+        assert r["lrs"]["scale_input"] == pytest.approx(1e-3 * min(1.0, r["iter"] / 2))  # warmup, then constant
+        assert r["lr"] == r["lrs"]["matrix"]
+    assert rows[-1]["lrs"]["matrix"] < rows[-1]["lrs"]["scale_input"]
+    assert set(lr_series(rows)) >= {"matrix", "scale_input"}
+    # the fork's key unset: one schedule, so the rows (and the figure) keep the one "lr"
+    run(tiny_args(ds, tmp_path / "plain", *common))
+    plain = [r for r in read_log(tmp_path / "plain") if r["kind"] == "train"]
+    assert all("lrs" not in r for r in plain) and list(lr_series(plain)) == ["lr"]
+
+
+def test_the_lr_figure_draws_a_line_per_groups_schedule(tmp_path, monkeypatch):
+    from research import figures
+    scale_schedule_fork(monkeypatch)
+    drawn = {}
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: drawn.update(
+        {line.get_label(): line.get_ydata() for ax in fig.axes for line in ax.get_lines()}))
+    base = {**load_config(["--max_iters=20", "--warmup_iters=2"])[0], "lr_schedule": "cosine"}
+    figures.plot_lr({"a": {**base, "scale_lr_schedule": "constant"}, "b": base}, str(tmp_path / "lr.png"))
+    assert set(drawn) == {"a", "a: scale_input, scale_output, magnitude_input, magnitude_output (constant)", "b"}
+    constant = drawn["a: scale_input, scale_output, magnitude_input, magnitude_output (constant)"]
+    assert constant[-1] == pytest.approx(base["learning_rate"]) and drawn["a"][-1] < constant[-1]
+
+
+def test_a_key_a_groups_schedule_reads_is_never_called_inert(monkeypatch):
+    """lr_schedule=constant reads no min_lr, but a group on cosine does: min_lr is not 'no effect' then."""
+    scale_schedule_fork(monkeypatch)
+    cfg, _ = load_config(["--lr_schedule=constant", "--scale_lr_schedule=cosine"])
+    assert "min_lr" not in dict(inert_keys(cfg))
+    cfg, _ = load_config(["--lr_schedule=constant"])
+    assert "min_lr" in dict(inert_keys(cfg))  # (no group reads it: the note is right)
+    from plumbing.ops import check_config
+    with pytest.raises(UserError, match="scale_lr_schedule='cosin' is not one of"):
+        check_config(load_config(["--scale_lr_schedule=cosin"])[0])
 
 
 # -----------------------------------------------------------------------------
@@ -885,14 +945,14 @@ Q_POST = PostNormPlacement(dual=False, norm=False, post_norm=("q",), meaning="q 
 
 class PostNormAttention(model.Attention):
     """model.Attention with docs/forks.md's step-2 edits, written as a subclass: each post-normalized branch's
-    scales rebuilt magnitude-free (the guide's line in branch()), the post-norms built through make_scale,
+    scales rebuilt magnitude-free (the guide's line in ScaleSites), the post-norms built through make_scale,
     and the forward applying them after the views. The half-done versions below leave one edit out."""
 
-    magnitude_free = True  # the guide's branch() line
+    magnitude_free = True  # the guide's ScaleSites line
     scale = staticmethod(norms.make_scale)  # how the post-norm's scale is built
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, cfg, sites=None):
+        super().__init__(cfg, sites)
         hd = cfg.head_dim
         for name in model.BRANCHES["attn_placement"]:
             post = cfg.attn.post_normalizes(name)
@@ -926,7 +986,7 @@ class ForwardlessAttention(PostNormAttention):
 
 
 class UnkeptAttention(PostNormAttention):
-    """Half done: the magnitude bookkeeping missed (branch() not told that a normalization follows)."""
+    """Half done: the magnitude bookkeeping missed (ScaleSites not told that a normalization follows)."""
 
     magnitude_free = False
 
@@ -940,8 +1000,8 @@ class UnconditionalAttention(PostNormAttention):
 class SpareMLP(model.MLP):
     """Half done: an extra map built and never called (an idea the forward never runs)."""
 
-    def __init__(self, cfg, d_ff, magnitude_free=False):
-        super().__init__(cfg, d_ff, magnitude_free)
+    def __init__(self, cfg, d_ff, sites=None):
+        super().__init__(cfg, d_ff, sites)
         self.spare = norms.ScaledLinear(cfg.n_embd, d_ff)
 
 
@@ -950,8 +1010,8 @@ class GainAttention(model.Attention):
 
     used = True
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, cfg, sites=None):
+        super().__init__(cfg, sites)
         setattr(self, "gain" if self.used else "spare_gain", nn.Parameter(torch.ones(1)))
 
     def forward(self, x, cos, sin):

@@ -130,3 +130,16 @@ def test_a_loss_that_diverges_between_flushes_is_named_at_its_own_iteration(tmp_
     assert (tmp_path / "o" / "ckpt.pt").exists() == (first_nan > 4)
     if first_nan > 4:
         assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 4
+
+
+def test_a_progress_line_off_the_log_interval_says_it_is_overdue(tmp_path, monkeypatch, capsys):
+    """A line printed because PROGRESS_EVERY_S passed (here 0 s: every iteration) lands at an odd iteration and
+    says why; the lines at multiples of log_interval read as always."""
+    from plumbing import ops
+    monkeypatch.setattr(ops, "PROGRESS_EVERY_S", 0)
+    run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "a", "--max_iters=8", "--log_interval=4"))
+    lines = {int(ln.split()[1].split("/")[0]): ln for ln in capsys.readouterr().out.splitlines()
+             if ln.startswith("iter ")}
+    assert sorted(lines) == list(range(1, 9))
+    for it, line in lines.items():
+        assert ("s since the last line; log_interval=4)" in line) == (it % 4 != 0), line

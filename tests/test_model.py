@@ -7,6 +7,7 @@ import torch
 
 from conftest import BASELINE
 from model import GPT, GPTConfig, baseline_of
+from plumbing.ops import param_report
 
 GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257)
 
@@ -72,7 +73,7 @@ def test_unified_extra_parameters_at_124m_match_the_site_count():
     extra = unified.num_params() - base.num_params()
     assert extra == expected == 76_861
     assert 5e-4 < extra / unified.num_params() < 7e-4
-    assert f"{extra:+,}" in unified.param_report()
+    assert f"{extra:+,}" in param_report(unified)
 
 
 def test_the_earlier_unified_extra_parameters_at_124m_match_the_site_count():

@@ -417,7 +417,7 @@ def test_a_gguf_tensor_whose_stated_offset_is_not_in_its_data_is_refused(tmp_pat
     """gguf adds a tensor's stated offset to the data's start in uint64: an offset of 2**64 - start reads
     the file's header as that tensor's weights, converted silently. check_gguf compares the sum in
     Python's integers, and each tensor's end with the file's size."""
-    import gguf
+    gguf = pytest.importorskip("gguf", reason="optional: pip install -e '.[gguf]'")
     from tools import gguf_to_hf
     path = tiny_gguf(tmp_path / "m.gguf")
     reader = gguf.GGUFReader(path, "r+")  # (its fields are views of the file: a write edits it)

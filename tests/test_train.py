@@ -40,7 +40,7 @@ def make_dataset(folder, n_train=4000, n_val=1000, vocab=40, seed=0):
 
 def tiny_args(dataset, out_dir, *extra):
     base = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4",
-            "--eval_iters=2", "--log_interval=1", "--sample_tokens=0", "--warmup_iters=2",
+            "--eval_iters=2", "--log_interval=1", "--sample_tokens=0", "--warmup_iters=2", "--mechanism_stats=on",
             f"--dataset={dataset}", f"--out_dir={out_dir}"]
     overridden = {a.split("=", 1)[0] for a in extra}  # a key given twice on the command line is an error
     return [a for a in base if a.split("=", 1)[0] not in overridden] + list(extra)
@@ -600,7 +600,8 @@ def test_progress_lines_come_by_time_with_an_eta_and_a_slow_cpu_run_is_warned(tm
     run(tiny_args(ds, tmp_path / "o", "--max_iters=3", "--log_interval=100", "--lr_schedule=constant"))
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if ln.startswith("iter ")]
-    assert [ln.split(" |")[0] for ln in lines] == ["iter 1/3", "iter 2/3", "iter 3/3"]
+    assert [ln.split(" |")[0].split(" (")[0] for ln in lines] == ["iter 1/3", "iter 2/3", "iter 3/3"]
+    assert ["s since the last line; log_interval=100)" in ln for ln in lines] == [True, True, False]  # 3: the end
     assert all(" | ETA " in ln for ln in lines)
     # a tiny config on a slow machine: the machine is blamed, not the config
     assert out.count("warning: at the measured") == 1 and "sized for a GPU" not in out and "busy or slow" in out
@@ -814,6 +815,8 @@ def test_the_124m_configs_missing_data_names_the_download_its_size_and_the_cpu_r
     for words in ("pip install datasets && python data/fineweb/prepare.py", "5.5 GB", "--train_tokens=1e8",
                   "needs the network", "configs/unified_bpe_cpu.py"):
         assert words in line, words
+    smoke = next(ln for ln in open(os.path.join(ROOT, "docs", "reference.md")) if "--out_dir=out-smoke-124m" in ln)
+    assert smoke.strip().strip("`") in line  # docs/reference.md's two CPU steps of the 124M model, word for word
 
 
 @pytest.mark.parametrize("rate, shown", [(12.34, "12.3"), (999.4, "999"), (1000.0, "1k"), (12_345.0, "12.3k"),

@@ -212,8 +212,11 @@ STAND_INS = {
         "python train.py configs/baseline_shakespeare_char.py --branch_scales=True --out_dir=out-hg --max_iters=100",
         "100 of its 600 iterations: the walk trains default-sized runs elsewhere"),
     "python -m research.plot --run=A --run=B --mechanism": (
-        "python -m research.plot --run=out-shakespeare-char --run=out-hg --mechanism",
-        "A and B: the quick start's run and out-hg"),
+        "python train.py configs/baseline_shakespeare_char.py --mechanism_stats=on --max_iters=100 "
+        "--out_dir=walk-mech-a && python train.py configs/baseline_shakespeare_char.py --branch_scales=True "
+        "--mechanism_stats=on --max_iters=100 --out_dir=walk-mech-b && "
+        "python -m research.plot --run=walk-mech-a --run=walk-mech-b --mechanism",
+        "A and B: the baseline and HG, 100 iterations each, with the statistics on"),
     "sample.py --fold": (SAMPLE + " --fold", "the sample command above, folded"),
     "python data/corpus/prepare.py 'books/*.txt' --out=data/mine": (
         "mkdir -p books && cp README.md books/readme.txt && cp docs/reference.md books/reference.txt && "

@@ -4,6 +4,11 @@
     python data/fineweb/prepare.py                      # 2.7B train tokens, ~5.5 GB on disk
     python data/fineweb/prepare.py --train_tokens=1e8   # a small slice to try things
 
+Without the network: python data/shakespeare/prepare.py && python train.py configs/unified_124m.py
+    --dataset=shakespeare --device=cpu --compile=False --batch_size=1 --gradient_accumulation_steps=1
+    --block_size=256 --max_iters=2 --eval_iters=1 --out_dir=out-smoke-124m
+(the 124M model, two CPU steps on the Shakespeare BPE data; docs/reference.md).
+
 Streams the "sample-10BT" subset of HuggingFaceFW/fineweb-edu from the
 Hugging Face Hub (needs the network), encodes each document with tiktoken's
 r50k_base (= GPT-2 BPE) followed by <|endoftext|> (50256), and writes the
