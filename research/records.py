@@ -18,9 +18,9 @@ import statistics
 import subprocess
 import time
 
-from plumbing.checkpoint import atomic_write
+from plumbing.checkpoint import atomic_write, checkpoint_in, load_checkpoint
 from plumbing.common import PORTABLE_ENV, open_checked, resolve_device
-from configurator import UserError
+from configurator import TRACKING_KEYS, UserError, complete
 from plumbing.mechanism import renamed_mechanism
 from plumbing.ops import read_rows
 
@@ -403,17 +403,56 @@ def load_records(results, damaged=None):
     return records
 
 
+# Keys a run's own config may hold at other values than its plan and still be the planned run: where
+# it trains and reports, how it started, and the sizes a plan leaves at 0 ("as the data and model say").
+NOT_THE_RUN = ("out_dir", "init_from", *TRACKING_KEYS)
+RESOLVED = ("d_ff", "vocab_size")
+
+
+def config_problem(run, rows):
+    """Why the run in run["out_dir"] is not the planned run (a line naming the key, planned vs found),
+    or None: its checkpoint's config (train.py writes the run's own, every resume's changes with it)
+    must equal run["config"] on every key the record's hash covers, LR included, and no resume (the
+    checkpoint's "changes", the log's "resume" rows) may have changed one of them on the way. A hand
+    train.py in a sweep's folder, or a resume by hand at another LR, is not the run its record names."""
+    planned, path = run["config"], checkpoint_in(run["out_dir"])
+    try:
+        ckpt = load_checkpoint(path)
+    except UserError as e:
+        return f"its config cannot be checked against the plan ({e})"
+    found = complete(ckpt["config"])
+    for key in sorted(planned):
+        if key in NOT_THE_RUN or key in RESOLVED and planned[key] == 0:
+            continue
+        if found.get(key) != planned[key]:
+            return f"{key}={found.get(key)!r} in its checkpoint, planned {planned[key]!r}"
+    resumes = list(ckpt.get("changes", [])) + [r for r in rows if r["kind"] == "resume"]
+    for change in resumes:
+        for key, (before, after) in sorted(change.get("changed", {}).items()):
+            if key not in NOT_THE_RUN:
+                return (f"a resume at iteration {change.get('iter')} changed {key} from {before!r} to {after!r} "
+                        f"(planned {planned.get(key)!r}): part of it ran at another value")
+    return None
+
+
 def record(run, results, records, wall_s=None, threads=None):
     """Write the record of a finished run, pinned by its provenance.json (the code it started from,
     unchanged since; its machine; versions) and its token files' SHA-256; returns the path.
-    UserError when the tree changed while it trained, or its log is not one run's."""
+    UserError when the tree changed while it trained, its log is not one run's, or the run is not
+    the planned one (config_problem: nothing is written)."""
     started = read_provenance(run)
     check_unchanged(run, started)
     log = os.path.join(run["out_dir"], "log.jsonl")
+    rows = read_rows(log)
+    problem = config_problem(run, rows)
+    if problem:
+        raise UserError(f"{run['name']} is not the planned run: {problem}; nothing recorded. Move "
+                        f"{run['out_dir']} away (a run of your own belongs in a folder of its own) and run "
+                        f"the sweep again")
     if started:
         started["data"] = data_hashes(run["config"])
         started["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(log)))
-    rec = make_record(run, read_rows(log), run["ablation"], wall_s, threads, provenance=started)
+    rec = make_record(run, rows, run["ablation"], wall_s, threads, provenance=started)
     records[run["hash"]] = rec
     return write_record(results, rec)
 

@@ -923,3 +923,54 @@ def test_a_dry_run_into_a_fresh_results_folder_takes_its_pace_from_the_committed
     out = capsys.readouterr().out
     assert "of them at the pace of recorded runs of the same shape: about" in out and "no recorded run" not in out
     assert not (tmp_path / "r").exists() and not (tmp_path / "o").exists()  # a dry run writes nothing
+
+
+def one_run(tmp_path):
+    """A one-run ablation (baseline, seed 1) and its planned run."""
+    path = write_ablation(tmp_path, body="variants = {'baseline': {}}\nsettings = {'adamw': {'optimizer': 'adamw'}}\n"
+                                         "seeds = [1]\n")
+    return path, sweep.plan(sweep.load_ablation(path), str(tmp_path / "runs"))[0]
+
+
+def train(run, *extra, drop=()):
+    """train.py on run's args, the keys in drop left out and extra added."""
+    args = [a for a in run["args"] if a.split("=", 1)[0][2:] not in drop]
+    subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args, *extra], check=True, capture_output=True,
+                   cwd=ROOT)
+
+
+@pytest.mark.parametrize("how", ["by hand", "resumed by hand"])
+def test_a_run_in_a_planned_folder_at_another_lr_is_refused_and_not_recorded(tmp_path, capsys, how):
+    """A hand train.py in a sweep's run folder, or the sweep's run resumed by hand at another LR, finishes
+    with a log of the planned shape; the record would name the planned LR over another run's loss."""
+    path, run = one_run(tmp_path)
+    if how == "by hand":
+        train(run, "--learning_rate=0.1", drop=("learning_rate",))
+    else:
+        train(run, "--max_iters=2", drop=("max_iters",))
+        train(run, "--learning_rate=0.1", "--init_from=resume", drop=("learning_rate",))
+    assert sweep.state(run) == "done"
+    results = tmp_path / "results"
+    assert sweep.main([path, f"--results={results}", f"--out_root={tmp_path / 'runs'}"]) == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith(f"FAILED {run['name']}"))
+    assert "learning_rate=0.1" in line and f"planned {run['config']['learning_rate']!r}" in line
+    assert not results.exists() or not os.listdir(results)
+
+
+@pytest.mark.slow
+def test_a_resume_that_changed_a_hashed_key_and_back_is_refused(tmp_path):
+    """The checkpoint's final config is the planned one, but iterations 3-4 ran at another LR."""
+    from research.records import record
+
+    _, run = one_run(tmp_path)
+    train(run, "--max_iters=2", drop=("max_iters",))
+    train(run, "--max_iters=3", "--learning_rate=0.1", "--init_from=resume", drop=("max_iters", "learning_rate"))
+    train(run, f"--learning_rate={run['config']['learning_rate']}", "--init_from=resume", drop=("learning_rate",))
+    with pytest.raises(UserError, match=r"a resume at iteration 2 changed learning_rate from .* to 0.1"):
+        record({**run, "ablation": "tiny"}, str(tmp_path / "results"), {})
+    assert not (tmp_path / "results").exists()
+    run_ok = {**run, "ablation": "tiny"}
+    shutil.rmtree(run["out_dir"])
+    train(run)  # the planned run itself is recorded
+    assert os.path.exists(record(run_ok, str(tmp_path / "results"), {}))
