@@ -79,10 +79,11 @@ def question_rows(spec, results):
     for r in rows:
         r["question"] = QUESTIONS[question_key(spec)]  # what the headings call it
     family = all(r["complete"] and r["p"] is not None for r in rows)
+    untuned = key == "mechanism_question" and any(lr_protocol(results, st, v, ref) == "shared" for st in (s0, s1))
     for r, p_bh in zip(rows, bh_adjust([r["p"] for r in rows]) if family else [None] * 3):
         r.update(p_bh=p_bh, verdict=difference_verdict(r["ci"]),
                  strength="pending (the family's planned seeds)" if not family else
-                 strength(r["ci"], p_bh, untuned=key == "mechanism_question" and lr_protocol(spec, v, ref) == "shared"))
+                 strength(r["ci"], p_bh, untuned=untuned))
         if spec.get("scale_down"):  # miniature runs: no word of a finding (stats.SCALED_DOWN)
             r.update(verdict=SCALED_DOWN, strength=SCALED_DOWN_STRENGTH)
     return rows

@@ -974,3 +974,97 @@ def test_a_resume_that_changed_a_hashed_key_and_back_is_refused(tmp_path):
     shutil.rmtree(run["out_dir"])
     train(run)  # the planned run itself is recorded
     assert os.path.exists(record(run_ok, str(tmp_path / "results"), {}))
+
+
+def records_on(tmp_path, cpu_of, loss_of, setting="'optimizer': 'adamw'"):
+    """A baseline/unified ablation's records (seeds 1-3), each made on cpu_of(run) = (device name, ISA, commit)."""
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nexpected = {'unified': 'lower'}\n"
+        f"settings = {{'adamw': {{{setting}}}}}\nseeds = [1, 2, 3]\n"))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    for run in sweep.plan(spec, "runs"):
+        name, isa, commit = cpu_of(run)
+        rec = make_record(run, fake_rows(run["config"], loss_of(run)), spec["name"], threads=1, commit=commit)
+        write_record(results, {**rec, **({"device_name": name, "cpu_isa": isa} if name else {})})
+    return path, spec, results
+
+
+def test_a_second_file_for_one_run_or_a_misnamed_one_is_one_line_naming_both(tmp_path):
+    from research.records import load_records
+
+    _, _, results = records_on(tmp_path, lambda run: (None, None, "abc"), lambda run: 2.0)
+    first = sorted(os.listdir(results))[0]
+    rec = json.load(open(os.path.join(results, first)))
+    shutil.copy(os.path.join(results, first), os.path.join(results, "zz_copy.json"))  # a hand copy, as is
+    with pytest.raises(UserError, match=rf"zz_copy.json holds the record named '{rec['name']}', whose file is "):
+        load_records(results)
+    os.remove(os.path.join(results, "zz_copy.json"))
+    write_record(results, {**rec, "name": "zz_copy", "final": {**rec["final"], "val_loss": 1.0}})  # renamed inside
+    with pytest.raises(UserError, match=rf"{first} and .*zz_copy.json are two records of one run"):
+        load_records(results)
+
+
+@pytest.mark.parametrize("loss, refused", [(-3.0, "below 0"), (-1e-9, "below 0"), (float("inf"), "not a finite")])
+def test_a_loss_no_model_can_reach_is_one_line_naming_the_file(tmp_path, loss, refused):
+    from research.records import load_records
+
+    _, _, results = records_on(tmp_path, lambda run: (None, None, "abc"),
+                               lambda run: loss if run["variant"] == "unified" and run["seed"] == 2 else 2.0)
+    with pytest.raises(UserError, match=rf"unified_adamw_s2_\w+\.json: it holds a val_loss of .*{refused}"):
+        load_records(results)
+
+
+def test_a_final_loss_above_ln_vocab_is_kept_and_marked_in_its_table(tmp_path):
+    """... against the vocabulary the record's config names, or (0: the data's) its dataset's (regime.VOCAB_SIZE)."""
+    vocab = 50
+    diverged = lambda run: 1e300 if run["variant"] == "unified" and run["seed"] == 2 else 2.0  # noqa: E731
+    path, spec, results = records_on(tmp_path, lambda run: (None, None, "abc"), diverged,
+                                     f"'optimizer': 'adamw', 'vocab_size': {vocab}")
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
+    md = open(tmp_path / "out" / "tiny.md").read()
+    marks = [ln for ln in md.splitlines() if "Above ln(vocab size)" in ln]
+    assert len(marks) == 1 and "unified, seed 2" in marks[0] and f"ln {vocab} = {math.log(vocab):.4f}" in marks[0]
+    just_under = lambda run: math.log(vocab) - 1e-6  # noqa: E731  (a loss, unmarked)
+    path, _, results = records_on(tmp_path / "b", lambda run: (None, None, "abc"), just_under,
+                                  f"'optimizer': 'adamw', 'vocab_size': {vocab}")
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out2'}"]) == 0
+    assert "Above ln(vocab size)" not in open(tmp_path / "out2" / "tiny.md").read()
+    assert regime.uniform_loss({"vocab_size": 0, "dataset": "shakespeare_char"}) == math.log(80)
+
+
+def test_pairs_are_of_one_cpu_type_a_rerun_is_kept_beside_its_record_and_the_rest_is_marked(tmp_path):
+    """Seed 1's baseline was made on an unknown CPU, every other record on an AMD EPYC: seed 1 pairs
+    across CPU types (marked, a lead at most) until a rerun of it on the AMD EPYC is adopted; the
+    rerun is its own record (its name, rerun_of), a second adoption of it is refused."""
+    from research.records import adopt, load_records
+
+    amd = ("AMD EPYC", "AVX512", "c0ffee12")
+    cpu_of = lambda run: (None, None, "0ld") if run["variant"] == "baseline" and run["seed"] == 1 else amd  # noqa: E731
+    loss_of = lambda run: 2.0 - 0.01 * (run["variant"] == "unified") + 0.001 * run["seed"]  # noqa: E731
+    path, spec, results = records_on(tmp_path, cpu_of, loss_of)
+    records = load_records(results)
+    c = next(c for c in comparisons.comparisons(spec, comparisons.collect(spec, records)[0]))
+    assert c["apart"] == [1] and c["diffs"] == pytest.approx([-0.01] * 3)
+    word = summary.row_strength(c, 0.001)
+    assert word.startswith("lead") and "seed 1: arms on different CPU types" in word  # a finding but for the CPUs
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
+    assert "Arms on different CPU types**: unified - baseline at seed 1 (AMD EPYC, AVX512 vs unknown CPU)" in \
+        open(tmp_path / "out" / "tiny.md").read()
+    # the rerun, made elsewhere (another results folder), on the AMD EPYC at another commit
+    elsewhere = str(tmp_path / "elsewhere")
+    run = next(r for r in sweep.plan(spec, "runs") if r["variant"] == "baseline" and r["seed"] == 1)
+    rec = make_record(run, fake_rows(run["config"], 2.001 + 0.005), spec["name"], threads=1, commit="fee1900d")
+    made = write_record(elsewhere, {**rec, "device_name": amd[0], "cpu_isa": amd[1]})
+    adopted = adopt(made, results)
+    assert os.path.basename(adopted) == f"{run['name']}_rerun-fee1900d-amd-epyc-avx512.json"
+    records = load_records(results)
+    assert records[run["hash"]]["commit"] == "0ld" and records.reruns[run["hash"]][0]["rerun_of"] == run["name"]
+    c = next(c for c in comparisons.comparisons(spec, comparisons.collect(spec, records)[0]))
+    assert c["apart"] == [] and c["diffs"] == pytest.approx([-0.015, -0.01, -0.01])  # seed 1: the rerun's pair
+    assert "CPU types" not in summary.row_strength(c, 0.001)
+    with pytest.raises(UserError, match="exists"):
+        adopt(made, results)
+    shutil.copy(adopted, os.path.join(elsewhere, "x.json"))
+    os.rename(os.path.join(elsewhere, "x.json"), os.path.join(results, os.path.basename(adopted)[:-5] + "x.json"))
+    with pytest.raises(UserError, match="holds the record named"):
+        load_records(results)
