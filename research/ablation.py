@@ -188,6 +188,7 @@ def load_ablation(path, scale_down=False):
         spec["lr_multipliers"] = MINIATURE_GRID if spec["lr_multipliers"] else []
     check_runs(spec, path)
     spec["name"] = os.path.splitext(os.path.basename(path))[0]
+    spec["folder"] = os.path.dirname(os.path.abspath(path))  # where a file it names (lr_tuned_in) is looked for first
     spec["scale_down"] = bool(scale_down)  # its tables and figures say so and give no verdict (stats.SCALED_DOWN)
     return spec
 
@@ -462,12 +463,14 @@ def arm_tuned(spec, setting, variant, records, seen=()):
     file's intent: chosen by the mean over at least 2 tuning seeds (tuning_seeds; seeds[0] alone is
     one), every multiplier of the grid recorded, the best interior to it (lr_choice). An arm whose LR
     another file chose (lr_tuned_in) is tuned when that file's same-named arm is, in any of its
-    settings."""
+    settings (that file beside this one, else in configs/ablations/; neither: not tuned, as nothing shows it)."""
     if variant in spec["lr_tuned_in"]:
         name = spec["lr_tuned_in"][variant]
-        if name in seen:
+        found = [p for p in (os.path.join(spec.get("folder", ""), f"{name}.py"),
+                             os.path.join(ROOT, "configs", "ablations", f"{name}.py")) if os.path.isfile(p)]
+        if name in seen or not found:
             return False
-        other = load_ablation(os.path.join(ROOT, "configs", "ablations", f"{name}.py"))
+        other = load_ablation(found[0])
         return variant in other["variants"] and any(
             arm_tuned(other, s, variant, records, (*seen, spec["name"])) for s in other["settings"])
     if not spec["tune_lr"] or len(tuning_seeds(spec)) < 2:

@@ -213,7 +213,7 @@ def difference_verdict(ci):
 
 
 EXPLORATORY_CAP = " (an exploratory row: a lead at most)"
-UNTUNED_CAP = " (its arms shared one untuned LR: a finding about that LR, a lead at most about the variants)"
+UNTUNED_CAP = " (its arms shared one untuned LR: it tells about that LR, a lead at most about the variants)"
 UNTUNED_OWN_CAP = (" (its arms' LRs were not tuned by the rule, the mean of 2 tuning seeds or more with every choice "
                    "interior: a lead at most about the variants)")
 APART_CAP = ": a lead at most"
@@ -244,7 +244,7 @@ def strength(ci, p_bh, expected=None, exploratory=False, untuned=False, apart=()
     word = "lead" if capped or p_bh > 0.05 else "finding"
     if expected and (ci[0] < 0) != (expected == "lower"):
         word = f"{word}, against the claim"
-    cap = EXPLORATORY_CAP if exploratory else (UNTUNED_CAP if untuned == "shared" else UNTUNED_OWN_CAP) if untuned else ""
+    cap = EXPLORATORY_CAP if exploratory else (UNTUNED_OWN_CAP if untuned == "untuned" else UNTUNED_CAP) if untuned else ""
     return word + (cap if capped else "") + mark
 
 

@@ -177,7 +177,7 @@ def counts(rows, collected, adjusted, planned):
     apart = [(i, c) for i, c in claims if c.get("apart")]
     lrs = (f"Arms' LR: of the {len(claims)} claim rows, {len(claims) - shared} ran each arm at its own LR tuned by "
            f"the rule (the mean of 2 tuning seeds or more, every choice interior to its grid, computed from the "
-           f"records) and {shared} did not: {shared - own} ran both arms at one shared, untuned LR (a finding about that "
+           f"records) and {shared} did not: {shared - own} ran both arms at one shared, untuned LR (it tells about that "
            f"LR, a lead at most about the variants: stats.strength)"
            + (f" and {own} chose each arm's LR otherwise (on one seed, or at a grid's edge: a lead at most)" if own else "")
            + ". Pairs: each seed's arms are records of one CPU type (device name and vector ISA; a record that names "

@@ -48,6 +48,21 @@ def fake_rows(cfg, val_loss):
              "scales": {"norm_f.scale": {"mean": 1.0123456789, "std": 0.1, "min": 0.5, "max": 1.5}}}]
 
 
+def tuning_file(tmp_path, variants, name, results, edge=False):
+    """An ablation file `name` in tmp_path whose tuning seeds (101, 102) chose each of `variants` (the
+    body's variants and settings lines) an LR interior to [0.5, 1, 2] (x1; edge: x2, the grid's edge),
+    its sweep recorded in results: what a file's lr_tuned_in can name."""
+    path = write_ablation(tmp_path, name=name, body=variants + "seeds = [1]\ntuning_seeds = [101, 102]\n"
+                                                       "lr_multipliers = [0.5, 1.0, 2.0]\ntune_lr = True\n")
+    spec = sweep.load_ablation(path)
+    best = 2.0 if edge else 1.0
+    for run in sweep.plan(spec, "runs"):
+        if run["hash"] and run["seed"] in (101, 102):
+            write_record(results, make_record(run, fake_rows(run["config"], 2.0 + abs(math.log2(run["lr_mult"] / best))),
+                                              name))
+    return path
+
+
 def record_runs(spec, results, loss_of):
     """Write a record for every planned run, final val loss loss_of(run)."""
     for run in sweep.plan(spec, "runs"):
@@ -371,31 +386,49 @@ def test_summary_adjusts_p_over_the_claim_rows_only_and_counts_both(tmp_path):
     assert "With every seed: 1 exclude 0 and 1 survive the correction" in table
 
 
-@pytest.mark.parametrize("declared", ["lr_tuned_in", "shared", "control"])
+@pytest.mark.parametrize("declared", ["lr_tuned_in", "lr_tuned_in at an edge", "missing file", "one tuning seed",
+                                      "shared", "control"])
 def test_a_rows_strength_knows_how_its_arms_lrs_were_chosen_and_a_control_file_stays_outside(tmp_path, declared):
-    """The same records, a row far past the correction: a finding when each arm ran at its own tuned LR
-    (both arms named in lr_tuned_in; tune_lr's runs: ablation.lr_protocol), a lead saying why when both shared the base's LR,
-    untuned; a file declared a control shows its row outside the claim family. The counts say how many
-    rows are of each kind."""
-    extra = {"lr_tuned_in": "lr_tuned_in = {'baseline': 'x', 'a': 'x'}\n", "shared": "",
+    """The same records, a row far past the correction: a finding only when each arm ran at an LR tuned by
+    the rule, computed from the records (ablation.arm_tuned: the file lr_tuned_in names chose both arms'
+    LRs by 2 tuning seeds, interior to the grid), never from the file's word: a choice at the grid's
+    edge, a file that is not there, or one tuning seed (tune_lr, seeds[0]) is a lead saying why; both
+    arms at the base's LR a lead saying why; a file declared a control shows its row outside the claim
+    family. The counts say how many rows are of each kind."""
+    variants = "variants = {'baseline': {}, 'a': {'reparam': 'or'}}\nsettings = {'adamw': {'optimizer': 'adamw'}}\n"
+    results = str(tmp_path / "results")
+    if declared.startswith("lr_tuned_in"):
+        tuning_file(tmp_path, variants, "x", results, edge=declared.endswith("edge"))
+    extra = {"lr_tuned_in": "lr_tuned_in = {'baseline': 'x', 'a': 'x'}\n",
+             "lr_tuned_in at an edge": "lr_tuned_in = {'baseline': 'x', 'a': 'x'}\n",
+             "missing file": "lr_tuned_in = {'baseline': 'x', 'a': 'x'}\n",
+             "one tuning seed": "tune_lr = True\nlr_multipliers = [0.5, 1.0, 2.0]\n", "shared": "",
              "control": "control = 'the LR choice of another file'\n"}[declared]
-    path = write_ablation(tmp_path, body=(
-        "variants = {'baseline': {}, 'a': {'reparam': 'or'}}\nexpected = {'a': 'lower'}\n"
-        "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3, 4]\n" + extra))
-    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
-    record_runs(spec, results, lambda run: 2.0 - 0.01 * (run["variant"] == "a") - 0.0001 * run["seed"] * (run["variant"] == "a"))
-    table = summary.summary(comparisons.collect_all([path], sweep.load_records(results))[0])
+    path = write_ablation(tmp_path, body=variants + "expected = {'a': 'lower'}\nseeds = [1, 2, 3, 4, 5]\n" + extra)
+    spec = sweep.load_ablation(path)
+    for _ in range(2):  # (one tuning seed: its sweep first, then the table at its choice)
+        for run in sweep.plan(spec, "runs", sweep.load_records(results)):
+            loss = (2.0 - 0.01 * (run["variant"] == "a") - 0.0001 * run["seed"] * (run["variant"] == "a")
+                    + 0.05 * abs(math.log2(run["lr_mult"] or 1)))
+            if run["hash"] and not os.path.exists(os.path.join(results, run["name"] + ".json")):
+                write_record(results, make_record(run, fake_rows(run["config"], loss), spec["name"]))
+    collected = comparisons.collect_all([path], sweep.load_records(results))[0]
+    table = summary.summary([x for x in collected if x[0]["name"] == "tiny"])
     row = next(line for line in table.splitlines() if "| a - baseline |" in line)
     if declared == "control":
         assert row.endswith("| shared, untuned | (control) | reproduced | - |") and "0 claim rows" in table
         assert "1 rows of files declared controls are shown, outside the claim family" in table
     elif declared == "shared":
         assert row.endswith(f"| shared, untuned | lower | reproduced | lead{stats.UNTUNED_CAP} |")
-        assert "0 ran each arm at its own LR tuned on seeds of its own and 1 ran both arms at one shared" in table
+        assert "0 ran each arm at its own LR tuned by the rule" in table and "1 did not: 1 ran both arms" in table
         assert "0 findings" in table and "1 leads" in table
-    else:
+    elif declared == "lr_tuned_in":
         assert row.endswith("| each tuned | lower | reproduced | finding |")
-        assert "1 ran each arm at its own LR tuned on seeds of its own and 0 ran both arms" in table and "1 findings" in table
+        assert "1 ran each arm at its own LR tuned by the rule" in table and "0 did not" in table and "1 findings" in table
+    else:  # chosen, but not by the rule
+        assert row.endswith(f"| each its own, untuned | lower | reproduced | lead{stats.UNTUNED_OWN_CAP} |")
+        assert "1 did not: 0 ran both arms" in table and "1 chose each arm's LR otherwise" in table
+        assert "0 findings" in table and "1 leads" in table
 
 
 def test_strength_comes_from_the_planned_seeds_and_their_own_correction(tmp_path):
