@@ -451,11 +451,11 @@ def config_hash(cfg):
 
 def lr_protocol(results, setting, variant, reference):
     """How a row's arms got their LRs: "tuned" when each ran at an LR tuned by the rule (arm_tuned, as
-    collect computed it into results[(setting, arm)]["tuned"]); "untuned" when an arm's LR was chosen
-    otherwise (on one seed, or at the grid's edge: tune_lr without the rule); else "shared" (both at
-    the base's LR, tuned for neither)."""
+    collect computed it into results[(setting, arm)]["tuned"]); "untuned" when each arm's LR was chosen
+    for it, but not by the rule (on one seed, or at the grid's edge); else "shared" (one LR, the base's
+    or one arm's, tuned for neither by the rule)."""
     arms = [results.get((setting, v), {}) for v in (variant, reference)]
-    return "tuned" if all(e.get("tuned") for e in arms) else "untuned" if any(e.get("chose") for e in arms) else "shared"
+    return "tuned" if all(e.get("tuned") for e in arms) else "untuned" if all(e.get("chose") for e in arms) else "shared"
 
 
 def arm_tuned(spec, setting, variant, records, seen=()):

@@ -161,6 +161,9 @@ def counts(rows, collected, adjusted, planned):
     shared = sum(c.get("lr") != "tuned" for _, c in claims)
     controls = sum(1 for c, _ in rows if c["expected"] and c.get("control"))
     words = [row_strength(c, planned.get(i)) for i, c in claims]
+    survivors = [rows[i] for i, p in adjusted.items() if p <= 0.05]
+    survive = [f"{', '.join(f'`{n}`' for n in names)} {c['setting']} {c['variant']} - {c['reference']}"
+               for c, names in survivors]
     excluding = sum(excludes_zero(c["ci"]) for _, c in claims)
     family = f"the {len(planned)} claim rows" + (" with 2 seeds or more" if len(planned) < len(claims) else "")
     modes = sorted({mode_text(mode) for *_, mode in collected if mode})
@@ -194,8 +197,11 @@ def counts(rows, collected, adjusted, planned):
             f"{sum(w.startswith('finding') for w in words)} findings (p (BH) <= 0.05: the correction survived), "
             f"{sum(w.startswith('lead') for w in words)} leads (the interval excludes 0 only uncorrected), "
             f"{sum(w.endswith('against the claim') for w in words)} of these against their claim, the rest "
-            f"unresolved. With every seed: {excluding} exclude 0 and {sum(p <= 0.05 for p in adjusted.values())} "
-            f"survive the correction (the verdicts stay the intervals'). "
+            f"unresolved. With every seed: {excluding} exclude 0 and {len(survive)} survive the correction"
+            + (f" ({'; '.join(survive)}: "
+               f"{sum(c.get('lr') == 'tuned' for c, _ in survivors)} of them with each arm tuned; the strengths "
+               f"stay the planned seeds')" if survive else "")
+            + " (the verdicts stay the intervals'). "
             + ("A ladder's row is its compute multiplier (> 1: the variant reaches the reference's loss with less "
                "compute) with its 95% interval over seeds and rungs; its sign on the loss scale, and its p, join "
                "the same family. " if any("ladder" in c for c, _ in rows) else "")
