@@ -48,6 +48,11 @@ def fake_rows(cfg, val_loss):
              "scales": {"norm_f.scale": {"mean": 1.0123456789, "std": 0.1, "min": 0.5, "max": 1.5}}}]
 
 
+def tuned_in(tmp_path, spec, results, name="tuning"):
+    """tuning_file for spec's variants and settings: the file its lr_tuned_in names, tuned by the rule."""
+    return tuning_file(tmp_path, f"variants = {spec['variants']!r}\nsettings = {spec['settings']!r}\n", name, results)
+
+
 def tuning_file(tmp_path, variants, name, results, edge=False):
     """An ablation file `name` in tmp_path whose tuning seeds (101, 102) chose each of `variants` (the
     body's variants and settings lines) an LR interior to [0.5, 1, 2] (x1; edge: x2, the grid's edge),
@@ -64,9 +69,13 @@ def tuning_file(tmp_path, variants, name, results, edge=False):
 
 
 def record_runs(spec, results, loss_of):
-    """Write a record for every planned run, final val loss loss_of(run)."""
+    """Write a record for every planned run, final val loss loss_of(run); a run two settings share (one
+    config hash) or one already recorded in results (another file's) once, as a sweep records it."""
+    seen = set(sweep.load_records(results))
     for run in sweep.plan(spec, "runs"):
-        write_record(results, make_record(run, fake_rows(run["config"], loss_of(run)), spec["name"]))
+        if run["hash"] not in seen:
+            seen.add(run["hash"])
+            write_record(results, make_record(run, fake_rows(run["config"], loss_of(run)), spec["name"]))
 
 
 # -----------------------------------------------------------------------------
@@ -115,16 +124,21 @@ def test_sweep_runs_records_resumes_and_plot_needs_only_records(tmp_path, capsys
     out_root, results, assets = str(tmp_path / "runs"), str(tmp_path / "results"), str(tmp_path / "assets")
     runs = sweep.plan(sweep.load_ablation(ablation), out_root)
     assert len(runs) == 4 and {r["lr_mult"] for r in runs} == {1.0, 2.0}
-    first = runs[0]  # an interrupted run: its first half, with a checkpoint at iteration 2
+    first = runs[0]  # a run's first half, trained by hand to max_iters=2 (a checkpoint at iteration 2)
     subprocess.run([sys.executable, os.path.join(ROOT, "train.py"),
                     *[a for a in first["args"] if not a.startswith("--max_iters=")], "--max_iters=2"],
                    check=True, capture_output=True, cwd=ROOT)
     assert sweep.state(first) == "partial"
 
     args = [ablation, f"--out_root={out_root}", f"--results={results}"]
-    assert sweep.main(args + ["--parallel=1"]) == 0
+    assert sweep.main(args + ["--parallel=1"]) == 1  # resumed to max_iters=4, but its schedule was another's
     printed = capsys.readouterr().out
     assert "4 runs: 0 recorded" in printed and "(resuming)" in printed
+    assert f"FAILED {first['name']}: {first['name']} is not the planned run: a resume at iteration 2 changed max_iters " \
+           f"from 2 to 4" in printed
+    assert sorted(os.listdir(results)) == sorted(r["name"] + ".json" for r in runs[1:])
+    shutil.rmtree(first["out_dir"])
+    assert sweep.main(args + ["--parallel=1"]) == 0
     assert sorted(os.listdir(results)) == sorted(r["name"] + ".json" for r in runs)
     shutil.rmtree(out_root)  # a clean clone: records only
     assert sweep.main(args + ["--dry_run"]) == 0
@@ -368,6 +382,7 @@ def test_summary_adjusts_p_over_the_claim_rows_only_and_counts_both(tmp_path):
         "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"
         "lr_tuned_in = {v: 'tuning' for v in ('baseline', 'a', 'b', 'c')}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    tuned_in(tmp_path, spec, results)
     diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03], "c": [0.01, 0.02, 0.04]}
     record_runs(spec, results, lambda run: 2.0 + diffs[run["variant"]][run["seed"] - 1])
     collected, _ = comparisons.collect_all([path], sweep.load_records(results))
@@ -439,6 +454,7 @@ def test_strength_comes_from_the_planned_seeds_and_their_own_correction(tmp_path
         "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\n"
         "seeds = [1, 2, 3, 4, 5]\nplanned_seeds = 3\n" + "lr_tuned_in = {'baseline': 'tuning', 'a': 'tuning', 'b': 'tuning'}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    tuned_in(tmp_path, spec, results)
     diffs = {"baseline": [0] * 5, "a": [-0.01, -0.03, 0.005, -0.02, -0.02], "b": [0.010, 0.011, 0.012, 0.011, 0.010]}
     record_runs(spec, results, lambda run: 2.0 + diffs[run["variant"]][run["seed"] - 1])
     table = summary.summary(comparisons.collect_all([path], sweep.load_records(results))[0])
@@ -916,6 +932,7 @@ def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
         "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"
         "lr_tuned_in = {'baseline': 'tuning', 'a': 'tuning', 'b': 'tuning'}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    tuned_in(tmp_path, spec, results)
     diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03]}
     for run in sweep.plan(spec, "runs"):
         if run["variant"] != "b" or run["seed"] < 3:  # b's seed 3 still running
