@@ -989,7 +989,7 @@ def train(run, *extra, drop=()):
                    cwd=ROOT)
 
 
-@pytest.mark.parametrize("how", ["by hand", "resumed by hand"])
+@pytest.mark.parametrize("how", ["by hand", pytest.param("resumed by hand", marks=pytest.mark.slow)])
 def test_a_run_in_a_planned_folder_at_another_lr_is_refused_and_not_recorded(tmp_path, capsys, how):
     """A hand train.py in a sweep's run folder, or the sweep's run resumed by hand at another LR, finishes
     with a log of the planned shape; the record would name the planned LR over another run's loss."""
