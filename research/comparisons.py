@@ -95,8 +95,9 @@ def choose_pairs(cells, table, setting):
     """{variant: the record its seed's table uses}, cells: {variant: [the run's records: its own, its
     reruns (records.load_records)]} of one (setting, seed). The rule, one for every table: the arms
     of a seed pair on one CPU type (records.cpu_type), the type most of them have (ties: the one
-    whose code comes first below); within it each arm takes the record of the code the records name
-    most (the commit with the most of the setting's table records), then the newest. A seed whose
+    whose code comes first below); within it the arms take one commit where they all have one (of
+    those, the one with the most of the setting's table records), else each its own by that count;
+    then the newest. A seed whose
     arms have no CPU type in common keeps each arm's first record by that order, and its rows say
     so (comparisons: "apart")."""
     counts = Counter(r.get("commit") for s_cells in (c for (st, _), c in table.items() if st == setting)
@@ -106,12 +107,12 @@ def choose_pairs(cells, table, setting):
     by_type = {t: sum(any(cpu_type(r) == t for r in recs) for recs in cells.values()) for t in types}
     best = max(by_type, key=lambda t: (by_type[t], max(order(r) for recs in cells.values() for r in recs
                                                         if cpu_type(r) == t)), default=None)
-    chosen = {}
-    for variant, recs in cells.items():
-        same = [r for r in recs if cpu_type(r) == best] or recs
-        if same:
-            chosen[variant] = max(same, key=order)
-    return chosen
+    same = {v: [r for r in recs if cpu_type(r) == best] or recs for v, recs in cells.items()}
+    shared = set.intersection(*({r.get("commit") for r in recs} for recs in same.values() if recs)) if same else set()
+    if shared:  # a commit every arm has: the seed pairs within one code
+        code = max(shared, key=lambda c: counts[c])
+        same = {v: [r for r in recs if r.get("commit") == code] for v, recs in same.items()}
+    return {v: max(recs, key=order) for v, recs in same.items() if recs}
 
 
 def collect_all(paths, records, scale_down=False):
