@@ -213,8 +213,8 @@ SECTIONS = {
         "dtype": ("auto", Choices("auto", "float32", "bfloat16"),
                   '"auto" (bfloat16 on CUDA, else float32) | "float32" | "bfloat16"'),
         "compile": (False, None, "torch.compile the model"),
-        "fused": added(True, None, "the fast paths (plumbing/fused.py: scales on the weights, DNP recomputed in the "
-                                   "backward on CUDA): the same maps as the formulas, faster; "
+        "fused": added(True, None, "the fast paths (plumbing/fused.py: scales on the weights, SwiGLU and DNP recomputed "
+                                   "in the backward on CUDA, a chunked head): the same maps as the formulas, faster; "
                                    "False runs norms.py's and model.py's formulas alone (to step through them)",
                        absent=True),
         "seed": (1337, Range(0, 2**32 - 1, why="numpy's generators need it"), "initial weights and batches"),

@@ -379,6 +379,10 @@ class MoE(nn.Module):
     (ST-MoE, Zoph et al. 2022), both float32.
     """
 
+    # Routed by the router's weights, not by the batch: a batch may send an expert no token, so the start's
+    # check (plumbing/contracts.py) runs each one on this module's input, by its own forward.
+    routed = ("experts",)
+
     def __init__(self, cfg):
         super().__init__()
         d, self.n_experts, self.top_k = cfg.n_embd, cfg.n_experts, cfg.top_k
@@ -537,8 +541,8 @@ class GPT(nn.Module):
 
         Args: idx (B, T) int64 token ids, T <= block_size; targets (B, T) or None
             (-1 = ignore).
-        Returns: (logits, loss, aux): logits (B, T, vocab_size) with targets,
-            else (B, 1, vocab_size) for the last position; loss a scalar
+        Returns: (logits, loss, aux): logits (B, T, vocab_size) with targets (None from
+            plumbing/fused.py's head while gradients are taken), else (B, 1, vocab_size) for the last position; loss a scalar
             cross-entropy (nats/token) or None; aux empty for a dense model,
             else "expert_load" (n_moe_layers, n_experts) and, in training,
             "lb_loss" and "z_loss" averaged over the MoE layers (see MoE;
@@ -561,12 +565,16 @@ class GPT(nn.Module):
             if key in aux:
                 aux[key] = aux[key].mean()
         x = self.norm_f(x)
-        V = self.config.vocab_size
         if targets is None:
-            return self.lm_head(x[:, [-1], :])[..., :V], None, aux
-        logits = self.lm_head(x)[..., :V]  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1)
-        return logits, loss, aux
+            return self.lm_head(x[:, [-1], :])[..., :self.config.vocab_size], None, aux
+        return *self.logits_and_loss(x, targets), aux
+
+    def logits_and_loss(self, x, targets):
+        """(logits (B, T, vocab_size), the mean cross-entropy over targets (B, T), -1 = ignore) of the
+        final norm's output x (B, T, n_embd). plumbing/fused.py computes the loss without the logits."""
+        V = self.config.vocab_size
+        logits = self.lm_head(x)[..., :V]  # the padded entries cut off
+        return logits, F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1)
 
     def aux_objective(self, aux):
         """What training adds to the cross-entropy: aux_loss_coef * lb_loss + z_loss_coef * z_loss (0 if dense)."""

@@ -56,9 +56,10 @@ class ScaleDecay:
     keys: the config keys it reads besides weight_decay (a note says they do nothing under another
         recipe); meaning: --help's line; untied: group each scale by its untied_role
         (norms.ScaleVector), so the tied final-norm scale counts as input-role; check: an optional
-        check(cfg) raising ValueError.
+        check(cfg) raising ValueError; reads: keys it reads that the run reads anyway (a model key, as
+        n_embd): declared, never noted, as an optimizer's and a schedule's are.
     Its contract (plumbing/contracts.py refuses an entry that breaks it, at start, in one line): each key
-    it reads has a row in configurator.SECTIONS and is declared in keys (weight_decay aside), each
+    it reads has a row in configurator.SECTIONS and is declared in keys or reads (weight_decay aside), each
     key it declares is read for some role, the role is compared only with "input" or "output" and
     comes first (recipe_problem), and under the run's config decay gives a finite number >= 0 for
     each role."""
@@ -68,6 +69,7 @@ class ScaleDecay:
     meaning: str
     untied: bool = False
     check: Callable = None
+    reads: tuple = ()
 
 
 SCALE_WD = {
@@ -210,6 +212,7 @@ class Optimizer:
     shards: whether it can step parameters FSDP2 has sharded (an update per element, as AdamW's;
         Muon's orthogonalization needs whole matrices); False, the safe default, refuses fsdp=True
     check: an optional check(cfg) raising ValueError
+    reads: keys it reads that the run reads anyway (a model key): declared, never noted
     Its contract (plumbing/contracts.py refuses an entry that breaks it, at start, in one line): its name
     is its key, and each key it reads has a row in configurator.SECTIONS and is declared (lr_key,
     keys; learning_rate, beta1, beta2 aside: AdamW's, which every run reads).
@@ -222,6 +225,7 @@ class Optimizer:
     meaning: str
     shards: bool = False
     check: Callable = None
+    reads: tuple = ()
 
 
 OPTIMIZERS = {o.name: o for o in (
@@ -329,7 +333,8 @@ def check_wsd(cfg):
 class Schedule:
     """An lr_schedule choice: its multiplier after warmup, multiplier(it, cfg, floor) with floor =
     min_lr / learning_rate; the config keys it reads besides warmup_iters and max_iters (a note
-    says the others do nothing); an optional check(cfg) raising ValueError.
+    says the others do nothing); an optional check(cfg) raising ValueError; reads: keys it reads that the run
+    reads anyway (a model key): declared, never noted.
 
     The contract every entry meets (plumbing/contracts.py refuses one that breaks it, at start, naming the
     rule and the entry): each key it reads has a row in configurator.SECTIONS, and from warmup_iters
@@ -340,6 +345,7 @@ class Schedule:
     keys: tuple
     meaning: str
     check: Callable = None
+    reads: tuple = ()
 
 
 LR_SCHEDULES = {

@@ -19,13 +19,11 @@ sharded ckpt.dcp/); every log_interval it prints a progress line and appends
 the train rows to log.jsonl. The knobs: configurator.py (every default and its
 meaning), set in a config file or as --key=value.
 
-Read top to bottom: train() sets up, builds, restores, compiles and wraps, runs
-the loop and finishes, each stage under a banner; the pieces it calls follow
-it. What a run shares with the other commands is in plumbing/: how it starts
-(start.py), what it says (ops.py), its checkpoints and log (checkpoint.py),
-processes and signals (common.py: SIGTERM or Ctrl-C stops after the step under
-way, saved, resumable bit for bit with --init_from=auto), the mechanism
-statistics (mechanism.py), the fast paths (fused.py).
+Read top to bottom: train() sets up, builds, restores, compiles and wraps, runs the loop and finishes, each stage
+under a banner; the pieces it calls follow it. What a run shares with the other commands is in plumbing/: how it
+starts (start.py), the built model held to its config (contracts.py), what it says (ops.py), its checkpoints and log
+(checkpoint.py), processes and signals (common.py: SIGTERM or Ctrl-C stops after the step under way, saved,
+resumable bit for bit with --init_from=auto), the mechanism statistics (mechanism.py), the fast paths (fused.py).
 """
 
 import math
@@ -44,7 +42,7 @@ common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of
 import numpy as np
 import torch
 
-from plumbing import fused
+from plumbing import contracts, fused
 from plumbing.checkpoint import save_run_checkpoint
 from plumbing.dataset import id_past_vocab
 from plumbing.common import StopSignals, agree, cli, compile_errors, end_distributed, numerics_env, shard, stop_signal
@@ -67,7 +65,7 @@ def train(cfg, given=frozenset()):
         run, ckpt = setup(cfg, given, cleanup)
         cfg, device = run.cfg, run.device
         # --- build: the GPT of run.model_cfg (model.py: which scale vector sits where), its optimizer groups
-        raw_model = GPT(run.model_cfg, seed=cfg.seed).to(device)
+        raw_model = contracts.check_model(GPT(run.model_cfg, seed=cfg.seed).to(device), cfg)  # all of it used and seen
         if cfg.fsdp:
             shard(raw_model)  # FSDP2 (common.shard): before the optimizers see the parameters
         optimizers, groups = build_optimizers(raw_model, cfg, device.type)  # role-aware groups (optim.py)

@@ -17,6 +17,8 @@ The reading files (norms.py, model.py, optim.py) state each contract beside thei
 that hold an entry to it live here, so the reading path holds formulas only.
 """
 
+import copy
+import difflib
 import functools
 import itertools
 import math
@@ -25,7 +27,7 @@ import torch
 
 import model
 import optim
-from configurator import DEFAULTS
+from configurator import DEFAULTS, UserError
 from model import BRANCHES, CHOICES, DUAL_SITES, GPT, GPTConfig, Placement
 from norms import ROLES, SCALE_CLASSES, ScaleVector
 from optim import LR_SCHEDULES, OPTIMIZERS, SCALE_WD, Optimizer, ScaleDecay, Schedule
@@ -36,7 +38,8 @@ def check(cfg):
     config cfg (a namespace with every key) chooses from breaks its contract: every optimizer, schedule
     and recipe (check_contracts), the run's own under its config (check_run_contracts), its placements
     (check_placement) and its scale class (scale_class_problem), with optim.check's value checks in
-    their order. A placement or class name no registry holds is left to model.GPTConfig's line."""
+    their order; then the model is built on the meta device, so a value its code refuses (a role that is
+    none) is a line too. A placement or class name no registry holds is left to model.GPTConfig's line."""
     optim.check_choices(cfg, optim.CHOICES)
     check_contracts(cfg)  # first: an entry's own check (optim.check runs it) may read a key that has no row
     optim.check(cfg)
@@ -46,6 +49,11 @@ def check(cfg):
             check_placement(key, getattr(cfg, key))
     if cfg.reparam in SCALE_CLASSES and (problem := scale_class_problem(cfg.reparam)):
         raise ValueError(problem)
+    try:  # the model's code at the run's shape, on the meta device (no memory): a fork's bad value (a role) is a line
+        with torch.device("meta"):
+            GPT(model.model_config(cfg))
+    except ValueError as e:
+        raise ValueError(f"building the model: {e}") from None
 
 
 # -----------------------------------------------------------------------------
@@ -96,8 +104,10 @@ def check_placement(key, name):
     p, branches, where = CHOICES[key][name], BRANCHES[key], f"{key.split('_')[0].upper()}_PLACEMENTS[{name!r}]"
     if not isinstance(p, Placement):
         raise ValueError(f"{where} is a {type(p).__name__}: make it a model.Placement (or a subclass)")
-    if p.outer is not None and not set(p.outer) <= set(branches):
+    if p.outer is not None and not isinstance(p.outer, tuple):
         raise ValueError(f"{where}: outer={p.outer!r} is not a tuple of its branches {branches}: fix its outer")
+    if problem := names_problem(p, branches):
+        raise ValueError(where + problem)
     for method, args in [(m, (b,)) for m in ("carries_outer", "normalizes") for b in branches] + [("scales_output_map", ())]:
         try:
             answer = getattr(p, method)(*args)
@@ -108,6 +118,20 @@ def check_placement(key, name):
                              f"make it return a bool (model.Placement says the contract)")
     if type(p) is not Placement and (problem := subclass_problem(key, name, p, (model.Attention, model.MLP))):
         raise ValueError(where + problem)
+
+
+def names_problem(p, branches):
+    """None, or the rest of one line naming the fix, for a field of placement p (outer, or a subclass's) that names
+    something the model does not have: each string in a tuple field must be one of its branches, a role or a
+    dual_sites value (a misspelt branch would leave the placement silently unapplied); did-you-mean by difflib."""
+    names = (*branches, *ROLES, *DUAL_SITES)
+    for field, value in vars(p).items():
+        for given in value if isinstance(value, tuple) else ():
+            if isinstance(given, str) and given not in names:
+                close = difflib.get_close_matches(given, names, n=1)
+                return (f": {field}={value!r} names {given!r}, which is none of its branches {branches} (nor a role or "
+                        f"a dual_sites value): " + (f"did you mean {close[0]!r}?" if close else "fix the name"))
+    return None
 
 
 @functools.lru_cache(maxsize=None)  # per entry and code (the classes that build it)
@@ -138,11 +162,14 @@ def subclass_problem(key, name, p, code):
 def model_structure(key, name):
     """What tells placement `name`'s models apart: each module's name, class and extra_repr (widths, roles,
     out_norm) in a one-block dense model on the CPU, for every branch_scales, qk_norm, output_norms, dual_sites."""
-    with torch.device("cpu"):
-        return [(n, type(m).__name__, m.extra_repr()) for hg, qk, out, sites in itertools.product(*[(False, True)] * 3, DUAL_SITES)
-                for n, m in GPT(GPTConfig(n_layer=1, n_head=2, n_embd=8, d_ff=16, block_size=4, vocab_size=8, scale="vector",
-                                          n_experts=0, branch_scales=hg, qk_norm=qk, output_norms=out, dual_sites=sites,
-                                          **{key: name})).named_modules()]
+    try:
+        with torch.device("cpu"):
+            return [(n, type(m).__name__, m.extra_repr()) for hg, qk, out, sites in itertools.product(*[(False, True)] * 3, DUAL_SITES)
+                    for n, m in GPT(GPTConfig(n_layer=1, n_head=2, n_embd=8, d_ff=16, block_size=4, vocab_size=8, scale="vector",
+                                              n_experts=0, branch_scales=hg, qk_norm=qk, output_norms=out, dual_sites=sites,
+                                              **{key: name})).named_modules()]
+    except ValueError as e:  # a value the model's code refuses (a role that is none): said as check's is
+        raise ValueError(f"building the model: {e}") from None
 
 
 # -----------------------------------------------------------------------------
@@ -155,8 +182,9 @@ class NoRow(ValueError):
 
 def no_row(where, key):
     """The line for a key `where` (a registry entry, "LR_SCHEDULES['step']") reads that has no row."""
+    close = difflib.get_close_matches(key, DEFAULTS, n=1, cutoff=0.85)
     return f"{where} reads the key {key!r}, which has no row in configurator.SECTIONS: add its row (default, allowed " \
-           f"values, meaning) there"
+           f"values, meaning) there" + (f" (or did you mean {close[0]!r}?)" if close else "")
 
 
 class Reading:
@@ -209,6 +237,16 @@ def attribute_reads(entry, base, run):
 SHARED_KEYS = {"OPTIMIZERS": ("learning_rate", "beta1", "beta2"), "LR_SCHEDULES": ("warmup_iters", "max_iters", "learning_rate"),
                "SCALE_WD": ("weight_decay",)}
 ENTRY_TYPES = {"OPTIMIZERS": Optimizer, "LR_SCHEDULES": Schedule, "SCALE_WD": ScaleDecay}
+
+
+def core_keys(registry):
+    """The keys the run reads whichever entry of `registry` runs: the model's (model.MODEL_KEYS), every SHARED_KEYS
+    and the keys of the other registries' entries. An entry that reads one declares it in its reads, never its
+    keys (keys get a note saying they do nothing under another entry)."""
+    others = [e for r, entries in (("OPTIMIZERS", OPTIMIZERS), ("LR_SCHEDULES", LR_SCHEDULES), ("SCALE_WD", SCALE_WD))
+              if r != registry for e in entries.values()]
+    return {*model.MODEL_KEYS, *(k for keys in SHARED_KEYS.values() for k in keys),
+            *(k for e in others for k in (*e.keys, *((e.lr_key,) if isinstance(e, Optimizer) else ())))}
 
 
 def entry_reads(registry, name, entry, cfg):
@@ -283,15 +321,25 @@ def check_contracts(cfg):
             if isinstance(entry, Optimizer) and entry.name != name:
                 raise ValueError(f"{where} is named {entry.name!r}: its groups would name an optimizer the registry does "
                                  f"not hold; give it its key as its name (Optimizer({name!r}, ...))")
-            declared = (*entry.keys, *((entry.lr_key,) if isinstance(entry, Optimizer) else ()))
+            declared = (*entry.keys, *entry.reads, *((entry.lr_key,) if isinstance(entry, Optimizer) else ()))
             for key in declared:
                 if key not in DEFAULTS:
                     raise ValueError(no_row(where, key))
+            core = core_keys(registry)
+            shared = [key for key in entry.keys if key in core]
+            if shared:
+                raise ValueError(f"{where} declares {shared[0]!r} in its keys, which says only it reads the key: the run "
+                                 f"reads it anyway, so every other entry would print a false note that it has no effect; "
+                                 f"move it to its reads ({ENTRY_TYPES[registry].__name__}(..., reads=({shared[0]!r},)))")
             reading = entry_reads(registry, name, entry, cfg)
             undeclared = sorted(reading.read - {*declared, *SHARED_KEYS[registry]})
             if undeclared:
-                raise ValueError(f"{where} reads the key {undeclared[0]!r} without declaring it: add it to its keys "
-                                 f"(a note then says it does nothing under another entry)")
+                key = undeclared[0]
+                raise ValueError(f"{where} reads the key {key!r} without declaring it: " + (
+                    f"the run reads it anyway, so add it to its reads ({ENTRY_TYPES[registry].__name__}(..., "
+                    f"reads=({key!r},))), not to its keys (a note would say it has no effect under every other entry)"
+                    if key in core else "add it to its keys (a note then says it does nothing under another entry), "
+                    "or, if the run reads it anyway (a model key), to its reads"))
             if registry == "SCALE_WD" and (problem := recipe_problem(name, entry, reading)):
                 raise ValueError(problem)
 
@@ -324,3 +372,162 @@ def check_run_contracts(cfg):
         last = m
 
 
+
+
+# -----------------------------------------------------------------------------
+# The built model: what its config says is what it runs (train.py calls check_model on the model it built)
+
+
+PROBE_TOKENS = (2, 8)  # the probe step's batch and length (at most block_size)
+# A magnitude is hidden when doubling it moves the output by less than this, relative: with eps 0 a hidden one moves
+# it by nothing (doubling is exact in floating point), a seen one by 8% or more over every switch combination.
+HIDDEN = 1e-4
+
+
+def check_model(model, cfg):
+    """UserError, one line naming the module or parameter, the class that built it (builder) and the fix, when
+    the model train.py built is not the one its config describes, before it trains or writes anything:
+
+      scale="none" and a norms.ScaleVector anywhere in it, whoever built it;
+      a parameter the training objective never reaches (reach: no gradient, or one exactly zero, after one forward
+          and backward of PROBE_TOKENS on a copy);
+      a scale whose magnitude a normalization hides (hidden_magnitude: a ScaleVector with a magnitude_name whose
+          doubling leaves the output unchanged; that parameter's gradient is only eps's);
+      a parameter in no optimizer group (optim.param_groups' rule; cfg: the run config).
+
+    The probes run on a deep copy with its own generators, inside torch.random.fork_rng: the model, the run's
+    random state and so its losses are unchanged. Cost: one forward and backward of 16 tokens, one forward per
+    magnitude scale (its routed member's alone inside an MoE), on a second copy of the weights and their gradients,
+    freed before the run goes on (probe_model counts them). Returns the model, as it was."""
+    none_scale = cfg.scale == "none" and next((n for n, m in model.named_modules() if isinstance(m, ScaleVector)), None)
+    if none_scale:
+        raise UserError(f"{none_scale} ({type(model.get_submodule(none_scale)).__name__}): built by "
+                        f"{builder(model, none_scale)} under scale='none', which means no scale vector anywhere: build it "
+                        f"through norms.make_scale (None under scale='none'), or drop it")
+    probe = copy.deepcopy(model)
+    device = next(probe.parameters()).device
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            probe_model(probe, model.config, device)
+    finally:
+        del probe
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    try:
+        optim.param_groups(model, cfg)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    return model
+
+
+def probe_model(probe, config, device):
+    """check_model's probes on `probe` (a copy it may change): every parameter outside a scale vector redrawn, a
+    matrix at std 1/sqrt(fan-in), any other at std 1 (so activations are O(1), attention is not uniform, eps is
+    negligible and no small gain damps a branch), and a scale's all-zero parameter at std 1 (a zero-initialized
+    projection would hide what follows it), from generators of its own; then reach, then
+    hidden_magnitude. The members a module routes (its `routed` names: model.MoE's experts, chosen by the router's
+    weights, not by the batch) are each run on that module's input, so each is checked by its own forward. Returns
+    {"forwards": n, "backwards": 1, "tokens": the probe's}: what it ran."""
+    gens, scales = {}, {id(p) for m in probe.modules() if isinstance(m, ScaleVector) for p in m.parameters()}
+    with torch.no_grad():
+        for p in probe.parameters():
+            gen = gens.setdefault(p.device, torch.Generator(device=p.device).manual_seed(0))
+            if id(p) not in scales or not p.any():
+                p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * (p.size(-1) ** -0.5 if p.dim() >= 2 else 1))
+    gen = gens.setdefault(device, torch.Generator(device=device).manual_seed(0))
+    B, T = PROBE_TOKENS[0], min(PROBE_TOKENS[1], config.block_size)
+    idx, targets = (torch.randint(0, config.vocab_size, (B, T), generator=gen, device=device) for _ in range(2))
+    inputs = {}  # routing module -> its input, as its forward got it
+
+    def keep(module, args):  # (returns None: the forward's input is left as it is)
+        inputs.setdefault(module, tuple(a.detach() for a in args))
+
+    hooks = [m.register_forward_pre_hook(keep) for m in probe.modules() if getattr(m, "routed", ())]
+    try:
+        probe.train()
+        torch.manual_seed(0)  # dropout's masks (fork_rng gives the run's state back)
+        _, loss, aux = probe(idx, targets)
+        objective = loss + probe.aux_objective(aux)
+    finally:
+        for h in hooks:
+            h.remove()
+    members = {id(member): (member, args) for m, args in inputs.items() for name in m.routed for member in getattr(m, name)}
+    for member, args in members.values():
+        objective = objective + member(*args).float().pow(2).mean()
+    objective.backward()
+    unreached = [n for n, p in probe.named_parameters() if p.grad is None or not p.grad.any()]
+    if unreached:
+        raise UserError(unreached_line(probe, unreached))
+    forwards = hidden_magnitude(probe, idx, targets, members)
+    return {"forwards": 1 + len(members) + forwards, "backwards": 1, "tokens": B * T}
+
+
+@torch.no_grad()
+def hidden_magnitude(probe, idx, targets, members):
+    """UserError for the first scale (a ScaleVector with a magnitude_name) whose doubled gamma leaves the output the
+    same to within HIDDEN: a normalization follows it with nothing between but maps linear in it, so its magnitude
+    parameter gets a gradient only through eps (the site needed make_scale's magnitude_free=True, a PlainScale).
+    The output is the logits, or a routed member's own (members: {id: (member, its input)}) for a scale inside one;
+    the copy's normalizations are made exact (eps 0 where a module holds one) and dropout is off. Returns the
+    number of forwards it ran."""
+    probe.eval()
+    for m in probe.modules():
+        if isinstance(getattr(m, "eps", None), float):
+            m.eps = 0.0
+    inside = {id(sub): key for key, (member, _) in members.items() for sub in member.modules()}
+
+    def output(key):
+        if key is None:
+            return probe(idx, targets)[0].float()
+        member, args = members[key]
+        return member(*args).float()
+
+    before, forwards = {}, 0
+    for name, sv in probe.named_modules():
+        if not (isinstance(sv, ScaleVector) and sv.has_magnitude()):
+            continue
+        key = inside.get(id(sv))
+        if key not in before:
+            before[key], forwards = output(key), forwards + 1
+        sv.forward = functools.partial(lambda gamma: 2 * gamma(), sv.forward)
+        try:
+            after = output(key)
+        finally:
+            del sv.forward
+        forwards += 1
+        if (after - before[key]).abs().max() <= HIDDEN * before[key].abs().max():
+            raise UserError(f"{name}.{sv.magnitude_name}: the magnitude of a {type(sv).__name__} that {builder(probe, name)} "
+                            f"builds where a normalization follows it (doubling gamma leaves the output unchanged), so it "
+                            f"gets a gradient only through eps: build that scale with make_scale(..., magnitude_free=True) "
+                            f"(norms.make_scale), which puts a PlainScale there")
+    return forwards
+
+
+def builder(model, name):
+    """The class that built the module or parameter `name` of model: its nearest enclosing module defined outside
+    norms.py and torch (norms' pieces, a ScaledLinear, an RMSNorm, a scale, are built by the module that holds them)."""
+    parts = name.split(".")
+    for end in range(len(parts) - 1, -1, -1):
+        module = model.get_submodule(".".join(parts[:end]))
+        kind = type(module).__module__
+        if kind != "norms" and not kind.startswith("torch."):
+            return type(module).__name__
+    return type(model).__name__
+
+
+def unreached_line(model, names):
+    """The one line for the parameters `names` of model that no gradient reached: the first, named as the largest
+    enclosing module whose parameters all went unreached (a module built and never called), the class that built
+    it, and how many more there are."""
+    unreached, parts = set(names), names[0].split(".")
+    where, label = names[0], names[0]
+    for end in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:end])
+        module = model.get_submodule(prefix)
+        if not all(f"{prefix}.{n}" in unreached for n, _ in module.named_parameters()):
+            break
+        where, label = prefix, f"{prefix} ({type(module).__name__})"
+    more = sum(1 for n in names if n != where and not n.startswith(where + "."))
+    return (f"{label}: built by {builder(model, where)}, never reached by forward (no gradient in one training step "
+            f"on a copy of the model{f'; {more} more parameters neither' if more else ''}): use it in the forward, "
+            f"or do not build it")

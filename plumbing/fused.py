@@ -13,18 +13,29 @@ gives the line a run prints at start. What each one changes, and why:
                   (tokens x d_in) for the matmul's backward; this keeps x, which the caller keeps anyway.
                   Attention's q, k and v stay three matmuls, so v has a buffer of its own: SDPA keeps the
                   roped q, k and v, and no view of a q|k|v buffer keeps that buffer alive beside them.
-  FusedMLP        model.MLP whose gate and up are both normalized over d_ff (DNP, in_norm): on CUDA the
-                  normalization, u and SwiGLU's product run under torch.utils.checkpoint, so the backward
-                  recomputes them from the two matmul outputs, which SwiGLU keeps anyway (the formula also
-                  keeps the normalized, scaled gate and up). Off CUDA memory is not what binds: no recompute,
-                  and the normalization's closed-form backward.
+  FusedMLP        model.MLP, every placement whose gate and up are normalized alike (both: DNP, in_norm;
+                  neither: the baseline, DP), dense or an MoE expert: on CUDA SwiGLU's product (and under
+                  DNP the normalization and u before it) runs under torch.utils.checkpoint, so the backward
+                  recomputes it from the two matmul outputs, which SiLU's and the product's backward need
+                  anyway. The down projection's input, silu(gate) * up (2 d_ff bytes a token in bf16), is
+                  then not kept (the formula also keeps DNP's normalized, scaled gate and up). Off CUDA
+                  memory is not what binds: no recompute, and the normalization's closed-form backward.
+  FusedGPT        model.GPT whose loss, while gradients are taken, is torch's chunked F.linear_cross_entropy
+                  (torch >= 2.13; the formula where torch lacks it or the logits, vocab_size wide, are no
+                  wider than the head's input, where torch's docs find chunking no gain): the (tokens x
+                  vocab) logits are never materialized; the backward keeps (tokens x n_embd) where the
+                  formula keeps the logits (the largest tensor of a GPT-2-sized step). In float32 the op
+                  computes each chunk's gradients in the forward; in bf16 its scalar loss would be a bf16
+                  number, so the tokens' losses are averaged in float32 and the backward recomputes each
+                  chunk's logits (one more head-sized matmul a step). No logits are returned then (None, as Liger's fused
+                  loss returns none in training); without gradients (evals, sampling) the formula runs.
   FusedRMSNorm    norms.RMSNorm, off CUDA only: a closed-form backward (torch 2.13's F.rms_norm backward
                   on the CPU is autograd of a composite, about 4x F.layer_norm's fused kernel). On CUDA
                   the formula's F.rms_norm is one fused kernel already.
 
-No op registration, no hand-written backward on CUDA, no concatenated weights, nothing opaque to
-torch.compile: each fast path is plain torch code the compiler sees through. Attention and any MLP
-without a normalization over d_ff run their formula's forward over fused linears. A module of another
+No op registration, no hand-written backward on CUDA, no concatenated weights: each fast path but the
+head is plain torch code torch.compile sees through; the head is torch's own op (one opaque call a
+forward, no graph break). Attention runs its formula's forward over fused linears. A module of another
 class (a fork's subclass) keeps its own forward, and an MLP whose gate and up are normalized one
 without the other runs MLP.forward; the start line names both.
 """
@@ -36,7 +47,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
-from model import MLP, Attention
+from model import GPT, MLP, Attention
 from norms import RMSNorm, ScaledLinear, normalize, scaled
 
 
@@ -57,8 +68,11 @@ def summary(model):
     """The line a run prints at start: how many modules of each class run a fast path, and which
     attention and MLP modules run a forward the fast paths do not know: a fork's subclass (its own),
     or an MLP whose gate and up are normalized one without the other (MLP.forward, over fused linears)."""
-    fast = Counter(type(m).__bases__[0].__name__ for m in model.modules() if type(m) in FAST)
-    if not fast:
+    fast = Counter(type(m).__bases__[0].__name__ for m in model.modules() if type(m) in FAST
+                   and (type(m) is not FusedGPT or chunked_head(m.config.vocab_size, m.config.n_embd)))
+    if "GPT" in fast:
+        fast["GPT"] = "chunked head of"
+    if not any(type(m) in FAST for m in model.modules()):
         return "fast paths off (--fused=False): norms.py's and model.py's formulas run as written"
     kept = [name for name, m in model.named_modules() if isinstance(m, (Attention, MLP)) and type(m) not in FAST
             and (type(m) not in (Attention, MLP) or isinstance(m, MLP) and m.gate.out_norm != m.up.out_norm)]
@@ -69,14 +83,16 @@ def summary(model):
 
 def fast_class(m, device_type):
     """The fast-path class for module m, or None: m's class exactly (a fork's subclass keeps its own
-    forward); FusedMLP only where gate and up are both normalized over d_ff."""
+    forward); FusedMLP where gate and up are normalized over d_ff alike (both or neither)."""
     kind = type(m)
     if kind is ScaledLinear:
         return FusedLinear
     if kind is RMSNorm:
         return FusedRMSNorm if device_type != "cuda" else None
     if kind is MLP:
-        return FusedMLP if m.gate.out_norm and m.up.out_norm else None
+        return FusedMLP if m.gate.out_norm == m.up.out_norm else None
+    if kind is GPT:
+        return FusedGPT
     return None
 
 
@@ -98,6 +114,37 @@ class FusedLinear(ScaledLinear):
         return scaled(normalize(y, self.eps), self.out_scale) if self.out_norm else y
 
 
+class FusedGPT(GPT):
+    """model.GPT whose loss under gradients is F.linear_cross_entropy, chunked over the tokens (module
+    docstring); the same map, the padded vocab entries cut off as the formula's slice does."""
+
+    def logits_and_loss(self, x, targets):
+        V = self.config.vocab_size
+        if not (torch.is_grad_enabled() and chunked_head(V, x.size(-1))):
+            return super().logits_and_loss(x, targets)
+        w = self.lm_head.weight[:V]
+        if torch.is_autocast_enabled(x.device.type):  # the formula's linear runs in the autocast dtype; this op does not cast
+            dtype = torch.get_autocast_dtype(x.device.type)
+            x, w = x.to(dtype), w.to(dtype)
+        x, targets = x.reshape(-1, x.size(-1)), targets.reshape(-1)
+        if x.dtype == torch.float32:  # one pass: the loss and its gradients computed in the forward
+            # under torch.compile torch forces allow_retain_graph on (with a warning): asked for there, not in eager
+            options = torch.nn.LinearCrossEntropyOptions(allow_retain_graph=torch.compiler.is_compiling())
+            return None, F.linear_cross_entropy(x, w, targets, ignore_index=-1, options=options)
+        # in bf16 the op's mean is a bf16 number (0.008 nats off at 3.35): each token's loss (the op's
+        # accumulation is float32), their mean in float32, as the formula's; the backward recomputes each chunk
+        per_token = F.linear_cross_entropy(x, w, targets, ignore_index=-1, reduction="none",
+                                           options=torch.nn.LinearCrossEntropyOptions())
+        return None, per_token.float().sum() / (targets != -1).sum()
+
+
+def chunked_head(vocab_size, n_embd):
+    """Whether FusedGPT's head runs torch's chunked loss: torch has it (2.13 on), and the logits are wider
+    than the head's input (torch's docs: below that the reference path is cheaper, and the logits keep no
+    more than the input does)."""
+    return hasattr(F, "linear_cross_entropy") and hasattr(torch.nn, "LinearCrossEntropyOptions") and vocab_size > n_embd
+
+
 class FusedRMSNorm(RMSNorm):
     """norms.RMSNorm with the closed-form backward of _RMSNormClosedForm (off CUDA)."""
 
@@ -107,21 +154,27 @@ class FusedRMSNorm(RMSNorm):
 
 
 class FusedMLP(MLP):
-    """model.MLP with gate and up both normalized over d_ff (DNP, in_norm), their scales on the weights:
-    silu(u_g * normalize(y_g)) * (u_u * normalize(y_u)), recomputed in the backward on CUDA."""
+    """model.MLP with gate and up normalized alike, their scales on the weights: silu(g) * up with
+    g, up = W x (scales folded in), or under DNP silu(u_g * normalize(y_g)) * (u_u * normalize(y_u));
+    on CUDA the product (and DNP's normalization) is recomputed in the backward."""
 
     def forward(self, x):
         gate, up = self.gate, self.up
         y_gate, y_up = F.linear(x, gate.effective_weight()), F.linear(x, up.effective_weight())  # (..., d_ff)
-        scales = [None if s is None else s() for s in (gate.out_scale, up.out_scale)]
+        # a u after the normalization stays on the activations; without one, effective_weight holds it
+        scales = [None if s is None or not gate.out_norm else s() for s in (gate.out_scale, up.out_scale)]
+        norm = (normalize if self.on_cuda else closed_form_normalize) if gate.out_norm else None
         if self.on_cuda:
-            return self.down(checkpoint(normalized_swiglu, y_gate, y_up, *scales, gate.eps, normalize, use_reentrant=False))
-        return self.down(normalized_swiglu(y_gate, y_up, *scales, gate.eps, closed_form_normalize))
+            return self.down(checkpoint(swiglu, y_gate, y_up, *scales, gate.eps, norm, use_reentrant=False))
+        return self.down(swiglu(y_gate, y_up, *scales, gate.eps, norm))
 
 
-def normalized_swiglu(y_gate, y_up, u_gate, u_up, eps, norm):
-    """silu(u_gate * norm(y_gate)) * (u_up * norm(y_up)) over d_ff, as the formula computes it (the same
-    casts): y_gate, y_up (..., d_ff) the two matmul outputs; u_gate, u_up (d_ff,) or None."""
+def swiglu(y_gate, y_up, u_gate, u_up, eps, norm):
+    """SwiGLU's product of the two matmul outputs y_gate, y_up (..., d_ff), as the formula computes it (the
+    same casts): silu(y_gate) * y_up, or with a normalization `norm` over d_ff (DNP, in_norm)
+    silu(u_gate * norm(y_gate)) * (u_up * norm(y_up)); u_gate, u_up (d_ff,) or None."""
+    if norm is None:
+        return F.silu(y_gate) * y_up
     return F.silu(scaled_by(norm(y_gate, eps), u_gate)) * scaled_by(norm(y_up, eps), u_up)
 
 
@@ -160,4 +213,4 @@ class _RMSNormClosedForm(torch.autograd.Function):
         return dx, dweight, None
 
 
-FAST = (FusedLinear, FusedRMSNorm, FusedMLP)  # each a subclass of the module it replaces
+FAST = (FusedLinear, FusedRMSNorm, FusedMLP, FusedGPT)  # each a subclass of the module it replaces

@@ -79,3 +79,16 @@ def test_the_bench_times_the_step_the_training_loop_takes(monkeypatch, grad_clip
     assert calls == [grad_clip] * clipped
     assert all(p.grad is None for p in model.parameters())
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())
+
+
+def test_a_formulas_leg_runs_the_variant_with_every_fast_path_off(capsys, tmp_path):
+    """NAME:formulas is the variant under --fused=False: its row's parameters are the variant's, its
+    model carries no fast-path class, and a name that is no variant is refused as one."""
+    from plumbing import fused
+    cfg = variants.SimpleNamespace(**bench.load_config(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
+                                                         "--vocab_size=200", "--device=cpu"])[0])
+    fast, formulas = variants.build(cfg, "unified")[0], variants.build(cfg, "unified:formulas")[0]
+    assert any(type(m) in fused.FAST for m in fast.modules()) and not any(type(m) in fused.FAST for m in formulas.modules())
+    assert fast.num_params() == formulas.num_params()
+    with pytest.raises(UserError, match="unknown variant 'fast:formulas'"):
+        bench.main(["--variants=baseline,fast:formulas"])

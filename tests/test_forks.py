@@ -858,3 +858,340 @@ def test_a_broken_entry_of_each_registry_is_refused_at_start_in_one_line_naming_
         run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", *flags(switches)))
     assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
     assert not (tmp_path / "o").exists()  # refused before the run made its folder
+
+
+# -----------------------------------------------------------------------------
+# A placement that builds a module (docs/forks.md), and its half-done versions: refused at start by
+# plumbing/contracts.check_model (built is used, magnitudes seen, no scale under scale="none") or
+# check_placement (a field naming no branch), each in one line; the correct one starts, and the
+# reference formula names the one function to extend.
+
+
+def post_normalizes(self, branch):
+    """Placement's new question, with the shipped entries' answer (docs/forks.md, step 1)."""
+    return False
+
+
+@dataclass(frozen=True)
+class PostNormPlacement(model.Placement):
+    post_norm: tuple = ()  # the branches of q, k, v normalized per head after their map
+
+    def post_normalizes(self, branch):
+        return branch in self.post_norm
+
+
+Q_POST = PostNormPlacement(dual=False, norm=False, post_norm=("q",), meaning="q normalized per head after W_q")
+
+
+class PostNormAttention(model.Attention):
+    """model.Attention with docs/forks.md's step-2 edits, written as a subclass: each post-normalized branch's
+    scales rebuilt magnitude-free (the guide's line in branch()), the post-norms built through make_scale,
+    and the forward applying them after the views. The half-done versions below leave one edit out."""
+
+    magnitude_free = True  # the guide's branch() line
+    scale = staticmethod(norms.make_scale)  # how the post-norm's scale is built
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        hd = cfg.head_dim
+        for name in model.BRANCHES["attn_placement"]:
+            post = cfg.attn.post_normalizes(name)
+            lin = getattr(self, name)
+            if post and self.magnitude_free:
+                for side in ("in_scale", "out_scale"):
+                    sv = getattr(lin, side)
+                    if sv is not None:
+                        setattr(lin, side, norms.make_scale(cfg, sv.dim, role=sv.role, magnitude_free=True))
+            setattr(self, f"{name}_post",
+                    norms.RMSNorm(hd, cfg.norm_eps, self.scale(cfg, hd, role="output")) if post else None)
+
+    def forward(self, x, cos, sin):
+        B, T, C = x.shape
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        q = q.view(B, T, self.n_head, -1)
+        k, v = k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)
+        q, k, v = (t if post is None else post(t) for t, post in ((q, self.q_post), (k, self.k_post), (v, self.v_post)))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = model.apply_rope(q, cos, sin), model.apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                           enable_gqa=self.n_kv_head != self.n_head)
+        return self.o(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class ForwardlessAttention(PostNormAttention):
+    """Half done: the post-norms built, the forward not edited."""
+
+    forward = model.Attention.forward
+
+
+class UnkeptAttention(PostNormAttention):
+    """Half done: the magnitude bookkeeping missed (branch() not told that a normalization follows)."""
+
+    magnitude_free = False
+
+
+class UnconditionalAttention(PostNormAttention):
+    """Half done: the post-norm's scale built as a class directly, so it exists under scale="none" too."""
+
+    scale = staticmethod(lambda cfg, dim, *, role: SoftplusScale(dim, role))
+
+
+class SpareMLP(model.MLP):
+    """Half done: an extra map built and never called (an idea the forward never runs)."""
+
+    def __init__(self, cfg, d_ff, magnitude_free=False):
+        super().__init__(cfg, d_ff, magnitude_free)
+        self.spare = norms.ScaledLinear(cfg.n_embd, d_ff)
+
+
+class GainAttention(model.Attention):
+    """Half done: a bare nn.Parameter; used (gain) it fits no optimizer group, unused (spare_gain) it is never reached."""
+
+    used = True
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        setattr(self, "gain" if self.used else "spare_gain", nn.Parameter(torch.ones(1)))
+
+    def forward(self, x, cos, sin):
+        y = super().forward(x, cos, sin)
+        return y * self.gain if self.used else y
+
+
+class SpareGainAttention(GainAttention):
+    used = False
+
+
+class MisroledAttention(PostNormAttention):
+    """Half done: the post-norm's scale given a role that is none ("outputs")."""
+
+    scale = staticmethod(lambda cfg, dim, *, role: norms.make_scale(cfg, dim, role="outputs"))
+
+
+def post_norm(monkeypatch, attention=PostNormAttention, entry=Q_POST):
+    """docs/forks.md's 'A placement that builds a module', applied: Placement's question, the entry, Attention."""
+    monkeypatch.setattr(model, "Attention", attention)
+    if entry is None:  # (an Attention edit alone)
+        return {}
+    monkeypatch.setattr(model.Placement, "post_normalizes", post_normalizes, raising=False)
+    monkeypatch.setitem(model.ATTN_PLACEMENTS, "q_post", entry)
+    return {"attn_placement": "q_post"}
+
+
+HALF_DONE = {  # (Attention class, MLP class, entry, switches) -> the line's words
+    "forward not edited": ((ForwardlessAttention, None, Q_POST, {}),
+                           ["blocks.0.attn.q_post (RMSNorm): built by ForwardlessAttention, never reached by forward",
+                            "use it in the forward"]),
+    "a field misspelt": ((PostNormAttention, None, PostNormPlacement(dual=False, norm=False, post_norm=("qq",), meaning=""),
+                          {}),
+                         ["ATTN_PLACEMENTS['q_post']: post_norm=('qq',) names 'qq', which is none of its branches",
+                          "did you mean 'q'?"]),
+    "a scale built under scale='none'": ((UnconditionalAttention, None, Q_POST, {"scale": "none", "reparam": "plain",
+                                                                                "branch_scales": False, "mlp_placement": "in"}),
+                                         ["blocks.0.attn.q_post.scale (SoftplusScale): built by UnconditionalAttention under "
+                                          "scale='none'", "build it through norms.make_scale"]),
+    "magnitude bookkeeping missed": ((UnkeptAttention, None, Q_POST, {"reparam": "or", "branch_scales": True}),
+                                     ["blocks.0.attn.q.in_scale.magnitude: the magnitude of a ORScale that UnkeptAttention "
+                                      "builds where a normalization follows it", "magnitude_free=True"]),
+    "the shared scale's bookkeeping missed (Block)": (
+        (PostNormAttention, None, PostNormPlacement(dual=False, norm=False, post_norm=("q", "k", "v"), meaning=""),
+         {"reparam": "or", "branch_scales": False, "mlp_placement": "in"}),
+        ["blocks.0.attn_norm.scale.magnitude: the magnitude of a ORScale that Block builds", "magnitude_free=True"]),
+    "a role misspelt": ((MisroledAttention, None, Q_POST, {}),
+                        ["building the model: role must be one of ('input', 'output'), got 'outputs'"]),
+    "an unused module": ((PostNormAttention, SpareMLP, Q_POST, {}),
+                         ["blocks.0.mlp.spare (ScaledLinear): built by SpareMLP, never reached by forward"]),
+    "an unused parameter": ((SpareGainAttention, None, None, {}),
+                            ["blocks.0.attn.spare_gain: built by SpareGainAttention, never reached by forward"]),
+    "a parameter in no optimizer group": ((GainAttention, None, None, {}),
+                                          ["module 'blocks.0.attn' (GainAttention) owns parameters ['gain'] but fits no "
+                                           "optimizer group"]),
+}
+
+
+@pytest.mark.parametrize("case", HALF_DONE)
+def test_a_half_done_placement_fork_is_refused_at_start_in_one_line_with_nothing_written(tmp_path, monkeypatch, case):
+    (attention, mlp, entry, switches), words = HALF_DONE[case]
+    switches = {**post_norm(monkeypatch, attention, entry), **switches}
+    if mlp is not None:
+        monkeypatch.setattr(model, "MLP", mlp)
+    with pytest.raises(UserError) as e:  # train.py's start (the command prints it as one 'error: ...' line)
+        run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", "--max_iters=1", *flags(switches)))
+    assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+    assert not (tmp_path / "o").exists()  # refused before the run made its folder
+
+
+def test_the_correct_placement_fork_starts_and_trains_on_its_module(tmp_path, monkeypatch):
+    """The guide's three steps done: the start accepts it (under OR and HG, where the bookkeeping matters) and
+    the step reaches the post-norm's scale (it moves)."""
+    switches = {**post_norm(monkeypatch), "reparam": "or", "branch_scales": True}
+    out = run(tiny_args(make_dataset(tmp_path / "ds"), tmp_path / "o", "--max_iters=2", *flags(switches)))
+    gamma = out["model"].blocks[0].attn.q_post.scale()
+    assert not torch.equal(gamma, torch.ones_like(gamma))
+
+
+def guide_reference():
+    """tests/test_norms.py:block_ref with docs/forks.md's step 3 inserted after the line that views k and v, as
+    the guide says: the extended function, compiled in test_norms' namespace."""
+    import inspect
+    step = [b for b in guide_code("A new placement, a new optimizer or a new schedule") if "rms_ref" in b]
+    source = inspect.getsource(test_norms.block_ref)
+    anchor = "    k, v = (linear_ref(lin, h).view(B, T, n_kv, hd) for lin in (a.k, a.v))\n"
+    assert len(step) == 1 and anchor in source
+    source = source.replace(anchor, anchor + textwrap.indent(step[0], "    "))
+    namespace = dict(vars(test_norms))
+    exec(source, namespace)
+    return namespace["block_ref"]
+
+
+def test_the_reference_names_the_one_function_a_correct_fork_extends_and_passes_once_extended(monkeypatch):
+    """With the correct fork, the reference check fails once naming blocks.0.attn.q_post and the step to follow,
+    and the formula tests skip (not 174 bare assert_close failures); with docs/forks.md's step 3 added to
+    block_ref, both pass on every combination with the fork's placement (and still fail when the model's
+    formula differs: the post-norm's scale doubled)."""
+    post_norm(monkeypatch)
+    with pytest.raises(AssertionError) as e:
+        test_norms.test_block_ref_knows_every_module_a_block_calls()
+    assert ("block_ref does not know blocks.0.attn.q_post (RMSNorm), which Block's forward calls: extend "
+            "tests/test_norms.py:block_ref (docs/forks.md, 'A placement that builds a module', step 3)") in str(e.value)
+    fork_variants = [v for v in test_norms.all_variants() if v.get("attn_placement") == "q_post"]
+    with pytest.raises(pytest.skip.Exception, match="block_ref does not know blocks.0.attn.q_post"):
+        test_norms.test_block_forward_matches_formula(fork_variants[0], 2, 5)
+    monkeypatch.setattr(test_norms, "block_ref", guide_reference())
+    test_norms.test_block_ref_knows_every_module_a_block_calls()
+    for v in fork_variants[::5]:
+        test_norms.test_block_forward_matches_formula(v, 2, 5)
+    monkeypatch.setattr(norms.RMSNorm, "forward", lambda self, x: norms.rms_norm(
+        x, None if self.scale is None else 2 * self.scale() if self.dim == 16 else self.scale(), self.eps))
+    with pytest.raises(AssertionError):  # (head_dim 16: the post-norm's and QK-norm's scales read doubled)
+        test_norms.test_block_forward_matches_formula(dict(fork_variants[0], reparam="plain"), 2, 5)
+
+
+def test_a_recipe_reading_the_width_declares_it_in_reads_and_no_other_recipe_gets_a_note(tmp_path, monkeypatch):
+    """docs/forks.md's recipe guide: a decay that reads n_embd. Undeclared, or in its keys, it is refused in one
+    line saying to put it in its reads; in its reads it starts, and no recipe gets a note about n_embd."""
+    def by_width(role, cfg):
+        return cfg.weight_decay * 64 / cfg.n_embd if role == "input" else 0.0
+
+    ds = make_dataset(tmp_path / "ds")
+    for entry, words in ((optim.ScaleDecay(by_width, (), ""), "reads the key 'n_embd' without declaring it: the run "
+                          "reads it anyway, so add it to its reads (ScaleDecay(..., reads=('n_embd',))), not to its keys"),
+                         (optim.ScaleDecay(by_width, ("n_embd",), ""), "declares 'n_embd' in its keys, which says only "
+                          "it reads the key: the run reads it anyway, so every other entry would print a false note")):
+        monkeypatch.setitem(optim.SCALE_WD, "by_width", entry)
+        with pytest.raises(UserError, match=re.escape(words)):
+            run(tiny_args(ds, tmp_path / "o", "--max_iters=1", "--scale_wd=by_width"))
+        assert not (tmp_path / "o").exists()
+    monkeypatch.setitem(optim.SCALE_WD, "by_width", optim.ScaleDecay(by_width, (), "", reads=("n_embd",)))
+    run(tiny_args(ds, tmp_path / "o", "--max_iters=1", "--scale_wd=by_width"))
+    for recipe in ("iwd", "by_width"):
+        assert "n_embd" not in dict(inert_keys(load_config([f"--scale_wd={recipe}", "--n_embd=64"])[0]))
+
+
+def missing_names(text):
+    """(the names checked, [one line per name that does not exist]) for each `module.NAME` (and `path.py:NAME`) of
+    the project that text gives: imported, the longest prefix that imports, and each attribute after it read."""
+    import importlib
+    projects = ("model", "norms", "optim", "configurator", "plumbing", "research", "tools", "tests")
+    names = set(re.findall(r"`([A-Za-z_][\w.]*\.[A-Za-z_]\w*)", text))
+    names |= {f"{path[:-3].replace('/', '.')}.{name}" for path, name in re.findall(r"`([\w/]+\.py):(\w+)", text)}
+    checked, missing = [], []
+    for name in sorted(names):
+        parts = name.split(".")
+        if parts[0] not in projects or parts[-1] in ("py", "md"):
+            continue
+        checked.append(name)
+        for cut in range(len(parts) - 1, 0, -1):  # the longest prefix that imports
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]).removeprefix("tests."))
+            except ImportError:
+                continue
+            for attr in parts[cut:]:
+                if not hasattr(obj, attr):
+                    missing.append(f"{name}: {'.'.join(parts[:cut])} has no {attr}")
+                    break
+                obj = getattr(obj, attr)
+            break
+        else:
+            missing.append(f"{name}: does not import")
+    return checked, missing
+
+
+def test_every_name_docs_forks_gives_as_module_dot_name_exists():
+    """Each `module.NAME` (and `path.py:NAME`) docs/forks.md names is imported and holds that attribute: the
+    guide points only at what exists (it once named optim.SHARED_KEYS, which had moved: that reads as missing)."""
+    with open(os.path.join(ROOT, "docs", "forks.md")) as f:
+        checked, missing = missing_names(f.read())
+    assert missing == []
+    assert {"model.BRANCHES", "optim.param_groups", "tests.test_norms.block_ref"} <= set(checked)
+    assert missing_names("`optim.SHARED_KEYS` and `tests/test_norms.py:no_such_ref`")[1] == [
+        "optim.SHARED_KEYS: optim has no SHARED_KEYS", "tests.test_norms.no_such_ref: tests.test_norms has no no_such_ref"]
+
+
+# -----------------------------------------------------------------------------
+# The start's model check on what ships: every config and ablation run passes without an exemption, and MoE's
+# experts pass because MoE declares them routed (each is run by its own forward), not by a guess
+
+
+def shipped_switches():
+    """The model switches of every committed config file and every ablation run (its first seed), each combination
+    once, at a tiny width and depth (the switches decide which module sits where; n_layer keeps one MoE block)."""
+    import glob
+
+    from research.ablation import build_config, load_ablation
+    configs = [load_config([path])[0] for path in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py")))]
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "ablations", "*.py"))):
+        spec = load_ablation(path)
+        configs += [build_config(spec, setting, variant, spec["seeds"][0]) for setting in spec["settings"]
+                    for variant in spec["variants"]]
+    tiny = dict(n_embd=32, n_head=2, n_kv_head=0, head_dim=0, d_ff=0, expert_d_ff=0, block_size=16, vocab_size=40)
+    seen = {}
+    for cfg in configs:
+        switches = {k: v for k, v in cfg.items() if k in model.MODEL_KEYS and k not in tiny and k != "n_layer"}
+        switches["n_layer"] = min(cfg["n_layer"], max(2, cfg["moe_every"]))
+        seen.setdefault(json.dumps(switches, sort_keys=True), {**cfg, **switches, **tiny})
+    return list(seen.values())
+
+
+def test_every_shipped_config_and_ablation_run_passes_the_start_check_without_an_exemption():
+    from plumbing.contracts import check_model
+    cases = shipped_switches()
+    assert len(cases) >= 10 and any(c["n_experts"] for c in cases) and any(c["qk_norm"] for c in cases)
+    assert any(c["output_norms"] for c in cases) and any(not c["tie_embeddings"] for c in cases)
+    for cfg in cases:
+        gpt = model.GPT(model.model_config(cfg))
+        assert check_model(gpt, SimpleNamespace(**cfg)) is gpt
+
+
+def test_moe_experts_pass_because_moe_declares_them_routed_each_by_its_own_forward(monkeypatch):
+    """Two tokens, top-1 of 8 experts: six or more get no token, so no gradient from the batch. Declared routed
+    (model.MoE.routed) each is run by its own forward and the start passes; the declaration taken away, the start
+    names an expert's parameter; an expert that builds a map it never calls is named through its own forward."""
+    from plumbing import contracts
+    monkeypatch.setattr(contracts, "PROBE_TOKENS", (1, 2))
+    cfg = {**DEFAULTS, "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 40, "n_experts": 8,
+           "top_k": 1}
+    contracts.check_model(model.GPT(model.model_config(cfg)), SimpleNamespace(**cfg))
+    monkeypatch.setattr(model.MoE, "routed", ())
+    with pytest.raises(UserError, match=r"^blocks\.0\.mlp\.experts\.\d \(MLP\): built by MoE, never reached by forward"):
+        contracts.check_model(model.GPT(model.model_config(cfg)), SimpleNamespace(**cfg))
+    monkeypatch.setattr(model.MoE, "routed", ("experts",))
+    monkeypatch.setattr(model, "MLP", SpareMLP)
+    with pytest.raises(UserError, match=r"^blocks\.0\.mlp\.experts\.0\.spare \(ScaledLinear\): built by SpareMLP"):
+        contracts.check_model(model.GPT(model.model_config(cfg)), SimpleNamespace(**cfg))
+
+
+def test_the_start_check_leaves_the_model_and_the_random_state_as_they_were():
+    """check_model probes a copy with generators of its own: the model's weights, its gradients (none) and the
+    global random state after it are those before it (so a run's losses are those it had without the check)."""
+    from plumbing.contracts import check_model
+    cfg = {**DEFAULTS, "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 40, "dropout": 0.1}
+    gpt = model.GPT(model.model_config(cfg))
+    before = {k: v.clone() for k, v in gpt.state_dict().items()}
+    torch.manual_seed(5)
+    state = torch.get_rng_state()
+    check_model(gpt, SimpleNamespace(**cfg))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(torch.equal(before[k], v) for k, v in gpt.state_dict().items())
+    assert all(p.grad is None for p in gpt.parameters())

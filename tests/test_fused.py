@@ -40,6 +40,7 @@ def registry_cases():
         cases[f"moe,mlp_placement={name}"] = dict(n_experts=4, top_k=2, shared_expert=True, branch_scales=True,
                                                   reparam="or", mlp_placement=name)
     cases["scale=none"] = dict(scale="none")
+    cases["untied"] = dict(tie_embeddings=False, reparam="or", branch_scales=True, mlp_placement="dual_norm")
     cases["gqa"] = dict(n_head=4, n_kv_head=2, branch_scales=True, attn_placement="dual", qk_norm=True)
     return cases
 
@@ -56,22 +57,30 @@ def pair(overrides, device_type, seed=0):
 
 
 def logits_and_grads(m, idx, dtype=None, compiled=None):
-    """[logits, every parameter's gradient] of one forward and backward; compiled: torch.compile's backend
-    ("inductor", or "aot_eager": AOTAutograd's graphs and partitioner, which decide what a compiled step
-    keeps and recomputes, without generating kernels), None for eager."""
+    """[loss, logits, every parameter's gradient] of one forward and backward, the targets idx with its first
+    positions ignored (-1) and the objective halved (as gradient accumulation divides it: a head that computes
+    its gradients in the forward must still follow the gradient it is given); the logits from a forward
+    without gradients (the fast head returns none while gradients are taken). compiled: torch.compile's
+    backend ("inductor", or "aot_eager": AOTAutograd's graphs and partitioner, which decide what a compiled
+    step keeps and recomputes, without generating kernels), None for eager."""
     run = torch.compile(m, backend=compiled, dynamic=False) if compiled else m
+    targets = idx.clone()
+    targets[0, :3] = -1
     with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-        logits, loss, aux = run(idx, idx)
-        objective = loss + m.aux_objective(aux)
+        _, loss, aux = run(idx, targets)
+        objective = 0.5 * (loss + m.aux_objective(aux))
+        with torch.no_grad():
+            logits = m(idx, targets)[0]
     grads = torch.autograd.grad(objective, [p for p in m.parameters()], allow_unused=True)
-    return [logits.detach().float()] + [g if g is not None else torch.zeros_like(p) for g, p in zip(grads, m.parameters())]
+    return [loss.detach().float(), logits.float()] + [g if g is not None else torch.zeros_like(p)
+                                                      for g, p in zip(grads, m.parameters())]
 
 
 def mismatches(got, ref, rtol):
-    """Names of the tensors (logits, then each parameter's gradient) where ||got - ref|| > rtol * ||ref||
+    """Names of the tensors (loss, logits, then each parameter's gradient) where ||got - ref|| > rtol * ||ref||
     (plus a floor for a magnitude-free scale's gradient, which is ~0 in exact arithmetic)."""
-    floor = rtol * max(r.norm().item() for r in ref[1:])
-    names = ["logits"] + [n for n, _ in MODEL_NAMES]
+    floor = rtol * max(r.norm().item() for r in ref[2:])
+    names = ["loss", "logits"] + [n for n, _ in MODEL_NAMES]
     return [name for name, a, b in zip(names, got, ref)
             if (a.double() - b.double()).norm().item() > rtol * b.double().norm().item() + 1e-3 * floor]
 
@@ -126,20 +135,21 @@ def relative(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
-@pytest.mark.parametrize("name", ["baseline", "unified", "dp_all", "moe_dnp"])
+@pytest.mark.parametrize("name", ["baseline", "unified", "dp_all", "moe_dnp", "untied"])
 def test_in_bf16_the_fast_model_stays_within_the_formulas_own_bf16_error(name):
     """Under bf16 autocast (the matmuls in bf16, as in training on a GPU) the fast model is as far from
-    the float32 formula as the bf16 formula is: the logits and all gradients together within 1.5x its
+    the float32 formula as the bf16 formula is: the loss, the logits, and all gradients together within 1.5x its
     error plus 1e-3, each gradient within 3x plus 1e-2 (a one-element magnitude's gradient is noisy)."""
     overrides = {"baseline": {}, "unified": dict(branch_scales=True, mlp_placement="dual_norm", reparam="or"),
                  "dp_all": dict(branch_scales=True, attn_placement="dual", mlp_placement="dual", dual_sites="all"),
-                 "moe_dnp": dict(n_experts=4, top_k=2, branch_scales=True, mlp_placement="dual_norm")}[name]
+                 "moe_dnp": dict(n_experts=4, top_k=2, branch_scales=True, mlp_placement="dual_norm"),
+                 "untied": dict(tie_embeddings=False, branch_scales=True, mlp_placement="dual_norm")}[name]
     formula, fast = pair(overrides, "cuda")
     idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(1))
     exact = logits_and_grads(formula, idx)
     ours, theirs = logits_and_grads(fast, idx, torch.bfloat16), logits_and_grads(formula, idx, torch.bfloat16)
-    pooled = [torch.cat([t.flatten() for t in ts[1:]]) for ts in (ours, theirs, exact)]
-    for a, b, r in [(ours[0], theirs[0], exact[0]), pooled]:
+    pooled = [torch.cat([t.flatten() for t in ts[2:]]) for ts in (ours, theirs, exact)]
+    for a, b, r in [(ours[0], theirs[0], exact[0]), (ours[1], theirs[1], exact[1]), pooled]:
         assert relative(a, r) <= 1.5 * relative(b, r) + 1e-3, (relative(a, r), relative(b, r))
     for i, (a, b, r) in enumerate(zip(ours, theirs, exact)):
         if r.norm() > 0:
@@ -180,14 +190,23 @@ def test_a_subclass_of_a_module_keeps_its_own_forward():
     assert "on their formulas (not covered by the fast paths): blocks.0.mlp" in fused.summary(m)
 
 
-@pytest.mark.parametrize("planted", ["dnp_drops_u", "attention_drops_v_scale"])
+@pytest.mark.parametrize("planted", ["dnp_drops_u", "attention_drops_v_scale", "head_keeps_padding"])
 def test_the_parity_check_fails_on_a_fast_path_that_computes_another_map(monkeypatch, planted):
-    """The instrument responds: a fast path that forgets DNP's outer scales, or HG's scale on v, is
-    found by the same comparison that passes above."""
-    if planted == "dnp_drops_u":
+    """The instrument responds: a fast path that forgets DNP's outer scales, or HG's scale on v, or a head
+    whose softmax runs over the padded vocab entries too, is found by the same comparison that passes above."""
+    if planted == "head_keeps_padding":
+        real = fused.FusedGPT.logits_and_loss
+
+        def padded(self, x, targets):  # the loss over all padded_vocab_size logits
+            if not torch.is_grad_enabled():
+                return real(self, x, targets)
+            return None, F.linear_cross_entropy(x.flatten(0, 1), self.lm_head.weight, targets.flatten(), ignore_index=-1)
+        monkeypatch.setattr(fused.FusedGPT, "logits_and_loss", padded)
+        overrides = {}
+    elif planted == "dnp_drops_u":
         def without_u(y_gate, y_up, u_gate, u_up, eps, norm):
             return F.silu(norm(y_gate, eps)) * norm(y_up, eps)
-        monkeypatch.setattr(fused, "normalized_swiglu", without_u)
+        monkeypatch.setattr(fused, "swiglu", without_u)
         overrides = dict(mlp_placement="dual_norm")
     else:  # a linear on its raw weight: HG's gamma_v (every input scale) left out
         monkeypatch.setattr(fused.FusedLinear, "forward", lambda self, x: F.linear(x, self.weight))
@@ -209,17 +228,34 @@ def test_the_closed_form_rms_norm_backward_is_the_derivative_and_refuses_a_secon
         torch.autograd.grad(torch.autograd.grad(y.square().sum(), x, create_graph=True)[0].sum(), x)
 
 
+@pytest.mark.parametrize("placement", ["dual_norm", "in"])
 @pytest.mark.parametrize("device_type", DEVICE_PATHS)
-def test_a_dnp_expert_with_no_tokens_gives_zero_gradients(device_type):
+def test_an_expert_with_no_tokens_gives_zero_gradients(device_type, placement):
     """An MoE expert is called on zero tokens (so DDP sees every parameter used): an empty output,
-    zero gradients for its W and u, under the recompute too."""
-    mlp = fused.use(model.MLP(tiny(mlp_placement="dual_norm", branch_scales=True), 16), device_type)
+    zero gradients for its W and u, under the recompute too (DNP's and the baseline's)."""
+    mlp = fused.use(model.MLP(tiny(mlp_placement=placement, branch_scales=True), 16), device_type)
+    assert type(mlp) is fused.FusedMLP
     for p in mlp.parameters():
         torch.nn.init.normal_(p) if p.dim() == 2 else None
     h = mlp(torch.zeros(0, 32))
     assert h.shape == (0, 32)
     h.sum().backward()
     assert all(p.grad is not None and not p.grad.any() for p in mlp.parameters())
+
+
+@pytest.mark.parametrize("device_type", DEVICE_PATHS)
+def test_the_head_computes_the_loss_without_logits_under_gradients_and_gives_them_without(device_type):
+    """The chunked head runs where it pays (logits wider than n_embd): under gradients the fast model
+    returns the formula's loss and no logits (none were made); without gradients (evals, sampling) the
+    formula's logits; where the vocabulary is no wider than n_embd the formula runs whole."""
+    formula, fast = pair(dict(branch_scales=True), device_type)
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(1))
+    logits, loss, _ = fast(idx, idx)
+    assert logits is None and torch.allclose(loss, formula(idx, idx)[1], rtol=1e-6)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(idx, idx)[0], formula(idx, idx)[0], rtol=1e-5, atol=1e-6)
+    narrow = fused.use(GPT(tiny(vocab_size=30, n_embd=64, n_head=2)), device_type)  # 64 padded entries, 64 wide
+    assert not fused.chunked_head(30, 64) and narrow(idx.clamp(max=29), idx.clamp(max=29))[0] is not None
 
 
 def test_formulas_puts_every_module_back_on_its_formula():
@@ -270,7 +306,7 @@ def test_a_step_under_fused_false_runs_the_formulas_at_every_scale_site_and_the_
     assert all(type(x) in (norms.ScaledLinear, model.Attention, model.MLP, norms.RMSNorm)
                for x in m.modules() if isinstance(x, (norms.ScaledLinear, model.Attention, model.MLP, norms.RMSNorm)))
     calls, scales, m = traced_step(tmp_path / "fast")
-    assert {("fused.py", "forward"), ("fused.py", "normalized_swiglu")} <= calls
+    assert {("fused.py", "forward"), ("fused.py", "swiglu")} <= calls
     assert {id(sv) for _, sv in m.scale_vectors()} <= {sid for sid, _, _ in scales}
     assert not {id(sv) for _, sv in m.scale_vectors()} <= {sid for sid, f, fn in scales if (f, fn) in formulas}
 

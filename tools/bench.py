@@ -7,10 +7,13 @@
     python -m tools.bench --memory=True                      # CPU: also the peak RSS of each variant
     python -m tools.bench --variants=gpt2,baseline,unified   # against nanoGPT's GPT-2 at equal FLOPs
     python -m tools.bench --shared=True --variants=unified   # CPU: alone vs beside a copy of itself
+    python -m tools.bench --variants=baseline,unified,baseline:formulas,unified:formulas   # fast paths vs formulas
 
 Each variant (tools/variants.py) is the config's size and training keys with the baseline's
 scale switches (BASELINE) plus its own overrides (variants()): the config's own scale
-switches do not apply. Every variant trains on the same synthetic batch; one step of each variant is
+switches do not apply; NAME:formulas is the variant under --fused=False (its formulas alone, every
+fast path of plumbing/fused.py off), so one run sets fast against formulas like for like. Every
+variant trains on the same synthetic batch; one step of each variant is
 timed in turn (interleaved), so machine noise hits all of them alike, and
 the median over steps after warm-up is reported with its ratio to the
 baseline. Memory (--memory=True, the default on CUDA): each variant alone in
@@ -18,10 +21,13 @@ a separate process, torch.cuda.max_memory_allocated on CUDA, the peak RSS on
 CPU (it includes the Python/torch runtime, so only differences between
 variants mean much). Config keys as in train.py; bench-only options:
 --variants, --steps, --warmup, --memory, --json=PATH (the table as JSON, for scripts),
---shared, --saved=False (no saved-bytes column: compiled, it compiles a block per variant twice).
+--shared, --saved=False (no saved-bytes columns: compiled, it compiles a block and a 1-layer model per
+variant twice).
 
-"saved B/token/layer": what one block keeps for its backward, per token, and its ratio to the
-first variant (variants.saved_bytes_per_token): a count, not a time, the same on any device.
+"saved B/token: layer (ratio), outside": what one block keeps for its backward, per token, with its
+ratio to the first variant's, and what the model keeps outside its blocks (embedding, final norm,
+head, loss) per token (variants.saved_bytes): counts, not times, of the code path a CUDA run takes,
+the same on any device.
 
 "stats %": the mechanism statistics' cost (mechanism.Mechanism: under mechanism_stats train.py
 reads the gradients at every step, record_step, and computes the row at every eval) as a share of
@@ -60,7 +66,7 @@ from plumbing.common import OMP_THREAD_ENV, cli, peak_flops, resolve_device
 from configurator import UserError, load_config, usage
 from plumbing.mechanism import Mechanism
 from model import GPT
-from tools.variants import REFERENCE, build, saved_bytes_per_token, train_step, variants
+from tools.variants import FORMULAS, REFERENCE, build, leg, saved_bytes, train_step, variants
 
 # --shared=True: environment of each process (set before torch loads); None: unset.
 _UNSET = {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OMP_NUM_THREADS": None}
@@ -187,20 +193,21 @@ def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interv
     """Print one row per variant (parameters, median ms/step, its ratio to names[0], per FLOP,
     tokens/s, MFU where the peak is known, the mechanism statistics' share of an eval interval of
     `interval` steps (mech: seconds per eval and per step), peak memory, the bytes per token one
-    layer keeps for backward with their ratio (saved: saved_bytes_per_token), and the host's ms to
+    layer keeps for backward with their ratio and what the model keeps outside its blocks (saved:
+    saved_bytes's dicts), and the host's ms to
     issue a step (host: time_steps'); returns the rows as dicts (with graphs: recompiles' counts)."""
     mech, saved, host, graphs = mech or {}, saved or {}, host or {}, graphs or {}
     ref = statistics.median(times[names[0]])
     mem_head = f"  peak {memory_kind} MiB (ratio)" if mem else ""
-    print(f"{'variant':<10} {'params':>12} {'ms/step':>9} {'ratio':>7} {'per FLOP':>9} {'tok/s':>10}"
-          + ("    MFU" if peak else "") + f" {'stats %':>8}" + mem_head + "  saved B/token/layer (ratio)  host ms")
+    print(f"{'variant':<18} {'params':>12} {'ms/step':>9} {'ratio':>7} {'per FLOP':>9} {'tok/s':>10}"
+          + ("    MFU" if peak else "") + f" {'stats %':>8}" + mem_head + "  saved B/token: layer (ratio), outside  host ms")
     ref_per_flop = ref / built[names[0]][0].flops_per_token()
     rows = {}
     for n in names:
         med = statistics.median(times[n])
         model = built[n][0]
         per_flop = med / model.flops_per_token() / ref_per_flop  # the step-time ratio at equal FLOPs
-        line = (f"{n:<10} {model.num_params():>12,} {1000 * med:>9.1f} {med / ref:>7.3f} {per_flop:>9.3f}"
+        line = (f"{n:<18} {model.num_params():>12,} {1000 * med:>9.1f} {med / ref:>7.3f} {per_flop:>9.3f}"
                 f" {tokens / med:>10,.0f}")
         if peak:
             line += f" {100 * model.flops_per_token() * tokens / med / peak:>5.1f}%"
@@ -208,8 +215,9 @@ def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interv
         line += f" {100 * share:>8.3f}" if share is not None else f" {'-':>8}"
         if mem:
             line += f"  {mem[n]:>9.0f} ({mem[n] / mem[names[0]]:.3f})"
-        saved_ratio = saved[n] / saved[names[0]] if saved.get(n) and saved.get(names[0]) else None
-        line += f"  {saved[n]:>9,.0f} ({saved_ratio:.3f})" if saved_ratio else f"  {'-':>9}"
+        layer = {k: saved[k]["per_layer"] for k in (n, names[0]) if k in saved}
+        saved_ratio = layer[n] / layer[names[0]] if layer.get(n) and layer.get(names[0]) else None
+        line += f"  {layer[n]:>9,.0f} ({saved_ratio:.3f}), {saved[n]['outside']:>9,.0f}" if saved_ratio else f"  {'-':>9}"
         host_ms = 1000 * statistics.median(host[n]) if host.get(n) else None
         line += f"  {host_ms:>7.2f}" if host_ms is not None else f"  {'-':>7}"
         print(line)
@@ -219,7 +227,8 @@ def table(built, names, times, mem, tokens, peak, memory_kind, mech=None, interv
                        peak_mib=mem.get(n), memory_ratio=mem[n] / mem[names[0]] if mem else None,
                        mechanism_ms=1000 * mech[n][0] if n in mech else None,
                        mechanism_step_ms=1000 * mech[n][1] if n in mech else None, mechanism_share=share,
-                       saved_bytes_per_token_layer=saved.get(n), saved_ratio=saved_ratio, host_ms_per_step=host_ms,
+                       saved_bytes_per_token_layer=layer.get(n), saved_ratio=saved_ratio,
+                       saved_bytes_per_token_outside=saved[n]["outside"] if n in saved else None, host_ms_per_step=host_ms,
                        recompiles=graphs.get(n))
     print(f"ratios are against {names[0]!r}; stats %: the mechanism statistics' share of the {interval} steps "
           f"between two evals")
@@ -242,8 +251,9 @@ def main(argv):
     known = variants()
     names = [n for n in known if "moe" not in n] if opts["variants"] == "all" else opts["variants"].split(",")
     for n in names:
-        if n not in known and n != REFERENCE:
-            raise UserError(f"unknown variant {n!r}; known: {', '.join(known)}, {REFERENCE}")
+        if leg(cfg, n)[1] not in known and leg(cfg, n)[1] != REFERENCE:
+            raise UserError(f"unknown variant {n!r}; known: {', '.join(known)}, {REFERENCE} (each also as "
+                            f"NAME{FORMULAS}: its formulas alone)")
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
     y = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size), generator=gen).to(device)
@@ -266,7 +276,7 @@ def main(argv):
     times = time_steps(built, names, steps, warmup, x, y, ctx, device, cfg.grad_clip, host)
     graphs = recompiles(built, names, x, y, ctx, cfg.grad_clip)
     mech = time_mechanism(built, names, device)
-    saved = {n: saved_bytes_per_token(cfg, n) for n in names} if opts["saved"] == "True" else {}
+    saved = {n: saved_bytes(cfg, n) for n in names} if opts["saved"] == "True" else {}
     tokens = cfg.batch_size * cfg.block_size
     print(f"device {device} ({cfg.dtype}{', compiled' if cfg.compile else ''}), torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; n_layer={cfg.n_layer} n_embd={cfg.n_embd} "

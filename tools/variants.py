@@ -4,7 +4,7 @@ for the cost per FLOP (GPT2Reference), and what one block of a variant keeps for
 (saved_bytes_per_token). A library: tools/bench.py times them, tools/step_profile.py profiles them.
 """
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -98,8 +98,21 @@ class GPT2Reference(nn.Module):
         return 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
 
 
+FORMULAS = ":formulas"  # a variant's name with this suffix: the same variant under --fused=False (the formulas leg)
+
+
+def leg(cfg, variant):
+    """(cfg, the variant's name) for a name of variants() or REFERENCE, or such a name with FORMULAS
+    appended: then cfg with fused=False, the formulas alone (bench.py's like-for-like legs)."""
+    if variant.endswith(FORMULAS):
+        return SimpleNamespace(**{**vars(cfg), "fused": False}), variant[:-len(FORMULAS)]
+    return cfg, variant
+
+
 def build(cfg, variant):
-    """(model, the model to step (compiled if cfg.compile), optimizers) for one variant of cfg."""
+    """(model, the model to step (compiled if cfg.compile), optimizers) for one variant of cfg (its
+    formulas alone for a name ending in FORMULAS)."""
+    cfg, variant = leg(cfg, variant)
     if variant == REFERENCE:
         model = GPT2Reference(model_config(cfg)).to(cfg.device)
         opts = [torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
@@ -124,12 +137,97 @@ def variant_config(cfg, variant):
     return c, model_cfg
 
 
+class _CudaSavedSetRMSNorm(torch.autograd.Function):
+    """F.rms_norm keeping what CUDA's fused kernel keeps for its backward: its input, rstd and the weight
+    (not its output: a weightless norm's output is another tensor, which the next matmul keeps too)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rstd = torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, rstd, weight)
+        return x * rstd if weight is None else x * rstd * weight
+
+    @staticmethod
+    def backward(ctx, g):  # plumbing/fused.py's closed form, x_hat recomputed from the input
+        x, rstd, weight = ctx.saved_tensors
+        x_hat = x * rstd
+        gw = g if weight is None else g * weight
+        dx = (gw - x_hat * (gw * x_hat).mean(-1, keepdim=True)) * rstd
+        dweight = None if weight is None else (g * x_hat).sum(dim=tuple(range(g.dim() - 1)))
+        return dx, dweight, None
+
+
+@contextmanager
+def cuda_rms_norm_saved_set():
+    """Within: F.rms_norm keeps for its backward what CUDA's fused kernel keeps (its float32 input, rstd and
+    the weight; _CudaSavedSetRMSNorm). On a CPU F.rms_norm's autograd is a composite that keeps one more
+    float32 tensor of the input's size: an eager count on a CPU would then not be the GPU's."""
+    real = F.rms_norm
+
+    def rms_norm(x, normalized_shape, weight=None, eps=None):
+        return _CudaSavedSetRMSNorm.apply(x, weight, eps)
+
+    F.rms_norm = rms_norm
+    try:
+        yield
+    finally:
+        F.rms_norm = real
+
+
+def saved_bytes(cfg, variant, tokens=None):
+    """{"per_layer", "outside", "model"}: bytes per token the model of `variant` keeps for its backward, per
+    block (saved_bytes_per_token; for the gpt2 reference the 2-layer model's count less the 1-layer one's),
+    outside the blocks (the 1-layer model's count less one block's: the embedding, the final norm, the head
+    and the loss) and for the whole model at cfg.n_layer (outside + n_layer x per layer). Counted as
+    saved_bytes_per_token counts a block: the code path a CUDA run takes, batch 2 less batch 1 of `tokens`
+    (default block_size), parameters and buffers left out, eager with CUDA's saved set for F.rms_norm
+    (cuda_rms_norm_saved_set). Compiled, it resets torch._dynamo."""
+    cfg, variant = leg(cfg, variant)
+    model_cfg = model_config(cfg) if variant == REFERENCE else variant_config(cfg, variant)[1]
+    T = min(tokens or model_cfg.block_size, model_cfg.block_size)
+    ctx = torch.autocast(torch.device(cfg.device).type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
+
+    def whole(n_layer):
+        c = replace(model_cfg, n_layer=n_layer)
+        m = (GPT2Reference(c) if variant == REFERENCE else GPT(c)).to(cfg.device)
+        if getattr(cfg, "fused", True) and variant != REFERENCE:
+            fused.use(m, "cuda")
+        if cfg.compile:
+            torch._dynamo.reset()
+        run = torch.compile(m, dynamic=False) if cfg.compile else m
+        skip = {t.untyped_storage().data_ptr() for t in (*m.parameters(), *m.buffers())}
+
+        def saved(batch):
+            idx = torch.randint(0, c.vocab_size, (batch, T), generator=torch.Generator().manual_seed(batch)).to(cfg.device)
+            with ctx:
+                run(idx, idx)  # compiles first: the count is of the call that follows
+            found = {}
+
+            def pack(t):
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in skip:
+                    found[storage.data_ptr()] = storage.nbytes()
+                return t
+
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), ctx:
+                run(idx, idx)
+            return sum(found.values())
+
+        with nullcontext() if cfg.compile else cuda_rms_norm_saved_set():
+            return (saved(2) - saved(1)) / T
+
+    one = whole(1)
+    per_layer = whole(2) - one if variant == REFERENCE else saved_bytes_per_token(cfg, variant, T)
+    return {"per_layer": per_layer, "outside": one - per_layer, "model": one - per_layer + cfg.n_layer * per_layer}
+
+
 def saved_bytes_per_token(cfg, variant, tokens=None):
     """Bytes that one block of `variant` keeps for its backward per token (one layer: block 0 of cfg's
     model, on cfg.device, under bf16 autocast when cfg.dtype says so, compiled when cfg.compile).
 
     The block runs the code path a CUDA run takes, whatever cfg.device is: the fast paths of "cuda"
-    (plumbing/fused.use: DNP's recompute, F.rms_norm; cfg.fused=False: the formulas alone). What
+    (plumbing/fused.use: SwiGLU's recompute, F.rms_norm with the saved set of CUDA's kernel,
+    cuda_rms_norm_saved_set; cfg.fused=False: the formulas alone). What
     autograd saves is read with saved-tensor hooks, each storage once (views of it included), parameters
     and the RoPE tables left out, at batch 1 and 2 of `tokens` (default block_size): the difference over
     `tokens` is the activations' share, without what does not grow with the batch (the weights' bf16
@@ -137,6 +235,7 @@ def saved_bytes_per_token(cfg, variant, tokens=None):
     holds it where no GPU is at hand. None for the gpt2 reference. Compiled, it resets torch._dynamo
     first (the graphs compiled before are forgotten: count after timing).
     """
+    cfg, variant = leg(cfg, variant)
     if variant == REFERENCE:
         return None
     _, model_cfg = variant_config(cfg, variant)
@@ -167,7 +266,8 @@ def saved_bytes_per_token(cfg, variant, tokens=None):
             run(x, cos, sin)
         return sum(found.values())
 
-    return (saved(2) - saved(1)) / T
+    with nullcontext() if cfg.compile else cuda_rms_norm_saved_set():  # compiled, inductor decomposes it
+        return (saved(2) - saved(1)) / T
 
 
 def train_step(model, step_model, opts, x, y, ctx, grad_clip):
@@ -208,15 +308,19 @@ def opaque_calls(cfg, variant):
     return len(opaque), len(graphs)
 
 
-def host_calls_per_step(cfg, variant):
+def host_calls_per_step(cfg, variant, by_function=False):
     """{"fast": n, "formulas": n}: the Python and C function calls the host makes in one compiled
     training step of `variant` (train_step after warm-up), with the fast paths a CUDA run takes
     (plumbing/fused.use(..., "cuda")) and with the formulas alone. Each call is host work a GPU run
     pays per step whatever the device's speed: guards, the compiled graph's wrapper and its kernel
     calls, the optimizer's loop. A count, the same on every machine and under any load; the seconds
-    belong in tools/bench.py. Raises nothing of its own; the counter is sys.setprofile, so it must
-    not run under another profiler or a debugger that installs one."""
+    belong in tools/bench.py. by_function: each leg a collections.Counter of "file:function" (C calls
+    as "<C>:name") instead of its total, the profile of where the calls go. Raises nothing of its own;
+    the counter is sys.setprofile, so it must not run under another profiler or a debugger that
+    installs one."""
+    import os
     import sys
+    from collections import Counter
     _, model_cfg = variant_config(cfg, variant)
     idx = torch.randint(0, model_cfg.vocab_size, (cfg.batch_size, model_cfg.block_size), generator=torch.Generator().manual_seed(0))
     counts = {}
@@ -227,17 +331,19 @@ def host_calls_per_step(cfg, variant):
             fused.use(m, "cuda")
         for _ in range(3):  # compile, then the steps the compiled graphs settle in
             train_step(m, step_model, opts, idx, idx, nullcontext(), cfg.grad_clip)
-        calls = [0]
+        calls = Counter()
 
         def count(frame, event, arg):
-            if event in ("call", "c_call"):
-                calls[0] += 1
+            if event == "call":
+                calls[f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}"] += 1
+            elif event == "c_call":
+                calls[f"<C>:{getattr(arg, '__qualname__', getattr(arg, '__name__', '?'))}"] += 1
 
         sys.setprofile(count)
         try:
             train_step(m, step_model, opts, idx, idx, nullcontext(), cfg.grad_clip)
         finally:
             sys.setprofile(None)
-        counts[name] = calls[0]
+        counts[name] = calls if by_function else calls.total()
     torch._dynamo.reset()
     return counts
