@@ -424,7 +424,9 @@ def load_config(argv):
             given.where[key] = "on the command line"
         else:
             if not os.path.isfile(arg):  # nanoGPT's habit, `key=value` without its dashes, is not a file either
-                why = ("is a folder: name a config file" if os.path.isdir(arg) else f"not found: a key is written --{arg}"
+                why = ("is a folder: name a config file" if os.path.isdir(arg) else
+                       "is not a file but a FIFO, a device or a socket (reading it would wait or never end): name a "
+                       "config file" if os.path.exists(arg) else f"not found: a key is written --{arg}"
                        if arg.split("=", 1)[0] in DEFAULTS and "=" in arg else "not found")
                 raise UserError(f"config file {arg!r} {why}")
             namespace = run_config_file(arg)

@@ -23,6 +23,7 @@ classes or names; a module that owns parameters and fits no group is an error.
 """
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -445,6 +446,11 @@ def set_lr(optimizers, multiplier):
             group["lr"] = group["initial_lr"] * multiplier
 
 
+# model -> its parameters, listed once: model.parameters() walks every module, host work a GPU waits for each
+# step; the list keeps the walk's order, so the clipped norm sums in the same order (the same losses, bit for bit)
+CLIP_LISTS = weakref.WeakKeyDictionary()
+
+
 def optimizer_step(model, optimizers, grad_clip, mechanism=None):
     """One optimizer step on the gradients accumulated in model: clip their global norm to grad_clip
     (0: off), let the mechanism statistics read them (mechanism.Mechanism.record_step: the step a
@@ -452,7 +458,9 @@ def optimizer_step(model, optimizers, grad_clip, mechanism=None):
     build_optimizers) and drop the gradients. train.py's loop and tools/bench.py's step both call it,
     so the bench times the step the loop takes."""
     if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        if model not in CLIP_LISTS:
+            CLIP_LISTS[model] = list(model.parameters())
+        torch.nn.utils.clip_grad_norm_(CLIP_LISTS[model], grad_clip)
     if mechanism is not None:
         mechanism.record_step()
     for opt in optimizers:

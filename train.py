@@ -255,12 +255,12 @@ def write_checkpoint(run, parts, it, tokens, val_loss, eval_pending=False):
     shards, else rank 0 saves it all); val_loss None: saved between evals, or (eval_pending) during
     the eval at `it`, which a resume then runs. The mechanism statistics' open interval goes with it
     when it started before `it` (start.begin hands it to the resume)."""
-    mechanism = parts.mechanism
-    interval = mechanism.state() if mechanism is not None and mechanism.since < it else None
-    save_run_checkpoint(run.ckpt_path, parts.model, parts.optimizers, {
-        "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"],
-        "changes": run.changes, **({"eval_pending": True} if eval_pending else {}),
-        **({"mechanism": interval} if interval is not None else {})}, run.master)
+    interval = parts.mechanism.state() if parts.mechanism is not None and parts.mechanism.since < it else None
+    with parts.signals.saving():  # a second Ctrl-C waits for the file to be whole
+        save_run_checkpoint(run.ckpt_path, parts.model, parts.optimizers, {
+            "config": vars(run.cfg), "iter": it, "tokens": tokens, "val_loss": val_loss, "meta": run.data["meta"],
+            "changes": run.changes, **({"eval_pending": True} if eval_pending else {}),
+            **({"mechanism": interval} if interval is not None else {})}, run.master)
 
 
 def stop_here(run, parts, start_iter, it, tokens, stopped, eval_at_it=None):

@@ -32,6 +32,7 @@ import torch
 
 from plumbing.common import checked_stat, open_checked
 from plumbing.disk import present, writing
+from plumbing.memory import check_buildable, shape_problems
 from configurator import TRACKING_KEYS, UserError, complete
 
 
@@ -307,6 +308,10 @@ def load_checkpoint(path):
     if not present(path):
         raise UserError(f"no checkpoint at {path}: point --out_dir at a run that train.py wrote")
     if os.path.isdir(path) and not os.path.islink(path):
+        if os.path.basename(os.path.normpath(path)) != CKPT_NAMES[1]:  # a folder where ckpt.pt belongs: not sharded
+            q = shlex.quote(path)
+            raise UserError(f"{path} is a folder, not the checkpoint file train.py writes there: move it aside "
+                            f"(mv {q} {shlex.quote(path + '.aside')}) or point --out_dir at the run")
         return {**load_checkpoint(os.path.join(path, "run.pt")), "dcp": path}
     try:
         with open_checked(path, os.path.dirname(path)) as f:  # a FIFO, a device or a link: one line, never a wait
@@ -521,11 +526,13 @@ def load_model(ckpt_path, device="cpu"):
     a sharded ckpt.dcp folder (read whole in this process).
 
     Works for checkpoints saved with or without compile/DDP (their "_orig_mod." /
-    "module." prefixes are stripped). Raises UserError if the file is unreadable.
+    "module." prefixes are stripped). Raises UserError if the file is unreadable, or (check_buildable,
+    before anything is built) when its config is not the shape of its weights or past this machine's memory.
     """
     from model import GPT, model_config
 
     ckpt = load_checkpoint(ckpt_path)
+    check_buildable(ckpt["config"], saved_shapes(ckpt), ckpt_path, device)
     model = GPT(model_config(ckpt["config"]))
     if "dcp" in ckpt:
         load_sharded(ckpt["dcp"], model)
@@ -533,6 +540,33 @@ def load_model(ckpt_path, device="cpu"):
     else:
         load_weights(model, ckpt["model"], ckpt_path)
     return model.to(device).eval(), ckpt
+
+
+def saved_shapes(ckpt):
+    """{weight name: shape} of a checkpoint's weights, without its compile/DDP prefixes: ckpt.pt's tensors,
+    or a ckpt.dcp folder's metadata (nothing of its shards is read)."""
+    if "dcp" in ckpt:
+        try:
+            entries = sharded_reader(ckpt["dcp"]).read_metadata().state_dict_metadata
+        except pickle.UnpicklingError as e:
+            raise UserError(f"{ckpt['dcp']} is refused: its .metadata {e}, and a checkpoint's metadata holds data "
+                            f"only; nothing of it ran. Use a checkpoint that train.py wrote") from None
+        except (UserError, PermissionError):
+            raise
+        except Exception:  # missing or damaged: load_sharded says which
+            return None
+        return {k[len("model."):]: tuple(getattr(v, "size", ())) for k, v in entries.items() if k.startswith("model.")}
+    return {k: tuple(v.shape) for k, v in unprefixed(ckpt["model"]).items()}
+
+
+def unprefixed(state):
+    """A state dict's keys without the compile/DDP prefixes ("module.", "_orig_mod.")."""
+    weights = {}
+    for key, value in state.items():
+        for prefix in ("module.", "_orig_mod."):
+            key = key[len(prefix):] if key.startswith(prefix) else key
+        weights[key] = value
+    return weights
 
 
 def load_weights(model, state, source):
@@ -543,24 +577,17 @@ def load_weights(model, state, source):
     (missing, unexpected or differently shaped tensors: a config edited by hand, or other code), or
     when a weight holds NaN/inf (a run saved after it diverged: nothing it computes means anything).
     """
-    weights = {}
-    for key, value in state.items():
-        for prefix in ("module.", "_orig_mod."):
-            key = key[len(prefix):] if key.startswith(prefix) else key
-        weights[key] = value
+    weights = unprefixed(state)
     expected = model.state_dict()
     for key, value in weights.items():  # OR/ER magnitudes were 0-d before they became (1,) (for FSDP2)
         if value.dim() == 0 and key in expected and expected[key].shape == (1,):
             weights[key] = value.reshape(1)
-    problems = [f"{k} missing" for k in expected if k not in weights]
-    problems += [f"{k} not in this model" for k in weights if k not in expected]
-    problems += [f"{k} is {tuple(weights[k].shape)}, the config makes {tuple(v.shape)}"
-                 for k, v in expected.items() if k in weights and weights[k].shape != v.shape]
+    problems = shape_problems({k: tuple(v.shape) for k, v in expected.items()},
+                              {k: tuple(v.shape) for k, v in weights.items()})
     if problems:
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        raise UserError(f"{source}'s weights do not match the model its config describes: {'; '.join(problems[:3])}"
-                        f"{more}; the config or the weights were changed, or other code wrote them: use the "
-                        f"checkpoint as saved, or train again")
+        raise UserError(f"{source}'s weights do not match the model its config describes: {problems}; the config "
+                        f"or the weights were changed, or other code wrote them: use the checkpoint as saved, or "
+                        f"train again")
     bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
     if bad:
         raise UserError(f"{source}'s weights hold NaN or inf (in {len(bad)} tensors, first {bad[0]}): the run "

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 
 from configurator import UserError, not_one_of
 from plumbing.disk import os_error_line
+from plumbing.stops import (  # noqa: F401 (StopSignals, say: the commands import them from here)
+    TERMINATING, StopSignals, Terminated, _terminate, _terminated_while_starting, attach_closed_streams, say)
 
 # -----------------------------------------------------------------------------
 # The command line: OpenMP's threads, one line per error
@@ -62,14 +64,21 @@ def tell_torchrun(message):
 def cli(main):
     """Run a command's main(argv): a UserError becomes one 'error: ...' line on stderr (exit 1), a
     Ctrl-C (KeyboardInterrupt) one 'interrupted' line (exit 130, as a shell reports SIGINT), a SIGTERM
-    the same cleanup as an exception then one 'terminated' line (exit 143; train.py's loop takes SIGTERM
-    itself, to save first); an error where the command meets the file system (os_error_line: permission,
-    a full disk, a quota, a file-size limit, a read-only disk, a name too long, a path gone), wrapped or
-    not, one line naming the path, the cause and the fix (exit 1); output piped into a reader that closes
-    early (`| head`) ends quietly. Under torchrun, a rank whose collective lost a peer (that peer stopped on
-    its own error) says so in one line, without a traceback: the peer's line is the cause."""
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminate)  # Python's default skips every finally: a writer's cleanup
+    or SIGHUP (a closed terminal, a dropped ssh session) the same cleanup as an exception then one
+    'terminated' line (exit 128 + the signal's number; train.py's loop takes both itself, to save first;
+    a signal already ignored, as nohup ignores SIGHUP, stays ignored); an error where the command meets
+    the file system (os_error_line: permission, a full disk, a quota, a file-size limit, a read-only
+    disk, a name too long, a path gone), wrapped or not, one line naming the path, the cause and the
+    fix (exit 1); output piped into a reader that closes early (`| head`) ends quietly. A closed
+    stdin, stdout or stderr (`>&-`) reads and writes as /dev/null (attach_closed_streams), so a
+    command run with its output closed finishes as it would have. Under torchrun, a rank whose
+    collective lost a peer (that peer stopped on its own error) says so in one line, without a
+    traceback: the peer's line is the cause."""
+    attach_closed_streams()
+    if threading.current_thread() is threading.main_thread():
+        for sig in TERMINATING:  # Python's default skips every finally: a writer's cleanup
+            if signal.getsignal(sig) in (signal.SIG_DFL, _terminated_while_starting):
+                signal.signal(sig, _terminate)
     try:
         try:
             code = main(sys.argv[1:])
@@ -77,9 +86,10 @@ def cli(main):
             sys.stdout.flush()
     except UserError as e:
         _say(f"error: {e}")
-    except Terminated:
-        print("terminated (SIGTERM): stopped and cleaned up; run the same command again to start over", file=sys.stderr)
-        sys.exit(128 + signal.SIGTERM)
+    except Terminated as e:
+        print(f"terminated ({e.name}): stopped and cleaned up; run the same command again to start over",
+              file=sys.stderr)
+        sys.exit(128 + signal.Signals[e.name].value)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
@@ -117,17 +127,6 @@ def _say(message):
     print(message, file=sys.stderr)
     tell_torchrun(message)
     sys.exit(1)
-
-
-class Terminated(BaseException):
-    """Raised in the main thread by a SIGTERM under cli: every finally on the way out runs. A
-    BaseException, as KeyboardInterrupt: a library's `except Exception` must not swallow it (a half-done
-    import would be left behind)."""
-
-
-def _terminate(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one cleanup: schedulers may send several
-    raise Terminated
 
 
 # -----------------------------------------------------------------------------
@@ -322,7 +321,7 @@ def setup_distributed(device_name, timeout_s):
         waiting.daemon = True
         waiting.start()
         try:
-            torch.distributed.init_process_group(backend, timeout=timeout)
+            rendezvous(backend, timeout)
         except (RuntimeError, OSError) as e:  # (torch's DistStoreError, DistNetworkError: RuntimeErrors)
             if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
                 raise UserError(f"rank {rank}: MASTER_PORT={os.environ.get('MASTER_PORT')} is in use on {where} (another "
@@ -337,6 +336,29 @@ def setup_distributed(device_name, timeout_s):
         global _host_group
         _host_group = torch.distributed.new_group(backend="gloo", timeout=timeout)  # every rank, in the same order
     return rank, local_rank, world
+
+
+def rendezvous(backend, timeout):
+    """torch.distributed.init_process_group(backend, timeout=timeout), waited for from the main thread a
+    fraction of a second at a time: the call itself waits for the peers in C++, where Python runs no signal
+    handler, so a SIGTERM (a scheduler's, with ~30 s of grace) was acted on only when the timeout ran out.
+    The call runs in a daemon thread; a signal raises here (cli: one line) and the thread is left to the
+    process's end. Its own error is raised here as it came."""
+    import torch
+
+    outcome = {}
+
+    def start():
+        try:
+            torch.distributed.init_process_group(backend, timeout=timeout)
+        except BaseException as e:  # handed to the main thread
+            outcome["error"] = e
+    waiting = threading.Thread(target=start, name="rendezvous", daemon=True)
+    waiting.start()
+    while waiting.is_alive():
+        waiting.join(0.2)  # between waits the main thread runs its signal handlers
+    if "error" in outcome:
+        raise outcome["error"]
 
 
 def end_distributed(clean):
@@ -374,54 +396,6 @@ def shard(model):
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
-
-
-class StopSignals:
-    """A context in which SIGTERM and SIGINT ask the program to stop cleanly instead of killing it.
-
-    Clusters send SIGTERM some seconds before SIGKILL; Ctrl-C sends SIGINT. Inside the context
-    the first of them sets `received` (its name, e.g. "SIGTERM") and writes `note` (if any) to
-    stderr; the program polls `received` at a point where stopping is clean. A later SIGINT
-    raises KeyboardInterrupt when `repeat_quits` (a second Ctrl-C quits at once; cli shows it as
-    one line), else it is ignored like a later SIGTERM (schedulers may send several). A signal
-    that was ignored when the context began (SIGINT in a background job) stays ignored; outside
-    the main thread nothing is installed. The previous handlers come back on exit.
-
-    train.py's loop polls once per iteration (agree), so the step under way finishes, every
-    micro-step of its accumulation, or after the current batch of an evaluation (which the resume
-    runs again); it saves the last whole iteration and exits with 128 + the signal's number (143,
-    130: what a shell reports for a process that signal killed), printing how to continue
-    (--init_from=resume, or --init_from=auto, the one command for a job that may be preempted and
-    requeued); the resumed run is the uninterrupted one, bit for bit. Under torchrun, signal
-    torchrun (it passes SIGTERM to every process) or any one process: all ranks stop after the same step.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self, note="", repeat_quits=True):
-        self.note, self.repeat_quits = note, repeat_quits
-        self.received, self.previous = None, {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                if signal.getsignal(sig) is not signal.SIG_IGN:
-                    self.previous[sig] = signal.signal(sig, self.handle)
-        return self
-
-    def handle(self, signum, frame):
-        name = signal.Signals(signum).name
-        if self.received is None:
-            self.received = name
-            if self.note:  # os.write: a print here could re-enter a print the signal interrupted
-                os.write(2, f"{name}: {self.note}\n".encode())
-        elif signum == signal.SIGINT and self.repeat_quits:
-            raise KeyboardInterrupt
-
-    def __exit__(self, *exc):
-        for sig, handler in self.previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
-        self.previous = {}
 
 
 def agree(run, signals, *flags):
@@ -508,8 +482,9 @@ def checked_stat(path, folder=None, links=False):
             raise UserError(f"{path} is not a file but a link to {os.path.realpath(path)}, {file_kind(st.st_mode)}: "
                             f"put the file itself there")
     elif not stat.S_ISREG(st.st_mode):  # (never advice to delete: it may be /tmp or /dev/null, given by mistake)
-        raise UserError(f"{path} is not a file but {file_kind(st.st_mode)}: name a regular file (where a run's own "
-                        f"file belongs, move what is there aside: mv {shlex.quote(path)} {shlex.quote(path + '.aside')})")
+        aside = f" (where the folder's own file belongs, move what is there aside: mv {shlex.quote(path)} " \
+            f"{shlex.quote(path + '.aside')})" if folder is not None else ""  # never a device or a folder the user named
+        raise UserError(f"{path} is not a file but {file_kind(st.st_mode)}: name a regular file{aside}")
     return st
 
 

@@ -165,18 +165,20 @@ def prepare_hint(folder):
     return hint
 
 
-def check_char_vocabulary(meta, meta_path):
-    """UserError (one line) when a character vocabulary in meta.pkl disagrees with itself: itos and
-    stoi of other sizes or not inverse to each other, or a vocab_size other than their size (a model
-    of 1,000 outputs for 80 characters trains, but its loss is not the data's)."""
+def check_char_vocabulary(meta, meta_path, fix="write meta.pkl again with the prepare script"):
+    """UserError (one line, ending in `fix`) when a character vocabulary in meta.pkl (or a checkpoint's
+    copy of it) disagrees with itself: itos and stoi of other sizes or not inverse to each other, or a
+    vocab_size other than their size (a model of 1,000 outputs for 80 characters trains, but its loss
+    is not the data's)."""
     if not meta or not ("itos" in meta or "stoi" in meta):
         return
     itos, stoi = meta.get("itos"), meta.get("stoi")
     if itos is not None and stoi is not None and (
-            not isinstance(stoi, dict) or not isinstance(itos, (list, tuple, str))
-            or len(itos) != len(stoi) or any(stoi.get(c) != i for i, c in enumerate(itos))):
+            not isinstance(stoi, dict) or not isinstance(itos, (list, tuple, str, dict))  # (nanoGPT's: a dict)
+            or len(itos) != len(stoi)
+            or any(stoi.get(c) != i for i, c in (itos.items() if isinstance(itos, dict) else enumerate(itos)))):
         raise UserError(f"{meta_path}: its itos ({len(itos)} entries) and stoi ({len(stoi)}) are not one "
-                        f"vocabulary (stoi[itos[i]] must be i): write meta.pkl again with the prepare script")
+                        f"vocabulary (stoi[itos[i]] must be i): {fix}")
     n = len(itos if itos is not None else stoi)
     if meta.get("vocab_size") is not None and meta["vocab_size"] != n:
         raise UserError(f"{meta_path} records vocab_size={meta['vocab_size']!r} for a character vocabulary of "
@@ -402,7 +404,9 @@ def make_codec(meta, vocab_size):
     BPE vocabulary cannot be loaded, and as codec_kind and checked_encoding do.
     """
     kind = codec_kind(meta, vocab_size)
-    if kind == "char":
+    if kind == "char":  # (a checkpoint's copy is checked as meta.pkl is: an edited table decodes garbage)
+        check_char_vocabulary(meta, "the character table the model was trained with",
+                              "the checkpoint or its meta.pkl was edited; use them as written")
         stoi, itos = meta["stoi"], meta["itos"]
 
         def encode(s):

@@ -31,7 +31,7 @@ from dataclasses import replace
 import torch
 
 from plumbing.checkpoint import is_sharded, load_weights
-from plumbing.common import read_json
+from plumbing.common import checked_stat, read_json
 from configurator import MOST_BITS, UserError
 from plumbing.dataset import read_meta
 from plumbing.disk import present
@@ -227,8 +227,10 @@ class FolderWeights:
     def open(self, file):
         from safetensors import safe_open
         path = os.path.join(self.folder, file)
-        if not os.path.isfile(path):
-            raise UserError(f"hf_model={self.folder!r}: its index lists {file}, which is not there")
+        try:  # a name the index maps to outside the folder (../base/model.safetensors) is never read
+            checked_stat(path, self.folder, links=True)  # (a Hugging Face cache links its files: read as them)
+        except FileNotFoundError:
+            raise UserError(f"hf_model={self.folder!r}: its index lists {file}, which is not there") from None
         open(path, "rb").close()  # this user's access first: safetensors words a refusal as a missing file
         try:
             return safe_open(path, framework="pt")

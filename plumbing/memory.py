@@ -1,6 +1,7 @@
 """What a run needs in memory, before anything is built: the parameter count and one micro-batch's
 activations of a config (estimate_size), the memory the device it trains on holds (memory_limit),
-and the one-line refusal with the fix when they do not fit (check_memory)."""
+and the one-line refusal with the fix when they do not fit (check_memory); for a checkpoint, its
+config against its weights' shapes and the memory it needs to be built (check_buildable)."""
 
 import math
 import os
@@ -120,3 +121,59 @@ def check_memory(cfg, can_shard=True):
     raise UserError(f"{size}: about {gb(params)} billion parameters need {need}, more than the {gb(limit[0])} GB of "
                     f"{limit[1]}: lower --n_embd, --n_layer, --d_ff or --n_experts"
                     + (" (or the heads' widths)" if heads else "") + shard)
+
+
+def check_buildable(config, shapes, source, device="cpu"):
+    """UserError, one line naming source, when the model a checkpoint's `config` describes cannot be built
+    from its weights (`shapes`: {name: shape}, checkpoint.saved_shapes; None when unknown): its values
+    out of range (configurator.check_values), its blocks or width not the weights'
+    (read from their shapes, so a config edited to n_layer=10**6 costs nothing), its float32 weights
+    past the memory of `device` (memory.memory_limit, as train.py's start compares; for inference: 4 bytes
+    a parameter), then every tensor's shape against the model built on the meta device (no memory).
+    Every command that builds a model from a checkpoint calls it first, as train.py's resume checks
+    its config (ops.check_config) before building."""
+    import torch
+
+    from configurator import check_values, complete
+    from model import GPT, model_config
+
+    cfg = complete(config)
+    fix = "the config or the weights were changed, or other code wrote them: use the checkpoint as saved, or train again"
+    try:
+        check_values(cfg)
+    except UserError as e:
+        raise UserError(f"{source}'s config: {e}; {fix}") from None
+    blocks = {int(k.split(".")[1]) for k in shapes or () if k.startswith("blocks.") and k.split(".")[1].isdigit()}
+    if shapes is not None and blocks != set(range(cfg["n_layer"])):
+        held = f"blocks 0..{max(blocks)}" if blocks and blocks == set(range(len(blocks))) else f"{len(blocks)} blocks"
+        raise UserError(f"{source}'s config says n_layer={cfg['n_layer']:,} but its weights hold {held}: {fix}")
+    embedding = (shapes or {}).get("wte.weight")
+    if embedding is not None and (len(embedding) != 2 or embedding[1] != cfg["n_embd"]):
+        raise UserError(f"{source}'s config says n_embd={cfg['n_embd']:,} but its token embedding wte.weight is "
+                        f"{embedding}: {fix}")
+    model_cfg = model_config(cfg)
+    params, _ = estimate_size({**cfg, "vocab_size": model_cfg.vocab_size})
+    limit = memory_limit(device)
+    if limit is not None and 4 * params > limit[0]:
+        raise UserError(f"{source}'s model has about {params / 1e9:.3g} billion parameters, {4 * params / GB:.3g} GB "
+                        f"in float32, more than the {limit[0] / GB:.3g} GB of {limit[1]}: use a machine (or "
+                        f"--device) with more memory")
+    if shapes is None:
+        return
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in GPT(model_cfg).state_dict().items()}
+    problems = shape_problems(expected, shapes)
+    if problems:
+        raise UserError(f"{source}'s weights do not match the model its config describes: {problems}; {fix}")
+
+
+def shape_problems(expected, held):
+    """'' when the shapes `held` ({name: shape}) are the model's `expected` ones, else the first three
+    differences in words (missing, not in the model, another shape); a 0-d magnitude for a (1,) one
+    is the same (OR/ER magnitudes were 0-d before FSDP2 needed them (1,))."""
+    problems = [f"{k} missing" for k in expected if k not in held]
+    problems += [f"{k} not in this model" for k in held if k not in expected]
+    problems += [f"{k} is {held[k]}, the config makes {shape}" for k, shape in expected.items()
+                 if k in held and held[k] != shape and not (held[k] == () and shape == (1,))]
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return "; ".join(problems[:3]) + more if problems else ""

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from plumbing.checkpoint import CKPT_NAMES, checkpoint_path, clean_stale, newest_checkpoint, restore, resume_config
-from plumbing.common import (check_numerics, check_processes, distributed_env_problem, file_kind, resolve_device,
+from plumbing.common import (check_numerics, check_processes, distributed_env_problem, file_kind, resolve_device, say,
                              setup_distributed)
 from configurator import UserError, complete, folder_problem
 from plumbing.dataset import check_vocabulary, dataset_dir, load_data, meta_vocab_size, recorded_vocab_size
@@ -70,7 +70,7 @@ def not_own(path, folder=False):
         return None
     if not stat.S_ISREG(st.st_mode):
         return (f"{path} is not a file but {file_kind(st.st_mode)}: a run writes only its own files in out_dir; "
-                f"remove it (rm{' -r' * stat.S_ISDIR(st.st_mode)} {q}) or choose another --out_dir")
+                f"move it aside (mv {q} {shlex.quote(path + '.aside')}) or choose another --out_dir")
     if st.st_nlink > 1:
         own = shlex.quote(path + ".own")
         return (f"{path} has {st.st_nlink} hard links (the same file under another name, which the run would "
@@ -120,6 +120,13 @@ def lock_out_dir(out_dir):
     try:
         os.makedirs(out_dir, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # an existing file is opened, not changed
+    except PermissionError as e:
+        if os.path.lexists(path) and os.access(out_dir, os.W_OK | os.X_OK):  # the folder is writable; its lock is not
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            raise UserError(f"{path}, the run's lock file, is not writable by this user (mode {mode:03o}): give it "
+                            f"back its mode (chmod u+rw {shlex.quote(path)}) or choose another --out_dir") from None
+        raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
+                        f"choose a writable --out_dir") from None
     except OSError as e:
         raise UserError(f"cannot write to out_dir={out_dir!r} ({e.strerror or type(e).__name__}): "
                         f"choose a writable --out_dir") from None
@@ -258,7 +265,7 @@ def setup(cfg, given, cleanup):
         tokens_per_iter=cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps,
         n_moe=sum(model_cfg.is_moe(layer) for layer in range(model_cfg.n_layer)),
         ckpt_path=checkpoint_path(cfg.out_dir, cfg.fsdp), log_path=os.path.join(cfg.out_dir, LOG_NAME),
-        log=(lambda *a: print(*a, flush=True)) if master else (lambda *a: None),
+        log=say if master else (lambda *a: None),
         tracker=start_tracker(cfg, master, finished, cleanup)), ckpt
 
 
@@ -322,6 +329,11 @@ def begin(run, ckpt, model, optimizers, val_batch):
         start_iter, val_loss = restore(ckpt, model, optimizers, run.cfg)
         evaluated = val_loss is not None or ckpt.get("eval_pending", False)  # (an eval a signal cut short)
         val_loss = float("nan") if val_loss is None else val_loss
+        if run.master and not os.path.lexists(run.log_path):
+            q = shlex.quote(run.log_path)
+            raise UserError(f"{run.log_path} is missing (the checkpoint at iteration {start_iter} is there): put the "
+                            f"run's log back, or resume with an empty one (touch {q}), which keeps the rows from here "
+                            f"on (the run's curves then start at {start_iter}, and a sweep will not record it)")
         if run.master:
             trim_log(run.log_path, start_iter)
             read_rows(run.log_path)  # a row research code would refuse is refused now, not after the run ends

@@ -162,12 +162,12 @@ def test_the_blocks_fast_paths_cost_the_host_no_more_than_the_formulas(variant, 
 @pytest.mark.slow
 def test_unified_costs_the_host_no_more_calls_over_the_baseline_than_its_formulas_do():
     """Unified's host calls per compiled step over the baseline's, both with every fast path (the chunked
-    head's loop included): at most the formulas' ratio, and at most 1.65x, what the scale vectors' own
+    head's loop included): at most the formulas' ratio, and at most 1.64x, what the scale vectors' own
     parameters cost (each of unified's 121 more parameter tensors is an input the compiled graph's wrapper
     checks and a tensor the optimizer, the clipping and zero_grad loop over: docs/benchmarks.md)."""
     base, unified = (variants.host_calls_per_step(SimpleNamespace(**HOST), v) for v in ("baseline", "unified"))
     fast, formulas = unified["fast"] / base["fast"], unified["formulas"] / base["formulas"]
-    assert fast <= formulas + 0.01 and fast <= 1.65, (base, unified)
+    assert fast <= formulas + 0.01 and fast <= 1.64, (base, unified)
 
 
 def test_the_host_call_count_sees_a_graph_break(monkeypatch):

@@ -109,7 +109,7 @@ def test_the_tasks_need_a_checkpoint_and_a_writable_folder(tmp_path):
         done.stderr.count("\n") == 1
 
 
-def char_run(tmp_path, block_size=32):
+def char_run(tmp_path, block_size=32, *extra):
     """A 2-iteration run on character data of short lines, one in five empty (as a play's blank lines:
     a context of only newlines is what lm-eval cannot score); returns its out_dir."""
     from test_train import make_dataset
@@ -126,7 +126,7 @@ def char_run(tmp_path, block_size=32):
         np.array(ids, dtype=np.uint16).tofile(os.path.join(ds, f"{split}.bin"))
     out = tmp_path / f"o{block_size}"
     run([f"--dataset={ds}", f"--out_dir={out}", "--n_layer=1", "--n_head=2", "--n_embd=32",
-         f"--block_size={block_size}", "--batch_size=4", "--max_iters=2", "--eval_iters=1", "--sample_tokens=0"])
+         f"--block_size={block_size}", "--batch_size=4", "--max_iters=2", "--eval_iters=1", "--sample_tokens=0", *extra])
     return out
 
 
@@ -143,11 +143,6 @@ def test_tasks_fit_the_model_and_say_when_the_export_is_missing_or_old(tmp_path,
         items = [json.loads(line) for line in f]
     assert len(items) >= 20 and all(len(i["context"] + max(i["choices"], key=len)) < 32 for i in items)
     assert all(i["context"].strip() for i in items)
-    os.makedirs(out / "hf")
-    (out / "hf" / "config.json").write_text('{"model_type": "llama"}')  # a standard model's: no code
-    os.utime(out / "hf" / "config.json", (0, 0))
-    lm_eval_tasks.write_tasks(str(out), str(out / "lm_eval2"))
-    assert "is older than" in capsys.readouterr().out
 
 
 def test_a_block_too_short_for_any_item_writes_no_next_line_task_and_bad_flags_are_one_line(tmp_path, capsys):
@@ -158,16 +153,13 @@ def test_a_block_too_short_for_any_item_writes_no_next_line_task_and_bad_flags_a
     from tools import lm_eval_tasks
     out = char_run(tmp_path, block_size=4)
     capsys.readouterr()
-    os.makedirs(out / "hf")
-    (out / "hf" / "config.json").write_text('{"model_type": "llama"}')
+    exported(out)
     command = lm_eval_tasks.write_tasks(str(out), str(out / "lm_eval"))
     assert "no next-line item fits block_size=4" in capsys.readouterr().out
     assert "--tasks scalevec_val " in command and "next_line" not in command
     assert sorted(os.listdir(out / "lm_eval")) == [lm_eval_tasks.MARKER, "scalevec_val.jsonl", "scalevec_val.yaml"]
     with pytest.raises(UserError, match=r"--seed=-1: numpy's generators take a seed in \[0, 2\*\*32 - 1\]"):
         lm_eval_tasks.main([f"--out_dir={out}", "--seed=-1"])
-    if importlib.util.find_spec("safetensors") is None:
-        return  # (the export's own extra reads an export)
     (out / "hf" / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")  # a cut header
     with pytest.raises(UserError, match=r"hf/model.safetensors is damaged .*export the run anew"):
         lm_eval_tasks.main([f"--out_dir={out}"])
@@ -240,8 +232,10 @@ EVIL_MAP = {"AutoConfig": "evil.Evil", "AutoModelForCausalLM": "evil.Evil"}
 
 @pytest.fixture(scope="module")
 def char_out(tmp_path_factory):
-    """A 2-iteration character run, shared: each test writes its tasks and exports elsewhere."""
-    return char_run(tmp_path_factory.mktemp("char"))
+    """A 2-iteration character run, shared, exported to hf/: each test writes its tasks and exports elsewhere."""
+    out = char_run(tmp_path_factory.mktemp("char"))
+    exported(out)
+    return out
 
 
 def fake_export(folder, config, module=True, **files):
@@ -259,14 +253,114 @@ def fake_export(folder, config, module=True, **files):
     return folder
 
 
-def test_the_command_trusts_the_projects_own_module_and_nothing_more(char_out, tmp_path):
+def exported(out, export_dir=None):
+    needs_transformers()
+    export_dir = export_dir or out / "hf"
+    subprocess.run([sys.executable, "-m", "tools.export", f"--out_dir={out}", f"--export_dir={export_dir}"],
+                   cwd=ROOT, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return export_dir
+
+
+@pytest.fixture(scope="module")
+def base_out(tmp_path_factory):
+    """A 2-iteration run of the baseline (a Llama export) on the same character data, exported to hf/."""
+    from model import BASELINE
+    out = char_run(tmp_path_factory.mktemp("base"), 32, *(f"--{k}={v}" for k, v in BASELINE.items()))
+    exported(out)
+    return out
+
+
+def test_the_command_trusts_the_projects_own_module_and_nothing_more(char_out, base_out, tmp_path):
     from tools import lm_eval_tasks
-    ours = fake_export(tmp_path / "ours", {"model_type": "scalevec", "auto_map": OWN_MAP})
+    ours = exported(char_out, tmp_path / "ours")
     command = lm_eval_tasks.write_tasks(str(char_out), str(tmp_path / "t1"), export_dir=str(ours))
     assert ",trust_remote_code=True," in command
-    plain = fake_export(tmp_path / "plain", {"model_type": "llama"}, module=False)
-    command = lm_eval_tasks.write_tasks(str(char_out), str(tmp_path / "t2"), export_dir=str(plain))
+    plain = base_out / "hf"
+    assert json.loads((plain / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    command = lm_eval_tasks.write_tasks(str(base_out), str(tmp_path / "t2"), export_dir=str(plain))
     assert "trust_remote_code" not in command and f"pretrained={plain}," in command
+
+
+def copied_run(out, tmp_path):
+    import shutil
+    shutil.copytree(out, tmp_path / "run", ignore=shutil.ignore_patterns("lm_eval"))
+    return tmp_path / "run"
+
+
+def edit_json(path, **fields):
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def rewrite_weights(path, change=lambda weights: None, metadata=None):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    with safe_open(str(path), framework="pt") as f:
+        weights, kept = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    change(weights)
+    save_file(weights, str(path), metadata={**kept, **(metadata or {})})
+
+
+@pytest.mark.parametrize("case, words", [
+    ("layers", "config.json declares num_hidden_layers=3 where the checkpoint's model has 1"),
+    ("llama_layers", "config.json declares num_hidden_layers=3 but the weights hold blocks 0..0"),
+    ("llama_heads", "config.json declares num_attention_heads x head_dim and hidden_size of (64, 32)"),
+    ("tokenizer", "tokenizer.json is not the tokenizer the checkpoint's data was encoded with (another one)"),
+    ("no_tokenizer", "tokenizer.json is not the tokenizer the checkpoint's data was encoded with (missing)"),
+    ("weights", "model.layers.0.mlp.down_proj.weight differs from the checkpoint's export at the same iteration (2)"),
+    ("another_run", "weights are not an export of this run (their metadata holds a run config of another model or data)"),
+    ("cut", "model.safetensors is damaged"),
+    ("empty", "model.safetensors is damaged"),
+    ("no_weights", "no model.safetensors (or its index) there"),
+    ("index_outside", "model.safetensors lies outside"),
+])
+def test_an_export_that_is_not_the_checkpoints_prints_no_command(char_out, base_out, tmp_path, case, words):
+    """What tools.hf_check refuses (config.json's sizes over other weights: transformers would build 3 blocks
+    and fill 2 at random), a foreign tokenizer, weights changed in hf/ after the export, another run's
+    export, a cut, empty or missing weights file: one line naming it and the fix; no command, nothing written."""
+    from configurator import UserError
+    from tools import lm_eval_tasks
+    out = copied_run(base_out if case.startswith("llama") or case == "index_outside" else char_out, tmp_path)
+    hf = out / "hf"
+    if case in ("layers", "llama_layers"):
+        edit_json(hf / "config.json", num_hidden_layers=3)
+    elif case == "llama_heads":
+        edit_json(hf / "config.json", num_attention_heads=4, head_dim=16, num_key_value_heads=4)
+    elif case == "tokenizer":
+        tokenizer_json(tmp_path / "tok")
+        (hf / "tokenizer.json").write_bytes((tmp_path / "tok" / "tokenizer.json").read_bytes())
+    elif case == "no_tokenizer":
+        os.remove(hf / "tokenizer.json")
+    elif case == "weights":
+        rewrite_weights(hf / "model.safetensors", lambda w: w["model.layers.0.mlp.down_proj.weight"].mul_(1.5))
+    elif case == "another_run":
+        config = torch.load(out / "ckpt.pt", weights_only=True)["config"]
+        rewrite_weights(hf / "model.safetensors", metadata={"scalevec_config": json.dumps({**config, "dataset": "x"})})
+    elif case == "cut":
+        data = (hf / "model.safetensors").read_bytes()
+        (hf / "model.safetensors").write_bytes(data[:len(data) // 2])
+    elif case == "empty":
+        (hf / "model.safetensors").write_bytes(b"")
+    elif case == "no_weights":
+        os.remove(hf / "model.safetensors")
+    elif case == "index_outside":
+        os.rename(hf / "model.safetensors", tmp_path / "model.safetensors")
+        (hf / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+            "model.embed_tokens.weight": "../../model.safetensors"}}))
+    with pytest.raises(UserError) as e:
+        lm_eval_tasks.write_tasks(str(out), str(tmp_path / "tasks"))
+    assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert "python -m tools.export" in str(e.value) and not (tmp_path / "tasks").exists()
+
+
+def test_an_export_of_an_earlier_iteration_is_said_as_such(char_out, tmp_path, capsys):
+    """The run went on after its export: the note names both iterations (not a file's age, which a copy resets)."""
+    from tools import lm_eval_tasks
+    out = copied_run(char_out, tmp_path)
+    run(["--init_from=resume", f"--out_dir={out}", "--max_iters=4"])
+    capsys.readouterr()
+    command = lm_eval_tasks.write_tasks(str(out), str(tmp_path / "tasks"))
+    assert f"note: {out / 'hf'} holds iteration 2 of this run and the checkpoint is at 4 (the run went on since)" \
+        in capsys.readouterr().out and command.startswith("lm_eval ")
 
 
 @pytest.mark.parametrize("payload, words", [

@@ -413,3 +413,30 @@ def test_a_schedule_entry_that_breaks_the_contract_is_refused_naming_the_rule(mo
             contracts.check(SimpleNamespace(**{**vars(cfg), "lr_schedule": name}))
         assert f"LR_SCHEDULES[{name!r}]" in str(e.value) and "\n" not in str(e.value)
         monkeypatch.delitem(optim.LR_SCHEDULES, name)
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_the_step_clips_as_torch_does_over_the_parameters_and_walks_the_modules_once(optimizer, monkeypatch):
+    """optimizer_step's clip equals torch's clip_grad_norm_(model.parameters()) bit for bit (the same list in
+    the same order: the same losses), and only its first step walks the modules (model.parameters() is host
+    work per module, every iteration)."""
+    torch.manual_seed(0)
+    m = tiny(**ALL_ON)
+    idx = torch.randint(0, 50, (2, 16))
+    m(idx, idx)[1].backward()
+    ref = {name: p.grad.clone() for name, p in m.named_parameters()}
+    ref_params = [torch.nn.Parameter(p.detach().clone()) for p in m.parameters()]
+    for r, p in zip(ref_params, m.parameters()):
+        r.grad = p.grad.clone()
+    torch.nn.utils.clip_grad_norm_(ref_params, 1e-3)
+    expected = {name: r.grad for (name, _), r in zip(m.named_parameters(), ref_params)}
+    assert not any(torch.equal(expected[n], ref[n]) for n in ref)  # the norm is above 1e-3: every gradient clipped
+    opts, _ = build_optimizers(m, opt_cfg(optimizer=optimizer, learning_rate=0.0, muon_lr=0.0, weight_decay=0.0), "cpu")
+    seen = {}
+    monkeypatch.setattr(torch.optim.Optimizer, "zero_grad", lambda self, set_to_none=True: seen.update(
+        {id(p): p.grad.clone() for g in self.param_groups for p in g["params"]}))
+    optim.optimizer_step(m, opts, grad_clip=1e-3)
+    for name, p in m.named_parameters():
+        assert torch.equal(seen[id(p)], expected[name]), name
+    monkeypatch.setattr(type(m), "parameters", lambda *a, **k: pytest.fail("a second step walked the modules"))
+    optim.optimizer_step(m, opts, grad_clip=1e-3)

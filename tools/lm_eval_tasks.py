@@ -30,7 +30,11 @@ The command is printed only for an export that plumbing.hf_code's rule for every
 reader of a folder allows (plumbing.hf_code.shipped_code): trust_remote_code=True
 only when the folder's one piece of code is this project's own
 modeling_scalevec.py, byte for byte, and its auto_map names nothing else;
-else one line says why and how to make a new export. The tasks folder is one
+else one line says why and how to make a new export. And only for an export that
+is the checkpoint's (verify_export, with tools.hf_check's reading of the
+folder): config.json's sizes its weights', its tokenizer and every tensor the
+checkpoint's own; an export of an earlier iteration of the run is said in a note.
+The tasks folder is one
 this command made (its .lm_eval_tasks marker) or a new or empty one, never a
 link, and no file it replaces is a link or has another hard link.
 """
@@ -47,12 +51,12 @@ from plumbing import common  # noqa: E402 (from the repository root, the path ab
 common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
 
 import argparse
-import importlib.util
 import json
 
 import numpy as np
 
-from plumbing.checkpoint import atomic_write, checkpoint_in, load_checkpoint
+from plumbing.checkpoint import atomic_write, checkpoint_in, load_checkpoint, saved_shapes
+from plumbing.memory import check_buildable
 from plumbing.common import cli
 from configurator import UserError, folder_problem
 from plumbing.dataset import codec_kind, dataset_dir, hf_tokenizer, make_codec
@@ -135,26 +139,91 @@ def next_line_items(docs, n_items, context_lines, seed, fits=lambda text: True):
 
 
 def check_export(export_dir, out_dir):
-    """UserError (one line) when the export's weights exist but cannot be read whole (a copy cut short):
-    the printed command would fail on them. Each tensor's bytes are checked by safetensors' header
-    (safe_open reads it and the file's length), not loaded."""
+    """UserError (one line) unless the export is the checkpoint's, checked as tools.hf_check checks a folder
+    (verify_export: its weights readable whole, config.json's sizes its weights', the tokenizer and
+    every tensor the checkpoint's own); returns verify_export's note for an export of an earlier iteration, or
+    None. The checkpoint's model is built for it (load_model, checked before it is built)."""
     files = sorted(f for f in os.listdir(export_dir) if f.endswith(".safetensors")) if os.path.isdir(export_dir) else []
     for name in files:  # a FIFO would block the printed command's read; a folder or device is no weights
         if not os.path.isfile(os.path.join(export_dir, name)):
             raise UserError(f"{os.path.join(export_dir, name)} is not a regular file: {export_anew(out_dir)}")
-    if not files or importlib.util.find_spec("safetensors") is None:  # nothing to read, or nothing to read it with
-        return
-    from safetensors import safe_open
-    for name in files:
-        path = os.path.join(export_dir, name)
-        if os.path.isfile(path):  # this user's access first: safetensors words a refusal as a missing file
-            open(path, "rb").close()
-        try:
-            with safe_open(path, framework="pt") as f:
-                for key in f.keys():
-                    f.get_slice(key)
-        except Exception as e:  # safetensors' SafetensorError: truncated, junk, empty
-            raise UserError(f"{path} is damaged ({type(e).__name__}: {str(e)[:80]}): {export_anew(out_dir)}") from None
+    from plumbing.checkpoint import load_model
+    model, ckpt = load_model(checkpoint_in(out_dir))
+    return verify_export(export_dir, model, ckpt, export_anew(out_dir))
+
+
+def verify_export(export_dir, model, ckpt, fix):
+    """Check the folder export_dir against the checkpoint it came from (model: load_model's, ckpt: its dict),
+    as tools.hf_check checks a folder, plus what only the checkpoint knows; returns None, or one note when
+    the folder is an export of an earlier iteration of the same run (the run went on since).
+
+    Raises UserError, one line naming the file and ending in `fix` (the command that makes a new export),
+    when: the weights are not readable whole (hf_folder.FolderWeights, hf_check's reader: a file cut short
+    or empty, an index naming a file outside the folder, a quantized dtype); config.json's sizes are not
+    its weights' (for a Llama or Qwen3 folder hf_folder.merged_config, hf_check's own check); a field of
+    config.json is not the one tools.export writes for this checkpoint (hf_config: its blocks, width, heads,
+    vocabulary, architecture); the tokenizer's files are not the ones tools.export writes for the checkpoint's
+    meta.pkl (a foreign tokenizer.json); the weights' metadata names another run's config; or, for an
+    export of the checkpoint's own iteration, a tensor differs from hf_state_dict(model) (weights changed
+    in the folder after the export)."""
+    import tempfile
+
+    import torch
+
+    from configurator import DEFAULTS
+    from model import MODEL_KEYS
+    from plumbing.common import read_json
+    from plumbing.hf_folder import ARCHITECTURES, FolderWeights, merged_config
+    from tools.export import architecture, hf_config, hf_state_dict, write_tokenizer
+
+    def refuse(words):
+        raise UserError(f"{words}: {fix}")
+    try:
+        weights = FolderWeights(export_dir)
+        config = read_json(os.path.join(export_dir, "config.json"))
+        if (config.get("architectures") or [None])[0] in ARCHITECTURES:  # what tools.hf_check reads
+            merged_config({**DEFAULTS, "hf_model": export_dir, "n_experts": 0}, set())
+    except UserError as e:
+        refuse(str(e))
+    cfg, arch = model.config, architecture(model.config)
+    with tempfile.TemporaryDirectory() as tmp:
+        bos, eos, _, _ = write_tokenizer(tmp, ckpt.get("meta"), cfg)
+        for name in ("tokenizer.json", "tokenizer_config.json", "char_vocab.json"):
+            ours, theirs = os.path.join(tmp, name), os.path.join(export_dir, name)
+            if os.path.lexists(ours) != os.path.lexists(theirs) or \
+                    os.path.lexists(ours) and read_json(ours) != read_json(theirs):
+                refuse(f"{theirs} is not the tokenizer the checkpoint's data was encoded with "
+                       f"({'missing' if os.path.lexists(ours) and not os.path.lexists(theirs) else 'another one'})")
+    for key, value in hf_config(cfg, arch, eos, bos).items():
+        if config.get(key) != value:
+            refuse(f"{os.path.join(export_dir, 'config.json')} declares {key}={config.get(key)!r} where the "
+                   f"checkpoint's model has {value!r} (the file was edited, or the folder mixed from two exports)")
+    metadata = weights.handles[sorted(weights.handles)[0]].metadata() or {}
+    try:
+        theirs = json.loads(metadata["scalevec_config"])
+    except (KeyError, ValueError):
+        theirs = None
+    # the run's identity: its model and its data (out_dir, max_iters and the like change on a copy or a resume)
+    same = [k for k in (*sorted(MODEL_KEYS), "dataset") if type(theirs) is dict and theirs.get(k) == ckpt["config"].get(k)]
+    if len(same) < len(MODEL_KEYS) + 1:
+        refuse(f"{export_dir}'s weights are not an export of this run (their metadata holds "
+               f"{'no run config' if type(theirs) is not dict else 'a run config of another model or data'})")
+    exported = json.loads(metadata.get("scalevec_training", "{}")).get("iter")
+    if exported is not None and exported != ckpt["iter"]:  # (None: an export that recorded no iteration)
+        return (f"{export_dir} holds iteration {exported} of this run and the checkpoint is at {ckpt['iter']} "
+                f"(the run went on since): to evaluate the checkpoint as it is now, {fix}")
+    ours = hf_state_dict(model)
+    if set(ours) != weights.names():
+        name = sorted(set(ours) ^ weights.names())[0]
+        refuse(f"{export_dir}'s weights {'lack' if name in ours else 'add'} {name}, which the export of the "
+               f"checkpoint {'holds' if name in ours else 'does not hold'}")
+    for name, tensor in ours.items():
+        if not torch.equal(weights.get(name), tensor):
+            refuse(f"{export_dir}'s {name} differs from the checkpoint's export at the same iteration "
+                   f"({ckpt['iter']}): the weights were changed in the folder after the export" if exported is not None
+                   else f"{export_dir}'s {name} differs from the checkpoint's export (the folder records no iteration: "
+                        f"an export of another iteration, or weights changed after it)")
+    return None
 
 
 def export_anew(out_dir):
@@ -227,12 +296,12 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
     if problem:
         raise UserError(f"--tasks_dir={tasks_dir}: {problem}")
     ckpt = load_checkpoint(checkpoint_in(out_dir))
+    check_buildable(ckpt["config"], saved_shapes(ckpt), checkpoint_in(out_dir))  # its block_size and vocabulary shape the tasks
     export_flags = shlex.quote("--out_dir=" + out_dir) + (f" {shlex.quote('--export_dir=' + export_dir)}" if export_dir else "")
     export_dir = export_dir or os.path.join(out_dir, "hf")
     exported = os.path.lexists(export_dir)
     trust = exported and trusted(export_dir, out_dir)
-    if exported:
-        check_export(export_dir, out_dir)
+    note = check_export(export_dir, out_dir) if exported else None
     docs, prefix, encode = held_out_docs(ckpt, max_docs, doc_chars)
     block = ckpt["config"]["block_size"]
     items = next_line_items(docs, n_items, context_lines, seed, fits=lambda text: len(encode(text)) < block)
@@ -267,9 +336,8 @@ def write_tasks(out_dir, tasks_dir, max_docs=100, n_items=200, context_lines=3, 
         print(f"note: no export in {export_dir} yet: python -m tools.export {export_flags} writes it; then run this "
               f"command again for the lm_eval command (printed once the export is checked)")
         return None
-    if os.path.getmtime(os.path.join(export_dir, "config.json")) < os.path.getmtime(checkpoint_in(out_dir)):
-        print(f"note: {export_dir} is older than {checkpoint_in(out_dir)} (the run went on "
-              f"since): to evaluate the checkpoint as it is now, {export_anew(out_dir)}")
+    if note:
+        print(f"note: {note}")
     args = f"pretrained={export_dir},dtype=float32"
     if trust:  # the folder's only code is this project's own modeling file (trusted)
         args += ",trust_remote_code=True"

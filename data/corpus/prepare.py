@@ -55,6 +55,9 @@ def input_files(patterns):
         matches = [pattern] if os.path.exists(pattern) else sorted(glob.glob(pattern, recursive=True))
         found = []
         for path in matches:
+            if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):  # glob sees an empty folder
+                raise SystemExit(f"{path}: this user may not list the folder (permission denied): make it readable "
+                                 f"(chmod u+rx {path}) or name its files")
             if os.path.isdir(path):
                 found += sorted(p for p in glob.glob(os.path.join(path, "**", "*"), recursive=True)
                                 if p.endswith(SUFFIXES) and os.path.isfile(p))
@@ -114,18 +117,28 @@ def documents(files, text_field):
 
 
 def parquet_texts(path, text_field):
+    """Each row's text of a .parquet file, read a batch at a time. SystemExit naming the file for one that is
+    cut (a download stopped short), empty or damaged, as pyarrow finds it at the footer or at a page."""
+    import pyarrow
     import pyarrow.parquet as pq
-    f = pq.ParquetFile(path)
-    if text_field not in f.schema_arrow.names:
-        raise SystemExit(f"{path}: no {text_field!r} column (has: {', '.join(f.schema_arrow.names[:8])}); "
-                         f"name the text's column with --text_field")
+
     row = 0
-    for batch in f.iter_batches(columns=[text_field]):
-        for text in batch.column(0).to_pylist():
-            row += 1
-            text = text_of(text, f"{path} row {row}", text_field)
-            if text:
-                yield text
+    try:
+        f = pq.ParquetFile(path)
+        if text_field not in f.schema_arrow.names:
+            raise SystemExit(f"{path}: no {text_field!r} column (has: {', '.join(f.schema_arrow.names[:8])}); "
+                             f"name the text's column with --text_field")
+        for batch in f.iter_batches(columns=[text_field]):
+            for text in batch.column(0).to_pylist():
+                row += 1
+                text = text_of(text, f"{path} row {row}", text_field)
+                if text:
+                    yield text
+    except (pyarrow.ArrowException, ValueError) as e:  # (ArrowInvalid is both) a cut file, an empty one, junk
+        size = os.path.getsize(path)
+        where = f"after row {row}" if row else "at its start"
+        raise SystemExit(f"{path}: not a whole .parquet file ({size:,} bytes; pyarrow: {str(e).splitlines()[0][:100]}) "
+                         f"{where}: a download cut short or damaged; download it again, or leave it out") from None
 
 
 def text_of(text, where, text_field):
