@@ -188,6 +188,7 @@ def load_ablation(path, scale_down=False):
         spec["lr_multipliers"] = MINIATURE_GRID if spec["lr_multipliers"] else []
     check_runs(spec, path)
     spec["name"] = os.path.splitext(os.path.basename(path))[0]
+    spec["folder"] = os.path.dirname(os.path.abspath(path))  # where a file it names (lr_tuned_in) is looked for first
     spec["scale_down"] = bool(scale_down)  # its tables and figures say so and give no verdict (stats.SCALED_DOWN)
     return spec
 
@@ -448,10 +449,34 @@ def config_hash(cfg):
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
-def lr_protocol(spec, variant, reference):
-    """How a row's arms got their LRs: "tuned" when each ran at its own LR tuned on seeds of its own
-    (tune_lr, or both named in lr_tuned_in), else "shared" (the base's LR, untuned for either)."""
-    return "tuned" if spec["tune_lr"] or {variant, reference} <= set(spec["lr_tuned_in"]) else "shared"
+def lr_protocol(results, setting, variant, reference):
+    """How a row's arms got their LRs: "tuned" when each ran at an LR tuned by the rule (arm_tuned, as
+    collect computed it into results[(setting, arm)]["tuned"]); "untuned" when each arm's LR was chosen
+    for it, but not by the rule (on one seed, or at the grid's edge); else "shared" (one LR, the base's
+    or one arm's, tuned for neither by the rule)."""
+    arms = [results.get((setting, v), {}) for v in (variant, reference)]
+    return "tuned" if all(e.get("tuned") for e in arms) else "untuned" if all(e.get("chose") for e in arms) else "shared"
+
+
+def arm_tuned(spec, setting, variant, records, seen=()):
+    """Whether one arm's LR is tuned by the rule, computed from the file and its records, never from the
+    file's intent: chosen by the mean over at least 2 tuning seeds (tuning_seeds; seeds[0] alone is
+    one), every multiplier of the grid recorded, the best interior to it (lr_choice). An arm whose LR
+    another file chose (lr_tuned_in) is tuned when that file's same-named arm is, in any of its
+    settings (that file beside this one, else in configs/ablations/; neither: not tuned, as nothing shows it)."""
+    if variant in spec["lr_tuned_in"]:
+        name = spec["lr_tuned_in"][variant]
+        found = [p for p in (os.path.join(spec.get("folder", ""), f"{name}.py"),
+                             os.path.join(ROOT, "configs", "ablations", f"{name}.py")) if os.path.isfile(p)]
+        if name in seen or not found:
+            return False
+        other = load_ablation(found[0])
+        return variant in other["variants"] and any(
+            arm_tuned(other, s, variant, records, (*seen, spec["name"])) for s in other["settings"])
+    if not spec["tune_lr"] or len(tuning_seeds(spec)) < 2:
+        return False
+    best, why = lr_choice(spec, setting, variant, records)
+    return best is not None and min(spec["lr_multipliers"]) < best < max(spec["lr_multipliers"])
 
 
 def table_seeds(spec):

@@ -6,7 +6,8 @@ the planned seeds alone where seeds were added after a look."""
 import json
 from collections import Counter
 
-from research.ablation import load_ablation, lr_protocol, plan, planned_table_seeds
+from research.ablation import arm_tuned, load_ablation, lr_protocol, plan, planned_table_seeds
+from research.records import cpu_type
 from research.regime import param_count
 from research.stats import SCALED_DOWN, fmt_ci, mean_ci, verdict
 
@@ -48,7 +49,7 @@ def collect(spec, records):
     modes = [training_mode(records[r["hash"]]) for r in runs if r["hash"] in records]
     known = Counter(m for m in modes if None not in m) or Counter(modes)
     mode = known.most_common(1)[0][0] if known else None
-    results, missing = {}, []
+    results, missing, table = {}, [], {}
     for run in runs:
         e = results.setdefault((run["setting"], run["variant"]),
                                {"seeds": {}, "lr": {}, "budgets": {}, "tuning": {}, "params": None,
@@ -71,6 +72,9 @@ def collect(spec, records):
             continue
         if run["main"]:
             e["seeds"][run["seed"]] = rec
+            table.setdefault((run["setting"], run["seed"]), {})[run["variant"]] = [
+                r for r in [rec, *getattr(records, "reruns", {}).get(run["hash"], [])]
+                if same_mode(training_mode(r), mode)]
         if spec["tuning_seeds"]:
             if run["seed"] in spec["tuning_seeds"] and run["iter_mult"] == 1.0:
                 e["tuning"].setdefault(run["lr_mult"], {})[run["seed"]] = rec
@@ -78,7 +82,37 @@ def collect(spec, records):
             e["lr"][run["lr_mult"]] = rec
         if run["lr_mult"] == 1.0:
             e["budgets"].setdefault(run["seed"], {})[run["iter_mult"]] = rec
+    for (setting, variant), e in results.items():  # the rule's, from the records (ablation.arm_tuned)
+        e["tuned"] = arm_tuned(spec, setting, variant, records)
+        e["chose"] = spec["tune_lr"] or variant in spec["lr_tuned_in"]  # an LR of its own, chosen somehow
+    for (setting, seed), cells in table.items():
+        for variant, rec in choose_pairs(cells, table, setting).items():
+            results[(setting, variant)]["seeds"][seed] = rec
     return results, missing, mode
+
+
+def choose_pairs(cells, table, setting):
+    """{variant: the record its seed's table uses}, cells: {variant: [the run's records: its own, its
+    reruns (records.load_records)]} of one (setting, seed). The rule, one for every table: the arms
+    of a seed pair on one CPU type (records.cpu_type), the type most of them have (ties: the one
+    whose code comes first below); within it the arms take one commit where they all have one (of
+    those, the one with the most of the setting's table records), else each its own by that count;
+    then the newest. A seed whose
+    arms have no CPU type in common keeps each arm's first record by that order, and its rows say
+    so (comparisons: "apart")."""
+    counts = Counter(r.get("commit") for s_cells in (c for (st, _), c in table.items() if st == setting)
+                     for recs in s_cells.values() for r in recs)
+    order = lambda r: (counts[r.get("commit")], r.get("started") or "")  # noqa: E731
+    types = Counter(cpu_type(r) for recs in cells.values() for r in {id(r): r for r in recs}.values())
+    by_type = {t: sum(any(cpu_type(r) == t for r in recs) for recs in cells.values()) for t in types}
+    best = max(by_type, key=lambda t: (by_type[t], max(order(r) for recs in cells.values() for r in recs
+                                                        if cpu_type(r) == t)), default=None)
+    same = {v: [r for r in recs if cpu_type(r) == best] or recs for v, recs in cells.items()}
+    shared = set.intersection(*({r.get("commit") for r in recs} for recs in same.values() if recs)) if same else set()
+    if shared:  # a commit every arm has: the seed pairs within one code
+        code = max(shared, key=lambda c: counts[c])
+        same = {v: [r for r in recs if r.get("commit") == code] for v, recs in same.items()}
+    return {v: max(recs, key=order) for v, recs in same.items() if recs}
 
 
 def collect_all(paths, records, scale_down=False):
@@ -102,11 +136,20 @@ def paired(results, setting, variant, reference):
     return seeds, [final_val(a[s]) - final_val(b[s]) for s in seeds]
 
 
+def apart(results, setting, variant, reference, seeds):
+    """The seeds whose two arms' records are of different CPU types (records.cpu_type): a paired
+    difference that holds the CPUs' difference too (a cross-CPU replay moved a final loss by about half
+    a seed-to-seed SD)."""
+    a, b = results[(setting, variant)]["seeds"], results[(setting, reference)]["seeds"]
+    return [s for s in seeds if cpu_type(a[s]) != cpu_type(b[s])]
+
+
 def comparisons(spec, results):
     """Every paired comparison of an ablation, in table order: each variant vs the baseline per
     setting, then the file's extra comparisons. List of dicts(setting, variant, reference, seeds,
-    diffs, ci (mean_ci), expected, verdict, lr: "tuned" (each arm at its own tuned LR) or "shared"
-    (ablation.lr_protocol), control: the file declares itself a control); a
+    diffs, ci (mean_ci), expected, verdict, lr: "tuned" (each arm at its own LR tuned by the rule) or
+    "shared" (ablation.lr_protocol), apart: the seeds whose arms ran on different CPU types, control: the
+    file declares itself a control); a
     --scale_down spec's verdicts are stats.SCALED_DOWN."""
     base = list(spec["variants"])[0]
     pairs = [(s, v, base, spec["expected"].get(v)) for s in spec["settings"] for v in spec["variants"] if v != base]
@@ -117,7 +160,8 @@ def comparisons(spec, results):
         seeds, diffs = paired(results, setting, v, ref)
         ci = mean_ci(diffs)
         c = dict(setting=setting, variant=v, reference=ref, seeds=seeds, diffs=diffs, ci=ci, expected=expected,
-                 verdict=verdict(ci, len(diffs), expected), lr=lr_protocol(spec, v, ref),
+                 verdict=verdict(ci, len(diffs), expected), lr=lr_protocol(results, setting, v, ref),
+                 apart=apart(results, setting, v, ref, seeds),
                  control=bool(spec["control"]),
                  planned_diffs=[d for s, d in zip(seeds, diffs) if s in planned], planned_n=len(planned),
                  key=seeds and (config_key(results[(setting, v)]["seeds"][seeds[0]]),

@@ -158,14 +158,23 @@ def seeds_to_resolve(c, strength_word):
 
 
 def lr_line(rows):
-    """How the claim rows' arms got their LRs, in the words of the summary's rule (stats.UNTUNED_CAP)."""
-    shared = [f"{c['variant']} - {c['reference']}" for c, _ in rows if c["expected"] and c.get("lr") == "shared"]
-    if not shared:
-        return "Arms' LR: each arm at its own LR, tuned on seeds of its own."
-    some = "every claim row" if len(shared) == sum(1 for c, _ in rows if c["expected"]) else ", ".join(dict.fromkeys(shared))
-    return (f"Arms' LR: {some} ran both arms at one shared LR, tuned for neither: a gap may come from that LR "
-            f"fitting one variant more than the other, so such a row is a finding about that LR and a lead at most "
-            f"about the variants (tune_lr in the ablation file gives each arm its own).")
+    """How the claim rows' arms got their LRs, in the words of the summary's rule (stats.UNTUNED_CAP,
+    UNTUNED_OWN_CAP; computed from the records: ablation.arm_tuned)."""
+    claims = sum(1 for c, _ in rows if c["expected"])
+    lines = []
+    for kind, what in (("shared", "ran both arms at one shared LR, tuned for neither: a gap may come from that LR "
+                                  "fitting one variant more than the other, so such a row tells about that LR and is a "
+                                  "lead at most about the variants (tune_lr in the ablation file gives each arm its own)"),
+                       ("untuned", "ran each arm at an LR of its own chosen otherwise than by the rule (the mean of 2 "
+                                   "tuning seeds or more, every choice interior to its grid): a lead at most about the "
+                                   "variants")):
+        named = [f"{c['variant']} - {c['reference']}" for c, _ in rows if c["expected"] and c.get("lr") == kind]
+        if named:
+            some = "every claim row" if len(named) == claims else ", ".join(dict.fromkeys(named))
+            lines.append(f"{some} {what}")
+    if not lines:
+        return "Arms' LR: each arm at its own LR, tuned by the rule on seeds of its own."
+    return "Arms' LR: " + "; ".join(lines) + "."
 
 
 def fit_text(text, inches, fontsize):

@@ -49,6 +49,15 @@ def measure(spec):
             f"over its eval intervals{earlier}: {SITE_STATISTICS[stat]}; unitless)")
 
 
+OWN_FAMILY = "significant in its own family"
+
+
+def own_family(word):
+    """A question row's strength: stats.strength's, with "finding" (BH over the summary's claim family)
+    said as OWN_FAMILY, since its p (BH) is over the question's three rows only."""
+    return word.replace("finding", OWN_FAMILY, 1) if word.startswith("finding") else word
+
+
 def question_rows(spec, results):
     """The rows of the file's question (question_key; variant v, reference r, settings [a, b]): per
     setting, v - r of its scalar paired by seed over the planned table seeds both
@@ -57,7 +66,7 @@ def question_rows(spec, results):
     Welch's), ci, p, df, p_bh, verdict, strength, question (its name, QUESTIONS). The three are a family of their own: BH over
     them once each has a p and every planned seed (until then p_bh None, strength "pending"). No
     direction was claimed: verdict stats.difference_verdict ("differs" when the interval excludes 0,
-    else "unresolved"); strength stats.strength ("finding" when also p (BH) <= 0.05, "lead" when only
+    else "unresolved"); strength stats.strength, own_family ("significant in its own family" when p (BH) <= 0.05, "lead" when only
     the interval excludes 0, else "-"; a mechanism question's arms (two variants) at one shared
     untuned LR make it a lead at most; a loss question's arms differ in an LR by design)."""
     key = question_key(spec)
@@ -79,10 +88,11 @@ def question_rows(spec, results):
     for r in rows:
         r["question"] = QUESTIONS[question_key(spec)]  # what the headings call it
     family = all(r["complete"] and r["p"] is not None for r in rows)
+    untuned = key == "mechanism_question" and any(lr_protocol(results, st, v, ref) == "shared" for st in (s0, s1))
     for r, p_bh in zip(rows, bh_adjust([r["p"] for r in rows]) if family else [None] * 3):
         r.update(p_bh=p_bh, verdict=difference_verdict(r["ci"]),
                  strength="pending (the family's planned seeds)" if not family else
-                 strength(r["ci"], p_bh, untuned=key == "mechanism_question" and lr_protocol(spec, v, ref) == "shared"))
+                 own_family(strength(r["ci"], p_bh, untuned=untuned)))
         if spec.get("scale_down"):  # miniature runs: no word of a finding (stats.SCALED_DOWN)
             r.update(verdict=SCALED_DOWN, strength=SCALED_DOWN_STRENGTH)
     return rows
@@ -101,7 +111,8 @@ def question_table(spec, rows):
            f"recorded. " + (f"Verdict and strength: {SCALED_DOWN} (miniature runs through the same code)"
                             if spec.get("scale_down") else
                             "No direction was claimed: verdict \"differs\" when the interval excludes 0, "
-                            "\"unresolved\" otherwise; strength \"finding\" when also p (BH) <= 0.05, \"lead\" when "
+                            "\"unresolved\" otherwise; strength \"significant in its own family\" when also p (BH) <= 0.05 "
+                            "over these three (never a finding: that word is the summary's family's), \"lead\" when "
                             "only the interval excludes 0") + f" ({spec['name']}_{key}.png).", "",
            "| row | test | seeds | per seed | mean [95% CI] | df | p | p (BH) | verdict | strength |",
            "|---|---|---|---|---|---|---|---|---|---|"]

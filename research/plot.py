@@ -115,7 +115,7 @@ from research.figures import plot_curves, plot_fit, plot_ladder, plot_lr, plot_s
 from research.headlines import headline, measured  # noqa: E402
 from research.mechanism_figures import mechanism_entries, plot_mechanism  # noqa: E402
 from research.mechanism_question import plot_question, question_key, question_rows  # noqa: E402
-from research.records import load_records  # noqa: E402
+from research.records import cpu_text, cpu_type, load_records  # noqa: E402
 from research.regime import unit  # noqa: E402
 from research.run_figures import draw_runs  # noqa: E402
 from research.summary import file_strengths, replace_block, summary  # noqa: E402
@@ -213,7 +213,10 @@ def draw_ablation(spec, results, missing, mode, out, strengths=None):
                       for r in [*e["seeds"].values(), *e["lr"].values(),
                                 *(x for b in e["budgets"].values() for x in b.values()),
                                 *(x for t in e["tuning"].values() for x in t.values())]})
-    md += f"\nRuns: {mode_text(mode)} (every row); code at commit {', '.join(commits)}.\n"
+    cpus = " / ".join(sorted({cpu_text(cpu_type(r)) for e in results.values() for r in e["seeds"].values()}))
+    md += (f"\nRuns: {mode_text(mode)} (every row); code at commit {', '.join(commits)}"
+           + (f"; seed tables on {cpus} (each seed's arms on one CPU type, or the table says so)" if cpus else "")
+           + ".\n")
     if missing:
         md += f"\n{len(missing)} runs without a record, left out: " + ", ".join(missing)
     with atomic_write(os.path.join(out, f"{spec['name']}.md")) as f:

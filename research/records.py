@@ -14,13 +14,14 @@ import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import time
 
-from plumbing.checkpoint import atomic_write
+from plumbing.checkpoint import atomic_write, checkpoint_in, load_checkpoint
 from plumbing.common import PORTABLE_ENV, open_checked, resolve_device
-from configurator import UserError
+from configurator import TRACKING_KEYS, UserError, complete
 from plumbing.mechanism import renamed_mechanism
 from plumbing.ops import read_rows
 
@@ -341,8 +342,9 @@ def write_record(results, record):
 
 
 def record_problem(rec):
-    """Why a record's evals are not those of one finished run (a line), or None: their iterations and
-    tokens must increase strictly, and the last eval and "final" must be at its config's max_iters."""
+    """Why a record's evals are not those of one finished run (a line), or None: every val loss a finite
+    number no model can go below (0: a loss is a negative log-likelihood), their iterations and tokens
+    increasing strictly, and the last eval and "final" at its config's max_iters."""
     evals, max_iters = rec["evals"], rec["config"]["max_iters"]
     if not evals:
         return "it has no evals"
@@ -350,6 +352,8 @@ def record_problem(rec):
     bad = [v for v in losses if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v))]
     if bad:
         return f"it holds a val_loss of {bad[0]!r}, not a finite number"
+    if min(losses) < 0:
+        return f"it holds a val_loss of {min(losses)!r}, below 0, which no model's loss can be"
     for key in ("iter", "tokens"):
         values = [e[key] for e in evals]
         for k in range(1, len(values)):
@@ -364,12 +368,13 @@ def record_problem(rec):
 
 def read_record(path):
     """The record in path; UserError naming the file when it is not a run record (bad JSON, binary,
-    the wrong shape) or not the record of one finished run (record_problem)."""
+    the wrong shape), not the record of one finished run (record_problem), or not named as its record
+    is (<name>.json: a hand copy under another name would be a second record of one run)."""
     try:
         with open_checked(path, links=True) as f:  # a FIFO or a device: one line (UserError), never a wait
             rec = json.load(f)
         problem = record_problem(rec)
-        rec["config_hash"]
+        rec["config_hash"], rec["name"]
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:  # bad JSON, binary, wrong shape
         raise UserError(f"{path} is not a run record ({type(e).__name__}: {str(e)[:80]}): remove it or restore "
                         f"it from git") from None
@@ -377,43 +382,172 @@ def read_record(path):
         raise UserError(f"{path}: {problem}: not the record of one finished run, so its numbers cannot be "
                         f"used; remove it (git rm it if committed) and run its run again (delete the run's "
                         f"folder under the sweep's --out_root, then run the sweep again)")
+    if os.path.basename(path) != f"{rec['name']}.json":
+        raise UserError(f"{path} holds the record named {rec['name']!r}, whose file is {rec['name']}.json: a "
+                        f"copy under another name would be a second record of one run; remove it (a rerun on "
+                        f"another CPU or commit goes in with python -m research.adopt)")
     if rec.get("mechanism"):  # a record made before a statistic's rename reads under its current name
         rec["mechanism"] = {k: renamed_mechanism(v) if isinstance(v, dict) else v for k, v in rec["mechanism"].items()}
     return rec
 
 
+# One run, one record; a rerun of a config (another commit or CPU type) is a record of its own, named
+# <the record's name>_rerun-<commit's first 8>-<CPU type as a slug>, with "rerun_of": the name it reruns.
+RERUN_MARK = "_rerun-"
+
+
+def cpu_type(rec):
+    """What a record's numbers are bit-for-bit reproducible on, beside threads and code: (device name,
+    vector ISA). A record made before either was written has None there: an unknown CPU type of its
+    own, which pairs only with records that know no more."""
+    return rec.get("device_name"), rec.get("cpu_isa")
+
+
+def cpu_text(kind):
+    """A CPU type (cpu_type) in words: 'AMD EPYC, AVX512', 'unknown CPU'."""
+    return ", ".join(x for x in kind if x) or "unknown CPU"
+
+
+def provenance(rec):
+    """(CPU type, commit): what tells a rerun of a config from its first record and from each other."""
+    return cpu_type(rec), rec.get("commit")
+
+
+def rerun_name(rec, original):
+    """The name a rerun record rec of original's config takes (RERUN_MARK)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", cpu_text(cpu_type(rec)).lower()).strip("-")
+    return f"{original['name']}{RERUN_MARK}{(rec.get('commit') or 'unknown')[:8]}-{slug}"
+
+
+class Records(dict):
+    """{config hash: the run's record} (load_records), and .reruns: {config hash: [its reruns' records]}."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reruns = {}
+
+
 def load_records(results, damaged=None):
-    """{config hash: record} of every results/*.json (read_record); {} when the folder is absent.
+    """Records of every results/*.json (read_record); empty when the folder is absent. One run, one
+    record: a second file of one config hash (a hand copy), or a rerun whose provenance (CPU type and
+    commit) is its original's or another rerun's, is a UserError naming both files; a rerun ("rerun_of",
+    RERUN_MARK) goes to .reruns, never in place of its original.
     Raises read_record's UserError at the first damaged file; with `damaged` (a list), appends that
     line to it instead and goes on (a sweep runs such a run again, and its new record replaces the
     file)."""
-    records = {}
+    records, where = Records(), {}
     if not os.path.isdir(results):
         return records
     for name in sorted(os.listdir(results)):
         if name.endswith(".json"):
+            path = os.path.join(results, name)
             try:
-                rec = read_record(os.path.join(results, name))
+                rec = read_record(path)
             except UserError as e:
                 if damaged is None:
                     raise
                 damaged.append(str(e))
                 continue
-            records[rec["config_hash"]] = rec
+            h = rec["config_hash"]
+            if rec.get("rerun_of"):
+                records.reruns.setdefault(h, []).append(rec)
+                where[rec["name"]] = path
+            elif h in records:
+                raise UserError(f"{where[records[h]['name']]} and {path} are two records of one run (config hash "
+                                f"{h[:8]}): keep the run's own ({records[h]['name']}.json, from its sweep) and remove "
+                                f"the other")
+            else:
+                records[h] = rec
+                where[rec["name"]] = path
+    for h, reruns in records.reruns.items():
+        original = records.get(h)
+        seen = {} if original is None else {provenance(original): original["name"]}
+        for rec in reruns:
+            if original is None or rec["rerun_of"] != original["name"]:
+                raise UserError(f"{where[rec['name']]} reruns {rec['rerun_of']!r}, which is not the record of "
+                                f"its config in {results}: restore that record or remove the rerun")
+            if provenance(rec) in seen:
+                raise UserError(f"{where[seen[provenance(rec)]]} and {where[rec['name']]} are two records of one "
+                                f"run on one CPU type and commit ({cpu_text(cpu_type(rec))}, {rec.get('commit')}): "
+                                f"keep one")
+            seen[provenance(rec)] = rec["name"]
     return records
+
+
+def adopt(path, results):
+    """Bring the record in path (a sweep's, made elsewhere) into results/: as it is when its config has
+    no record there; as a rerun (rerun_name, "rerun_of") when it has one of another CPU type or commit;
+    UserError when it is the same run's (one CPU type and commit) or a record of that provenance exists.
+    Returns the path written."""
+    rec, records = read_record(path), load_records(results)
+    original = records.get(rec["config_hash"])
+    if original is not None:
+        if provenance(rec) == provenance(original):
+            raise UserError(f"{path}: {original['name']}.json in {results} is this run's record already "
+                            f"({cpu_text(cpu_type(rec))}, {rec.get('commit')}): nothing to adopt")
+        rec = {**rec, "name": rerun_name(rec, original), "rerun_of": original["name"]}
+    target = os.path.join(results, rec["name"] + ".json")
+    if os.path.exists(target):
+        raise UserError(f"{path}: {target} exists (a record of this run on this CPU type and commit): keep one")
+    written = write_record(results, rec)
+    try:
+        load_records(results)
+    except UserError:
+        os.remove(written)
+        raise
+    return written
+
+
+# Keys a run's own config may hold at other values than its plan and still be the planned run: where
+# it trains and reports, how it started, and the sizes a plan leaves at 0 ("as the data and model say").
+NOT_THE_RUN = ("out_dir", "init_from", *TRACKING_KEYS)
+RESOLVED = ("d_ff", "vocab_size")
+
+
+def config_problem(run, rows):
+    """Why the run in run["out_dir"] is not the planned run (a line naming the key, planned vs found),
+    or None: its checkpoint's config (train.py writes the run's own, every resume's changes with it)
+    must equal run["config"] on every key the record's hash covers, LR included, and no resume (the
+    checkpoint's "changes", the log's "resume" rows) may have changed one of them on the way. A hand
+    train.py in a sweep's folder, or a resume by hand at another LR, is not the run its record names."""
+    planned, path = run["config"], checkpoint_in(run["out_dir"])
+    try:
+        ckpt = load_checkpoint(path)
+    except UserError as e:
+        return f"its config cannot be checked against the plan ({e})"
+    found = complete(ckpt["config"])
+    for key in sorted(planned):
+        if key in NOT_THE_RUN or key in RESOLVED and planned[key] == 0:
+            continue
+        if found.get(key) != planned[key]:
+            return f"{key}={found.get(key)!r} in its checkpoint, planned {planned[key]!r}"
+    resumes = list(ckpt.get("changes", [])) + [r for r in rows if r["kind"] == "resume"]
+    for change in resumes:
+        for key, (before, after) in sorted(change.get("changed", {}).items()):
+            if key not in NOT_THE_RUN:
+                return (f"a resume at iteration {change.get('iter')} changed {key} from {before!r} to {after!r} "
+                        f"(planned {planned.get(key)!r}): part of it ran at another value")
+    return None
 
 
 def record(run, results, records, wall_s=None, threads=None):
     """Write the record of a finished run, pinned by its provenance.json (the code it started from,
     unchanged since; its machine; versions) and its token files' SHA-256; returns the path.
-    UserError when the tree changed while it trained, or its log is not one run's."""
+    UserError when the tree changed while it trained, its log is not one run's, or the run is not
+    the planned one (config_problem: nothing is written)."""
     started = read_provenance(run)
     check_unchanged(run, started)
     log = os.path.join(run["out_dir"], "log.jsonl")
+    rows = read_rows(log)
+    problem = config_problem(run, rows)
+    if problem:
+        raise UserError(f"{run['name']} is not the planned run: {problem}; nothing recorded. Move "
+                        f"{run['out_dir']} away (a run of your own belongs in a folder of its own) and run "
+                        f"the sweep again")
     if started:
         started["data"] = data_hashes(run["config"])
         started["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(log)))
-    rec = make_record(run, read_rows(log), run["ablation"], wall_s, threads, provenance=started)
+    rec = make_record(run, rows, run["ablation"], wall_s, threads, provenance=started)
     records[run["hash"]] = rec
     return write_record(results, rec)
 

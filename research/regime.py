@@ -50,6 +50,18 @@ def param_count(config):
 TRAIN_TOKENS = {"shakespeare_char": 4_531_100}
 
 
+# Vocabulary sizes of the datasets whose records say 0 ("from the data's meta.pkl"), for the loss of a
+# uniform guess, ln(V), that no trained arm should end above: shakespeare_char's meta.pkl holds 80
+# characters (data/shakespeare_char/prepare.py; its iteration-0 val loss, 4.382, is ln 80).
+VOCAB_SIZE = {"shakespeare_char": 80}
+
+
+def uniform_loss(cfg):
+    """ln(vocab size) of a run's config: the loss of a uniform guess; None where the size is unknown."""
+    vocab = cfg.get("vocab_size") or VOCAB_SIZE.get(cfg.get("dataset"))
+    return math.log(vocab) if vocab else None
+
+
 def run_tokens(cfg):
     """Training tokens of a run: max_iters x batch_size x block_size x gradient_accumulation_steps."""
     return cfg["max_iters"] * cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]

@@ -213,10 +213,18 @@ def difference_verdict(ci):
 
 
 EXPLORATORY_CAP = " (an exploratory row: a lead at most)"
-UNTUNED_CAP = " (its arms shared one untuned LR: a finding about that LR, a lead at most about the variants)"
+UNTUNED_CAP = " (its arms shared one untuned LR: it tells about that LR, a lead at most about the variants)"
+UNTUNED_OWN_CAP = (" (its arms' LRs were not tuned by the rule, the mean of 2 tuning seeds or more with every choice "
+                   "interior: a lead at most about the variants)")
+APART_CAP = ": a lead at most"
 
 
-def strength(ci, p_bh, expected=None, exploratory=False, untuned=False):
+def apart_mark(seeds):
+    """What a row whose arms ran on different CPU types at some seeds says beside its strength."""
+    return f" (seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}: arms on different CPU types{APART_CAP})"
+
+
+def strength(ci, p_bh, expected=None, exploratory=False, untuned=False, apart=()):
     """The word a sentence about a row may use, beside its verdict: "finding" when its interval
     excludes 0 and its Benjamini-Hochberg adjusted p (p_bh, over the row's family) is <= 0.05,
     "lead" when the interval excludes 0 only uncorrected, "-" otherwise (unresolved) or without a
@@ -224,15 +232,20 @@ def strength(ci, p_bh, expected=None, exploratory=False, untuned=False):
     side of 0 says so ("lead, against the claim"); a row that claims none gets the word alone.
     exploratory: the row's file declared it underpowered (its `power` entry's "exploratory"), so a
     row that would be a finding is a lead, and says why (EXPLORATORY_CAP). untuned: both arms ran at
-    one shared LR that was not tuned for either (no tune_lr): a gap may be that LR suiting one
-    variant better, so the row is a lead at most about the variants, and says why (UNTUNED_CAP)."""
+    one shared LR that was not tuned for either (no tune_lr; True or "shared"): a gap may be that LR
+    suiting one variant better, so the row is a lead at most about the variants, and says why
+    (UNTUNED_CAP); "untuned": each arm chose its own LR, but not by the rule (UNTUNED_OWN_CAP). apart:
+    the seeds whose two arms ran on different CPU types (comparisons.apart): their differences hold the
+    CPUs' too, so the row is a lead at most and names them (apart_mark), whatever its word."""
+    mark = apart_mark(apart) if apart else ""
     if p_bh is None or not excludes_zero(ci):
-        return "-"
-    capped = (exploratory or untuned) and p_bh <= 0.05
+        return "-" + mark
+    capped = (exploratory or untuned or bool(apart)) and p_bh <= 0.05
     word = "lead" if capped or p_bh > 0.05 else "finding"
     if expected and (ci[0] < 0) != (expected == "lower"):
         word = f"{word}, against the claim"
-    return word + ((EXPLORATORY_CAP if exploratory else UNTUNED_CAP) if capped else "")
+    cap = EXPLORATORY_CAP if exploratory else (UNTUNED_OWN_CAP if untuned == "untuned" else UNTUNED_CAP) if untuned else ""
+    return word + (cap if capped else "") + mark
 
 
 def fmt_ci(ci, spec="+.4f"):

@@ -55,7 +55,8 @@ def row_strength(c, p_planned):
         return f"pending ({len(c['planned_diffs'])} of {c['planned_n']} planned seeds)"
     if not is_claim(c):
         return "-"
-    return strength(ci, p_planned, c["expected"], c.get("exploratory", False), c.get("lr") == "shared")
+    return strength(ci, p_planned, c["expected"], c.get("exploratory", False),
+                    c.get("lr") if c.get("lr") in ("shared", "untuned") else False, c.get("apart", ()))
 
 
 def summary_rows(collected):
@@ -90,7 +91,7 @@ def summary_rows(collected):
                 row[1].append(spec["name"])
             c["exploratory"] = row[0]["exploratory"] = c["exploratory"] or row[0]["exploratory"]  # any file's word
             # the same runs: tuned when any file chose their LR by tuning; a control only when every file says so
-            c["lr"] = row[0]["lr"] = "tuned" if "tuned" in (c["lr"], row[0]["lr"]) else "shared"
+            c["lr"] = row[0]["lr"] = next(w for w in ("tuned", "untuned", "shared") if w in (c["lr"], row[0]["lr"]))
             c["control"] = row[0]["control"] = c["control"] and row[0]["control"]
             if rank(c) > rank(row[0]):
                 if row[0]["expected"] and not c["expected"] and c["seeds"] != row[0]["seeds"]:
@@ -125,6 +126,10 @@ def file_strengths(collected):
     return out
 
 
+# The "arms' LR" column: how a row's arms got their LRs (ablation.lr_protocol, computed from the records).
+LR_WORDS = {"tuned": "each tuned", "untuned": "each its own, untuned", "shared": "shared, untuned"}
+
+
 def summary(collected):
     """Markdown: one table of every paired comparison of the given ablations (summary_rows), sorted by
     file name, each claim row's Benjamini-Hochberg adjusted p (claim_p_values; a control row '-'),
@@ -143,7 +148,7 @@ def summary(collected):
             "per rung " + ", ".join(str(len(x)) for x in c["per_rung"].values())
         diff = fmt_ci(c["ci"]) if "ladder" not in c else f"compute multiplier {ladder_text(c)}"
         out.append(f"| {', '.join(f'`{n}`' for n in names)} | {c['setting']} | {c['variant']} - {c['reference']} | "
-                   f"{seeds} | {diff} | {p_txt} | {'each tuned' if c.get('lr') == 'tuned' else 'shared, untuned'} | "
+                   f"{seeds} | {diff} | {p_txt} | {LR_WORDS[c.get('lr', 'shared')]} | "
                    f"{c['expected'] if is_claim(c) else '(control)'} | {c['verdict']} | {row_strength(c, planned.get(i))} |")
     return "\n".join(out + ["", counts(rows, collected, adjusted, planned)])
 
@@ -153,9 +158,12 @@ def counts(rows, collected, adjusted, planned):
     rows are findings and leads (a --scale_down plot's: none counted, stats.SCALED_DOWN)."""
     claims = [(i, c) for i, (c, _) in enumerate(rows) if is_claim(c) and complete(c)]
     pending = sum(1 for c, _ in rows if is_claim(c) and not complete(c))
-    shared = sum(c.get("lr") == "shared" for _, c in claims)
+    shared = sum(c.get("lr") != "tuned" for _, c in claims)
     controls = sum(1 for c, _ in rows if c["expected"] and c.get("control"))
     words = [row_strength(c, planned.get(i)) for i, c in claims]
+    survivors = [rows[i] for i, p in adjusted.items() if p <= 0.05]
+    survive = [f"{', '.join(f'`{n}`' for n in names)} {c['setting']} {c['variant']} - {c['reference']}"
+               for c, names in survivors]
     excluding = sum(excludes_zero(c["ci"]) for _, c in claims)
     family = f"the {len(planned)} claim rows" + (" with 2 seeds or more" if len(planned) < len(claims) else "")
     modes = sorted({mode_text(mode) for *_, mode in collected if mode})
@@ -168,10 +176,18 @@ def counts(rows, collected, adjusted, planned):
             f"is lower). p (BH): the two-sided paired t test's p on the seeds planned before any look, adjusted by "
             f"Benjamini-Hochberg over {family}; a row with seeds added after a look also gives the p of all its "
             f"seeds, adjusted over the same rows with all theirs. ")
-    lrs = (f"Arms' LR: of the {len(claims)} claim rows, {len(claims) - shared} ran each arm at its own LR tuned on "
-           f"seeds of its own and {shared} ran both arms at one shared, untuned LR (a finding about that LR, a lead at "
-           f"most about the variants: stats.strength)"
-           f"{f'; {controls} rows of files declared controls are shown, outside the claim family' if controls else ''}. ")
+    own = sum(c.get("lr") == "untuned" for _, c in claims)
+    apart = [(i, c) for i, c in claims if c.get("apart")]
+    lrs = (f"Arms' LR: of the {len(claims)} claim rows, {len(claims) - shared} ran each arm at its own LR tuned by "
+           f"the rule (the mean of 2 tuning seeds or more, every choice interior to its grid, computed from the "
+           f"records) and {shared} did not: {shared - own} ran both arms at one shared, untuned LR (it tells about that "
+           f"LR, a lead at most about the variants: stats.strength)"
+           + (f" and {own} chose each arm's LR otherwise (on one seed, or at a grid's edge: a lead at most)" if own else "")
+           + ". Pairs: each seed's arms are records of one CPU type (device name and vector ISA; a record that names "
+           "neither is its own unknown type), from the code most of the setting's records name; "
+           + (f"{len(apart)} rows pair some seeds across CPU types, marked in their strength (a lead at most)"
+              if apart else "every row's seeds pair within one CPU type")
+           + f"{f'; {controls} rows of files declared controls are shown, outside the claim family' if controls else ''}. ")
     tail = f"Runs: {'; '.join(modes)}. Full tables: <ablation>.md beside this summary."
     if any(spec.get("scale_down") for spec, *_ in collected):
         return (head + f"Every row is {SCALED_DOWN}: miniature runs of the files' rules through the same code, "
@@ -181,8 +197,11 @@ def counts(rows, collected, adjusted, planned):
             f"{sum(w.startswith('finding') for w in words)} findings (p (BH) <= 0.05: the correction survived), "
             f"{sum(w.startswith('lead') for w in words)} leads (the interval excludes 0 only uncorrected), "
             f"{sum(w.endswith('against the claim') for w in words)} of these against their claim, the rest "
-            f"unresolved. With every seed: {excluding} exclude 0 and {sum(p <= 0.05 for p in adjusted.values())} "
-            f"survive the correction (the verdicts stay the intervals'). "
+            f"unresolved. With every seed: {excluding} exclude 0 and {len(survive)} survive the correction"
+            + (f" ({'; '.join(survive)}: "
+               f"{sum(c.get('lr') == 'tuned' for c, _ in survivors)} of them with each arm tuned; the strengths "
+               f"stay the planned seeds')" if survive else "")
+            + " (the verdicts stay the intervals'). "
             + ("A ladder's row is its compute multiplier (> 1: the variant reaches the reference's loss with less "
                "compute) with its 95% interval over seeds and rungs; its sign on the loss scale, and its p, join "
                "the same family. " if any("ladder" in c for c, _ in rows) else "")

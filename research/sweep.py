@@ -190,13 +190,17 @@ def run_queue(todo, parallel, threads, results, records, signals, skipped):
 
 def record_finished(runs, states, results, records):
     """Record each run that finished without a record (its job or sweep died before recording it, or
-    it ran before records existed) from its own log, as its sweep would have; updates records."""
+    it ran before records existed) from its own log, as its sweep would have; updates records.
+    Returns the runs refused (records.record: a log not one run's, a run not the planned one)."""
+    refused = []
     for r, s in zip(runs, states):
         if s == "done":
             try:
                 print(f"recorded {record(r, results, records)} (from an existing log)")
             except UserError as e:
+                refused.append(r)
                 print(f"FAILED {r['name']}: {e}", flush=True)
+    return refused
 
 
 def submit_jobs(runs, states, args):
@@ -304,8 +308,7 @@ def main(argv):
         paced = {**load_records(committed, []), **records} if os.path.isdir(committed) else records
         print_plan(runs, states, paced, args.parallel or 1)
         return 0
-    if not args.dry_run and not args.status:
-        record_finished(runs, states, args.results, records)
+    refused = record_finished(runs, states, args.results, records) if not args.dry_run and not args.status else []
     if args.slurm:
         return submit_jobs(runs, [state(r, records) for r in runs], args)
 
@@ -336,6 +339,7 @@ def main(argv):
         print(f"stopped by {signals.received} after {fmt_duration(time.time() - t0)}; {len(failed)} failed; "
               f"the same command continues the sweep", flush=True)
         return 128 + signal.Signals[signals.received].value
+    failed += refused
     print(f"done in {fmt_duration(time.time() - t0)}; {len(failed)} failed"
           + (f"; {len(skipped)} left to another process (another sweep of the same file)" if skipped else ""))
     return 1 if failed else 0

@@ -3,6 +3,7 @@ to the baseline with their verdicts, the file's extra comparisons, and the secti
 ask for: the gap against tokens per parameter, the LR sweep (or the tuning seeds' sweep), the
 token multiplier, the ladders' compute multiplier and the mechanism question."""
 
+import math
 import statistics
 
 from research.ablation import lr_choice, tuning_seeds, tuning_setting
@@ -10,7 +11,8 @@ from research.comparisons import final_val
 from research.headlines import measured, table_heading
 from research.mechanism_question import question_key, question_rows, question_table
 from research.multipliers import ladder_table, multiplier_table
-from research.regime import decay_caption, loss_unit, regime
+from research.records import cpu_text, cpu_type
+from research.regime import decay_caption, loss_unit, regime, uniform_loss
 from research.stats import SCALED_DOWN, fmt_ci
 from research.trends import tpp_table, tpp_trend
 
@@ -27,6 +29,28 @@ def method_line(spec):
             "(df = seeds - 1). " + words + "Each row is its own 95% "
             "interval, not corrected for multiple comparisons: across k rows about k x 5% exclude 0 by chance "
             "(the summary table adds Benjamini-Hochberg adjusted p values over every claim row).")
+
+
+def setting_marks(spec, results, setting, comparisons):
+    """Lines under a setting's table that a reader must see beside its numbers: each table run whose
+    final loss is above ln(vocab size) (worse than a uniform guess: a diverged arm, kept in the means),
+    and each comparison whose arms ran on different CPU types at some seeds (comparisons.apart)."""
+    lines = []
+    for v in spec["variants"]:
+        for seed, rec in sorted(results[(setting, v)]["seeds"].items()):
+            ceiling = uniform_loss(rec["config"])
+            if ceiling is not None and final_val(rec) > ceiling:
+                lines.append(f"- **Above ln(vocab size)**: {v}, seed {seed}, final val loss {final_val(rec):.4f} > "
+                             f"ln {round(math.exp(ceiling))} = {ceiling:.4f}, worse than a uniform guess: a diverged "
+                             f"arm, kept in the means above.")
+    for c in comparisons:
+        if c.get("apart"):
+            a, b = results[(setting, c["variant"])]["seeds"], results[(setting, c["reference"])]["seeds"]
+            lines.append(f"- **Arms on different CPU types**: {c['variant']} - {c['reference']} at seed"
+                         f"{'s' * (len(c['apart']) > 1)} " + "; ".join(
+                             f"{s} ({cpu_text(cpu_type(a[s]))} vs {cpu_text(cpu_type(b[s]))})" for s in c["apart"])
+                         + ": each such difference holds the CPUs' too (a lead at most).")
+    return [""] + lines if lines else []
 
 
 def tables(spec, results, strengths=None):
@@ -66,6 +90,7 @@ def tables(spec, results, strengths=None):
             out.append(f"| {v} | {extra} | {mean} +- {std} (n={len(vals)}) | "
                        f"{', '.join(f'{d:+.4f}' for d in c['diffs']) or '-'} | {fmt_ci(c['ci'])} | "
                        f"{c['expected'] or '-'} | {c['verdict']} |")
+        out += setting_marks(spec, results, setting, [rows[k] for k in rows if k[0] == setting])
         out.append("")
     if spec["comparisons"]:
         out += ["Further paired comparisons (variant minus reference, same seed and setting):", "",

@@ -18,7 +18,7 @@ from model import GPT, model_config
 from research import ablation, comparisons, power, stats, summary, sweep
 from research.ladder import RUN_OVERHEAD_MIN, node_hours, plan_table
 from research.records import make_record, write_record
-from test_sweep import fake_rows, write_ablation
+from test_sweep import fake_rows, tuning_file, write_ablation
 
 PROTOCOL = os.path.join(ROOT, "configs", "ablations", "c8_d012.py")
 LADDER = os.path.join(ROOT, "configs", "ablations", "ladder.py")
@@ -340,6 +340,7 @@ def test_an_exploratory_row_is_a_lead_at_most_in_the_summary(tmp_path):
         "'gaps': {'unified - norm_only': 0.003}, 'exploratory': ['unified - norm_only']}\n"
         "lr_tuned_in = {v: 'tuning' for v in ('baseline', 'unified', 'norm_only')}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    tuning_file(tmp_path, THREE_ARMS, "tuning", results)  # the file lr_tuned_in names: tuned by the rule
     loss = {"baseline": 3.0, "unified": 2.95, "norm_only": 2.97}
     for r in sweep.plan(spec, "runs"):
         noise = 0.001 * ((r["seed"] * 7 + len(r["variant"])) % 5)

@@ -48,10 +48,34 @@ def fake_rows(cfg, val_loss):
              "scales": {"norm_f.scale": {"mean": 1.0123456789, "std": 0.1, "min": 0.5, "max": 1.5}}}]
 
 
-def record_runs(spec, results, loss_of):
-    """Write a record for every planned run, final val loss loss_of(run)."""
+def tuned_in(tmp_path, spec, results, name="tuning"):
+    """tuning_file for spec's variants and settings: the file its lr_tuned_in names, tuned by the rule."""
+    return tuning_file(tmp_path, f"variants = {spec['variants']!r}\nsettings = {spec['settings']!r}\n", name, results)
+
+
+def tuning_file(tmp_path, variants, name, results, edge=False):
+    """An ablation file `name` in tmp_path whose tuning seeds (101, 102) chose each of `variants` (the
+    body's variants and settings lines) an LR interior to [0.5, 1, 2] (x1; edge: x2, the grid's edge),
+    its sweep recorded in results: what a file's lr_tuned_in can name."""
+    path = write_ablation(tmp_path, name=name, body=variants + "seeds = [1]\ntuning_seeds = [101, 102]\n"
+                                                       "lr_multipliers = [0.5, 1.0, 2.0]\ntune_lr = True\n")
+    spec = sweep.load_ablation(path)
+    best = 2.0 if edge else 1.0
     for run in sweep.plan(spec, "runs"):
-        write_record(results, make_record(run, fake_rows(run["config"], loss_of(run)), spec["name"]))
+        if run["hash"] and run["seed"] in (101, 102):
+            write_record(results, make_record(run, fake_rows(run["config"], 2.0 + abs(math.log2(run["lr_mult"] / best))),
+                                              name))
+    return path
+
+
+def record_runs(spec, results, loss_of):
+    """Write a record for every planned run, final val loss loss_of(run); a run two settings share (one
+    config hash) or one already recorded in results (another file's) once, as a sweep records it."""
+    seen = set(sweep.load_records(results))
+    for run in sweep.plan(spec, "runs"):
+        if run["hash"] not in seen:
+            seen.add(run["hash"])
+            write_record(results, make_record(run, fake_rows(run["config"], loss_of(run)), spec["name"]))
 
 
 # -----------------------------------------------------------------------------
@@ -100,16 +124,21 @@ def test_sweep_runs_records_resumes_and_plot_needs_only_records(tmp_path, capsys
     out_root, results, assets = str(tmp_path / "runs"), str(tmp_path / "results"), str(tmp_path / "assets")
     runs = sweep.plan(sweep.load_ablation(ablation), out_root)
     assert len(runs) == 4 and {r["lr_mult"] for r in runs} == {1.0, 2.0}
-    first = runs[0]  # an interrupted run: its first half, with a checkpoint at iteration 2
+    first = runs[0]  # a run's first half, trained by hand to max_iters=2 (a checkpoint at iteration 2)
     subprocess.run([sys.executable, os.path.join(ROOT, "train.py"),
                     *[a for a in first["args"] if not a.startswith("--max_iters=")], "--max_iters=2"],
                    check=True, capture_output=True, cwd=ROOT)
     assert sweep.state(first) == "partial"
 
     args = [ablation, f"--out_root={out_root}", f"--results={results}"]
-    assert sweep.main(args + ["--parallel=1"]) == 0
+    assert sweep.main(args + ["--parallel=1"]) == 1  # resumed to max_iters=4, but its schedule was another's
     printed = capsys.readouterr().out
     assert "4 runs: 0 recorded" in printed and "(resuming)" in printed
+    assert f"FAILED {first['name']}: {first['name']} is not the planned run: a resume at iteration 2 changed max_iters " \
+           f"from 2 to 4" in printed
+    assert sorted(os.listdir(results)) == sorted(r["name"] + ".json" for r in runs[1:])
+    shutil.rmtree(first["out_dir"])
+    assert sweep.main(args + ["--parallel=1"]) == 0
     assert sorted(os.listdir(results)) == sorted(r["name"] + ".json" for r in runs)
     shutil.rmtree(out_root)  # a clean clone: records only
     assert sweep.main(args + ["--dry_run"]) == 0
@@ -353,6 +382,7 @@ def test_summary_adjusts_p_over_the_claim_rows_only_and_counts_both(tmp_path):
         "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"
         "lr_tuned_in = {v: 'tuning' for v in ('baseline', 'a', 'b', 'c')}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    tuned_in(tmp_path, spec, results)
     diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03], "c": [0.01, 0.02, 0.04]}
     record_runs(spec, results, lambda run: 2.0 + diffs[run["variant"]][run["seed"] - 1])
     collected, _ = comparisons.collect_all([path], sweep.load_records(results))
@@ -371,31 +401,49 @@ def test_summary_adjusts_p_over_the_claim_rows_only_and_counts_both(tmp_path):
     assert "With every seed: 1 exclude 0 and 1 survive the correction" in table
 
 
-@pytest.mark.parametrize("declared", ["lr_tuned_in", "shared", "control"])
+@pytest.mark.parametrize("declared", ["lr_tuned_in", "lr_tuned_in at an edge", "missing file", "one tuning seed",
+                                      "shared", "control"])
 def test_a_rows_strength_knows_how_its_arms_lrs_were_chosen_and_a_control_file_stays_outside(tmp_path, declared):
-    """The same records, a row far past the correction: a finding when each arm ran at its own tuned LR
-    (both arms named in lr_tuned_in; tune_lr's runs: ablation.lr_protocol), a lead saying why when both shared the base's LR,
-    untuned; a file declared a control shows its row outside the claim family. The counts say how many
-    rows are of each kind."""
-    extra = {"lr_tuned_in": "lr_tuned_in = {'baseline': 'x', 'a': 'x'}\n", "shared": "",
+    """The same records, a row far past the correction: a finding only when each arm ran at an LR tuned by
+    the rule, computed from the records (ablation.arm_tuned: the file lr_tuned_in names chose both arms'
+    LRs by 2 tuning seeds, interior to the grid), never from the file's word: a choice at the grid's
+    edge, a file that is not there, or one tuning seed (tune_lr, seeds[0]) is a lead saying why; both
+    arms at the base's LR a lead saying why; a file declared a control shows its row outside the claim
+    family. The counts say how many rows are of each kind."""
+    variants = "variants = {'baseline': {}, 'a': {'reparam': 'or'}}\nsettings = {'adamw': {'optimizer': 'adamw'}}\n"
+    results = str(tmp_path / "results")
+    if declared.startswith("lr_tuned_in"):
+        tuning_file(tmp_path, variants, "x", results, edge=declared.endswith("edge"))
+    extra = {"lr_tuned_in": "lr_tuned_in = {'baseline': 'x', 'a': 'x'}\n",
+             "lr_tuned_in at an edge": "lr_tuned_in = {'baseline': 'x', 'a': 'x'}\n",
+             "missing file": "lr_tuned_in = {'baseline': 'x', 'a': 'x'}\n",
+             "one tuning seed": "tune_lr = True\nlr_multipliers = [0.5, 1.0, 2.0]\n", "shared": "",
              "control": "control = 'the LR choice of another file'\n"}[declared]
-    path = write_ablation(tmp_path, body=(
-        "variants = {'baseline': {}, 'a': {'reparam': 'or'}}\nexpected = {'a': 'lower'}\n"
-        "settings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3, 4]\n" + extra))
-    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
-    record_runs(spec, results, lambda run: 2.0 - 0.01 * (run["variant"] == "a") - 0.0001 * run["seed"] * (run["variant"] == "a"))
-    table = summary.summary(comparisons.collect_all([path], sweep.load_records(results))[0])
+    path = write_ablation(tmp_path, body=variants + "expected = {'a': 'lower'}\nseeds = [1, 2, 3, 4, 5]\n" + extra)
+    spec = sweep.load_ablation(path)
+    for _ in range(2):  # (one tuning seed: its sweep first, then the table at its choice)
+        for run in sweep.plan(spec, "runs", sweep.load_records(results)):
+            loss = (2.0 - 0.01 * (run["variant"] == "a") - 0.0001 * run["seed"] * (run["variant"] == "a")
+                    + 0.05 * abs(math.log2(run["lr_mult"] or 1)))
+            if run["hash"] and not os.path.exists(os.path.join(results, run["name"] + ".json")):
+                write_record(results, make_record(run, fake_rows(run["config"], loss), spec["name"]))
+    collected = comparisons.collect_all([path], sweep.load_records(results))[0]
+    table = summary.summary([x for x in collected if x[0]["name"] == "tiny"])
     row = next(line for line in table.splitlines() if "| a - baseline |" in line)
     if declared == "control":
         assert row.endswith("| shared, untuned | (control) | reproduced | - |") and "0 claim rows" in table
         assert "1 rows of files declared controls are shown, outside the claim family" in table
     elif declared == "shared":
         assert row.endswith(f"| shared, untuned | lower | reproduced | lead{stats.UNTUNED_CAP} |")
-        assert "0 ran each arm at its own LR tuned on seeds of its own and 1 ran both arms at one shared" in table
+        assert "0 ran each arm at its own LR tuned by the rule" in table and "1 did not: 1 ran both arms" in table
         assert "0 findings" in table and "1 leads" in table
-    else:
+    elif declared == "lr_tuned_in":
         assert row.endswith("| each tuned | lower | reproduced | finding |")
-        assert "1 ran each arm at its own LR tuned on seeds of its own and 0 ran both arms" in table and "1 findings" in table
+        assert "1 ran each arm at its own LR tuned by the rule" in table and "0 did not" in table and "1 findings" in table
+    else:  # chosen, but not by the rule
+        assert row.endswith(f"| each its own, untuned | lower | reproduced | lead{stats.UNTUNED_OWN_CAP} |")
+        assert "1 did not: 0 ran both arms" in table and "1 chose each arm's LR otherwise" in table
+        assert "0 findings" in table and "1 leads" in table
 
 
 def test_strength_comes_from_the_planned_seeds_and_their_own_correction(tmp_path):
@@ -406,6 +454,7 @@ def test_strength_comes_from_the_planned_seeds_and_their_own_correction(tmp_path
         "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\n"
         "seeds = [1, 2, 3, 4, 5]\nplanned_seeds = 3\n" + "lr_tuned_in = {'baseline': 'tuning', 'a': 'tuning', 'b': 'tuning'}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    tuned_in(tmp_path, spec, results)
     diffs = {"baseline": [0] * 5, "a": [-0.01, -0.03, 0.005, -0.02, -0.02], "b": [0.010, 0.011, 0.012, 0.011, 0.010]}
     record_runs(spec, results, lambda run: 2.0 + diffs[run["variant"]][run["seed"] - 1])
     table = summary.summary(comparisons.collect_all([path], sweep.load_records(results))[0])
@@ -883,6 +932,7 @@ def test_a_row_still_running_is_pending_and_outside_the_correction(tmp_path):
         "expected = {'a': 'lower', 'b': 'lower'}\nsettings = {'adamw': {'optimizer': 'adamw'}}\nseeds = [1, 2, 3]\n"
         "lr_tuned_in = {'baseline': 'tuning', 'a': 'tuning', 'b': 'tuning'}\n"))
     spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    tuned_in(tmp_path, spec, results)
     diffs = {"baseline": [0, 0, 0], "a": [-0.010, -0.011, -0.012], "b": [-0.01, -0.02, -0.03]}
     for run in sweep.plan(spec, "runs"):
         if run["variant"] != "b" or run["seed"] < 3:  # b's seed 3 still running
@@ -923,3 +973,148 @@ def test_a_dry_run_into_a_fresh_results_folder_takes_its_pace_from_the_committed
     out = capsys.readouterr().out
     assert "of them at the pace of recorded runs of the same shape: about" in out and "no recorded run" not in out
     assert not (tmp_path / "r").exists() and not (tmp_path / "o").exists()  # a dry run writes nothing
+
+
+def one_run(tmp_path):
+    """A one-run ablation (baseline, seed 1) and its planned run."""
+    path = write_ablation(tmp_path, body="variants = {'baseline': {}}\nsettings = {'adamw': {'optimizer': 'adamw'}}\n"
+                                         "seeds = [1]\n")
+    return path, sweep.plan(sweep.load_ablation(path), str(tmp_path / "runs"))[0]
+
+
+def train(run, *extra, drop=()):
+    """train.py on run's args, the keys in drop left out and extra added."""
+    args = [a for a in run["args"] if a.split("=", 1)[0][2:] not in drop]
+    subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args, *extra], check=True, capture_output=True,
+                   cwd=ROOT)
+
+
+@pytest.mark.parametrize("how", ["by hand", pytest.param("resumed by hand", marks=pytest.mark.slow)])
+def test_a_run_in_a_planned_folder_at_another_lr_is_refused_and_not_recorded(tmp_path, capsys, how):
+    """A hand train.py in a sweep's run folder, or the sweep's run resumed by hand at another LR, finishes
+    with a log of the planned shape; the record would name the planned LR over another run's loss."""
+    path, run = one_run(tmp_path)
+    if how == "by hand":
+        train(run, "--learning_rate=0.1", drop=("learning_rate",))
+    else:
+        train(run, "--max_iters=2", drop=("max_iters",))
+        train(run, "--learning_rate=0.1", "--init_from=resume", drop=("learning_rate",))
+    assert sweep.state(run) == "done"
+    results = tmp_path / "results"
+    assert sweep.main([path, f"--results={results}", f"--out_root={tmp_path / 'runs'}"]) == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith(f"FAILED {run['name']}"))
+    assert "learning_rate=0.1" in line and f"planned {run['config']['learning_rate']!r}" in line
+    assert not results.exists() or not os.listdir(results)
+
+
+@pytest.mark.slow
+def test_a_resume_that_changed_a_hashed_key_and_back_is_refused(tmp_path):
+    """The checkpoint's final config is the planned one, but iterations 3-4 ran at another LR."""
+    from research.records import record
+
+    _, run = one_run(tmp_path)
+    train(run, "--max_iters=2", drop=("max_iters",))
+    train(run, "--max_iters=3", "--learning_rate=0.1", "--init_from=resume", drop=("max_iters", "learning_rate"))
+    train(run, f"--learning_rate={run['config']['learning_rate']}", "--init_from=resume", drop=("learning_rate",))
+    with pytest.raises(UserError, match=r"a resume at iteration 2 changed learning_rate from .* to 0.1"):
+        record({**run, "ablation": "tiny"}, str(tmp_path / "results"), {})
+    assert not (tmp_path / "results").exists()
+    run_ok = {**run, "ablation": "tiny"}
+    shutil.rmtree(run["out_dir"])
+    train(run)  # the planned run itself is recorded
+    assert os.path.exists(record(run_ok, str(tmp_path / "results"), {}))
+
+
+def records_on(tmp_path, cpu_of, loss_of, setting="'optimizer': 'adamw'"):
+    """A baseline/unified ablation's records (seeds 1-3), each made on cpu_of(run) = (device name, ISA, commit)."""
+    path = write_ablation(tmp_path, body=(
+        "variants = {'baseline': {}, 'unified': " + UNIFIED + "}\nexpected = {'unified': 'lower'}\n"
+        f"settings = {{'adamw': {{{setting}}}}}\nseeds = [1, 2, 3]\n"))
+    spec, results = sweep.load_ablation(path), str(tmp_path / "results")
+    for run in sweep.plan(spec, "runs"):
+        name, isa, commit = cpu_of(run)
+        rec = make_record(run, fake_rows(run["config"], loss_of(run)), spec["name"], threads=1, commit=commit)
+        write_record(results, {**rec, **({"device_name": name, "cpu_isa": isa} if name else {})})
+    return path, spec, results
+
+
+def test_a_second_file_for_one_run_or_a_misnamed_one_is_one_line_naming_both(tmp_path):
+    from research.records import load_records
+
+    _, _, results = records_on(tmp_path, lambda run: (None, None, "abc"), lambda run: 2.0)
+    first = sorted(os.listdir(results))[0]
+    rec = json.load(open(os.path.join(results, first)))
+    shutil.copy(os.path.join(results, first), os.path.join(results, "zz_copy.json"))  # a hand copy, as is
+    with pytest.raises(UserError, match=rf"zz_copy.json holds the record named '{rec['name']}', whose file is "):
+        load_records(results)
+    os.remove(os.path.join(results, "zz_copy.json"))
+    write_record(results, {**rec, "name": "zz_copy", "final": {**rec["final"], "val_loss": 1.0}})  # renamed inside
+    with pytest.raises(UserError, match=rf"{first} and .*zz_copy.json are two records of one run"):
+        load_records(results)
+
+
+@pytest.mark.parametrize("loss, refused", [(-3.0, "below 0"), (-1e-9, "below 0"), (float("inf"), "not a finite")])
+def test_a_loss_no_model_can_reach_is_one_line_naming_the_file(tmp_path, loss, refused):
+    from research.records import load_records
+
+    _, _, results = records_on(tmp_path, lambda run: (None, None, "abc"),
+                               lambda run: loss if run["variant"] == "unified" and run["seed"] == 2 else 2.0)
+    with pytest.raises(UserError, match=rf"unified_adamw_s2_\w+\.json: it holds a val_loss of .*{refused}"):
+        load_records(results)
+
+
+def test_a_final_loss_above_ln_vocab_is_kept_and_marked_in_its_table(tmp_path):
+    """... against the vocabulary the record's config names, or (0: the data's) its dataset's (regime.VOCAB_SIZE)."""
+    vocab = 50
+    diverged = lambda run: 1e300 if run["variant"] == "unified" and run["seed"] == 2 else 2.0  # noqa: E731
+    path, spec, results = records_on(tmp_path, lambda run: (None, None, "abc"), diverged,
+                                     f"'optimizer': 'adamw', 'vocab_size': {vocab}")
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
+    md = open(tmp_path / "out" / "tiny.md").read()
+    marks = [ln for ln in md.splitlines() if "Above ln(vocab size)" in ln]
+    assert len(marks) == 1 and "unified, seed 2" in marks[0] and f"ln {vocab} = {math.log(vocab):.4f}" in marks[0]
+    just_under = lambda run: math.log(vocab) - 1e-6  # noqa: E731  (a loss, unmarked)
+    path, _, results = records_on(tmp_path / "b", lambda run: (None, None, "abc"), just_under,
+                                  f"'optimizer': 'adamw', 'vocab_size': {vocab}")
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out2'}"]) == 0
+    assert "Above ln(vocab size)" not in open(tmp_path / "out2" / "tiny.md").read()
+    assert regime.uniform_loss({"vocab_size": 0, "dataset": "shakespeare_char"}) == math.log(80)
+
+
+def test_pairs_are_of_one_cpu_type_a_rerun_is_kept_beside_its_record_and_the_rest_is_marked(tmp_path):
+    """Seed 1's baseline was made on an unknown CPU, every other record on an AMD EPYC: seed 1 pairs
+    across CPU types (marked, a lead at most) until a rerun of it on the AMD EPYC is adopted; the
+    rerun is its own record (its name, rerun_of), a second adoption of it is refused."""
+    from research.records import adopt, load_records
+
+    amd = ("AMD EPYC", "AVX512", "c0ffee12")
+    cpu_of = lambda run: (None, None, "0ld") if run["variant"] == "baseline" and run["seed"] == 1 else amd  # noqa: E731
+    loss_of = lambda run: 2.0 - 0.01 * (run["variant"] == "unified") + 0.001 * run["seed"]  # noqa: E731
+    path, spec, results = records_on(tmp_path, cpu_of, loss_of)
+    records = load_records(results)
+    c = next(c for c in comparisons.comparisons(spec, comparisons.collect(spec, records)[0]))
+    assert c["apart"] == [1] and c["diffs"] == pytest.approx([-0.01] * 3)
+    word = summary.row_strength(c, 0.001)
+    assert word.startswith("lead") and "seed 1: arms on different CPU types" in word  # a finding but for the CPUs
+    assert plot.main([path, f"--results={results}", f"--out={tmp_path / 'out'}"]) == 0
+    assert "Arms on different CPU types**: unified - baseline at seed 1 (AMD EPYC, AVX512 vs unknown CPU)" in \
+        open(tmp_path / "out" / "tiny.md").read()
+    # the rerun, made elsewhere (another results folder), on the AMD EPYC at another commit
+    elsewhere = str(tmp_path / "elsewhere")
+    run = next(r for r in sweep.plan(spec, "runs") if r["variant"] == "baseline" and r["seed"] == 1)
+    rec = make_record(run, fake_rows(run["config"], 2.001 + 0.005), spec["name"], threads=1, commit="fee1900d")
+    made = write_record(elsewhere, {**rec, "device_name": amd[0], "cpu_isa": amd[1]})
+    adopted = adopt(made, results)
+    assert os.path.basename(adopted) == f"{run['name']}_rerun-fee1900d-amd-epyc-avx512.json"
+    records = load_records(results)
+    assert records[run["hash"]]["commit"] == "0ld" and records.reruns[run["hash"]][0]["rerun_of"] == run["name"]
+    c = next(c for c in comparisons.comparisons(spec, comparisons.collect(spec, records)[0]))
+    assert c["apart"] == [] and c["diffs"] == pytest.approx([-0.015, -0.01, -0.01])  # seed 1: the rerun's pair
+    assert "CPU types" not in summary.row_strength(c, 0.001)
+    with pytest.raises(UserError, match="exists"):
+        adopt(made, results)
+    shutil.copy(adopted, os.path.join(elsewhere, "x.json"))
+    os.rename(os.path.join(elsewhere, "x.json"), os.path.join(results, os.path.basename(adopted)[:-5] + "x.json"))
+    with pytest.raises(UserError, match="holds the record named"):
+        load_records(results)

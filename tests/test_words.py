@@ -39,22 +39,30 @@ def front_page(readme):
 
 
 def table_rows():
-    """[(interval text, [cells])] of every row of the generated summary (assets/summary.md) that quotes
-    an interval: its strength (the last cell), its 'variant - reference' and its file names."""
+    """[(interval text, [cells])] of every row of the generated tables (assets/summary.md first, then each
+    assets/<ablation>.md, whose name is added as a cell in backticks) that quotes an interval: its strength
+    (the last cell), its 'variant - reference' and its file names."""
     rows = []
-    for path in [os.path.join(ROOT, "assets", "summary.md")]:
+    paths = [os.path.join(ROOT, "assets", "summary.md")] + sorted(
+        p for p in glob.glob(os.path.join(ROOT, "assets", "*.md")) if not p.endswith("summary.md"))
+    for path in paths:
+        own, header = f"`{os.path.basename(path)[:-3]}`", ""
         for line in open(path).read().splitlines():
-            if line.startswith("|") and INTERVAL.search(line):
+            header = line if line.startswith("|") and not header.startswith("|") else header if line.startswith("|") else ""
+            strengths = path.endswith("summary.md") or header.startswith("| row | test |")  # (a question's table)
+            if strengths and line.startswith("|") and INTERVAL.search(line):
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                cells = cells if path.endswith("summary.md") else [own] + cells
                 for m in INTERVAL.finditer(line):
                     rows.append((m.group(0), cells))
     return rows
 
 
 def strength_of(cells):
-    """A table row's strength in one word: finding, lead, control (no claim) or unresolved."""
+    """A table row's strength in one word: finding, lead, significant (in a question's own family only),
+    control (no claim) or unresolved."""
     last = cells[-1]
-    if last.startswith(("finding", "lead")):
+    if last.startswith(("finding", "lead", "significant")):
         return last.split(",")[0].split(" ")[0]
     return "control" if "(control)" in cells else "unresolved"
 
@@ -66,7 +74,7 @@ def summary_counts():
     text = summary.summary(collected)
     grab = lambda pattern: int(re.search(pattern, text).group(1))  # noqa: E731
     return (grab(r"(\d+) findings \(p \(BH\)"), grab(r"(\d+) leads \(the interval"), grab(r"of the (\d+) claim rows, \d+ ran"),
-            grab(r"and (\d+) ran both arms at one shared"))
+            grab(r"(\d+) ran both arms at one shared"))
 
 
 def front_page_problems(paragraph, counts, rows):
@@ -120,17 +128,110 @@ def bold_strength_problems(text, rows):
     return problems
 
 
-def gain_problems(readme):
-    """The README's short form of gain must say what SITE_STATISTICS says under each optimizer."""
+ABLATIONS = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "configs", "ablations", "*.py"))}
+STRENGTH = re.compile(r"\b(finding|lead|unresolved|control|significant)")
+DIRECTION = re.compile(r"\b(lower|higher|better|worse|beats?|larger|smaller|adds?|gains?|helps?|hurts?|improves?)\b")
+NEGATION = re.compile(r"\b(not|no|neither|nor|none|without|indistinguishable|unresolved)\b")
+UNTUNED = re.compile(r"untuned|one LR|one shared|not tuned|shared LR|base LRs?\b|a lead at most")
+FINDING_WORD = re.compile(r"\bfindings?\b", re.I)
+# "finding" in a definition, a negation, a count (the counts test checks it) or quoted as a word
+FINDING_OK = re.compile(r"\b(no|none|not|never)\b[^.;]{0,60}\bfindings?\b|\bfindings?\W+(must|when)\b|finding, lead|"
+                        r"\b\d+ findings\b|\"findings?\"", re.I)
+
+
+def prose_items(text):
+    """The prose of a page, in items: each paragraph, each bullet its own; tables, code blocks, headings and
+    the generated summary block left out; whitespace and emphasis (*, **) flattened."""
+    text = re.sub(r"<!-- summary.*?<!-- end of summary -->", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    items = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        lines = [ln for ln in paragraph.splitlines() if not ln.lstrip().startswith(("|", "#"))]
+        for item in re.split(r"\n(?=\s*- )", "\n".join(lines)):
+            flat = re.sub(r"\s+", " ", item.replace("**", "").replace("*", " ")).strip()
+            if flat:
+                items.append(flat)
+    return items
+
+
+def sentences(item):
+    return re.split(r"(?<=[.;])\s(?=[A-Z(`-]|[a-z])", item)
+
+
+def page_problems(text, rows):
+    return item_problems(prose_items(text), rows)
+
+
+def item_problems(items, rows):
+    """What a page's prose says beside a quoted interval otherwise than its generated row (rows: table_rows):
+    the row of a file other than the files its paragraph names (sentences moved between rows); a strength
+    word (the first after the interval, else the last before it, in its sentence) other than the row's; a
+    lead or finding given to a row whose arms were not tuned (its summary row's "arms' LR") without saying
+    so in its sentence; a direction (lower, adds, ...) asserted just before an interval that crosses 0;
+    and the word "finding" anywhere but in a definition, a negation or beside a row that is one. items:
+    prose_items of a page."""
+    problems = []
+    for item in items:
+        files = {f for f in re.findall(r"`([\w.]+?)(?:\.py)?`", item) if f in ABLATIONS}
+        for sentence in sentences(item):
+            quoted = list(INTERVAL.finditer(sentence))
+            for k, m in enumerate(quoted):
+                found = [cells for t, cells in rows if t == m.group(0)]
+                if not found:
+                    continue
+                mine = [c for c in found if not files or files & {n.strip("`") for n in c[0].split(", ")}]
+                if not mine:
+                    problems.append(f"{m.group(0)} in a paragraph about {sorted(files)}: its row is "
+                                    f"{found[0][0]}'s")
+                    continue
+                start = quoted[k - 1].end() if k else 0
+                end = quoted[k + 1].start() if k + 1 < len(quoted) else len(sentence)
+                after = STRENGTH.search(sentence[m.end():end])
+                before = STRENGTH.findall(sentence[start:m.start()])
+                word = after.group(1) if after else before[-1] if before else None
+                crosses = float(re.findall(NUMBER, m.group(0))[1]) < 0 < float(re.findall(NUMBER, m.group(0))[2])
+                if word and all(strength_of(c) != word for c in mine) and not (word == "unresolved" and crosses):
+                    problems.append(f"{m.group(0)}: called {word!r}, its row {strength_of(mine[0])!r}")
+                untuned = [c for c in mine if len(c) > 6 and "untuned" in c[6]]
+                if word in ("lead", "finding") and untuned and len(untuned) == len(mine) and \
+                        not UNTUNED.search(sentence):
+                    problems.append(f"{m.group(0)}: a {word} whose arms were not tuned ({untuned[0][6]}), "
+                                    f"and its sentence does not say so")
+                lo, hi = (float(x) for x in re.findall(NUMBER, m.group(0))[1:])
+                lead_in = sentence[start:m.start()]
+                if lo < 0 < hi and DIRECTION.search(lead_in) and not NEGATION.search(lead_in):
+                    problems.append(f"{m.group(0)} crosses 0, and its sentence asserts "
+                                    f"{DIRECTION.search(lead_in).group(0)!r}")
+            if FINDING_WORD.search(sentence) and not FINDING_OK.search(sentence):
+                near = [cells for q in quoted for t, cells in rows if t == q.group(0)]
+                if not any(strength_of(c) == "finding" for c in near):
+                    problems.append(f"'finding' said of no finding: {sentence[:120]!r}")
+    return problems
+
+
+PAGES = ["README.md", "results/README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(
+    os.path.join(ROOT, "docs", "*.md")))]
+
+
+def gain_problems(readme, adaptive_words="gamma times the optimizer's step per unit of gradient"):
+    """A page's words for gain must say what SITE_STATISTICS says under each optimizer: gamma^2 under SGD,
+    gamma times the optimizer's step per unit of gradient under AdamW or Muon (adaptive_words: the page's
+    form of the latter), and never gamma^2 under an adaptive optimizer."""
     said = re.sub(r"\s+", " ", readme)
     sgd = re.search(r"gamma\^2 under SGD", SITE_STATISTICS["gain"]).group(0)
-    adaptive = re.search(r"under AdamW or Muon (gamma times the optimizer's step per unit of gradient)", SITE_STATISTICS["gain"])
-    return [f"the README's gain lacks {w!r}" for w in (sgd, adaptive.group(1)) if w not in said]
+    assert re.search(r"under AdamW or Muon gamma times the optimizer's step per unit of gradient", SITE_STATISTICS["gain"])
+    problems = [f"the page's gain lacks {w!r}" for w in (sgd, adaptive_words) if w not in said]
+    return problems + [f"the page says gain is {m.group(0)!r} under an adaptive optimizer"
+                       for m in re.finditer(r"(?:under (?:AdamW|Adam|Muon)[^.;]{0,80}?|proportional to )gamma\^2(?!,? not| under SGD)",
+                                            said) if "not gamma^2" not in m.group(0)]
 
 
 @pytest.fixture(scope="module")
 def records():
     return summary_counts(), table_rows()
+
+
+RESULTS_GAIN = "gamma times Adam's step per unit of gradient"  # results/README.md's form of it, under AdamW
 
 
 def test_the_front_page_and_results_words_are_the_records(records):
@@ -139,14 +240,66 @@ def test_the_front_page_and_results_words_are_the_records(records):
     assert front_page_problems(front_page(readme), counts, rows) == []
     assert bold_strength_problems(read("results/README.md"), rows) == []
     assert gain_problems(readme) == []
+    assert gain_problems(read("results/README.md"), RESULTS_GAIN) == []
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_word_beside_a_row_on_every_page_is_its_rows(records, page):
+    """README.md, results/README.md and docs/: each quoted interval sits in a paragraph about its file,
+    with its row's strength, its untuned mark, no direction where it crosses 0; "finding" only where
+    the summary's family says so."""
+    assert page_problems(read(page), records[1]) == []
+
+
+def test_the_assets_words_are_their_rows(records):
+    """The generated tables' headings and notes (assets/*.md), by the same rules."""
+    for path in sorted(glob.glob(os.path.join(ROOT, "assets", "*.md"))):
+        text = re.sub(r"^\|.*$", "", open(path).read(), flags=re.M)  # the tables themselves are the rows
+        assert page_problems(text, records[1]) == [], path
+
+
+def test_the_which_unified_note_names_each_readings_files():
+    """results/README.md's note lists, for each reading, exactly the files with an arm of that reading's
+    names, and each such arm's config is that reading (dual_sites "all" or "prenorm")."""
+    from research.ablation import load_ablation, run_config
+
+    note = re.sub(r"\s+", " ", read("results/README.md").split("**Which unified.**", 1)[1].split("\n## ", 1)[0])
+    earlier_text, paper_text = note.split("The paper's unified", 1)
+    said = [set(re.findall(r"`(\w+)`", t)) & ABLATIONS for t in (earlier_text, paper_text)]
+    earlier, paper = set(), set()
+    for path in glob.glob(os.path.join(ROOT, "configs", "ablations", "*.py")):
+        spec = load_ablation(path)
+        for v in spec["variants"]:
+            cfg = run_config(spec, next(iter(spec["settings"])), v, spec["seeds"][0])[0]
+            if v in ("unified_dp_all", "dnp_all", "dp_all"):
+                assert cfg["dual_sites"] == "all", (spec["name"], v)
+                earlier.add(spec["name"])
+            if v in ("unified", "dnp", "dp"):
+                assert cfg["dual_sites"] == "prenorm", (spec["name"], v)
+                paper.add(spec["name"])
+    assert said == [earlier, paper]
 
 
 def swap(text, a, b):
     return text.replace(a, "\0").replace(b, a).replace("\0", b)
 
 
+def swap_sentences(items, a, b):
+    """items with the first interval-quoting sentence of the item naming `a` and that of the one naming
+    `b` swapped whole."""
+    ia, ib = (next(i for i, it in enumerate(items) if f"`{f}`" in it and INTERVAL.search(it)) for f in (a, b))
+    sa, sb = (next(s for s in sentences(items[i]) if INTERVAL.search(s)) for i in (ia, ib))
+    out = list(items)
+    out[ia], out[ib] = items[ia].replace(sa, sb, 1), items[ib].replace(sb, sa, 1)
+    return out
+
+
 def test_a_planted_change_of_each_kind_is_caught(records):
-    """A count, a strength, two rows' labels swapped, gain's words under AdamW: each fails the check above."""
+    """A count, a strength, two rows' labels swapped, gain's words under AdamW on the front page; and the
+    seven the checks above once missed: two rows' sentences swapped whole (results/README.md), "finding"
+    for C3's untuned rows (README.md's C3 paragraph, results/README.md), the untuned mark removed from the
+    Muon row, a direction where the interval crosses 0, an unresolved share stated as a gain, gain's words
+    in results/README.md: each fails a check."""
     counts, rows = records
     readme = read("README.md")
     page = front_page(readme)
@@ -160,13 +313,38 @@ def test_a_planted_change_of_each_kind_is_caught(records):
         assert text != page, kind
         assert front_page_problems(text, counts, rows), kind
     results = read("results/README.md")
-    flat = re.sub(r"\s+", " ", results)
-    row = "-0.0436 [-0.0697, -0.0174], a **lead**"  # c8_width_x1_tuned's row, a lead in the summary
-    assert row in flat and not bold_strength_problems(flat, rows)
-    assert bold_strength_problems(flat.replace(row, row.replace("lead", "finding")), rows)
     readme = re.sub(r"\s+", " ", readme)
     adamw = readme.replace("gamma times the optimizer's step per unit of gradient", "gamma over the gradients' scale")
     assert adamw != readme and gain_problems(adamw)
+
+    items = prose_items(results)
+    assert not item_problems(items, rows)
+    raw_readme = read("README.md")
+    seven = {
+        "two rows' sentences swapped whole": (item_problems, items, swap_sentences(items, "c8_regime", "c8_replication")),
+        "'finding' for C3's rows, README.md": (page_problems, raw_readme, plant(raw_readme, "a lead at both widths",
+                                                                                 "a finding at both widths")),
+        "'finding' for C3's rows, results": (page_problems, results, plant(results, "untuned LR: a **lead** at most",
+                                                                           "untuned LR: a **finding**")),
+        "the Muon row's untuned mark removed": (page_problems, results, plant(
+            results, ", a **lead** at the shared, untuned base LR;", ", a **lead**;")),
+        "a direction where the interval crosses 0": (page_problems, raw_readme, plant(
+            raw_readme, "indistinguishable from it under Muon + WSD", "lower than it under Muon + WSD too")),
+        "an unresolved share stated as a gain": (page_problems, raw_readme, plant(
+            raw_readme, "DNP's scale vectors' share over the normalization alone is",
+            "DNP's scale vectors add the rest over the normalization alone:")),
+        "gain's words in results/README.md": (lambda text, _: gain_problems(text, RESULTS_GAIN), results, plant(
+            results, "proportional to gamma, not gamma^2,", "proportional to gamma^2,")),
+    }
+    for kind, (check, base, text) in seven.items():
+        assert text != base, kind
+        assert not check(base, rows), kind
+        assert check(text, rows), kind
+
+
+def plant(text, old, new):
+    """text with old (matched across line breaks) replaced by new, once."""
+    return re.sub(r"\s+".join(map(re.escape, old.split())), lambda _: new, text, count=1)
 
 
 def sentence_lengths(text):
