@@ -18,6 +18,7 @@ import sys
 if __package__ in (None, ""):  # run by its path: its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from configurator import UserError, folder_problem  # noqa: E402
 from plumbing.common import cli  # noqa: E402
 from research.records import adopt, load_records  # noqa: E402
 
@@ -27,6 +28,15 @@ def main(argv):
     p.add_argument("records", nargs="+", help="record files (<name>.json) to bring in")
     p.add_argument("--results", default="results", help="the records' folder (default results/)")
     args = p.parse_args(argv)
+    if not os.path.isdir(args.results):
+        raise UserError(f"--results={args.results}: not a folder of records; name the results/ folder the records join")
+    problem = folder_problem(args.results)
+    if problem:
+        raise UserError(f"--results={args.results}: {problem}")
+    for path in args.records:
+        if not os.path.isfile(path):
+            kind = "a folder" if os.path.isdir(path) else "not a regular file" if os.path.exists(path) else "not found"
+            raise UserError(f"{path or repr(path)}: {kind}; give record files (<name>.json) made by research.sweep")
     load_records(args.results)  # a folder that breaks the rules is said before anything is added to it
     for path in args.records:
         print(f"adopted {path} as {adopt(path, args.results)}")

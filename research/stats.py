@@ -180,7 +180,7 @@ def verdict(ci, n, expected):
     return "unresolved" + few
 
 
-# The verdict and strength of every row of a --scale_down plot (ablation.scaled_down: a GPU file's
+# The verdict and strength of every row of a --scale_down plot (miniature.scaled_down: a GPU file's
 # rules run at CPU-miniature size through the same code): its numbers check the machinery, and a
 # 0.04M-parameter model says nothing about the claim at 0.12B, so no claim word is given for it.
 SCALED_DOWN = "scaled down (machinery check, not evidence)"

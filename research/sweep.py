@@ -244,7 +244,7 @@ def parse_flags(argv):
     p.add_argument("--settings", default="", help="comma-separated patterns (e.g. '*_tpp20'): only the settings "
                    "they match, with the LR sweeps that choose their LRs")
     p.add_argument("--scale_down", action="store_true", help="a GPU file at CPU-miniature size, end to end through "
-                   "the same code (ablation.scaled_down: every rule kept, the shapes shrunk; default folders "
+                   "the same code (miniature.scaled_down: every rule kept, the shapes shrunk; default folders "
                    "runs-scaled-down/ and results-scaled-down/, never the committed results/)")
     slurm.add_flags(p)
     args = p.parse_args(argv)

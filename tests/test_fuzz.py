@@ -57,6 +57,7 @@ COMMANDS = {
                 "--gpu_check": "in_file", "--out": "out_file"}),
     "plot": ("research.plot", ["{ablation}", "--results={folder}", "--out={new}"],
              {"#0": "in_file", "--results": "in_folder", "--out": "out_folder", "--readme": "out_file"}),
+    "adopt": ("research.adopt", ["{file}", "--results={folder}"], {"#0": "in_file", "--results": "in_folder"}),
     "plot_run": ("research.plot", ["--run={run}", "--out={new}"], {"--run": "in_folder", "--out": "out_folder"}),
     "bench": ("tools.bench", ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2",
                               "--vocab_size=40", "--variants=baseline", "--steps=1", "--warmup=1", "--memory=False"],
@@ -199,6 +200,6 @@ def test_the_table_names_every_command_a_user_runs():
     libraries = {"research.slurm", "research.records", "research.regime", "research.comparisons", "research.tables",
                  "research.trends", "research.multipliers", "research.summary", "research.figures",
                  "research.mechanism_figures", "research.mechanism_question", "research.run_figures",
-                 "research.headlines", "research.power", "tools.gpu_report", "tools.variants"}
+                 "research.headlines", "research.power", "research.miniature", "tools.gpu_report", "tools.variants"}
     missing = found - commands - libraries
     assert not missing, f"commands without a fuzz row: {sorted(missing)}"

@@ -21,7 +21,8 @@ def traced_step(tmp_path, monkeypatch, *extra):
 
     def profile(frame, event, arg):
         path = frame.f_code.co_filename
-        if event == "call" and path.startswith(ROOT + os.sep) and os.sep + "tests" + os.sep not in path:
+        if (event == "call" and path.startswith(ROOT + os.sep) and os.sep + "tests" + os.sep not in path
+                and "site-packages" not in path):  # a virtual environment inside the checkout (CI's .venv) is not ours
             seen[(os.path.relpath(path, ROOT), getattr(frame.f_code, "co_qualname", frame.f_code.co_name))] += 1
 
     real = train_mod.set_lr
