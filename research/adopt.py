@@ -18,6 +18,10 @@ import sys
 if __package__ in (None, ""):  # run by its path: its imports live at the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from plumbing import common  # noqa: E402 (from the repository root, the path above)
+
+common.set_omp_env()  # before torch loads: idle OpenMP threads sleep instead of spinning
+
 from configurator import UserError, folder_problem  # noqa: E402
 from plumbing.common import cli  # noqa: E402
 from research.records import adopt, load_records  # noqa: E402
