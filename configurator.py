@@ -247,6 +247,18 @@ class UserError(Exception):
     """Bad input: printed as one clear line, exit status 1, nothing lost."""
 
 
+def not_a_file(path, kind):
+    """Why `path`, given where `kind` (e.g. "a config file") is read, is not one; None when it is a regular
+    file. A folder, a FIFO, a device or a socket is named as such (reading one would wait or never end)."""
+    if os.path.isfile(path):
+        return None
+    if os.path.isdir(path):
+        return f"is a folder: name {kind}"
+    if os.path.exists(path):
+        return f"is not a file but a FIFO, a device or a socket (reading it would wait or never end): name {kind}"
+    return "not found"
+
+
 def folder_problem(path):
     """Why files cannot be written in the folder `path` (created if missing), or None if they can.
 
@@ -426,10 +438,8 @@ def load_config(argv):
             given.where[key] = "on the command line"
         else:
             if not os.path.isfile(arg):  # nanoGPT's habit, `key=value` without its dashes, is not a file either
-                why = ("is a folder: name a config file" if os.path.isdir(arg) else
-                       "is not a file but a FIFO, a device or a socket (reading it would wait or never end): name a "
-                       "config file" if os.path.exists(arg) else f"not found: a key is written --{arg}"
-                       if arg.split("=", 1)[0] in DEFAULTS and "=" in arg else "not found")
+                why = (f"not found: a key is written --{arg}" if not os.path.exists(arg) and "=" in arg
+                       and arg.split("=", 1)[0] in DEFAULTS else not_a_file(arg, "a config file"))
                 raise UserError(f"config file {arg!r} {why}")
             namespace = run_config_file(arg)
             for key, value in namespace.items():

@@ -99,7 +99,8 @@ import statistics
 
 from plumbing.mechanism import SITE_STATISTICS
 from plumbing.checkpoint import checkpoint_in
-from configurator import ABSENT, DEFAULTS, TRACKING_KEYS, UserError, check_type, load_config, run_config_file
+from configurator import (ABSENT, DEFAULTS, TRACKING_KEYS, UserError, check_type, load_config, not_a_file,
+                          run_config_file)
 from plumbing.ops import check_config, inert_keys, read_rows
 from research.miniature import MINIATURE_GRID, scaled_down
 from research.power import ladder_gaps, rung_compute
@@ -121,7 +122,7 @@ def load_ablation(path, scale_down=False):
     """The ablation file as a dict; UserError naming a missing, unknown or malformed entry.
     scale_down: its settings at CPU-miniature size (scaled_down), every rule kept."""
     if not os.path.isfile(path):
-        raise UserError(f"ablation file {path!r} not found")
+        raise UserError(f"ablation file {path!r} {not_a_file(path, 'an ablation file (configs/ablations/*.py)')}")
     spec = {k: v for k, v in run_config_file(path).items() if not k.startswith("_")}
     unknown = spec.keys() - REQUIRED - OPTIONAL.keys()
     missing = REQUIRED - spec.keys()

@@ -125,15 +125,22 @@ def test_a_checkpoints_edited_character_table_is_one_line_not_garbage(tmp_path):
         "vocabulary (stoi[itos[i]] must be i)" in done.stderr
 
 
-@pytest.mark.parametrize("name", ["fifo", "/dev/zero"])
-def test_a_config_file_that_is_a_fifo_or_a_device_is_named_as_such_not_not_found(tmp_path, name):
+@pytest.mark.parametrize("reader", ["config", "ablation"])
+@pytest.mark.parametrize("name, said", [("fifo", "is not a file but a FIFO, a device or a socket"),
+                                        ("/dev/zero", "is not a file but a FIFO, a device or a socket"),
+                                        ("folder", "is a folder: name a"), ("missing.py", "not found")])
+def test_a_config_or_ablation_file_that_is_a_fifo_a_device_or_a_folder_is_named_as_such(tmp_path, name, said, reader):
+    """train.py's config files and research.sweep / plot's ablation files: one rule (configurator.not_a_file)."""
     from configurator import UserError, load_config
-    path = str(tmp_path / "c.py") if name == "fifo" else name
+    from research.ablation import load_ablation
+    path = name if name.startswith("/") else str(tmp_path / name)
     if name == "fifo":
         os.mkfifo(path)
-    with pytest.raises(UserError, match="is not a file but a FIFO, a device or a socket") as e:
-        load_config([path])
-    assert "not found" not in str(e.value)
+    elif name == "folder":
+        os.mkdir(path)
+    with pytest.raises(UserError, match=said) as e:
+        load_config([path]) if reader == "config" else load_ablation(path)
+    assert (said == "not found") == ("not found" in str(e.value)) and "\n" not in str(e.value)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes a file of mode 000")
