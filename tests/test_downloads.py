@@ -49,7 +49,7 @@ def test_an_input_folder_this_user_may_not_list_says_so(tmp_path):
 
 def llama_folder(folder):
     """A 1-block Llama folder, saved by transformers (save_pretrained), with its index."""
-    transformers = pytest.importorskip("transformers")
+    transformers = pytest.importorskip("transformers", reason="optional extra: pip install -e '.[export]'")
     import torch
     torch.manual_seed(0)
     config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
