@@ -194,7 +194,7 @@ AS_WRITTEN = (
 STAND_INS = {
     'pip install -e ".[dev]" && python -m pytest -q': (
         'pip install -e ".[dev]" && python -m pytest -q --collect-only',
-        "the suite (about 15 minutes) is CI's: every test collected, none run"),
+        "the suite (about 32 minutes) is CI's: every test collected, none run"),
     SUITE: (None, "the test suite itself: CI runs it"),
     "pip install torch --index-url https://download.pytorch.org/whl/cpu": (None, "torch is this interpreter's already"),
     "pip install torch==2.13.0": (None, "torch is this interpreter's already"),
