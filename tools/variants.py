@@ -199,19 +199,7 @@ def saved_bytes(cfg, variant, tokens=None):
 
         def saved(batch):
             idx = torch.randint(0, c.vocab_size, (batch, T), generator=torch.Generator().manual_seed(batch)).to(cfg.device)
-            with ctx:
-                run(idx, idx)  # compiles first: the count is of the call that follows
-            found = {}
-
-            def pack(t):
-                storage = t.untyped_storage()
-                if storage.data_ptr() not in skip:
-                    found[storage.data_ptr()] = storage.nbytes()
-                return t
-
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), ctx:
-                run(idx, idx)
-            return sum(found.values())
+            return bytes_saved(run, (idx, idx), skip, ctx)
 
         with nullcontext() if cfg.compile else cuda_rms_norm_saved_set():
             return (saved(2) - saved(1)) / T
@@ -219,6 +207,25 @@ def saved_bytes(cfg, variant, tokens=None):
     one = whole(1)
     per_layer = whole(2) - one if variant == REFERENCE else saved_bytes_per_token(cfg, variant, T)
     return {"per_layer": per_layer, "outside": one - per_layer, "model": one - per_layer + cfg.n_layer * per_layer}
+
+
+def bytes_saved(run, args, skip, ctx):
+    """Bytes autograd keeps for the backward of one call run(*args) under ctx, each storage once (views of it
+    included), the storages whose data_ptr is in `skip` (parameters, tables) left out. A first call runs before
+    the count: compiled, it compiles, and the count is of the call that follows."""
+    with ctx:
+        run(*args)
+    found = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            found[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), ctx:
+        run(*args)
+    return sum(found.values())
 
 
 def saved_bytes_per_token(cfg, variant, tokens=None):
@@ -252,19 +259,7 @@ def saved_bytes_per_token(cfg, variant, tokens=None):
 
     def saved(batch):
         x = torch.randn(batch, T, model_cfg.n_embd, device=cfg.device, requires_grad=True)
-        with ctx:
-            run(x, cos, sin)  # compiles first: the count is of the call that follows
-        found = {}
-
-        def pack(t):
-            storage = t.untyped_storage()
-            if storage.data_ptr() not in skip:
-                found[storage.data_ptr()] = storage.nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), ctx:
-            run(x, cos, sin)
-        return sum(found.values())
+        return bytes_saved(run, (x, cos, sin), skip, ctx)
 
     with nullcontext() if cfg.compile else cuda_rms_norm_saved_set():  # compiled, inductor decomposes it
         return (saved(2) - saved(1)) / T
