@@ -16,6 +16,12 @@ from test_reliability import SLOW_TRAIN, TERMINATED, signal_at, wait_for_train_r
 from test_train import make_dataset, run, tiny_args
 
 
+def from_a_terminal():
+    """A child started as a terminal starts it: SIGHUP at its default. Under nohup, or a CI runner that
+    ignores SIGHUP, the child would inherit the ignore (as it should: see the nohup test)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def shell(command, **kw):
     return subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT, timeout=300, **kw)
 
@@ -66,7 +72,8 @@ def test_sighup_stops_train_py_at_its_step_saved_as_sigterm_does(tiny_run, sig):
     ds, tmp = tiny_run
     out = tmp / f"hup{sig.value}"
     proc = subprocess.Popen([sys.executable, "-c", SLOW_TRAIN, *map(str, tiny_args(ds, out, "--max_iters=200"))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            preexec_fn=from_a_terminal)
     try:
         wait_for_train_row(out, 3, proc)
         proc.send_signal(sig)
@@ -97,7 +104,7 @@ def test_under_nohup_sighup_stays_ignored_and_the_run_finishes(tiny_run):
 def test_sighup_runs_a_commands_cleanup_and_ends_in_one_line(tmp_path):
     tmp = str(tmp_path / "x.tmp")
     with subprocess.Popen([sys.executable, "-c", TERMINATED.format(root=ROOT, tmp=tmp)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True) as proc:
+                          stderr=subprocess.PIPE, text=True, preexec_fn=from_a_terminal) as proc:
         assert proc.stdout.readline() == "started\n"
         proc.send_signal(signal.SIGHUP)
         _, err = proc.communicate(timeout=60)
