@@ -33,13 +33,15 @@ from norms import ROLES, SCALE_CLASSES, ScaleVector
 from optim import LR_SCHEDULES, OPTIMIZERS, SCALE_WD, Optimizer, ScaleDecay, Schedule
 
 
-def check(cfg):
+def check(cfg, built=None):
     """ValueError, one line naming the entry, the rule and the fix, when an entry of a registry the run
     config cfg (a namespace with every key) chooses from breaks its contract: every optimizer, schedule
     and recipe (check_contracts), the run's own under its config (check_run_contracts), its placements
     (check_placement) and its scale class (scale_class_problem), with optim.check's value checks in
     their order; then the model is built on the meta device, so a value its code refuses (a role that is
-    none) is a line too. A placement or class name no registry holds is left to model.GPTConfig's line."""
+    none) is a line too. A placement or class name no registry holds is left to model.GPTConfig's line.
+    built: a set of the model configs (their repr) whose build a caller checking many runs already saw
+    pass in this process; each is built once (an ablation's LR multipliers share their variant's model)."""
     optim.check_choices(cfg, optim.CHOICES)
     check_contracts(cfg)  # first: an entry's own check (optim.check runs it) may read a key that has no row
     optim.check(cfg)
@@ -49,11 +51,16 @@ def check(cfg):
             check_placement(key, getattr(cfg, key))
     if cfg.reparam in SCALE_CLASSES and (problem := scale_class_problem(cfg.reparam)):
         raise ValueError(problem)
+    shape = model.model_config(cfg)
+    if built is not None and repr(shape) in built:
+        return
     try:  # the model's code at the run's shape, on the meta device (no memory): a fork's bad value (a role) is a line
         with torch.device("meta"):
-            GPT(model.model_config(cfg))
+            GPT(shape)
     except ValueError as e:
         raise ValueError(f"building the model: {e}") from None
+    if built is not None:
+        built.add(repr(shape))
 
 
 # -----------------------------------------------------------------------------

@@ -54,16 +54,17 @@ def choices():
             for key, registry in {**model.CHOICES, **optim.CHOICES}.items()}
 
 
-def check_config(cfg):
+def check_config(cfg, built=None):
     """UserError, one line, for anything a run would refuse, before it reads data or builds
     anything: every value's range (configurator.check), the memory estimate (memory.check_memory), the optimizer's
     and schedule's keys (optim.check), every registry entry's contract (contracts.check) and the model's
-    (model.model_config). sweep.py checks every run of an ablation this way before starting any."""
+    (model.model_config). sweep.py checks every run of an ablation this way before starting any, each
+    model shape built once (built: contracts.check)."""
     chosen = optim.OPTIMIZERS.get(cfg["optimizer"])
     check(cfg)
     check_memory(cfg, can_shard=bool(chosen and chosen.shards))
     try:
-        contracts.check(SimpleNamespace(**cfg))  # optim.check among them
+        contracts.check(SimpleNamespace(**cfg), built)  # optim.check among them
     except ValueError as e:
         raise UserError(str(e)) from None
     model.model_config(cfg)

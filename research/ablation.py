@@ -374,12 +374,13 @@ def check_runs(spec, path):
     """check_config on every run an ablation plans (each setting, variant, LR and token multiplier),
     so a bad value fails at load (and in --dry_run), not hours in; UserError naming the run."""
     variants, seeds = spec["variants"], spec["seeds"]
+    built = set()  # each model shape is built once: LR multipliers and seeds share their variant's model
     for setting in spec["settings"]:
         for variant in variants:
             for lr_mult in [1.0, *spec["lr_multipliers"]]:
                 for iter_mult in [1.0, *spec["iter_multipliers"].get(variant, [])]:
                     try:
-                        check_config(build_config(spec, setting, variant, seeds[0], lr_mult, iter_mult))
+                        check_config(build_config(spec, setting, variant, seeds[0], lr_mult, iter_mult), built)
                     except UserError as e:
                         raise UserError(f"{path}: variant {variant!r} in setting {setting!r}"
                                         f"{f' at {lr_mult}x LR' if lr_mult != 1 else ''}"

@@ -6,7 +6,8 @@ it was given (a folder beside them, which the links point into, is the same file
 mtime, afterwards). Whether it refuses the path in one line or reads it is the command's affair: a
 link to a run's own file elsewhere is no harm to read; what it writes through is.
 
-A table: command -> (argv, the paths it reads or writes); each path gets every hazard of its kind.
+A table: command -> (argv, the paths it reads or writes); each path gets one hazard of its kind, in
+turn (cases(); FUZZ_EVERY_HAZARD=1 runs every hazard at every path).
 Slow (a process per case, about 2-5 s each on 2 cores); the in-process checks of each kind are in
 tests/test_security.py, tests/test_token_files.py and
 (the Slurm claim files) tests/test_slurm.py."""
@@ -82,10 +83,17 @@ GONE = {"sweep_runs": ("{record}", "{a_run}"), "sweep_slurm": ("{record}", "{a_r
 HAZARDS = {FILE: ("symlink", "relative symlink", "hard link", "FIFO"), FOLDER: ("symlink", "relative symlink", "FIFO")}
 
 
-def cases():
-    for command, (_, slots) in COMMANDS.items():
+def cases(every=os.environ.get("FUZZ_EVERY_HAZARD") == "1"):
+    """Each path of each command meets one hazard of its kind, the hazards taken in turn along the
+    command's paths of that kind (every hazard meets every command that has as many paths of its kind,
+    and each hazard a different path of it from one command to the next); FUZZ_EVERY_HAZARD=1 gives
+    every path every hazard (four times the cases)."""
+    for c, (command, (_, slots)) in enumerate(COMMANDS.items()):
+        seen = {}  # kind -> how many of this command's paths of that kind came before
         for slot, kind in slots.items():
-            for hazard in HAZARDS[kind]:
+            j, seen[kind] = seen.get(kind, 0), seen.get(kind, 0) + 1
+            turn = HAZARDS[kind] if every else [HAZARDS[kind][(j + c) % len(HAZARDS[kind])]]
+            for hazard in turn:
                 yield pytest.param(command, slot, hazard, id=f"{command}:{slot.strip('{}')}:{hazard}")
 
 
