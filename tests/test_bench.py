@@ -11,6 +11,7 @@ from model import model_config
 from tools import bench, variants
 
 
+@pytest.mark.slow
 def test_bench_prints_a_ratio_per_variant(capsys, tmp_path):
     bench.main(["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2",
                 "--vocab_size=40", "--variants=baseline,unified,unified_moe", "--steps=2", "--warmup=1",

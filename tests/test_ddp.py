@@ -84,6 +84,7 @@ def runs(tmp_path_factory):
     return SimpleNamespace(ds=ds, out=out, common=common, tmp=tmp)
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_process(runs):
     one = torch.load(runs.out[1] / "params_rank0.pt")
     r0 = torch.load(runs.out[2] / "params_rank0.pt")

@@ -288,6 +288,7 @@ def test_each_lr_schedule_has_its_own_colour_and_linestyle(tmp_path, monkeypatch
     assert not outside(fig)
 
 
+@pytest.mark.slow
 def test_committed_figures_keep_every_text_inside_and_the_fit_gives_the_multiplier(tmp_path, monkeypatch):
     """The committed files with the most words (three settings of rows; the token multiplier; the
     mechanism question and its statistics; widths) drawn from their records: no text of any figure

@@ -364,4 +364,11 @@ def test_the_table_names_every_command_that_reads_or_writes_a_run_folder():
     named = {argv[0] if argv[0].endswith(".py") else argv[1] for argv, _ in COMMANDS.values()}
     assert named >= {"train.py", "sample.py", "tools.export", "tools.lm_eval_tasks", "tools.gguf_to_hf",
                      "tools.hf_check", "research.plot", "research.sweep", "research.ladder"}
-    assert sum(len(HAZARDS[kind]) for _, slots in COMMANDS.values() for kind in slots.values()) == len(list(cases()))
+    every = [p.values for p in cases(every=True)]
+    assert sum(len(HAZARDS[kind]) for _, slots in COMMANDS.values() for kind in slots.values()) == len(every)
+    turn = [p.values for p in cases()]  # each path once; each hazard at every command with paths enough of its kind
+    assert sorted((c, s) for c, s, _ in turn) == sorted((c, s) for c, (_, slots) in COMMANDS.items() for s in slots)
+    for command, (_, slots) in COMMANDS.items():
+        for kind in HAZARDS:
+            met = {h for c, s, h in turn if c == command and slots[s] == kind}
+            assert len(met) == min(len(HAZARDS[kind]), list(slots.values()).count(kind)), (command, kind, met)

@@ -100,6 +100,7 @@ def test_the_train_stage_runs_the_benchs_model_and_batch(tmp_path, monkeypatch):
         assert {train["dtype"], bench["dtype"]} <= {"auto", "bfloat16" if device == "cuda" else "float32"}, device
 
 
+@pytest.mark.slow
 def test_cpu_run_passes_every_stage_and_says_cuda_is_not_used(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "tools.gpu_check", f"--out={out}", "--device=cpu"],

@@ -270,6 +270,7 @@ def base_out(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_the_command_trusts_the_projects_own_module_and_nothing_more(char_out, base_out, tmp_path):
     from tools import lm_eval_tasks
     ours = exported(char_out, tmp_path / "ours")

@@ -337,6 +337,7 @@ def plot_command(*args):
     return done.returncode, done.stdout, done.stderr
 
 
+@pytest.mark.slow
 def test_runs_with_long_names_get_a_bounded_stated_figure_name(tmp_path):
     """Three runs named as a sweep names them, each 90 characters: joined with _vs_ they pass the
     255 bytes a file name may have. The figure's name is at most run_figures.FIGURE_NAME_BYTES, each

@@ -223,6 +223,7 @@ def uninterrupted(tmp_path_factory):
     return ds, tmp / "straight"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_train_py_signalled_at_a_random_step_resumes_with_auto_to_the_same_weights(tmp_path, uninterrupted, sig):
     ds, straight = uninterrupted

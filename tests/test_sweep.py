@@ -119,6 +119,7 @@ def test_a_run_with_a_record_is_skipped_and_shared_runs_are_one(tmp_path):
     assert len(both) == len(runs) and all(sweep.state(r, records) == "recorded" for r in both)
 
 
+@pytest.mark.slow
 def test_sweep_runs_records_resumes_and_plot_needs_only_records(tmp_path, capsys):
     ablation = write_ablation(tmp_path)
     out_root, results, assets = str(tmp_path / "runs"), str(tmp_path / "results"), str(tmp_path / "assets")

@@ -740,6 +740,7 @@ def test_a_long_evaluation_is_named_at_start_on_every_device_whose_speed_is_know
 
 @pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
                     reason="cpu_numerics='portable' runs AVX2 kernels: this CPU has no AVX2")
+@pytest.mark.slow
 def test_portable_numerics_train_the_same_whatever_vector_width_the_process_starts_with(tmp_path):
     """Two vector widths on one machine: ATen's kernels at ATEN_CPU_CAPABILITY=default (no AVX) and
     at this CPU's own width give different losses (the widths matter, so the test can fail); under
