@@ -76,7 +76,7 @@ def test_smollm2_loads_with_transformers_logits_and_greedy_text(smol):
 
 
 def test_smollm2_continues_on_its_own_tokens_and_exports(smol, tmp_path, capsys):
-    """20 iterations of continued pre-training with HG + OR on a corpus prepared with its tokenizer;
+    """8 iterations of continued pre-training with HG + OR on a corpus prepared with its tokenizer;
     the export reloads in transformers with our logits (export.py's own check) and its tokenizer."""
     from test_corpus import corpus
     from test_hf_model import corpus_text
@@ -87,8 +87,8 @@ def test_smollm2_continues_on_its_own_tokens_and_exports(smol, tmp_path, capsys)
         (tmp_path / "docs" / f"{i}.txt").write_text(corpus_text(i, 300))
     corpus.main([str(tmp_path / "docs"), f"--out={tmp_path / 'ds'}", f"--tokenizer={folder}", "--val_docs=1",
                  "--workers=1"])
-    run([f"--dataset={tmp_path / 'ds'}", f"--out_dir={tmp_path / 'o'}", f"--hf_model={folder}", "--max_iters=20",
-         "--eval_interval=10", "--eval_iters=2", "--block_size=32", "--batch_size=2", "--learning_rate=3e-4",
+    run([f"--dataset={tmp_path / 'ds'}", f"--out_dir={tmp_path / 'o'}", f"--hf_model={folder}", "--max_iters=8",
+         "--eval_interval=4", "--eval_iters=2", "--block_size=32", "--batch_size=2", "--learning_rate=3e-4",
          "--warmup_iters=2", "--sample_tokens=0", "--scale_wd=iwd",
          *(f"--{k}={v}" for k, v in {**BASELINE, "branch_scales": True, "reparam": "or"}.items())])
     assert f"loaded {folder}" in capsys.readouterr().out
