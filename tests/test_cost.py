@@ -23,6 +23,7 @@ def ratio(variant, compile):
     return variants.saved_bytes_per_token(cfg, variant) / variants.saved_bytes_per_token(cfg, "baseline")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compile, limit", [(True, 1.01), (False, 1.01)], ids=["compiled", "eager"])
 def test_unified_keeps_no_more_for_backward_than_the_baseline_like_for_like(compile, limit):
     """The paper's unified strategy (HG + DNP + OR) keeps at most 1% more bytes per token and layer for its
@@ -105,6 +106,7 @@ def one_qkv_buffer(self, x, cos, sin):
     return self.o(y.transpose(1, 2).reshape(B, T, -1))
 
 
+@pytest.mark.slow
 def test_v_in_a_buffer_of_its_own_frees_the_qkv_matmul_output_compiled(monkeypatch):
     """Compiled, a q|k|v buffer that v is a view of stays alive whole beside the roped q and k (SDPA keeps
     v): exactly (n_head + n_kv_head) head_dim bf16 values per token more than with q, k, v as their own
@@ -120,6 +122,7 @@ HOST = dict(DEFAULTS, n_layer=12, n_embd=16, n_head=2, d_ff=64, block_size=8, ba
             dtype="float32", compile=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["unified", "baseline"])
 def test_no_opaque_call_but_the_heads_and_no_graph_break_in_a_compiled_forward(variant, monkeypatch):
     """torch.compile sees through every fast path of the blocks: no custom op (opaque to CUDA graphs, export
@@ -130,6 +133,7 @@ def test_no_opaque_call_but_the_heads_and_no_graph_break_in_a_compiled_forward(v
     assert variants.opaque_calls(SimpleNamespace(**HOST), variant) == (0, 1)
 
 
+@pytest.mark.slow
 def test_the_opaque_call_count_sees_a_custom_op(monkeypatch):
     """The instrument responds: a custom op in DNP's fast path (FusedMLP) counts once per layer."""
     import torch
@@ -148,6 +152,7 @@ def test_the_opaque_call_count_sees_a_custom_op(monkeypatch):
     assert variants.opaque_calls(SimpleNamespace(**HOST), "unified") == (12 + 1, 1)  # and the head's
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["unified", "baseline"])
 def test_the_blocks_fast_paths_cost_the_host_no_more_than_the_formulas(variant, monkeypatch):
     """The host's calls in one compiled training step of the 12-layer model: the blocks' fast paths make no
@@ -170,6 +175,7 @@ def test_unified_costs_the_host_no_more_calls_over_the_baseline_than_its_formula
     assert fast <= formulas + 0.01 and fast <= 1.64, (base, unified)
 
 
+@pytest.mark.slow
 def test_the_host_call_count_sees_a_graph_break(monkeypatch):
     """The instrument responds: a graph break in every fused linear (a print, say) costs the host a
     resume function and a guard set per linear, 7 per layer of 12, each with calls of its own."""

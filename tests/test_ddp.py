@@ -115,6 +115,7 @@ def test_logged_loss_is_the_mean_over_ranks_and_micro_steps(runs):
     assert rows2[0]["loss"] == pytest.approx(sum(ranks) / 2, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_checkpoint_from_two_processes_resumes_under_one(runs):
     """Resume the 2-process run's final checkpoint in 1 process for K more steps; the same as
     the 1-process run resumed the same way."""
@@ -130,6 +131,7 @@ def test_checkpoint_from_two_processes_resumes_under_one(runs):
             assert x[key] == pytest.approx(y[key], rel=1e-4), (x, y)
 
 
+@pytest.mark.slow
 def test_bad_split_is_a_clear_error_on_every_rank(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     proc = torchrun(2, "train.py", *tiny_args(ds, tmp_path / "o", "--gradient_accumulation_steps=3"))

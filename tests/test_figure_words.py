@@ -98,6 +98,7 @@ def committed():
     return collected, summary.file_strengths(collected), summary.summary(collected)
 
 
+@pytest.mark.slow
 def test_every_committed_heading_states_its_rows_and_no_direction_they_do_not_show(committed):
     """Each committed file's figure title, column titles and table heading: no direction word before
     "claim:"; the claim after it; each claim row's interval and verdict as the records give them, with

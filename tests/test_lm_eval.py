@@ -145,6 +145,7 @@ def test_tasks_fit_the_model_and_say_when_the_export_is_missing_or_old(tmp_path,
     assert all(i["context"].strip() for i in items)
 
 
+@pytest.mark.slow
 def test_a_block_too_short_for_any_item_writes_no_next_line_task_and_bad_flags_are_one_line(tmp_path, capsys):
     """At block_size 4 no line and choice fit: the next-line task is not written, the note says why,
     and the command names scalevec_val alone; a seed numpy refuses, and an export whose weights were

@@ -48,6 +48,7 @@ def kind_means(evals, stat):
     return out
 
 
+@pytest.mark.slow
 def test_two_runs_side_by_side_draw_the_logged_values_labelled_by_folder(tmp_path, monkeypatch, capsys):
     ds = make_dataset(tmp_path / "ds")
     common = ["--max_iters=4", "--eval_interval=2", "--n_layer=2", "--mechanism_stats=on"]
@@ -141,6 +142,7 @@ def test_single_runs_side_by_side_are_one_seed_each_beside_the_records_seed_spre
     assert "a has no checkpoint to read its size from" in run_figures.one_seed_note(["a", "b"], results, [path])
 
 
+@pytest.mark.slow
 def test_run_comparison_refuses_a_missing_log_a_log_without_statistics_and_one_name_twice(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     run(tiny_args(ds, tmp_path / "with", "--max_iters=2", "--mechanism_stats=on"))

@@ -254,6 +254,7 @@ def test_train_py_signalled_at_a_random_step_resumes_with_auto_to_the_same_weigh
         assert torch.equal(tensor, reference[name]), (k, at, name)
 
 
+@pytest.mark.slow
 def test_under_torchrun_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     out = tmp_path / "o"

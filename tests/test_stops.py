@@ -34,7 +34,8 @@ def tiny_run(tmp_path_factory):
     return ds, tmp
 
 
-@pytest.mark.parametrize("closed", [">&-", "2>&-", ">&- 2>&-"])
+@pytest.mark.parametrize("closed", [pytest.param(">&-", marks=pytest.mark.slow), pytest.param("2>&-", marks=pytest.mark.slow),
+                                    ">&- 2>&-"])
 def test_train_and_sample_finish_cleanly_with_their_output_closed(tiny_run, closed):
     """Python sets sys.stdout (sys.stderr) to None for a closed descriptor: cli's flush was an
     AttributeError after the work was done, and the first file opened took descriptor 1."""
@@ -154,6 +155,7 @@ def test_a_second_ctrl_c_inside_the_stops_save_waits_for_the_checkpoint_then_qui
     assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 5
 
 
+@pytest.mark.slow
 def test_sigterm_while_rank_0_waits_for_its_peer_is_acted_on_at_once(tiny_run):
     """The rendezvous waited in one C++ call, where no signal handler runs: a SIGTERM was acted on only when
     --ddp_timeout_s (600 s by default) ran out. A scheduler's grace before SIGKILL is typically 30 s."""

@@ -89,6 +89,7 @@ def test_the_core_never_imports_wandb_when_tracking_is_off(tmp_path):
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_offline_wandb_writes_its_files_in_out_dir(tmp_path):
     pytest.importorskip("wandb", reason="optional: pip install wandb")
     ds = make_dataset(tmp_path / "ds")
