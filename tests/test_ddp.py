@@ -97,6 +97,7 @@ def test_two_processes_match_one_process(runs):
     print(f"largest relative difference, 2 processes vs 1: {worst:.2e}")
 
 
+@pytest.mark.slow
 def test_logged_loss_is_the_mean_over_ranks_and_micro_steps(runs):
     rows2 = [r for r in read_log(runs.out[2]) if r["kind"] == "train"]
     rows1 = [r for r in read_log(runs.out[1]) if r["kind"] == "train"]
