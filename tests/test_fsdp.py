@@ -159,8 +159,8 @@ def test_moe_under_fsdp_matches_one_process(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     # the formulas, which give one process's weights bit for bit here. The chunked head's op is not bitwise
     # equal across the two layouts (dense, one step: 1.4e-6 apart, within the dense runs' 1e-4 above); an
-    # expert few tokens reach has a near-zero gradient, which AdamW's first step divides by its own size,
-    # so the same rounding moves one of its weights 5.4e-5, past this comparison's atol of 1e-5
+    # MoE, one step: 5.4e-5 in one expert's down weight, past this comparison's atol of 1e-5 (likely AdamW's
+    # first step, which divides each gradient by its own size, at a near-zero gradient of an expert few tokens reach)
     moe = [*COMMON, "--n_experts=4", "--top_k=2", "--fused=False"]
     train_in_two(*tiny_args(ds, tmp_path / "fsdp", *moe, "--fsdp=True"))
     train_in_one_process(*tiny_args(ds, tmp_path / "one", *moe))
