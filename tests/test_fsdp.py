@@ -158,7 +158,7 @@ def test_a_damaged_sharded_checkpoint_is_one_line(runs, tmp_path):
 def test_moe_under_fsdp_matches_one_process(tmp_path):
     ds = make_dataset(tmp_path / "ds")
     # the formulas, which give one process's weights bit for bit here. The chunked head's op is not bitwise
-    # equal across the two layouts (dense, one step: 1.4e-6 apart, within the dense runs' 1e-4 above); an
+    # equal across the two layouts (dense, one step: 1.4e-6 apart, within the dense runs' 1e-4 above); in
     # MoE, one step: 5.4e-5 in one expert's down weight, past this comparison's atol of 1e-5 (likely AdamW's
     # first step, which divides each gradient by its own size, at a near-zero gradient of an expert few tokens reach)
     moe = [*COMMON, "--n_experts=4", "--top_k=2", "--fused=False"]
