@@ -24,7 +24,7 @@ def gpt2_bpe():
     from configurator import UserError
     from plumbing.dataset import bpe_encoding
 
-    pytest.importorskip("tiktoken")
+    pytest.importorskip("tiktoken", reason="GPT-2's BPE: pip install -e .")
     try:
         return bpe_encoding("r50k_base")
     except UserError as e:

@@ -14,7 +14,7 @@ from test_corpus import bad, corpus  # noqa: F401 (corpus: the prepare script, l
 
 @pytest.fixture
 def shard(tmp_path):
-    pq = pytest.importorskip("pyarrow.parquet")
+    pq = pytest.importorskip("pyarrow.parquet", reason="reading .parquet shards needs pyarrow: pip install pyarrow")
     import pyarrow
     path = tmp_path / "shard.parquet"
     pq.write_table(pyarrow.table({"text": [f"document {i} " * 20 for i in range(200)]}), path)

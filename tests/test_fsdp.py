@@ -133,7 +133,7 @@ def test_sample_and_export_read_a_sharded_checkpoint(runs, tmp_path):
                            "--max_new_tokens=5", "--num_samples=1", "--start=a"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("a"), proc.stderr[-2000:]
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="the export: pip install -e '.[export]'")
     export_dir = tmp_path / "hf"
     proc = subprocess.run([sys.executable, "-m", "tools.export", f"--out_dir={runs.out['fsdp']}",
                            f"--export_dir={export_dir}"], capture_output=True, text=True, cwd=ROOT, timeout=300)

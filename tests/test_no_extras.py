@@ -2,6 +2,7 @@
 skips with its install line (README: Quick start). The extras are made unimportable here by a meta-path
 finder on PYTHONPATH (sitecustomize), so the child processes the tests start lack them too."""
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -14,13 +15,41 @@ tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml with Pytho
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def dist_name(requirement):
+    """A requirement's distribution name, normalized ("Foo.Bar-baz>=1" -> "foo_bar_baz")."""
+    return re.sub(r"[-.]+", "_", re.match(r"[A-Za-z0-9_.-]+", requirement).group()).lower()
+
+
+def closure(names):
+    """Every installed distribution `names` pull in (their requirements, transitively; a requirement
+    under one of their own extras left out): what a venv with these has because of them."""
+    from importlib import metadata
+    seen, todo = set(), [dist_name(n) for n in names]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        todo += [dist_name(r) for r in requires if "extra ==" not in r]
+    return seen
+
+
 def extra_modules():
-    """The import names of every optional extra's packages but the test tools' (`dev`), from pyproject.toml."""
+    """The import names a `.[dev]` venv lacks: every optional extra's packages but the test tools' (`dev`),
+    from pyproject.toml, and what they alone pull in (pyarrow through datasets, say), as installed here."""
+    from importlib import metadata
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        extras = tomllib.load(f)["project"]["optional-dependencies"]
-    names = {re.match(r"[A-Za-z0-9_.-]+", req).group().replace("-", "_").lower()
-             for extra, reqs in extras.items() if extra != "dev" for req in reqs}
-    return sorted(n for n in names if n != "scalevec")
+        project = tomllib.load(f)["project"]
+    extras = project["optional-dependencies"]
+    direct = {dist_name(req) for extra, reqs in extras.items() if extra != "dev" for req in reqs} - {"scalevec"}
+    only_extras = closure(direct) - closure(project["dependencies"] + extras["dev"])
+    imported = {module.lower() for module, dists in metadata.packages_distributions().items()
+                if any(dist_name(d) in only_extras for d in dists) and module.isidentifier()}
+    return sorted(direct | imported)
 
 
 BLOCKER = """import sys
@@ -55,8 +84,11 @@ def without_extras(tmp_path, *args, timeout):
 
 
 def test_the_extras_are_read_from_pyproject_and_the_blocker_blocks_them(tmp_path):
-    assert {"transformers", "safetensors", "gguf", "lm_eval", "submitit", "wandb"} <= set(extra_modules())
-    assert "pytest" not in extra_modules()
+    blocked = set(extra_modules())
+    assert {"transformers", "safetensors", "gguf", "lm_eval", "submitit", "wandb"} <= blocked
+    assert not {"pytest", "torch", "numpy", "tiktoken", "matplotlib"} & blocked  # core and dev stay
+    if importlib.util.find_spec("pyarrow"):  # brought by datasets (an extra's) alone: a .[dev] venv has none
+        assert "pyarrow" in blocked
     code = "import importlib, importlib.util, sys\nfor m in sys.argv[1:]:\n    try:\n        importlib.import_module(m)\n" \
            "    except ModuleNotFoundError:\n        print('missing', m, importlib.util.find_spec(m.split('.')[0]))\n" \
            "import torch, numpy, tiktoken"

