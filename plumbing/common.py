@@ -24,7 +24,8 @@ from contextlib import contextmanager
 from configurator import UserError, not_one_of
 from plumbing.disk import os_error_line
 from plumbing.stops import (  # noqa: F401 (StopSignals, say: the commands import them from here)
-    TERMINATING, StopSignals, Terminated, _terminate, _terminated_while_starting, attach_closed_streams, say)
+    TERMINATING, StopSignals, Terminated, _terminate, _terminated_while_starting, attach_closed_streams, drop_stdout,
+    name_stdout, say)
 
 # -----------------------------------------------------------------------------
 # The command line: OpenMP's threads, one line per error
@@ -71,10 +72,13 @@ def cli(main):
     disk, a name too long, a path gone), wrapped or not, one line naming the path, the cause and the
     fix (exit 1); output piped into a reader that closes early (`| head`) ends quietly. A closed
     stdin, stdout or stderr (`>&-`) reads and writes as /dev/null (attach_closed_streams), so a
-    command run with its output closed finishes as it would have. Under torchrun, a rank whose
+    command run with its output closed finishes as it would have; a stdout that refuses a write (`>
+    /dev/full`, a full disk) is that one line naming where stdout goes (NamedStdout), even where the
+    caller swallowed the error (argparse's --help). Under torchrun, a rank whose
     collective lost a peer (that peer stopped on its own error) says so in one line, without a
     traceback: the peer's line is the cause."""
     attach_closed_streams()
+    name_stdout()
     if threading.current_thread() is threading.main_thread():
         for sig in TERMINATING:  # Python's default skips every finally: a writer's cleanup
             if signal.getsignal(sig) in (signal.SIG_DFL, _terminated_while_starting):
@@ -82,8 +86,12 @@ def cli(main):
     try:
         try:
             code = main(sys.argv[1:])
+        except SystemExit:  # (argparse's --help: its print swallowed the write's error)
+            _stdout_written()
+            raise
         finally:  # a piped stdout is block-buffered: its last write happens here, inside the handler
             sys.stdout.flush()
+        _stdout_written()
     except UserError as e:
         _say(f"error: {e}")
     except Terminated as e:
@@ -108,8 +116,17 @@ def cli(main):
         line = os_error_line(e)
         if line is None or isinstance(e, (SystemExit, GeneratorExit)):
             raise
+        if getattr(sys.stdout, "failed", None):
+            drop_stdout()  # its buffered rest would be a second error at exit
         _say(line)
     sys.exit(code)
+
+
+def _stdout_written():
+    """Flush stdout; raise the first write it refused (NamedStdout.failed), even one its caller swallowed."""
+    sys.stdout.flush()
+    if getattr(sys.stdout, "failed", None):
+        raise sys.stdout.failed
 
 
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo's and NCCL's words

@@ -87,11 +87,33 @@ def os_error_line(e):
     fill = {"path": shlex.quote(path or "."), "access": _access_words(path),
             "folder": shlex.quote(os.path.dirname(path) or ".") if path else "of the folder it writes"}
     where = f" at {path}" if path else ""
-    kept = "" if err.errno in (errno.ENOENT, errno.ENOTDIR) else \
+    cache = hf_cache_on_the_way(path)
+    if cache:  # not the command's own path: the true cause is where HOME (or HF_HOME) points
+        cause = f"Hugging Face's cache ({cache}, where transformers keeps a model folder's code) cannot be made there"
+        fix = "point HF_HOME at a folder this user can write (export HF_HOME=/a/writable/folder)"
+    stream = getattr(err, "stream", None)  # (stops.NamedStdout) a file the user gave the shell, not the command
+    if stream:
+        where = f" at {path} ({stream})" if os.path.isabs(path) else f" at {stream}"
+        fill["folder"] = shlex.quote(os.path.dirname(path)) if os.path.isabs(path) else "of where it goes"
+    kept = "" if err.errno in (errno.ENOENT, errno.ENOTDIR) and not cache else \
         "; nothing saved before is lost (every file is written whole or not at all)"  # (a path gone took its files)
     return (f"error: {err.strerror or os.strerror(err.errno)}{where}: {cause.format(**fill)}{kept}; "
             f"{fix.format(**fill)}, then run the same command again (a training run: add --init_from=auto to "
             f"continue from its checkpoint)")
+
+
+def hf_cache_on_the_way(path):
+    """Hugging Face's cache folder (HF_HOME, by default ~/.cache/huggingface, as huggingface_hub sets it)
+    when path is that folder, inside it, or a folder on the way to it (a HOME this user may not write),
+    else None."""
+    if not path or not os.path.isabs(path):
+        return None
+    default = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                           "huggingface")
+    cache = os.path.abspath(os.path.expanduser(os.environ.get("HF_HOME") or default))
+    path = os.path.abspath(path)
+    on_the_way = path == cache or cache.startswith(path.rstrip(os.sep) + os.sep) or path.startswith(cache + os.sep)
+    return cache if on_the_way and path != os.sep else None
 
 
 def _may_write(path):

@@ -44,6 +44,69 @@ def attach_closed_streams():
             setattr(sys, name, open(os.devnull, mode))
 
 
+def stdout_target():
+    """Where descriptor 1 goes, as a path ('/dev/full', a log file), or None (a pipe, a socket, or a
+    system without /proc)."""
+    try:
+        target = os.readlink("/proc/self/fd/1")
+    except OSError:
+        return None
+    return target if target.startswith("/") else None
+
+
+class NamedStdout:
+    """sys.stdout as cli runs a command: a write refused by the file system where stdout goes (a full
+    disk, a quota, a file-size limit) raises an OSError naming that path, with `stream` set, so cli's
+    line names it instead of no path; the first such error is kept (`failed`), as argparse and other
+    callers swallow a print's OSError and cli raises it at the end. A reader that went away
+    (BrokenPipeError) passes unchanged. Everything else is the wrapped stream's."""
+
+    stream = "this command's standard output"
+
+    def __init__(self, wrapped):
+        self.wrapped, self.failed = wrapped, None
+
+    def write(self, text):
+        try:
+            return self.wrapped.write(text)
+        except OSError as e:
+            raise self._named(e) from e
+
+    def flush(self):
+        try:
+            return self.wrapped.flush()
+        except OSError as e:
+            raise self._named(e) from e
+
+    def _named(self, e):
+        if isinstance(e, BrokenPipeError) or e.filename is not None:
+            return e
+        named = OSError(e.errno, e.strerror, stdout_target() or "standard output")
+        named.stream = self.stream
+        self.failed = self.failed or named
+        return named
+
+    def __getattr__(self, name):
+        return getattr(self.wrapped, name)
+
+
+def name_stdout():
+    """Make sys.stdout a NamedStdout (once)."""
+    if not isinstance(sys.stdout, NamedStdout):
+        sys.stdout = NamedStdout(sys.stdout)
+
+
+def drop_stdout():
+    """Point descriptor 1 at /dev/null: output still buffered for a stdout that refused it goes nowhere,
+    instead of a second error when the interpreter flushes at exit. The refusal is then said (cli's
+    line, or say()'s), so NamedStdout forgets it."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    if isinstance(sys.stdout, NamedStdout):
+        sys.stdout.failed = None
+
+
 # The signals that ask a process to end: a scheduler's SIGTERM, and SIGHUP, which a terminal that closes
 # (a dropped ssh session) sends to every process it started. cli and StopSignals treat them alike.
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)
@@ -72,10 +135,10 @@ class StopSignals:
     Clusters send SIGTERM some seconds before SIGKILL; a terminal that closes (a dropped ssh session)
     sends SIGHUP; Ctrl-C sends SIGINT. Inside the context the first of them sets `received` (its name,
     e.g. "SIGTERM") and writes `note` (if any) to stderr; the program polls `received` at a point where
-    stopping is clean. A stdout whose reader went away (say: EPIPE) stops the program the same way, as
-    "SIGPIPE". A later SIGINT raises KeyboardInterrupt when `repeat_quits` (a second Ctrl-C quits at
-    once; cli shows it as one line), except inside `saving()`, where a file is being written: it
-    waits there for the file to be whole. Otherwise a later signal is ignored (schedulers may send
+    stopping is clean. A stdout whose reader went away (say: EPIPE), or that refuses a write (a full
+    disk), stops the program the same way, as "SIGPIPE". A later SIGINT raises KeyboardInterrupt when
+    `repeat_quits` (a second Ctrl-C quits at once; cli shows it as one line), except inside `saving()`,
+    where a file is being written: it waits there for the file to be whole. Otherwise a later signal is ignored (schedulers may send
     several). A signal that was ignored when the context began (SIGINT in a background job, SIGHUP
     under nohup) stays ignored; outside the main thread nothing is installed. The previous handlers
     come back on exit.
@@ -147,27 +210,27 @@ def _write_stderr(text):
         pass
 
 
-_stdout_lost = False  # say() met a stdout whose reader went away
+_stdout_lost = False  # say() met a stdout whose reader went away, or that refused a write
 
 
 def say(*args):
     """print(*args) to stdout, flushed: a run's progress lines. When stdout's reader has gone away (a pipe
-    closed mid-run: `| head`, a log collector that died), the write's EPIPE does not end the process
-    unsaved: stdout then goes to /dev/null, the open StopSignals (or the next one) receives "SIGPIPE", so
-    train.py saves at the step and stops as for SIGTERM, and this line and every later one go to stderr."""
+    closed mid-run: `| head`, a log collector that died), or where it goes refuses the write (a full
+    disk, a file-size limit), the write's error does not end the process unsaved: stdout then goes to
+    /dev/null, the open StopSignals (or the next one) receives "SIGPIPE", so train.py saves at the step
+    and stops as for SIGTERM, and this line and every later one go to stderr."""
     global _stdout_lost
     if not _stdout_lost:
         try:
             print(*args, flush=True)
             return
-        except BrokenPipeError:
+        except OSError as e:
             _stdout_lost = True
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, sys.stdout.fileno())  # the buffered rest goes nowhere, and no error at exit
-            os.close(null)
+            drop_stdout()  # the buffered rest goes nowhere, and no error at exit
             active = StopSignals.active
             if active is not None and active.received is None:
                 active.received = "SIGPIPE"
-            _write_stderr("SIGPIPE: stdout's reader went away; the run stops after the step under way, saved, "
-                          "and says the rest here\n")
+            why = "stdout's reader went away" if isinstance(e, BrokenPipeError) else \
+                f"stdout ({e.filename or 'standard output'}) refused a write: {e.strerror}"
+            _write_stderr(f"SIGPIPE: {why}; the run stops after the step under way, saved, and says the rest here\n")
     print(*args, file=sys.stderr, flush=True)

@@ -367,6 +367,26 @@ def test_sigterm_during_an_export_leaves_nothing(tmp_path, monkeypatch, capsys):
     assert sorted(os.listdir(out)) == before
 
 
+def test_a_home_this_user_cannot_write_is_named_as_hugging_faces_cache_not_the_export(tmp_path):
+    """transformers keeps a model folder's code in its cache under HOME (export checks the folder it
+    wrote by loading it): a HOME that is not a folder was a line blaming the export's folder. Now the
+    line names the cache and HF_HOME, nothing is written, and HF_HOME set as it says lets the export run."""
+    needs_transformers()
+    out = tmp_path / "out"
+    run(tiny_args(make_dataset(tmp_path / "ds"), str(out), "--max_iters=1", "--eval_interval=0"))
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HOME", "XDG_CACHE_HOME", "HF_MODULES_CACHE")}
+    before = sorted(os.listdir(out))
+    done = subprocess.run([sys.executable, "-m", "tools.export", f"--out_dir={out}"], capture_output=True, text=True,
+                          cwd=ROOT, env={**env, "HOME": os.devnull}, timeout=300)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: Not a directory at {os.devnull}/.cache: Hugging Face's cache "
+                                  f"({os.devnull}/.cache/huggingface,") and "export HF_HOME=" in done.stderr
+    assert sorted(os.listdir(out)) == before  # no hf/, no hidden half-export
+    done = subprocess.run([sys.executable, "-m", "tools.export", f"--out_dir={out}"], capture_output=True, text=True,
+                          cwd=ROOT, env={**env, "HOME": os.devnull, "HF_HOME": str(tmp_path / "hf_home")}, timeout=300)
+    assert done.returncode == 0 and (out / "hf" / "model.safetensors").exists(), done.stderr
+
+
 def test_an_export_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path):
     """export_dir under a file or in a folder no one can write: refused before anything is
     written. A disk that takes the first 8 KiB and no more (a file-size limit stands in for a full

@@ -541,6 +541,26 @@ def test_permission_denied_names_what_this_user_may_not_do(tmp_path):
     assert f"may not create files in {folder}" in words[folder / "new.bin"]
 
 
+def test_a_refusal_on_the_way_to_hugging_faces_cache_names_the_cache_and_hf_home(tmp_path, monkeypatch):
+    """A HOME this user may not write failed inside transformers' cache while exporting, and the line
+    blamed the export's folder. The cache (HF_HOME, or its default under XDG_CACHE_HOME or HOME) is named
+    where the refused path is the cache, inside it, or a folder on the way to it; any other path is not."""
+    for key in ("HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    cache = tmp_path / "home" / ".cache" / "huggingface"
+    for on_the_way in (tmp_path / "home", cache.parent, cache, cache / "modules" / "x.py"):
+        line = disk.os_error_line(PermissionError(errno.EACCES, "Permission denied", str(on_the_way)))
+        assert f"Hugging Face's cache ({cache}," in line and "export HF_HOME=" in line, (on_the_way, line)
+    for elsewhere in (tmp_path / "run" / "hf", tmp_path / "home2", tmp_path / "home" / "data"):
+        line = disk.os_error_line(PermissionError(errno.EACCES, "Permission denied", str(elsewhere)))
+        assert "Hugging Face" not in line and "HF_HOME" not in line, (elsewhere, line)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # the variable moves the cache: HOME is no longer on its way
+    assert "Hugging Face" not in disk.os_error_line(PermissionError(errno.EACCES, "x", str(tmp_path / "home")))
+    assert f"Hugging Face's cache ({tmp_path / 'hf'}," in disk.os_error_line(
+        PermissionError(errno.EACCES, "x", str(tmp_path / "hf" / "modules")))
+
+
 @pytest.mark.slow
 def test_an_out_dir_removed_while_training_is_one_line_saying_so(tmp_path):
     """A run folder deleted under a training run (a cleanup script, a user) was two chained tracebacks:

@@ -201,3 +201,89 @@ def test_sigterm_during_a_commands_imports_is_one_line(tmp_path):
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and err == "terminated (SIGTERM) while starting: nothing was done; run the same " \
         "command again\n", err
+
+
+FULL = "/dev/full"  # Linux's device that takes no write: ENOSPC, as a full disk
+
+
+def needs_dev_full():
+    if not os.path.exists(FULL):
+        pytest.skip(f"{FULL} (a device every write to fails with 'no space') is Linux's")
+
+
+def test_a_stdout_that_refuses_writes_is_one_line_naming_where_it_goes(tmp_path):
+    """`> /dev/full` (a full disk where stdout goes): the line said the disk was full and advised
+    `df -h of the folder it writes`, with no path; argparse's --help swallowed the error and exited 0."""
+    needs_dev_full()
+    script = tmp_path / "cmd.py"
+    script.write_text(f"import argparse, sys; sys.path.insert(0, {ROOT!r}); from plumbing import common\n"
+                      f"def main(argv):\n"
+                      f"    argparse.ArgumentParser(description='x' * 100).parse_args(argv)\n"
+                      f"    print('a result')\n"
+                      f"    return 0\n"
+                      f"common.cli(main)\n")
+    for args in ("", "--help"):
+        done = shell(f"{sys.executable} {script} {args} > {FULL}; echo rc=$?")
+        assert done.stdout.strip() == "rc=1", (args, done.stderr)
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith(
+            f"error: No space left on device at {FULL} (this command's standard output): the disk is full"), done.stderr
+        assert "(df -h /dev)," in done.stderr
+    assert shell(f"{sys.executable} {script} --help | head -1").stderr == ""  # a reader that left early: quiet
+
+
+def cli_commands():
+    """Every command that runs under common.cli and takes --help (argparse's, or train.py's configurator)."""
+    found = []
+    for folder, _, files in os.walk(ROOT):
+        if any(part.startswith(".") and part != "." or part in ("tests", "build")
+               for part in os.path.relpath(folder, ROOT).split(os.sep)):
+            continue
+        for name in files:
+            text = open(os.path.join(folder, name)).read() if name.endswith(".py") else ""
+            if "__main__" in text and "cli(" in text and ("ArgumentParser" in text or name == "train.py"):
+                found.append(os.path.relpath(os.path.join(folder, name), ROOT))
+    return sorted(found)
+
+
+@pytest.mark.slow
+def test_every_commands_help_into_a_full_stdout_is_one_line():
+    needs_dev_full()
+    commands = cli_commands()
+    assert {"train.py", "sample.py", "research/sweep.py", "tools/export.py"} <= set(commands), commands
+    for command in commands:
+        done = shell(f"{sys.executable} {command} --help > {FULL}; echo rc=$?")
+        assert done.stdout.strip() == "rc=1", (command, done.stderr)
+        assert done.stderr.count("\n") == 1 and f"at {FULL} (this command's standard output)" in done.stderr, \
+            (command, done.stderr)
+
+
+FILLS_UP = f"""
+import os, sys
+sys.path.insert(0, {ROOT!r})
+from plumbing import common
+import train
+real_get_batch, calls = train.get_batch, [0]
+def get_batch(*args):  # at the 30th batch stdout's disk fills up: descriptor 1 becomes {FULL}
+    calls[0] += 1
+    if calls[0] == 30:
+        os.dup2(os.open({FULL!r}, os.O_WRONLY), 1)
+    return real_get_batch(*args)
+train.get_batch = get_batch
+common.cli(train.main)
+"""
+
+
+def test_a_stdout_that_fills_up_mid_run_stops_train_py_saved_with_its_line_on_stderr(tiny_run):
+    """A full disk under a logged stdout is a reader that went away: the run saves at its step and says
+    why on stderr (exit 141, as for EPIPE), instead of a traceback that loses the iterations since the
+    last checkpoint; the resume finishes the run."""
+    needs_dev_full()
+    ds, tmp = tiny_run
+    out = tmp / "full"
+    done = subprocess.run([sys.executable, "-c", FILLS_UP, *map(str, tiny_args(ds, out, "--max_iters=400"))],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    at = torch.load(out / "ckpt.pt", weights_only=True)["iter"]
+    assert done.returncode == 141 and 20 <= at < 400, done.stderr[-2000:]
+    assert f"SIGPIPE: stdout ({FULL}) refused a write: No space left on device" in done.stderr
+    assert f"stopped by SIGPIPE after iteration {at}/400" in done.stderr and "Traceback" not in done.stderr
+    assert run(["--init_from=auto", f"--out_dir={out}", f"--max_iters={at + 2}"])["stopped"] is None

@@ -477,6 +477,8 @@ def export(model, export_dir, meta=None, check=True, tol=TOLERANCE, source="a GP
         diff = write_folder(folder, model, meta, ckpt, check, tol, source)
         os.replace(folder, export_dir)
     except OSError as e:  # a full disk, a quota, a name taken meanwhile: the hidden folder goes, nothing half-written
+        if e.filename and os.path.isabs(e.filename) and not os.path.abspath(e.filename).startswith(tmp + os.sep):
+            raise  # a path outside the export (transformers' cache under HOME): cli's line names it and its fix
         what = os.path.basename(e.filename or "") or "the export"
         fix = ("free space (or name another disk with --export_dir), then run the same command again"
                if e.errno in (errno.ENOSPC, errno.EDQUOT) else
