@@ -49,13 +49,34 @@ def torchrun(nproc, script, *args, timeout=180):
 
 @pytest.mark.slow
 def test_a_torchrun_cut_short_leaves_no_rank_running(tmp_path):
-    """The helper's wait ended early (here its timeout; a SIGTERM to the test run ends it the same
-    way): torchrun and every rank are gone, not left training."""
+    """The helper's wait ended early, once both ranks run (here by a signal to the test process, as a
+    Ctrl-C or a SIGTERM to the test run ends it; its timeout ends it the same way): torchrun and every
+    rank are gone, not left training."""
+    import threading
+
+    class Ended(Exception):
+        pass
+
+    def end(signum, frame):
+        raise Ended
+
+    def end_once_both_ranks_run():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all((tmp_path / f"rank{r}").exists() for r in (0, 1)):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
     script = tmp_path / "sleeper.py"
-    script.write_text(f"import os, time\nopen({str(tmp_path)!r} + f'/rank{{os.environ[\"RANK\"]}}', 'w')"
-                      f".write(str(os.getpid()))\ntime.sleep(600)\n")
-    with pytest.raises(subprocess.TimeoutExpired):
-        torchrun(2, str(script), timeout=45)
+    script.write_text(f"import os, time\npath = {str(tmp_path)!r} + f'/rank{{os.environ[\"RANK\"]}}'\n"
+                      f"open(path + '.tmp', 'w').write(str(os.getpid()))\nos.rename(path + '.tmp', path)\n"
+                      f"time.sleep(600)\n")
+    previous = signal.signal(signal.SIGUSR1, end)
+    try:
+        threading.Thread(target=end_once_both_ranks_run, daemon=True).start()
+        with pytest.raises(Ended):
+            torchrun(2, str(script), timeout=300)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
     pids = [int((tmp_path / f"rank{r}").read_text()) for r in (0, 1)]  # both ranks had started
     for pid in pids:
         for _ in range(100):  # killed; reaped by init once torchrun is gone
