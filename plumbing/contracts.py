@@ -403,9 +403,10 @@ def check_model(model, cfg):
       a parameter in no optimizer group (optim.param_groups' rule; cfg: the run config).
 
     The probes run on a deep copy with its own generators, inside torch.random.fork_rng: the model, the run's
-    random state and so its losses are unchanged. Cost: one forward and backward of 16 tokens, one forward per
-    magnitude scale (its routed member's alone inside an MoE), on a second copy of the weights and their gradients,
-    freed before the run goes on (probe_model counts them). Returns the model, as it was."""
+    random state and so its losses are unchanged. Cost: one forward and backward of 16 tokens, one more whole forward,
+    then one forward per magnitude scale of the block that holds it alone (its routed member's alone inside an
+    MoE), on a second copy of the weights and their gradients, freed before the run goes on (probe_model counts
+    them). Returns the model, as it was."""
     none_scale = cfg.scale == "none" and next((n for n, m in model.named_modules() if isinstance(m, ScaleVector)), None)
     if none_scale:
         raise UserError(f"{none_scale} ({type(model.get_submodule(none_scale)).__name__}): built by "
@@ -474,26 +475,48 @@ def hidden_magnitude(probe, idx, targets, members):
     """UserError for the first scale (a ScaleVector with a magnitude_name) whose doubled gamma leaves the output the
     same to within HIDDEN: a normalization follows it with nothing between but maps linear in it, so its magnitude
     parameter gets a gradient only through eps (the site needed make_scale's magnitude_free=True, a PlainScale).
-    The output is the logits, or a routed member's own (members: {id: (member, its input)}) for a scale inside one;
-    the copy's normalizations are made exact (eps 0 where a module holds one) and dropout is off. Returns the
-    number of forwards it ran."""
+    The output is the layer's that holds the scale (a member of an nn.ModuleList: a block, run alone on its input
+    from one forward of the whole model; what follows a layer is a function of its output alone, so a layer
+    whose output is unchanged leaves the logits unchanged), a routed member's own (members: {id: (member, its
+    input)}) for a scale inside one, else the logits; the copy's normalizations are made exact (eps 0 where a
+    module holds one) and dropout is off. Returns the number of forwards it ran (a layer's alone counts one)."""
     probe.eval()
     for m in probe.modules():
         if isinstance(getattr(m, "eps", None), float):
             m.eps = 0.0
     inside = {id(sub): key for key, (member, _) in members.items() for sub in member.modules()}
+    scales = [(name, sv) for name, sv in probe.named_modules() if isinstance(sv, ScaleVector) and sv.has_magnitude()]
+    layers = {}  # id -> (layer, its input (args, kwargs) from the whole model's forward)
+    for name, sv in scales:
+        layer = None if id(sv) in inside else enclosing_layer(probe, name)
+        if layer is not None:
+            layers.setdefault(id(layer), (layer, None))
+
+    def keep(module, args, kwargs):
+        layers[id(module)] = (module, (tuple(a.detach() if torch.is_tensor(a) else a for a in args), kwargs))
+
+    hooks = [layer.register_forward_pre_hook(keep, with_kwargs=True) for layer, _ in layers.values()]
+    try:
+        logits = probe(idx, targets)[0].float() if scales else None
+    finally:
+        for h in hooks:
+            h.remove()
 
     def output(key):
         if key is None:
             return probe(idx, targets)[0].float()
-        member, args = members[key]
-        return member(*args).float()
+        if key in members:
+            member, args = members[key]
+            return member(*args).float()
+        layer, (args, kwargs) = layers[key]
+        return torch.cat([t.float().flatten() for t in tensors_of(layer(*args, **kwargs))])
 
-    before, forwards = {}, 0
-    for name, sv in probe.named_modules():
-        if not (isinstance(sv, ScaleVector) and sv.has_magnitude()):
-            continue
+    before, forwards = {None: logits}, 1 if scales else 0
+    for name, sv in scales:
         key = inside.get(id(sv))
+        if key is None:
+            layer = enclosing_layer(probe, name)
+            key = None if layer is None else id(layer)
         if key not in before:
             before[key], forwards = output(key), forwards + 1
         sv.forward = functools.partial(lambda gamma: 2 * gamma(), sv.forward)
@@ -508,6 +531,24 @@ def hidden_magnitude(probe, idx, targets, members):
                             f"gets a gradient only through eps: build that scale with make_scale(..., magnitude_free=True) "
                             f"(norms.make_scale), which puts a PlainScale there")
     return forwards
+
+
+def enclosing_layer(model, name):
+    """The deepest module holding the module `name` of model that is a member of an nn.ModuleList (a block of
+    model.blocks), or None where none is."""
+    parts = name.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        if isinstance(model.get_submodule(".".join(parts[:end - 1])), torch.nn.ModuleList):
+            return model.get_submodule(".".join(parts[:end]))
+    return None
+
+
+def tensors_of(out):
+    """The floating-point tensors of a module's output, in order (a tensor, or tuples, lists and dicts of them)."""
+    if torch.is_tensor(out):
+        return [out] if out.is_floating_point() else []
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+    return [t for item in items for t in tensors_of(item)]
 
 
 def builder(model, name):

@@ -1255,3 +1255,33 @@ def test_the_start_check_leaves_the_model_and_the_random_state_as_they_were():
     assert torch.equal(torch.get_rng_state(), state)
     assert all(torch.equal(before[k], v) for k, v in gpt.state_dict().items())
     assert all(p.grad is None for p in gpt.parameters())
+
+
+def test_the_magnitude_check_runs_the_whole_model_once_and_each_block_alone(monkeypatch):
+    """A magnitude scale inside a block is doubled on that block alone, run on its input from one forward of
+    the whole model: a block whose output is unchanged leaves the logits unchanged, and the check costs one
+    whole forward, not one per scale (SmolLM2-135M under OR: 152 whole forwards, 22 s of its start on the
+    CPU). A scale held by no layer (the final norm's) is doubled on the whole model."""
+    from plumbing import contracts
+    cfg = {**DEFAULTS, "n_layer": 3, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 40, "reparam": "or",
+           "branch_scales": True}
+    gpt = model.GPT(model.model_config(cfg))
+    magnitudes = [n for n, m in gpt.named_modules() if isinstance(m, norms.ScaleVector) and m.has_magnitude()]
+    calls = {"whole": 0, "blocks": 0}
+    real_gpt, real_block = model.GPT.forward, model.Block.forward
+    monkeypatch.setattr(model.GPT, "forward", lambda *a, **k: calls.__setitem__("whole", calls["whole"] + 1) or
+                        real_gpt(*a, **k))
+    monkeypatch.setattr(model.Block, "forward", lambda *a, **k: calls.__setitem__("blocks", calls["blocks"] + 1) or
+                        real_block(*a, **k))
+    probe = copy.deepcopy(gpt)
+    with torch.random.fork_rng():
+        ran = contracts.probe_model(probe, gpt.config, torch.device("cpu"))
+    outside = [n for n in magnitudes if not n.startswith("blocks.")]
+    assert len(magnitudes) - len(outside) >= 3 * 3 and outside == ["norm_f.scale"], magnitudes
+    assert contracts.enclosing_layer(gpt, "norm_f.scale") is None
+    assert contracts.enclosing_layer(gpt, magnitudes[0]) is gpt.blocks[int(magnitudes[0].split(".")[1])]
+    # the probe's step, the one forward that gives each block its input, then one per scale outside the blocks
+    assert calls["whole"] == 2 + len(outside)
+    inside = len(magnitudes) - len(outside)  # each block run alone: its output before, then once per doubling
+    assert calls["blocks"] == 3 * calls["whole"] + 3 + inside
+    assert ran["forwards"] == 2 + 3 + len(magnitudes)
