@@ -164,7 +164,8 @@ def tokenize(texts, workers, codec=GPT2):
         return
     # spawned, not forked: a fork copies the locks the parent's other threads hold (torch's, a test
     # runner's), and a child that needs one waits forever
-    with get_context("spawn").Pool(workers) as pool:
+    pool, done = get_context("spawn").Pool(workers), False
+    try:
         pending = deque()
         for batch in batches(texts):
             pending.append(pool.apply_async(encode_batch, (batch, *how)))
@@ -172,6 +173,16 @@ def tokenize(texts, workers, codec=GPT2):
                 yield from split_ids(*pending.popleft().get())
         while pending:
             yield from split_ids(*pending.popleft().get())
+        done = True
+    finally:
+        # At the end the workers leave on the pool's sentinel. terminate() (Pool's __exit__) sends them
+        # SIGTERM instead, which a worker whose signal lands on another of its threads never acts on (its
+        # main thread waits for a task): the join then waited forever. terminate() only for an early stop.
+        if done:
+            pool.close()
+        else:
+            pool.terminate()
+        pool.join()
 
 
 def split_ids(ids, lengths):
