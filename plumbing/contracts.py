@@ -486,11 +486,12 @@ def hidden_magnitude(probe, idx, targets, members):
             m.eps = 0.0
     inside = {id(sub): key for key, (member, _) in members.items() for sub in member.modules()}
     scales = [(name, sv) for name, sv in probe.named_modules() if isinstance(sv, ScaleVector) and sv.has_magnitude()]
-    layers = {}  # id -> (layer, its input (args, kwargs) from the whole model's forward)
+    layers, keys = {}, {}  # id -> (layer, its input (args, kwargs) from the whole model's forward); scale -> its key
     for name, sv in scales:
         layer = None if id(sv) in inside else enclosing_layer(probe, name)
         if layer is not None:
             layers.setdefault(id(layer), (layer, None))
+        keys[name] = inside.get(id(sv)) if layer is None else id(layer)  # (None: the logits)
 
     def keep(module, args, kwargs):
         layers[id(module)] = (module, (tuple(a.detach() if torch.is_tensor(a) else a for a in args), kwargs))
@@ -513,10 +514,7 @@ def hidden_magnitude(probe, idx, targets, members):
 
     before, forwards = {None: logits}, 1 if scales else 0
     for name, sv in scales:
-        key = inside.get(id(sv))
-        if key is None:
-            layer = enclosing_layer(probe, name)
-            key = None if layer is None else id(layer)
+        key = keys[name]
         if key not in before:
             before[key], forwards = output(key), forwards + 1
         sv.forward = functools.partial(lambda gamma: 2 * gamma(), sv.forward)
